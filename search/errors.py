@@ -1,0 +1,27 @@
+"""Errors the faces show to users as one line (no traceback)."""
+
+
+class ServiceError(Exception):
+    """Base: str(exc) is the whole message for the user."""
+
+    exit_code = 1
+
+
+class TritonUnavailable(ServiceError):
+    exit_code = 3
+
+
+class ModelNotReady(ServiceError):
+    exit_code = 4
+
+
+class StoreUnavailable(ServiceError):
+    exit_code = 5
+
+
+class EmptyCollection(ServiceError):
+    exit_code = 6
+
+
+class BadRequest(ServiceError):
+    exit_code = 2

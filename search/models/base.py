@@ -1,0 +1,83 @@
+"""What every served model family has in common: its Triton models, the files its export
+generates, and where its weights come from."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+
+class WeightsUnavailable(Exception):
+    """The model's weights cannot be reached; the message says how to supply them."""
+
+
+@dataclass(frozen=True)
+class BuildReport:
+    family: str
+    status: str  # "built" | "up to date" | "missing weights"
+    detail: str
+
+
+class ServedModel:
+    family: str  # e.g. "minilm"; also the settings field prefix: <family>_source
+    ensemble: str  # what callers ask Triton for
+    steps: tuple[str, ...]  # the ensemble's composing models
+    hub_hint: str  # the hub id to suggest when weights are missing
+
+    @property
+    def triton_models(self) -> tuple[str, ...]:
+        return (*self.steps, self.ensemble)
+
+    def artifacts(self, repo: Path) -> list[Path]:
+        """Files the export writes into the model repository."""
+        raise NotImplementedError
+
+    def is_built(self, repo: Path) -> bool:
+        return all(p.exists() for p in self.artifacts(repo))
+
+    def build(self, repo: Path, source: str, *, force: bool = False) -> BuildReport:
+        raise NotImplementedError
+
+    def manifest_path(self, repo: Path) -> Path:
+        return repo / self.steps[-1] / "1" / "build.json"
+
+    def write_manifest(self, repo: Path, source: str, resolved: Path, **extra: object) -> None:
+        files = {str(p.relative_to(repo)): _sha256(p) for p in self.artifacts(repo) if p != self.manifest_path(repo)}
+        self.manifest_path(repo).write_text(json.dumps(
+            {"family": self.family, "source": source, "weights": str(resolved),
+             "built_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "files": files, **extra},
+            indent=2))
+
+
+def resolve_weights(source: str, family: str, hub_hint: str) -> Path:
+    """A local directory as is; anything else is a Hugging Face id, downloaded when a hub answers."""
+    path = Path(source).expanduser()
+    if path.is_dir():
+        return path.resolve()
+    if path.exists() or source.startswith((".", "/", "~")):
+        raise WeightsUnavailable(f"{family}: '{source}' is not a model directory")
+    os.environ.setdefault("HF_HUB_ETAG_TIMEOUT", "5")
+    os.environ.setdefault("HF_HUB_DOWNLOAD_TIMEOUT", "10")
+    try:
+        from huggingface_hub import snapshot_download  # noqa: PLC0415
+
+        return Path(snapshot_download(source))
+    except Exception as exc:  # offline, unknown id, gated repo: all mean "not here"
+        reason = str(exc).splitlines()[0][:160] if str(exc) else type(exc).__name__
+        raise WeightsUnavailable(
+            f"{family}: weights '{source}' could not be fetched ({reason}). Supply them with "
+            f"`search models build --{family}-source /path/to/model-dir`, or run the build on a machine "
+            f"that reaches Hugging Face (hub id '{hub_hint}') and copy its triton_repo files here."
+        ) from exc
+
+
+def _sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()

@@ -1,0 +1,303 @@
+"""Run the real ``tritonserver`` binary shipped in the ``nvidia-pytriton`` wheel, without Docker.
+
+The server is started in its own process group with its own python-backend shared-memory prefix,
+so that stopping it (also after a failed start, when Triton exits but leaves the stubs of models
+it did load running) can kill every process it spawned and remove every ``/dev/shm`` region.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import sysconfig
+import time
+import urllib.error
+import urllib.request
+import uuid
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+STANDIN_BACKENDS = Path(__file__).parent / "backends"
+
+
+class TritonError(RuntimeError):
+    """Raised with a one-line, user-facing message."""
+
+
+def _pytriton_dir() -> Path:
+    try:
+        import pytriton  # noqa: PLC0415 - optional until a local server is wanted
+    except ImportError as exc:
+        raise TritonError(
+            "the local Triton server needs the nvidia-pytriton package: pip install nvidia-pytriton==0.7.0"
+        ) from exc
+    return Path(pytriton.__file__).parent / "tritonserver"
+
+
+def _libs_dir() -> Path:
+    return _pytriton_dir().parent.parent / "nvidia_pytriton.libs"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def prepare_backends(dest: Path) -> Path:
+    """A writable backend directory: the wheel's python backend, the stub for this Python, and
+    the project's Python-based ``onnxruntime`` stand-in (the wheel has no C++ onnxruntime backend)."""
+    src = _pytriton_dir()
+    py = f"{sys.version_info.major}.{sys.version_info.minor}"
+    stub = src / "python_backend_stubs" / py / "triton_python_backend_stub"
+    if not stub.exists():
+        raise TritonError(f"nvidia-pytriton ships no python-backend stub for Python {py}")
+    python_dir = dest / "python"
+    python_dir.mkdir(parents=True, exist_ok=True)
+    for f in list((src / "backends" / "python").glob("*.*")) + [stub]:
+        if f.is_file():
+            target = python_dir / f.name
+            if not target.exists() or target.stat().st_size != f.stat().st_size:
+                shutil.copy2(f, target)
+    for backend in STANDIN_BACKENDS.iterdir():
+        if backend.is_dir() and (backend / "model.py").exists():
+            (dest / backend.name).mkdir(exist_ok=True)
+            shutil.copy2(backend / "model.py", dest / backend.name / "model.py")
+    return dest
+
+
+def _server_env() -> dict[str, str]:
+    env = dict(os.environ)
+    libdirs = [str(_libs_dir()), sysconfig.get_config_var("LIBDIR") or ""]
+    env["LD_LIBRARY_PATH"] = os.pathsep.join(p for p in [*libdirs, env.get("LD_LIBRARY_PATH", "")] if p)
+    # The stub runs the first python3 on PATH, isolated: it must be this environment's.
+    env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", "")])
+    env.pop("PYTHONPATH", None)
+    return env
+
+
+@dataclass
+class ServerState:
+    pid: int
+    shm_prefix: str
+    host: str
+    http_port: int
+    grpc_port: int
+    metrics_port: int
+    log: str
+    models: list[str] = field(default_factory=list)
+
+
+class LocalTriton:
+    """Start/stop one local Triton server.
+
+    ``models``: the models to load (explicit model control); the caller passes only models whose
+    generated files exist, so a missing model never stops the others from serving.
+    """
+
+    def __init__(
+        self,
+        repo: Path,
+        run_dir: Path,
+        *,
+        host: str = "127.0.0.1",
+        http_port: int = 8000,
+        grpc_port: int = 8001,
+        metrics_port: int = 8002,
+        models: list[str] | None = None,
+        extra_args: list[str] | None = None,
+    ) -> None:
+        self.repo = Path(repo).resolve()
+        self.run_dir = Path(run_dir)
+        self.host, self.http_port, self.grpc_port, self.metrics_port = host, http_port, grpc_port, metrics_port
+        self.models = list(models or [])
+        self.extra_args = list(extra_args or [])
+        self.state: ServerState | None = None
+
+    # -- state file, so `search triton down` in another process can stop what `up` started
+    @property
+    def state_file(self) -> Path:
+        return self.run_dir / "server.json"
+
+    def _save_state(self) -> None:
+        assert self.state is not None
+        self.state_file.write_text(json.dumps(asdict(self.state), indent=2))
+
+    @classmethod
+    def attach(cls, run_dir: Path) -> LocalTriton | None:
+        """The server described by ``run_dir/server.json``, if any."""
+        path = Path(run_dir) / "server.json"
+        if not path.exists():
+            return None
+        st = ServerState(**json.loads(path.read_text()))
+        inst = cls(Path("."), run_dir, host=st.host, http_port=st.http_port,
+                   grpc_port=st.grpc_port, metrics_port=st.metrics_port, models=st.models)
+        inst.state = st
+        return inst
+
+    # -- lifecycle
+    def command(self, backends: Path, shm_prefix: str) -> list[str]:
+        cmd = [
+            str(_pytriton_dir() / "bin" / "tritonserver"),
+            f"--model-repository={self.repo}",
+            f"--backend-directory={backends}",
+            "--model-control-mode=explicit",
+            *[f"--load-model={m}" for m in self.models],
+            f"--http-address={self.host}", f"--http-port={self.http_port}",
+            f"--grpc-address={self.host}", f"--grpc-port={self.grpc_port}",
+            f"--metrics-address={self.host}", f"--metrics-port={self.metrics_port}",
+            "--allow-gpu-metrics=false",
+            "--pinned-memory-pool-byte-size=0",
+            "--cuda-memory-pool-byte-size=0:0",
+            "--disable-auto-complete-config",
+            "--exit-timeout-secs=10",
+            f"--backend-config=python,shm-region-prefix-name={shm_prefix}",
+            *self.extra_args,
+        ]
+        return cmd
+
+    def start(self, timeout: float = 120.0) -> LocalTriton:
+        if not self.repo.is_dir():
+            raise TritonError(f"model repository not found: {self.repo}")
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        for port in (self.http_port, self.grpc_port, self.metrics_port):
+            if _port_in_use(self.host, port):
+                raise TritonError(f"port {port} on {self.host} is already in use (is a server running? `search triton status`)")
+        backends = prepare_backends(self.run_dir / "backends")
+        shm_prefix = f"triton_{uuid.uuid4().hex[:10]}_"
+        log = self.run_dir / "tritonserver.log"
+        with open(log, "wb") as logf:
+            proc = subprocess.Popen(
+                self.command(backends, shm_prefix), stdout=logf, stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL, env=_server_env(), start_new_session=True,
+            )
+        self._proc = proc
+        self.state = ServerState(proc.pid, shm_prefix, self.host, self.http_port, self.grpc_port,
+                                 self.metrics_port, str(log), self.models)
+        self._save_state()
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            code = proc.poll()
+            if code is not None:
+                self.stop()
+                raise TritonError(f"Triton exited during start (code {code}): {_failure_summary(log)}")
+            if self.is_ready():
+                return self
+            time.sleep(0.25)
+        self.stop()
+        raise TritonError(f"Triton was not ready after {timeout:.0f} s: {_failure_summary(log)} (log: {log})")
+
+    def url(self, path: str) -> str:
+        return f"http://{self.host}:{self.http_port}{path}"
+
+    def is_ready(self) -> bool:
+        try:
+            with urllib.request.urlopen(self.url("/v2/health/ready"), timeout=1) as r:
+                return r.status == 200
+        except (urllib.error.URLError, OSError):
+            return False
+
+    def is_running(self) -> bool:
+        return self.state is not None and _alive(self.state.pid)
+
+    def model_status(self) -> list[dict]:
+        req = urllib.request.Request(self.url("/v2/repository/index"), data=b"{}", method="POST")
+        with urllib.request.urlopen(req, timeout=5) as r:
+            return json.loads(r.read())
+
+    def stop(self, timeout: float = 20.0) -> None:
+        """SIGTERM (Triton drains and unloads), then SIGKILL the whole process group, then any
+        stub still holding our shm prefix, then the shm regions themselves. Safe to call twice."""
+        st = self.state
+        if st is None:
+            return
+        proc = getattr(self, "_proc", None)
+        if _alive(st.pid):
+            try:
+                os.kill(st.pid, signal.SIGTERM)
+            except ProcessLookupError:
+                pass
+            deadline = time.monotonic() + timeout
+            while time.monotonic() < deadline and _alive(st.pid, proc):
+                time.sleep(0.1)
+        try:
+            os.killpg(st.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+        if proc is not None:
+            proc.wait(timeout=5)
+        for pid in _pids_with_arg(st.shm_prefix):
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        for region in Path("/dev/shm").glob(f"{st.shm_prefix}*"):
+            region.unlink(missing_ok=True)
+        self.state_file.unlink(missing_ok=True)
+        self.state = None
+
+    def leftovers(self, shm_prefix: str) -> tuple[list[int], list[Path]]:
+        """Processes and shm regions still carrying ``shm_prefix`` (for tests and status)."""
+        return _pids_with_arg(shm_prefix), list(Path("/dev/shm").glob(f"{shm_prefix}*"))
+
+    def __enter__(self) -> LocalTriton:
+        return self.start() if self.state is None else self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+def _alive(pid: int, proc: subprocess.Popen | None = None) -> bool:
+    if proc is not None:
+        return proc.poll() is None
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    # A zombie counts as gone.
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().split(") ", 1)[1][0] != "Z"
+    except OSError:
+        return False
+
+
+def _port_in_use(host: str, port: int) -> bool:
+    with socket.socket() as s:
+        s.settimeout(0.2)
+        return s.connect_ex((host, port)) == 0
+
+
+def _pids_with_arg(needle: str) -> list[int]:
+    pids = []
+    for p in Path("/proc").iterdir():
+        if p.name.isdigit():
+            try:
+                if needle.encode() in (p / "cmdline").read_bytes():
+                    pids.append(int(p.name))
+            except OSError:
+                continue
+    return pids
+
+
+def _failure_summary(log: Path) -> str:
+    """The model-load errors from Triton's log, in one line."""
+    try:
+        lines = log.read_text(errors="replace").splitlines()
+    except OSError:
+        return "no log"
+    errors = []
+    for line in lines:
+        if "failed to load" in line or "Invalid argument" in line or "unable to" in line.lower():
+            msg = line.split("] ", 1)[-1].strip()
+            if msg not in errors:
+                errors.append(msg)
+    if not errors:
+        errors = [ln.split("] ", 1)[-1].strip() for ln in lines if ln.startswith("E")][-3:]
+    return "; ".join(errors) or (lines[-1] if lines else "no output")
