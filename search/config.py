@@ -66,9 +66,6 @@ class Settings(BaseSettings):
             return self.qdrant_url
         return self.qdrant_path or str(self.data_dir / "qdrant")
 
-    def collection(self, name: str) -> str:
-        return f"{self.collection_prefix}{name}"
-
 
 @lru_cache
 def get_settings() -> Settings:

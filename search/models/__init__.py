@@ -1,0 +1,14 @@
+"""The served model families: one module each, one catalogue here."""
+
+from search.models.base import BuildReport, ServedModel, WeightsUnavailable
+from search.models.minilm import MiniLM
+
+FAMILIES: tuple[ServedModel, ...] = (MiniLM(),)
+
+
+def built_triton_models(repo) -> list[str]:
+    """Triton models whose generated files exist; the local server loads only these."""
+    return [name for fam in FAMILIES if fam.is_built(repo) for name in fam.triton_models]
+
+
+__all__ = ["FAMILIES", "BuildReport", "ServedModel", "WeightsUnavailable", "built_triton_models"]

