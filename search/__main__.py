@@ -1,0 +1,3 @@
+from search.cli import main
+
+main()

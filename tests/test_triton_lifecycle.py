@@ -1,0 +1,129 @@
+"""Start, ready, stop with nothing left behind; a broken repository gives a clear error."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from search.triton.local import LocalTriton, TritonError, free_port
+
+ECHO_CONFIG = """
+name: "{name}"
+backend: "python"
+max_batch_size: 8
+input [ {{ name: "X" data_type: TYPE_FP32 dims: [ 1 ] }} ]
+output [ {{ name: "Y" data_type: TYPE_FP32 dims: [ 1 ] }} ]
+"""
+ECHO_MODEL = """
+import triton_python_backend_utils as pb_utils
+class TritonPythonModel:
+    def initialize(self, args):
+        {init}
+    def execute(self, requests):
+        return [pb_utils.InferenceResponse([pb_utils.Tensor("Y", pb_utils.get_input_tensor_by_name(r, "X").as_numpy())]) for r in requests]
+"""
+
+
+def python_model(repo: Path, name: str, init: str = "pass") -> None:
+    (repo / name / "1").mkdir(parents=True)
+    (repo / name / "config.pbtxt").write_text(ECHO_CONFIG.format(name=name))
+    (repo / name / "1" / "model.py").write_text(ECHO_MODEL.format(init=init))
+
+
+def server(repo: Path, run_dir: Path, models: list[str]) -> LocalTriton:
+    return LocalTriton(repo, run_dir, http_port=free_port(), grpc_port=free_port(), metrics_port=free_port(), models=models)
+
+
+def test_start_ready_stop_leaves_nothing(tmp_path):
+    python_model(tmp_path / "repo", "echo")
+    srv = server(tmp_path / "repo", tmp_path / "run", ["echo"]).start()
+    prefix = srv.state.shm_prefix
+    assert srv.is_ready()
+    pids, regions = srv.leftovers(prefix)
+    assert pids and regions, "a running python model has a stub process and shm regions"
+    srv.stop()
+    assert not srv.is_ready()
+    assert srv.leftovers(prefix) == ([], [])
+    assert not (tmp_path / "run" / "server.json").exists()
+    srv.stop()  # idempotent
+
+
+def test_broken_model_is_a_clear_error_and_cleans_up(tmp_path):
+    repo = tmp_path / "repo"
+    python_model(repo, "good")
+    python_model(repo, "broken", init='raise RuntimeError("tokenizer.json is missing")')
+    srv = server(repo, tmp_path / "run", ["good", "broken"])
+    shm_before = set(Path("/dev/shm").glob("triton_*"))
+    with pytest.raises(TritonError) as exc:
+        srv.start(timeout=60)
+    message = str(exc.value)
+    assert "broken" in message and "tokenizer.json is missing" in message
+    # Triton exits but leaves the stub of the model that did load: stop() must have killed it.
+    assert srv.state is None
+    assert _pids_running_in(repo) == []
+    assert set(Path("/dev/shm").glob("triton_*")) <= shm_before
+
+
+def test_missing_repository_and_busy_port(tmp_path):
+    with pytest.raises(TritonError, match="not found"):
+        server(tmp_path / "nope", tmp_path / "run", []).start()
+    python_model(tmp_path / "repo", "echo")
+    srv = server(tmp_path / "repo", tmp_path / "run", ["echo"])
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", srv.grpc_port))
+        s.listen()
+        with pytest.raises(TritonError, match="already in use"):
+            srv.start()
+
+
+def test_cli_up_status_down(tmp_path, model_repo):
+    env = {**os.environ, "SEARCH_DATA_DIR": str(tmp_path / "data"), "SEARCH_TRITON_REPO": str(model_repo),
+           "SEARCH_TRITON_HTTP_PORT": str(free_port()), "SEARCH_TRITON_GRPC_PORT": str(free_port()),
+           "SEARCH_TRITON_METRICS_PORT": str(free_port())}
+    env.pop("SEARCH_TRITON_URL", None)
+
+    def cli(*args: str) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-m", "search", *args], env=env, capture_output=True, text=True, timeout=180)
+
+    up = cli("triton", "up")
+    assert up.returncode == 0, up.stderr
+    assert "minilm" in up.stdout
+    try:
+        st = cli("triton", "status")
+        assert st.returncode == 0 and "minilm" in st.stdout and "READY" in st.stdout, st.stdout + st.stderr
+        again = cli("triton", "up")
+        assert "already running" in again.stdout
+    finally:
+        down = cli("triton", "down")
+    assert down.returncode == 0 and "stopped" in down.stdout
+    gone = cli("triton", "status")
+    assert gone.returncode == 1 and "not running" in gone.stdout
+    assert "Traceback" not in up.stderr + down.stderr + gone.stderr
+
+
+def _pids_running_in(repo: Path) -> list[int]:
+    needle = str(repo).encode()
+    pids = []
+    for p in Path("/proc").iterdir():
+        if p.name.isdigit():
+            try:
+                if needle in (p / "cmdline").read_bytes():
+                    pids.append(int(p.name))
+            except OSError:
+                pass
+    return pids
+
+
+def test_python_stub_uses_this_environment(tmp_path):
+    """The stub must import this venv's packages (tokenizers), not the system's."""
+    init = textwrap.dedent("import tokenizers, numpy; assert numpy.__version__.startswith('1.')")
+    python_model(tmp_path / "repo", "env_check", init=init)
+    with server(tmp_path / "repo", tmp_path / "run", ["env_check"]) as srv:
+        assert srv.is_ready()
