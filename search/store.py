@@ -12,6 +12,7 @@ all paths the content was seen at. The chunk-0 point of a file is written last a
 from __future__ import annotations
 
 import uuid
+import warnings
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -105,8 +106,10 @@ class Store:
         name = self.name(schema.name)
         if not self._call(self.client.collection_exists, name):
             self._call(self.client.create_collection, name, vectors_config=schema.vectors)
-            for field_name, kind in schema.payload_indexes.items():
-                self._call(self.client.create_payload_index, name, field_name=field_name, field_schema=kind)
+            with warnings.catch_warnings():  # local mode ignores payload indexes (and says so); a server uses them
+                warnings.simplefilter("ignore", UserWarning)
+                for field_name, kind in schema.payload_indexes.items():
+                    self._call(self.client.create_payload_index, name, field_name=field_name, field_schema=kind)
             return
         info = self._call(self.client.get_collection, name)
         have = info.config.params.vectors or {}

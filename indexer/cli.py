@@ -1,0 +1,80 @@
+"""`indexer`: put documents into the search index."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+from search.cli_support import DataDir, QdrantUrl, TritonUrl, display_path, err, guarded, make_settings, out
+from search.service import SearchService, to_json
+
+app = typer.Typer(no_args_is_help=True, add_completion=False, rich_markup_mode="rich",
+                  help="Index documents for `search`: text is chunked, embedded by Triton and stored in Qdrant.")
+
+
+@app.callback()
+def main_options(ctx: typer.Context, data_dir: Path = DataDir, triton_url: str = TritonUrl, qdrant_url: str = QdrantUrl) -> None:
+    ctx.obj = make_settings(data_dir, triton_url, qdrant_url)
+
+
+@app.command()
+@guarded
+def ingest(
+    ctx: typer.Context,
+    paths: list[Path] = typer.Argument(..., help="Files or folders (searched recursively) to index: .txt and .md."),
+    prune: bool = typer.Option(False, "--prune", help="Remove files under PATHS that are gone from disk from the index."),
+    chunk_tokens: int = typer.Option(None, "--chunk-tokens", help="Tokens per chunk [default: 200; the model reads 256]."),
+    overlap: int = typer.Option(None, "--overlap", help="Tokens shared by consecutive chunks [default: 40]."),
+    as_json: bool = typer.Option(False, "--json", help="Print the summary as JSON."),
+) -> None:
+    """Index PATHS. Unchanged files are skipped, changed files re-indexed, bad files reported."""
+    settings = ctx.obj
+    if chunk_tokens:
+        settings.chunk_tokens = chunk_tokens
+    if overlap is not None:
+        settings.chunk_overlap = overlap
+    if settings.chunk_tokens > 254:
+        raise typer.BadParameter("at most 254 (256 minus the two special tokens)", param_hint="--chunk-tokens")
+    svc = SearchService(settings)
+    progress = Progress(TextColumn("[bold]indexing"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                        TextColumn("{task.fields[current]}"), console=err, transient=True, disable=as_json)
+    task = progress.add_task("files", total=None, current="")
+    try:
+        with progress:
+            report = svc.ingest(
+                paths, prune=prune,
+                on_start=lambda n: progress.update(task, total=n),
+                on_file=lambda o: progress.update(task, advance=0 if o.status == "pruned" else 1,
+                                                  current=display_path(o.path)[-50:]),
+            )
+    except ValueError as exc:  # chunker arguments
+        raise typer.BadParameter(str(exc)) from exc
+    finally:
+        svc.close()
+    if as_json:
+        print(to_json(report.as_dict()))
+    else:
+        _print_summary(report)
+    if report.failures and len(report.failures) == len(report.outcomes):
+        raise typer.Exit(1)
+
+
+def _print_summary(report) -> None:
+    d = report.as_dict()
+    out.print(
+        f"[bold]{d['indexed']}[/] indexed, [bold]{d['updated']}[/] updated, {d['unchanged']} unchanged, "
+        f"[{'red' if d['failed'] else 'default'}]{d['failed']} failed[/]"
+        + (f", {d['pruned']} pruned" if d["pruned"] else "")
+        + (f", {d['skipped']} other files skipped" if d["skipped"] else "")
+        + f" — {d['embedded_chunks']} chunks embedded in {d['seconds']:.1f} s"
+        + (f" ({d['truncated_chunks']} truncated to the model's 256 tokens)" if d["truncated_chunks"] else ""),
+        highlight=False,
+    )
+    for f in report.failures:
+        out.print(f"  [red]failed[/] {display_path(f.path)}: {f.reason}", highlight=False, soft_wrap=True)
+
+
+def main() -> None:
+    app()

@@ -1,0 +1,47 @@
+"""Read a document as text, or say in one line why it cannot be indexed."""
+
+from __future__ import annotations
+
+import codecs
+from pathlib import Path
+
+
+class BadDocument(Exception):
+    """A file that cannot be indexed; str(exc) is a short human reason."""
+
+
+TEXT_SUFFIXES: frozenset[str] = frozenset({".txt", ".md"})
+
+_UTF16_BOMS = (codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE)
+
+
+def load_text(path: Path, max_bytes: int = 20_000_000) -> str:
+    try:
+        size = path.stat().st_size
+        if size > max_bytes:
+            raise BadDocument(f"too large: {size / 1e6:.1f} MB > {max_bytes / 1e6:.1f} MB limit")
+        data = path.read_bytes()
+    except OSError as exc:
+        raise BadDocument(f"unreadable: {exc.strerror or exc}") from exc
+    return decode_text(data)
+
+
+def decode_text(data: bytes) -> str:
+    if not data:
+        raise BadDocument("empty file")
+    if data.startswith(_UTF16_BOMS):
+        try:
+            text = data.decode("utf-16")
+        except UnicodeDecodeError as exc:
+            raise BadDocument(f"not valid UTF-16 ({exc.reason} at offset {exc.start})") from exc
+    else:
+        if b"\x00" in data[:8192]:
+            raise BadDocument("binary content, not text")
+        try:
+            text = data.decode("utf-8-sig")
+        except UnicodeDecodeError as exc:
+            raise BadDocument(f"not valid UTF-8 (byte 0x{data[exc.start]:02x} at offset {exc.start})") from exc
+    text = text.replace("\r\n", "\n").replace("\r", "\n")
+    if not text.strip():
+        raise BadDocument("empty file")
+    return text
