@@ -57,8 +57,13 @@ class Chunker:
             if end >= n:
                 return chunks
             nxt = max(end - self.overlap, s + 1)
-            while nxt > s + 1 and offsets[nxt][0] == offsets[nxt - 1][1]:
-                nxt -= 1  # start at the beginning of a word, not inside it
+            # Start the overlap at a paragraph or sentence start inside it, else at a word start.
+            starts = _first_in(paragraphs, nxt, end) or _first_in(sentences, nxt, end)
+            if starts is not None and starts < end:
+                nxt = starts
+            else:
+                while nxt > s + 1 and offsets[nxt][0] == offsets[nxt - 1][1]:
+                    nxt -= 1
             s = nxt
 
     @staticmethod
@@ -74,6 +79,12 @@ class Chunker:
             elif text[offsets[i - 1][1] - 1] in SENTENCE_ENDS:
                 sentences.append(i)
         return paragraphs, sentences
+
+
+def _first_in(sorted_idx: list[int], lo: int, hi: int) -> int | None:
+    """The smallest index in [lo, hi), if any."""
+    k = bisect.bisect_left(sorted_idx, lo)
+    return sorted_idx[k] if k < len(sorted_idx) and sorted_idx[k] < hi else None
 
 
 def _last_in(sorted_idx: list[int], lo: int, hi: int) -> int | None:

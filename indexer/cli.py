@@ -25,8 +25,8 @@ def ingest(
     ctx: typer.Context,
     paths: list[Path] = typer.Argument(..., help="Files or folders (searched recursively) to index: .txt and .md."),
     prune: bool = typer.Option(False, "--prune", help="Remove files under PATHS that are gone from disk from the index."),
-    chunk_tokens: int = typer.Option(None, "--chunk-tokens", help="Tokens per chunk [default: 200; the model reads 256]."),
-    overlap: int = typer.Option(None, "--overlap", help="Tokens shared by consecutive chunks [default: 40]."),
+    chunk_tokens: int = typer.Option(None, "--chunk-tokens", help="Tokens per chunk \\[default: 200; the model reads 256]."),
+    overlap: int = typer.Option(None, "--overlap", help="Tokens shared by consecutive chunks \\[default: 40]."),
     as_json: bool = typer.Option(False, "--json", help="Print the summary as JSON."),
 ) -> None:
     """Index PATHS. Unchanged files are skipped, changed files re-indexed, bad files reported."""

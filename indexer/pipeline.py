@@ -229,7 +229,8 @@ class Ingestor:
         return _Job(key, sha, st.st_size, st.st_mtime, chunks, status)
 
     def _write(self, job: _Job, by_sha: dict[str, StoredFile], by_path: dict[str, str]) -> list[FileOutcome]:
-        paths = [job.path, *(p for p, _ in job.copies)]
+        previous = by_sha.get(job.sha256)  # the same content, chunked with other settings
+        paths = list(dict.fromkeys([job.path, *(p for p, _ in job.copies), *(previous.paths if previous else ())]))
         suffix = Path(job.path).suffix.lower()
         n = len(job.chunks)
         points = [
@@ -245,6 +246,8 @@ class Ingestor:
         # Chunk 0 last: it marks the file as completely written.
         self.store.upsert(DOCUMENTS.name, points[1:])
         self.store.upsert(DOCUMENTS.name, points[:1])
+        if previous is not None:
+            self.store.delete_content(DOCUMENTS.name, job.sha256, keep_chunker=self.signature)
         by_sha[job.sha256] = StoredFile(job.sha256, tuple(paths), job.size, job.mtime, self.signature, n)
         del self._inflight[job.sha256]
         for p in paths:

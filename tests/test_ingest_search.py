@@ -186,3 +186,22 @@ def test_interrupted_file_is_not_seen_as_indexed(service, docs):
     assert report.counts["indexed"] + report.counts["updated"] == 1
     assert len(points(service)) == len({*points(service)})  # no duplicates
     assert pid in points(service)
+
+
+def test_new_chunk_settings_replace_old_chunks(settings, docs):
+    svc = SearchService(settings)
+    try:
+        svc.ingest([docs])
+        n_default = len(points(svc))
+    finally:
+        svc.close()
+    settings.chunk_tokens, settings.chunk_overlap = 80, 20
+    svc = SearchService(settings)
+    try:
+        report = svc.ingest([docs])
+        after = points(svc)
+        assert report.counts["updated"] == len(list(docs.iterdir()))
+        assert len(after) == report.embedded_chunks > n_default
+        assert {pl["chunker"] for pl in after.values()} == {"minilm/80/20"}
+    finally:
+        svc.close()

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -103,7 +104,8 @@ def export_onnx(weights: Path, dest: Path) -> float:
     types = torch.zeros_like(ids)
     dest.parent.mkdir(parents=True, exist_ok=True)
     tmp = dest.with_suffix(".onnx.tmp")
-    with torch.no_grad():
+    with torch.no_grad(), warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # tracer warnings about shapes the dynamic axes already cover
         torch.onnx.export(
             wrapper, (ids, mask, types), str(tmp),
             input_names=["input_ids", "attention_mask", "token_type_ids"], output_names=["embedding"],
