@@ -9,11 +9,15 @@ language works and nothing is re-joined.
 from __future__ import annotations
 
 import bisect
+import re
 from dataclasses import dataclass
 
 from tokenizers import Tokenizer
 
-SENTENCE_ENDS = frozenset(".!?。！？")
+SENTENCE_ENDS = frozenset(".!?")
+# CJK full stops end a sentence with no following space.
+CJK_SENTENCE_ENDS = frozenset("。！？")
+_BLANK_LINE = re.compile(r"\n[^\S\n]*\n")
 
 
 @dataclass(frozen=True)
@@ -26,6 +30,10 @@ class Chunk:
 
 
 class Chunker:
+    # Part of every point id and of the stored "chunker" field: bump it when chunk boundaries
+    # change, so a re-ingest replaces chunks made by an older version.
+    VERSION = 2
+
     def __init__(self, tokenizer: Tokenizer, max_tokens: int = 200, overlap: int = 40) -> None:
         if max_tokens < 8:
             raise ValueError(f"chunk size must be at least 8 tokens, got {max_tokens}")
@@ -40,7 +48,10 @@ class Chunker:
     def chunk(self, text: str) -> list[Chunk]:
         if not text.strip():
             return []
-        offsets = [o for o in self.tokenizer.encode(text, add_special_tokens=False).offsets if o[1] > o[0]]
+        enc = self.tokenizer.encode(text, add_special_tokens=False)
+        kept = [(o, w) for o, w in zip(enc.offsets, enc.word_ids) if o[1] > o[0]]
+        offsets = [o for o, _ in kept]
+        word_ids = [w for _, w in kept]
         n = len(offsets)
         if n == 0:
             return []
@@ -62,7 +73,8 @@ class Chunker:
             if starts is not None and starts < end:
                 nxt = starts
             else:
-                while nxt > s + 1 and offsets[nxt][0] == offsets[nxt - 1][1]:
+                # Pre-tokenizer words, not adjacent offsets: CJK characters touch but are separate words.
+                while nxt > s + 1 and word_ids[nxt] is not None and word_ids[nxt] == word_ids[nxt - 1]:
                     nxt -= 1
             s = nxt
 
@@ -72,11 +84,10 @@ class Chunker:
         paragraphs, sentences = [], []
         for i in range(1, len(offsets)):
             gap = text[offsets[i - 1][1]:offsets[i][0]]
-            if not gap:
-                continue
-            if "\n\n" in gap or ("\n" in gap and text[offsets[i][0]] == "#"):
+            prev = text[offsets[i - 1][1] - 1]
+            if _BLANK_LINE.search(gap) or ("\n" in gap and text[offsets[i][0]] == "#"):
                 paragraphs.append(i)
-            elif text[offsets[i - 1][1] - 1] in SENTENCE_ENDS:
+            elif (gap and prev in SENTENCE_ENDS) or prev in CJK_SENTENCE_ENDS:
                 sentences.append(i)
         return paragraphs, sentences
 

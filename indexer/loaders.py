@@ -34,13 +34,18 @@ def decode_text(data: bytes) -> str:
             text = data.decode("utf-16")
         except UnicodeDecodeError as exc:
             raise BadDocument(f"not valid UTF-16 ({exc.reason} at offset {exc.start})") from exc
+        if "\x00" in text[:8192]:  # e.g. UTF-32, whose BOM starts like UTF-16 LE's
+            raise BadDocument("binary content, not text")
     else:
         if b"\x00" in data[:8192]:
             raise BadDocument("binary content, not text")
+        # Strip the BOM by hand: utf-8-sig reports error offsets relative to the stripped bytes.
+        bom = len(codecs.BOM_UTF8) if data.startswith(codecs.BOM_UTF8) else 0
         try:
-            text = data.decode("utf-8-sig")
+            text = data[bom:].decode("utf-8")
         except UnicodeDecodeError as exc:
-            raise BadDocument(f"not valid UTF-8 (byte 0x{data[exc.start]:02x} at offset {exc.start})") from exc
+            pos = bom + exc.start
+            raise BadDocument(f"not valid UTF-8 (byte 0x{data[pos]:02x} at offset {pos})") from exc
     text = text.replace("\r\n", "\n").replace("\r", "\n")
     if not text.strip():
         raise BadDocument("empty file")

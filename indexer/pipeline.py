@@ -29,6 +29,7 @@ from search.store import DOCUMENTS, Store, StoredFile, folders_of, point_id
 from search.triton.client import TritonClient
 
 INDEXED, UNCHANGED, UPDATED, FAILED, PRUNED = "indexed", "unchanged", "updated", "failed", "pruned"
+SORT_WINDOW = 4  # batches whose chunks are sorted by length together
 SKIP_DIRS = {".git", ".hg", ".svn", "__pycache__", "node_modules", ".venv"}
 
 
@@ -112,7 +113,10 @@ class Ingestor:
                  concurrency: int = 2, max_file_bytes: int = 20_000_000) -> None:
         self.store, self.triton, self.chunker = store, triton, chunker
         self.batch_size, self.concurrency, self.max_file_bytes = batch_size, concurrency, max_file_bytes
-        self.signature = f"minilm/{chunker.max_tokens}/{chunker.overlap}"
+        self.signature = f"minilm/v{chunker.VERSION}/{chunker.max_tokens}/{chunker.overlap}"
+        self.write_batch = 256
+        self._rest: list[models.PointStruct] = []
+        self._heads: list[models.PointStruct] = []
 
     def run(self, roots: list[Path], *, prune: bool = False,
             on_start: Callable[[int], None] | None = None,
@@ -147,11 +151,14 @@ class Ingestor:
         with ThreadPoolExecutor(max_workers=self.concurrency) as pool:
 
             def submit() -> None:
+                # Sorted by length, so each request pads little: on CPU padding costs more than batching saves.
                 nonlocal batch
-                if batch:
-                    texts = [job.chunks[i].text for job, i in batch]
-                    pending.append((pool.submit(minilm.embed, self.triton, texts), batch))
-                    batch = []
+                batch.sort(key=lambda m: len(m[0].chunks[m[1]].text))
+                for k in range(0, len(batch), self.batch_size):
+                    members = batch[k:k + self.batch_size]
+                    texts = [job.chunks[i].text for job, i in members]
+                    pending.append((pool.submit(minilm.embed, self.triton, texts), members))
+                batch = []
 
             def drain(keep: int) -> None:
                 while len(pending) > keep:
@@ -178,11 +185,12 @@ class Ingestor:
                 job.remaining = len(job.chunks)
                 for i in range(len(job.chunks)):
                     batch.append((job, i))
-                    if len(batch) >= self.batch_size:
+                    if len(batch) >= self.batch_size * SORT_WINDOW:
                         submit()
                         drain(keep=self.concurrency)
             submit()
             drain(keep=0)
+        self._flush()
 
         if prune:
             for outcome in self._prune(roots, {str(p) for p in files}, by_sha, by_path):
@@ -218,6 +226,7 @@ class Ingestor:
             if key not in same.paths:
                 self._repoint(sha, [*same.paths, key], by_sha, by_path, size=st.st_size, mtime=st.st_mtime)
             else:
+                self._flush()
                 self.store.set_paths(DOCUMENTS.name, sha, list(same.paths), mtime=st.st_mtime)
                 by_sha[sha] = replace(same, mtime=st.st_mtime)
                 status = UNCHANGED
@@ -243,11 +252,13 @@ class Ingestor:
             )
             for c, vec in zip(job.chunks, job.vectors)
         ]
-        # Chunk 0 last: it marks the file as completely written.
-        self.store.upsert(DOCUMENTS.name, points[1:])
-        self.store.upsert(DOCUMENTS.name, points[:1])
+        self._rest += points[1:]
+        self._heads += points[:1]
         if previous is not None:
+            self._flush()
             self.store.delete_content(DOCUMENTS.name, job.sha256, keep_chunker=self.signature)
+        elif len(self._rest) + len(self._heads) >= self.write_batch:
+            self._flush()
         by_sha[job.sha256] = StoredFile(job.sha256, tuple(paths), job.size, job.mtime, self.signature, n)
         del self._inflight[job.sha256]
         for p in paths:
@@ -255,7 +266,15 @@ class Ingestor:
         return [FileOutcome(job.path, job.status, chunks=n, embedded=n),
                 *(FileOutcome(p, status, chunks=n) for p, status in job.copies)]
 
+    def _flush(self) -> None:
+        """Write buffered points: all later chunks first, then the chunk-0 points that mark
+        their files complete. Every other store write flushes first, so it sees these points."""
+        rest, heads, self._rest, self._heads = self._rest, self._heads, [], []
+        self.store.upsert(DOCUMENTS.name, rest)
+        self.store.upsert(DOCUMENTS.name, heads)
+
     def _repoint(self, sha: str, paths: list[str], by_sha, by_path, **extra) -> None:
+        self._flush()
         self.store.set_paths(DOCUMENTS.name, sha, paths, **extra)
         by_sha[sha] = replace(by_sha[sha], paths=tuple(paths), **extra)
         for p in paths:
@@ -270,6 +289,7 @@ class Ingestor:
 
     def _drop_path(self, sha: str, path: str, by_sha) -> None:
         remaining = [p for p in by_sha[sha].paths if p != path]
+        self._flush()
         if remaining:
             self.store.set_paths(DOCUMENTS.name, sha, remaining)
             by_sha[sha] = replace(by_sha[sha], paths=tuple(remaining))

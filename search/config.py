@@ -51,7 +51,7 @@ class Settings(BaseSettings):
     # Ingest
     chunk_tokens: int = 200
     chunk_overlap: int = 40
-    embed_batch_size: int = 32
+    embed_batch_size: int = 16  # measured best on 2 CPU cores (bench/bench_minilm.py)
     embed_concurrency: int = 2
     max_file_bytes: int = 20_000_000
 

@@ -202,6 +202,6 @@ def test_new_chunk_settings_replace_old_chunks(settings, docs):
         after = points(svc)
         assert report.counts["updated"] == len(list(docs.iterdir()))
         assert len(after) == report.embedded_chunks > n_default
-        assert {pl["chunker"] for pl in after.values()} == {"minilm/80/20"}
+        assert {pl["chunker"] for pl in after.values()} == {"minilm/v2/80/20"}
     finally:
         svc.close()
