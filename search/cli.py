@@ -133,7 +133,7 @@ def triton_up(
     with err.status("starting Triton…"):
         server.start(timeout=settings.triton_start_timeout_s)
     out.print(f"Triton ready: gRPC {server.host}:{server.grpc_port}, HTTP {server.http_port}, metrics {server.metrics_port} "
-              f"(pid {server.state.pid}); models: {', '.join(models)}")
+              f"(pid {server.state.pid}); models: {', '.join(models)}", soft_wrap=True)
 
 
 @triton_app.command("down")
@@ -182,15 +182,19 @@ def models_build(
 
     settings: Settings = ctx.obj
     sources = {"minilm": minilm_source or settings.minilm_source}
-    missing = 0
+    explicit = {"minilm": minilm_source is not None}
+    missing, explicit_missing = 0, 0
     for fam in FAMILIES:
         with err.status(f"exporting {fam.family}…"):
             report = fam.build(settings.triton_repo, sources[fam.family], force=force)
         colour = {"built": "green", "up to date": "green"}.get(report.status, "yellow")
         out.print(f"[bold]{fam.family}[/]: [{colour}]{report.status}[/] — {report.detail}", highlight=False, soft_wrap=True)
         missing += report.status == "missing weights"
+        explicit_missing += report.status == "missing weights" and explicit[fam.family]
     if missing:
         out.print("Models without weights are skipped; everything else works without them.")
+    if explicit_missing:
+        raise typer.Exit(1)  # a source the user named could not be used
 
 
 @models_app.command("list")

@@ -80,7 +80,9 @@ def export_onnx(weights: Path, dest: Path) -> float:
     import torch  # noqa: PLC0415
     from transformers import AutoModel  # noqa: PLC0415
 
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    from transformers.utils import logging as hf_logging  # noqa: PLC0415
+
+    hf_logging.disable_progress_bar()
     model = AutoModel.from_pretrained(str(weights), attn_implementation="eager").eval()
 
     class MeanPooledEncoder(torch.nn.Module):
