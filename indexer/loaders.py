@@ -16,14 +16,18 @@ _UTF16_BOMS = (codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE)
 
 
 def load_text(path: Path, max_bytes: int = 20_000_000) -> str:
+    return decode_text(read_bytes(path, max_bytes))
+
+
+def read_bytes(path: Path, max_bytes: int = 20_000_000) -> bytes:
+    """The file's bytes; its size is checked before anything is read."""
     try:
         size = path.stat().st_size
         if size > max_bytes:
             raise BadDocument(f"too large: {size / 1e6:.1f} MB > {max_bytes / 1e6:.1f} MB limit")
-        data = path.read_bytes()
+        return path.read_bytes()
     except OSError as exc:
         raise BadDocument(f"unreadable: {exc.strerror or exc}") from exc
-    return decode_text(data)
 
 
 def decode_text(data: bytes) -> str:

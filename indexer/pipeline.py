@@ -23,7 +23,7 @@ from pathlib import Path
 from qdrant_client import models
 
 from indexer.chunking import Chunk, Chunker
-from indexer.loaders import TEXT_SUFFIXES, BadDocument, load_text
+from indexer.loaders import TEXT_SUFFIXES, BadDocument, decode_text, read_bytes
 from search.models import minilm
 from search.store import DOCUMENTS, Store, StoredFile, folders_of, point_id
 from search.triton.client import TritonClient
@@ -109,7 +109,7 @@ class _Job:
 
 
 class Ingestor:
-    def __init__(self, store: Store, triton: TritonClient, chunker: Chunker, *, batch_size: int = 32,
+    def __init__(self, store: Store, triton: TritonClient, chunker: Chunker, *, batch_size: int = 16,
                  concurrency: int = 2, max_file_bytes: int = 20_000_000) -> None:
         self.store, self.triton, self.chunker = store, triton, chunker
         self.batch_size, self.concurrency, self.max_file_bytes = batch_size, concurrency, max_file_bytes
@@ -210,12 +210,11 @@ class Ingestor:
         if known and known.size == st.st_size and known.mtime == st.st_mtime and known.chunker == self.signature:
             return FileOutcome(key, UNCHANGED, chunks=known.chunks)
         try:
-            text = load_text(path, self.max_file_bytes)
-            sha = hashlib.sha256(path.read_bytes()).hexdigest()
+            data = read_bytes(path, self.max_file_bytes)
+            text = decode_text(data)
         except BadDocument as exc:
             return FileOutcome(key, FAILED, str(exc))
-        except OSError as exc:
-            return FileOutcome(key, FAILED, f"unreadable: {exc.strerror}")
+        sha = hashlib.sha256(data).hexdigest()
         status = UPDATED if key in by_path else INDEXED
         if sha in self._inflight:  # a copy of content that is being embedded right now
             self._inflight[sha].copies.append((key, status))
@@ -224,7 +223,8 @@ class Ingestor:
         if same and same.chunker == self.signature:
             # Known content (a copy, a rename, or a touched file): reuse its vectors.
             if key not in same.paths:
-                self._repoint(sha, [*same.paths, key], by_sha, by_path, size=st.st_size, mtime=st.st_mtime)
+                # A copy keeps the other paths; a move drops the one that is gone.
+                self._repoint(sha, [*_existing(same.paths), key], by_sha, by_path, size=st.st_size, mtime=st.st_mtime)
             else:
                 self._flush()
                 self.store.set_paths(DOCUMENTS.name, sha, list(same.paths), mtime=st.st_mtime)
@@ -239,7 +239,7 @@ class Ingestor:
 
     def _write(self, job: _Job, by_sha: dict[str, StoredFile], by_path: dict[str, str]) -> list[FileOutcome]:
         previous = by_sha.get(job.sha256)  # the same content, chunked with other settings
-        paths = list(dict.fromkeys([job.path, *(p for p, _ in job.copies), *(previous.paths if previous else ())]))
+        paths = list(dict.fromkeys([job.path, *(p for p, _ in job.copies), *_existing(previous.paths if previous else ())]))
         suffix = Path(job.path).suffix.lower()
         n = len(job.chunks)
         points = [
@@ -276,6 +276,8 @@ class Ingestor:
     def _repoint(self, sha: str, paths: list[str], by_sha, by_path, **extra) -> None:
         self._flush()
         self.store.set_paths(DOCUMENTS.name, sha, paths, **extra)
+        for p in set(by_sha[sha].paths) - set(paths):
+            by_path.pop(p, None)
         by_sha[sha] = replace(by_sha[sha], paths=tuple(paths), **extra)
         for p in paths:
             by_path[p] = sha
@@ -308,6 +310,10 @@ class Ingestor:
         for o in outcomes:
             by_path.pop(o.path, None)
         return outcomes
+
+
+def _existing(paths: Iterable[str]) -> list[str]:
+    return [p for p in paths if os.path.exists(p)]
 
 
 def _is_under(path: str, root: Path) -> bool:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import functools
 import os
-import sys
 from pathlib import Path
 
 import typer
@@ -59,5 +58,3 @@ def display_path(path: str) -> str:
         return path
 
 
-def is_tty() -> bool:
-    return sys.stderr.isatty()

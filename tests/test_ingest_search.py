@@ -96,7 +96,7 @@ def test_rename_and_duplicates_reuse_vectors(service, docs):
     n = len(points(service))
     (docs / "vpn-setup.md").rename(docs / "remote-access.md")
     shutil.copy(docs / "mfa.md", docs / "mfa-copy.md")
-    report = service.ingest([docs], prune=True)
+    report = service.ingest([docs])  # no --prune: a move is recognised by its content
     assert report.embedded_chunks == 0  # nothing new to embed: both are known content
     assert len(points(service)) == n
     mfa = [p for p in points(service).values() if p["chunk"] == 0 and "mfa.md" in p["path"]][0]
