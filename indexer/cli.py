@@ -11,7 +11,7 @@ from search.cli_support import DataDir, QdrantUrl, TritonUrl, display_path, err,
 from search.service import SearchService, to_json
 
 app = typer.Typer(no_args_is_help=True, add_completion=False, rich_markup_mode="rich",
-                  help="Index documents for `search`: text is chunked, embedded by Triton and stored in Qdrant.")
+                  help="Index documents and photos for `search`: embedded by models served by Triton, stored in Qdrant.")
 
 
 @app.callback()
@@ -23,13 +23,15 @@ def main_options(ctx: typer.Context, data_dir: Path = DataDir, triton_url: str =
 @guarded
 def ingest(
     ctx: typer.Context,
-    paths: list[Path] = typer.Argument(..., help="Files or folders (searched recursively) to index: .txt and .md."),
+    paths: list[Path] = typer.Argument(..., help="Files or folders (searched recursively): .txt and .md documents; jpg, png, webp, gif, bmp, tiff (and heic with pillow-heif) photos."),
     prune: bool = typer.Option(False, "--prune", help="Remove files under PATHS that are gone from disk from the index."),
     chunk_tokens: int = typer.Option(None, "--chunk-tokens", help="Tokens per chunk \\[default: 200; the model reads 256]."),
     overlap: int = typer.Option(None, "--overlap", help="Tokens shared by consecutive chunks \\[default: 40]."),
     as_json: bool = typer.Option(False, "--json", help="Print the summary as JSON."),
 ) -> None:
-    """Index PATHS. Unchanged files are skipped, changed files re-indexed, bad files reported."""
+    """Index PATHS. Unchanged files are skipped, changed files re-indexed, bad files reported.
+
+    Documents go to the document collection, photos to the image collection, in one run."""
     settings = ctx.obj
     if chunk_tokens:
         settings.chunk_tokens = chunk_tokens
@@ -57,7 +59,7 @@ def ingest(
         print(to_json(report.as_dict()))
     else:
         _print_summary(report)
-    if report.failures and len(report.failures) == len(report.outcomes):
+    if report.outcomes and len(report.failures) == len(report.outcomes):
         raise typer.Exit(1)
 
 
@@ -68,10 +70,13 @@ def _print_summary(report) -> None:
         f"[{'red' if d['failed'] else 'default'}]{d['failed']} failed[/]"
         + (f", {d['pruned']} pruned" if d["pruned"] else "")
         + (f", {d['skipped']} other files skipped" if d["skipped"] else "")
+        + (" (" + ", ".join(f"{n} {k}" for k, n in sorted(d["by_kind"].items())) + ")" if len(d["by_kind"]) > 1 else "")
         + f" — {d['embedded_chunks']} chunks embedded in {d['seconds']:.1f} s"
         + (f" ({d['truncated_chunks']} truncated to the model's 256 tokens)" if d["truncated_chunks"] else ""),
         highlight=False,
     )
+    for kind, info in d["unavailable"].items():
+        out.print(f"  [yellow]not indexed[/] {info['files']} {kind}: {info['reason']}", highlight=False, soft_wrap=True)
     for f in report.failures:
         out.print(f"  [red]failed[/] {display_path(f.path)}: {f.reason}", highlight=False, soft_wrap=True)
 

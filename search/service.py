@@ -4,21 +4,24 @@ and the Streamlit page all call."""
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
+from datetime import UTC, datetime
 from functools import cached_property
 from pathlib import Path
 
 from qdrant_client import models
 
 from search.config import Settings
-from search.errors import BadRequest, EmptyCollection
+from search.errors import BadRequest, EmptyCollection, ModelNotReady
 from search.models import FAMILIES, minilm
 from search.store import DOCUMENTS, Store, open_store
 from search.triton.client import TritonClient
 from search.triton.local import LocalTriton
 
 MAX_TOP_K = 100
+SORTS = ("score", "newest", "oldest")
 
 
 @dataclass(frozen=True)
@@ -38,6 +41,71 @@ class DocumentHit:
 
     def as_dict(self) -> dict:
         return asdict(self)
+
+
+@dataclass(frozen=True)
+class ImageHit:
+    score: float
+    path: str
+    sha256: str
+    paths: list[str] = field(default_factory=list)
+    width: int | None = None
+    height: int | None = None
+    taken_at: float | None = None
+    camera: str | None = None
+    latitude: float | None = None
+    longitude: float | None = None
+    thumbnail: str | None = None
+
+    @property
+    def taken(self) -> str | None:
+        return datetime.fromtimestamp(self.taken_at, UTC).strftime("%Y-%m-%d %H:%M") if self.taken_at is not None else None
+
+    def as_dict(self) -> dict:
+        return {**asdict(self), "taken": self.taken}
+
+
+@dataclass(frozen=True)
+class ImageFilters:
+    after: float | None = None  # capture time, UTC unix seconds, inclusive
+    before: float | None = None  # exclusive
+    camera: str | None = None  # words that must all occur in "make model"
+    near: tuple[float, float, float] | None = None  # latitude, longitude, radius in km
+    folder: str | None = None
+
+    def to_qdrant(self) -> models.Filter | None:
+        must: list[models.Condition] = []
+        if self.after is not None or self.before is not None:
+            must.append(models.FieldCondition(key="taken_at", range=models.Range(gte=self.after, lt=self.before)))
+        for word in (self.camera or "").lower().split():
+            must.append(models.FieldCondition(key="camera_terms", match=models.MatchValue(value=word)))
+        if self.near:
+            lat, lon, km = self.near
+            must.append(models.FieldCondition(key="location", geo_radius=models.GeoRadius(
+                center=models.GeoPoint(lat=lat, lon=lon), radius=km * 1000)))
+        if self.folder:
+            must.append(_folder_condition(self.folder))
+        return models.Filter(must=must) if must else None
+
+
+def parse_date(value: str, field_name: str) -> float:
+    """'2021-07-14' or '2021-07-14T09:30' (UTC unless an offset is given) -> unix seconds."""
+    try:
+        dt = datetime.fromisoformat(value.strip())
+    except ValueError as exc:
+        raise BadRequest(f"{field_name}: expected a date like 2021-07-14 or 2021-07-14T09:30, got {value!r}") from exc
+    return (dt if dt.tzinfo else dt.replace(tzinfo=UTC)).timestamp()
+
+
+def parse_near(value: str) -> tuple[float, float, float]:
+    """'LAT,LON,KM' -> a validated triple."""
+    try:
+        lat, lon, km = (float(x) for x in value.split(","))
+    except ValueError as exc:
+        raise BadRequest(f"near: expected LAT,LON,KM such as 51.5,-0.12,10, got {value!r}") from exc
+    if not (-90 <= lat <= 90 and -180 <= lon <= 180 and 0 < km <= 20_000) or any(map(math.isnan, (lat, lon, km))):
+        raise BadRequest(f"near: latitude must be in -90..90, longitude in -180..180 and the radius in 0..20000 km, got {value!r}")
+    return lat, lon, km
 
 
 class SearchService:
@@ -80,25 +148,79 @@ class SearchService:
         if self.store.count(DOCUMENTS.name) == 0:
             raise EmptyCollection("nothing indexed yet: run `indexer ingest PATH` (e.g. `indexer ingest samples/docs`)")
         vectors, _ = minilm.embed(self.triton, [query])
-        flt = None
-        if folder:
-            folder = str(Path(folder).expanduser().absolute()).rstrip("/") or "/"
-            flt = models.Filter(must=[models.FieldCondition(key="folders", match=models.MatchValue(value=folder))])
+        flt = models.Filter(must=[_folder_condition(folder)]) if folder else None
         points = self.store.search(DOCUMENTS.name, "minilm", vectors[0].tolist(), limit=top_k,
                                    query_filter=flt, score_threshold=min_score)
         return [_document_hit(p) for p in points]
 
+    def search_images(self, text: str | None = None, *, like: Path | None = None, top_k: int = 12,
+                      min_score: float | None = None, filters: ImageFilters = ImageFilters(),
+                      sort: str = "score") -> list[ImageHit]:
+        """Text-to-image (``text``) or image-to-image (``like``, a photo's path) search over the
+        photo collection; filters first, then the ``min_score`` cut-off, then the sort."""
+        from search.models import clip  # noqa: PLC0415
+
+        text = (text or "").strip() or None
+        if (text is None) == (like is None):
+            raise BadRequest("give either a text query or an example image (like), not both or neither")
+        if not 1 <= top_k <= MAX_TOP_K:
+            raise BadRequest(f"top_k: must be between 1 and {MAX_TOP_K}, got {top_k}")
+        if sort not in SORTS:
+            raise BadRequest(f"sort: must be one of {', '.join(SORTS)}, got {sort!r}")
+        if self.store.count("images") == 0:
+            raise EmptyCollection("no photos indexed yet: run `indexer ingest ./photos`")
+        model = "clip_text" if text else "clip_image"
+        if not self.triton.model_ready(model):
+            raise ModelNotReady(_not_served(model, "CLIP"))
+        if text:
+            vector = clip.embed_texts(self.triton, [text])[0][0]
+        else:
+            vector = clip.embed_images(self.triton, [self._example_image(like)])[0]
+        points = self.store.search("images", "clip", vector.tolist(), limit=top_k,
+                                   query_filter=filters.to_qdrant(), score_threshold=min_score)
+        hits = [_image_hit(p) for p in points]
+        if sort != "score":
+            dated = sorted((h for h in hits if h.taken_at is not None), key=lambda h: h.taken_at, reverse=sort == "newest")
+            hits = dated + [h for h in hits if h.taken_at is None]
+        return hits
+
+    def _example_image(self, path: Path) -> bytes:
+        from indexer.images import BadImage, open_photo  # noqa: PLC0415
+        from indexer.loaders import BadDocument  # noqa: PLC0415
+
+        try:
+            photo, _ = open_photo(Path(path).expanduser(), max_pixels=self.settings.max_image_pixels,
+                                  max_bytes=self.settings.max_image_bytes)
+        except (BadImage, BadDocument) as exc:
+            raise BadRequest(f"like: {path}: {exc}") from exc
+        return photo.data
+
     # -- ingest
     def ingest(self, paths: list[Path], *, prune: bool = False,
                on_start: Callable[[int], None] | None = None, on_file: Callable | None = None):
+        """Documents and photos under ``paths``, each into its collection. A kind whose model is
+        not served is reported (with how to fix it) while the other kinds are indexed."""
+        from indexer import pipeline  # noqa: PLC0415
         from indexer.chunking import Chunker  # noqa: PLC0415
-        from indexer.pipeline import Ingestor  # noqa: PLC0415
+        from indexer.images import IMAGE_SUFFIXES  # noqa: PLC0415
+        from indexer.kinds import Documents, Photos  # noqa: PLC0415
+        from indexer.loaders import TEXT_SUFFIXES  # noqa: PLC0415
 
         s = self.settings
-        chunker = Chunker(self.chunk_tokenizer(), max_tokens=s.chunk_tokens, overlap=s.chunk_overlap)
-        ingestor = Ingestor(self.store, self.triton, chunker, batch_size=s.embed_batch_size,
-                            concurrency=s.embed_concurrency, max_file_bytes=s.max_file_bytes)
-        return ingestor.run(paths, prune=prune, on_start=on_start, on_file=on_file)
+        kinds, unavailable = [], {}
+        if self.triton.model_ready("minilm"):
+            chunker = Chunker(self.chunk_tokenizer(), max_tokens=s.chunk_tokens, overlap=s.chunk_overlap)
+            kinds.append(Documents(self.triton, chunker, s.max_file_bytes))
+        else:
+            unavailable["documents"] = (TEXT_SUFFIXES, _not_served("minilm", "MiniLM"))
+        if self.triton.model_ready("clip_image"):
+            kinds.append(Photos(self.triton, s.data_dir / "thumbnails", max_bytes=s.max_image_bytes,
+                                max_pixels=s.max_image_pixels))
+        else:
+            unavailable["images"] = (IMAGE_SUFFIXES, _not_served("clip_image", "CLIP"))
+        return pipeline.ingest(self.store, kinds, paths, prune=prune, unavailable=unavailable,
+                               batch_size=s.embed_batch_size, concurrency=s.embed_concurrency,
+                               on_start=on_start, on_file=on_file)
 
     def chunk_tokenizer(self):
         """The tokenizer the served model uses, so chunk budgets are counted in its tokens."""
@@ -115,10 +237,30 @@ class SearchService:
                      "store": {"location": self.settings.qdrant_location}}
         for fam in FAMILIES:
             built = fam.is_built(self.settings.triton_repo)
-            ready = out["triton"]["live"] and self.triton.model_ready(fam.ensemble)
-            out["triton"]["models"][fam.ensemble] = {"built": built, "ready": bool(ready)}
-        out["store"]["collections"] = {DOCUMENTS.name: self.store.count(DOCUMENTS.name)}
+            for name in fam.ensembles:
+                ready = out["triton"]["live"] and self.triton.model_ready(name)
+                out["triton"]["models"][name] = {"built": built, "ready": bool(ready)}
+        out["store"]["collections"] = {name: self.store.count(name) for name in (DOCUMENTS.name, "images")}
         return out
+
+
+def _not_served(model: str, family: str) -> str:
+    return (f"the {family} model is not served ('{model}' is not loaded in Triton): build it with "
+            f"`search models build` (see `search models build --help` for weight sources), then restart Triton")
+
+
+def _folder_condition(folder: str) -> models.FieldCondition:
+    folder = str(Path(folder).expanduser().absolute()).rstrip("/") or "/"
+    return models.FieldCondition(key="folders", match=models.MatchValue(value=folder))
+
+
+def _image_hit(p: models.ScoredPoint) -> ImageHit:
+    pl = p.payload or {}
+    loc = pl.get("location") or {}
+    return ImageHit(score=float(p.score), path=pl.get("path", ""), sha256=pl.get("sha256", ""),
+                    paths=list(pl.get("paths", [])), width=pl.get("width"), height=pl.get("height"),
+                    taken_at=pl.get("taken_at"), camera=pl.get("camera"), latitude=loc.get("lat"),
+                    longitude=loc.get("lon"), thumbnail=pl.get("thumbnail"))
 
 
 def _document_hit(p: models.ScoredPoint) -> DocumentHit:

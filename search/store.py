@@ -1,7 +1,7 @@
 """The vector store: Qdrant through qdrant-client.
 
 A Qdrant server when ``QDRANT_URL`` is set, else the embedded local store under the data dir
-(``:memory:`` in unit tests). Collections and payload indexes come from ``SCHEMAS`` only.
+(``:memory:`` in unit tests). Collections and payload indexes come only from the schemas defined here.
 
 Content-derived ids: a point id is a UUID5 of (file sha256, chunker signature, chunk index), so
 ingesting the same content again overwrites instead of duplicating. One point per chunk stores
@@ -45,7 +45,25 @@ DOCUMENTS = CollectionSchema(
     },
 )
 
-SCHEMAS = {s.name: s for s in (DOCUMENTS,)}
+
+
+def images_schema(dim: int) -> CollectionSchema:
+    """Photos: one CLIP vector each; the dimension is the served model's."""
+    return CollectionSchema(
+        name="images",
+        vectors={"clip": models.VectorParams(size=dim, distance=models.Distance.COSINE)},
+        payload_indexes={
+            "paths": models.PayloadSchemaType.KEYWORD,
+            "folders": models.PayloadSchemaType.KEYWORD,
+            "sha256": models.PayloadSchemaType.KEYWORD,
+            "chunk": models.PayloadSchemaType.INTEGER,
+            "chunker": models.PayloadSchemaType.KEYWORD,
+            "suffix": models.PayloadSchemaType.KEYWORD,
+            "taken_at": models.PayloadSchemaType.FLOAT,
+            "camera_terms": models.PayloadSchemaType.KEYWORD,
+            "location": models.PayloadSchemaType.GEO,
+        },
+    )
 
 
 def point_id(sha256: str, chunker: str, chunk: int) -> str:

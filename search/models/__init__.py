@@ -1,9 +1,10 @@
 """The served model families: one module each, one catalogue here."""
 
 from search.models.base import BuildReport, ServedModel, WeightsUnavailable
+from search.models.clip import CLIP
 from search.models.minilm import MiniLM
 
-FAMILIES: tuple[ServedModel, ...] = (MiniLM(),)
+FAMILIES: tuple[ServedModel, ...] = (MiniLM(), CLIP())
 
 
 def built_triton_models(repo) -> list[str]:
@@ -11,4 +12,4 @@ def built_triton_models(repo) -> list[str]:
     return [name for fam in FAMILIES if fam.is_built(repo) for name in fam.triton_models]
 
 
-__all__ = ["FAMILIES", "BuildReport", "ServedModel", "WeightsUnavailable", "built_triton_models"]
+__all__ = ["CLIP", "FAMILIES", "BuildReport", "MiniLM", "ServedModel", "WeightsUnavailable", "built_triton_models"]

@@ -24,13 +24,13 @@ class BuildReport:
 
 class ServedModel:
     family: str  # e.g. "minilm"; also the settings field prefix: <family>_source
-    ensemble: str  # what callers ask Triton for
-    steps: tuple[str, ...]  # the ensemble's composing models
+    ensembles: tuple[str, ...]  # what callers ask Triton for
+    steps: tuple[str, ...]  # the ensembles' composing models
     hub_hint: str  # the hub id to suggest when weights are missing
 
     @property
     def triton_models(self) -> tuple[str, ...]:
-        return (*self.steps, self.ensemble)
+        return (*self.steps, *self.ensembles)
 
     def artifacts(self, repo: Path) -> list[Path]:
         """Files the export writes into the model repository."""

@@ -30,7 +30,7 @@ def package_weights() -> Path:
 
 class MiniLM(ServedModel):
     family = "minilm"
-    ensemble = "minilm"
+    ensembles = ("minilm",)
     steps = ("minilm_tokenize", "minilm_onnx")
     hub_hint = "sentence-transformers/all-MiniLM-L6-v2"
 

@@ -1,0 +1,377 @@
+"""The served `clip_image` and `clip_text` ensembles equal transformers' CLIP on the same weights
+(the tiny random CLIP that conftest exports with the project's code): the preprocessed pixels, the
+image vectors on real photographs and odd files, the text vectors; bad images fail alone."""
+
+from __future__ import annotations
+
+import functools
+import importlib.util
+import io
+import json
+import shutil
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+import tritonclient.grpc as grpcclient
+from PIL import Image, ImageOps, ImageSequence
+from skimage import data as skdata
+
+import tiny_clip
+from search.config import PROJECT_ROOT
+from search.models import clip
+from search.models.clip import CLIP
+from search.triton.client import TritonClient
+
+STEP = PROJECT_ROOT / "triton_repo" / "clip_image_preprocess" / "1" / "model.py"
+MAX_PIXELS = 100_000_000  # clip_image_preprocess's max_pixels
+
+
+def load_step():
+    """The Python step's module: its preprocessing is pure functions, testable without Triton."""
+    spec = importlib.util.spec_from_file_location("clip_image_preprocess_step", STEP)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+step = load_step()
+
+
+def encode(img: Image.Image, fmt: str, **kw) -> bytes:
+    buf = io.BytesIO()
+    img.save(buf, fmt, **kw)
+    return buf.getvalue()
+
+
+@functools.cache
+def photos() -> dict[str, bytes]:
+    """Real photographs shipped with scikit-image, as files a user would have."""
+    return {
+        "chelsea.jpg": encode(Image.fromarray(skdata.chelsea()), "JPEG", quality=92),
+        "astronaut.png": encode(Image.fromarray(skdata.astronaut()), "PNG"),
+        "coffee.jpg": encode(Image.fromarray(skdata.coffee()), "JPEG", quality=85),
+        "rocket.png": encode(Image.fromarray(skdata.rocket()), "PNG"),
+    }
+
+
+@functools.cache
+def odd_images() -> dict[str, bytes]:
+    cat, coffee, rocket = (Image.fromarray(a) for a in (skdata.chelsea(), skdata.coffee(), skdata.rocket()))
+    exif = Image.Exif()
+    exif[0x0112] = 6  # orientation: rotate 90° clockwise to display
+    rgba = Image.fromarray(skdata.astronaut()).convert("RGBA")
+    rgba.putalpha(Image.linear_gradient("L").resize(rgba.size))  # from transparent to opaque
+    frames = [coffee.resize((160, 120)), cat.resize((160, 120)), rocket.resize((160, 120))]
+    grey16 = skdata.camera().astype(np.uint16) * 256 + np.arange(512, dtype=np.uint16)[None, :] % 256  # all 16 bits used
+    return {
+        "exif_rotated.jpg": encode(cat, "JPEG", quality=92, exif=exif.tobytes()),
+        "grey.png": encode(Image.fromarray(skdata.camera()), "PNG"),
+        "rgba.png": encode(rgba, "PNG"),
+        "palette.gif": encode(coffee.quantize(64), "GIF"),
+        "palette_transparent.png": encode(rocket.quantize(32), "PNG", transparency=0),
+        "animated.gif": encode(frames[0], "GIF", save_all=True, append_images=frames[1:], duration=100, loop=0),
+        "grey16.png": encode(Image.fromarray(grey16), "PNG"),
+        "cmyk.jpg": encode(rocket.convert("CMYK"), "JPEG", quality=92),
+        "one_pixel.png": encode(Image.new("RGB", (1, 1), (200, 30, 90)), "PNG"),
+        "five_by_three.png": encode(Image.fromarray(np.random.default_rng(1).integers(0, 256, (3, 5, 3), np.uint8)), "PNG"),
+        "wide.png": encode(coffee.resize((2000, 20)), "PNG"),
+        "tall.jpg": encode(cat.resize((30, 1500)), "JPEG"),
+    }
+
+
+def reference_input(data: bytes) -> Image.Image:
+    """What the reference processor is given. Two documented choices of the served step: EXIF
+    orientation is applied (the reference ignores it), and 16-bit greyscale is scaled to 8 bits
+    (the reference's convert("RGB") clips it to 255, a white picture)."""
+    img = ImageOps.exif_transpose(Image.open(io.BytesIO(data)))
+    if img.mode.startswith("I;16"):
+        img = Image.fromarray(np.round(np.asarray(img) / 257).astype(np.uint8), "L")
+    return img
+
+
+@pytest.fixture(scope="module")
+def weights(model_repo) -> Path:
+    return Path(json.loads(CLIP().manifest_path(model_repo).read_text())["weights"])
+
+
+@pytest.fixture(scope="module")
+def reference(weights):
+    import torch
+    from transformers import CLIPModel, CLIPTokenizerFast
+
+    model = CLIPModel.from_pretrained(str(weights), attn_implementation="eager").eval()
+    processor = tiny_clip.image_processor(weights)
+    tokenizer = CLIPTokenizerFast.from_pretrained(str(weights))
+
+    def features(out):
+        return out if isinstance(out, torch.Tensor) else out.pooler_output
+
+    def pixels(img: Image.Image) -> np.ndarray:
+        return processor(images=img, return_tensors="np")["pixel_values"][0]
+
+    def images(imgs: list[Image.Image]) -> np.ndarray:
+        batch = torch.from_numpy(np.stack([pixels(i) for i in imgs]))
+        with torch.no_grad():
+            return torch.nn.functional.normalize(features(model.get_image_features(pixel_values=batch)), dim=-1).numpy()
+
+    def texts(txts: list[str]) -> np.ndarray:
+        enc = tokenizer(txts, padding="max_length", max_length=77, truncation=True, return_tensors="pt")
+        with torch.no_grad():
+            out = model.get_text_features(input_ids=enc["input_ids"], attention_mask=enc["attention_mask"])
+        return torch.nn.functional.normalize(features(out), dim=-1).numpy()
+
+    return SimpleNamespace(pixels=pixels, images=images, texts=texts, tokenizer=tokenizer)
+
+
+@pytest.fixture(scope="module")
+def cfg(model_repo) -> dict:
+    return json.loads((model_repo / "clip_image_preprocess/1/preprocess.json").read_text())
+
+
+@pytest.fixture
+def client(triton) -> TritonClient:
+    return TritonClient(f"127.0.0.1:{triton.grpc_port}")
+
+
+def cosines(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    return (a * b).sum(1) / np.linalg.norm(a, axis=1) / np.linalg.norm(b, axis=1)
+
+
+# -- preprocessing, without a server
+def test_preprocess_json_records_clip_settings(cfg):
+    assert cfg["resize"] == {"shortest_edge": 224} and cfg["crop"] == [224, 224] and cfg["image_size"] == 224
+    assert cfg["resample"] == Image.Resampling.BICUBIC and cfg["rescale_factor"] == pytest.approx(1 / 255)
+    assert cfg["mean"] == pytest.approx(clip.OPENAI_MEAN) and cfg["std"] == pytest.approx(clip.OPENAI_STD)
+    assert cfg["do_convert_rgb"] and cfg["alpha"] == "white"
+
+
+def test_legacy_preprocessor_config_reads_the_same(cfg, tmp_path):
+    # openai/clip-vit-base-patch32's file: ints for size and crop, no rescale or RGB keys.
+    legacy = {"crop_size": 224, "do_center_crop": True, "do_normalize": True, "do_resize": True,
+              "feature_extractor_type": "CLIPFeatureExtractor", "image_mean": clip.OPENAI_MEAN,
+              "image_std": clip.OPENAI_STD, "resample": 3, "size": 224}
+    (tmp_path / "preprocessor_config.json").write_text(json.dumps(legacy))
+    assert clip.hf_preprocess(tmp_path / "preprocessor_config.json", 224) == cfg
+
+
+def test_pixels_equal_the_reference_processor(cfg, reference):
+    # Same Pillow calls and the same float ops in the same order: equal to float32 rounding (1e-6).
+    for name, data in {**photos(), **odd_images()}.items():
+        got = step.preprocess(data, cfg, MAX_PIXELS)
+        expected = reference.pixels(reference_input(data))
+        assert got.shape == expected.shape == (3, 224, 224), name
+        assert np.abs(got - expected).max() <= 1e-6, name
+
+
+def test_documented_choices(cfg):
+    exif_rotated = odd_images()["exif_rotated.jpg"]
+    assert step.load_image(exif_rotated, MAX_PIXELS).size == (300, 451)  # chelsea is 451×300, stored rotated
+    grey16 = Image.open(io.BytesIO(odd_images()["grey16.png"]))
+    assert grey16.mode == "I;16" and np.asarray(grey16.convert("RGB")).mean() > 250  # what the reference sees
+    assert 50 < np.asarray(step.to_rgb(grey16)).mean() < 200  # what is served
+    rgba = Image.open(io.BytesIO(odd_images()["rgba.png"]))
+    assert np.asarray(step.to_rgb(rgba))[0, 0].tolist() == [255, 255, 255]  # transparent corner on white
+    assert np.asarray(step.to_rgb(rgba, "drop"))[0, 0].tolist() != [255, 255, 255]  # open_clip's convert("RGB")
+    gif = odd_images()["animated.gif"]
+    frames = [np.asarray(f.convert("RGB"), np.float32) for f in ImageSequence.Iterator(Image.open(io.BytesIO(gif)))]
+    first = np.asarray(step.to_rgb(step.load_image(gif, MAX_PIXELS)), np.float32)
+    assert len(frames) == 3 and np.abs(first - frames[0]).mean() < 1 < np.abs(first - frames[1]).mean()
+
+
+def test_huge_resizes_only_the_cropped_region(cfg, reference):
+    # Above MAX_RESIZE_PIXELS the step resizes only what the crop keeps: within one 8-bit level of
+    # the whole-image resize (1/255/min(std) = 0.0150 after normalising), and rarely even that.
+    level = 1 / 255 / min(cfg["std"]) + 1e-6
+    for data in photos().values():
+        img = reference_input(data)
+        got = step.pixels(step.to_rgb(img), cfg, max_resize_pixels=0)
+        diff = np.abs(got - reference.pixels(img))
+        assert diff.max() <= level and (diff > 1e-6).mean() < 0.01
+    strip = Image.new("RGB", (200_000, 1), (10, 200, 30))  # whole-image resize: 224 × 44.8M pixels
+    assert step.pixels(strip, cfg).shape == (3, 224, 224)
+
+
+def test_bad_bytes_are_clear_errors(cfg):
+    jpeg = photos()["chelsea.jpg"]
+    bomb = encode(Image.new("1", (20000, 20000)), "PNG")  # 400M pixels in a few kB
+    assert len(bomb) < 100_000
+    cases = {b"": "empty", b"\x00garbage" * 50: "not an image", jpeg[: len(jpeg) // 3]: "truncated",
+             bomb: "over the limit", encode(Image.new("RGB", (3000, 2000)), "PNG"): "over the limit"}
+    for data, message in cases.items():
+        with pytest.raises(step.BadImage, match=message):
+            step.preprocess(data, cfg, 5_000_000)
+    with pytest.raises(step.BadImage, match="decompression bomb"):  # Pillow's own guard is an error too
+        old = Image.MAX_IMAGE_PIXELS
+        Image.MAX_IMAGE_PIXELS = 1_000_000
+        try:
+            step.load_image(encode(Image.new("RGB", (1500, 1000)), "PNG"), 10_000_000)
+        finally:
+            Image.MAX_IMAGE_PIXELS = old
+
+
+# -- served through Triton
+def test_served_image_vectors_equal_transformers(client, reference):
+    files = {**photos(), **odd_images()}
+    served = clip.embed_images(client, list(files.values()))
+    expected = reference.images([reference_input(d) for d in files.values()])
+    assert served.shape == (len(files), 512)
+    np.testing.assert_allclose(np.linalg.norm(served, axis=1), 1.0, atol=1e-5)
+    cos = cosines(served, expected)
+    worst = int(cos.argmin())
+    assert cos.min() >= 0.9999, f"cosine {cos.min():.6f} for {list(files)[worst]}"
+    # The comparison means something: different photos give clearly different vectors.
+    first = served[:4]
+    assert (first @ first.T)[~np.eye(4, dtype=bool)].max() < 0.99
+
+
+def test_heic_is_served_where_pillow_heif_is_installed(client, cfg, reference):
+    pillow_heif = pytest.importorskip("pillow_heif")
+    pillow_heif.register_heif_opener()
+    data = encode(Image.fromarray(skdata.chelsea()), "HEIF", quality=90)
+    assert np.abs(step.preprocess(data, cfg, MAX_PIXELS) - reference.pixels(reference_input(data))).max() <= 1e-6
+    assert cosines(clip.embed_images(client, [data]), reference.images([reference_input(data)]))[0] >= 0.9999
+
+
+def texts() -> list[str]:
+    return [
+        "a photo of a cat", "A PHOTO OF A CAT", "two dogs playing in the snow", "a rocket on the launch pad",
+        "a cup of coffee", "an astronaut", "", " ", "?", "a", "cat!!!  dog???", "it's the cat's toy, isn't it",
+        "Ein Foto einer Katze im Schnee", "une tasse de café sur la table", "猫の写真", "фотография кошки",
+        "صورة قطة", "🐱🐶🚀", "a cat 🐱 on a sofa 🛋️", "naïve café résumé", "route 66 in 1999, 4k hdr",
+        "snow " * 80, "a very long caption " * 30,
+    ]
+
+
+def test_served_text_vectors_equal_transformers(client, reference):
+    txts = texts()
+    served, truncated = clip.embed_texts(client, txts)
+    expected = reference.texts(txts)
+    assert served.shape == (len(txts), 512)
+    cos = cosines(served, expected)
+    worst = int(cos.argmin())
+    assert cos.min() >= 0.9999, f"cosine {cos.min():.6f} for {txts[worst]!r}"
+    lengths = [len(reference.tokenizer(t)["input_ids"]) for t in txts]
+    assert truncated.tolist() == [n > 77 for n in lengths]
+    assert truncated[-1] and truncated[-2] and not truncated[:-2].any()
+    np.testing.assert_allclose(served[0], served[1], atol=1e-6)  # CLIP lowercases
+    distinct = served[[0, 2, 3, 4, 5]]
+    assert (distinct @ distinct.T)[~np.eye(5, dtype=bool)].max() < 0.99
+
+
+def test_open_clip_tokenizer_pipeline_equals_transformers(weights, reference):
+    # The open_clip path rebuilds OpenAI's BPE from its vocabulary and merges (open_clip itself
+    # cannot be imported here): from the tiny model's files it must tokenize as transformers does.
+    vocab = json.loads((weights / "vocab.json").read_text())
+    merges = [line for line in (weights / "merges.txt").read_text().splitlines()[1:] if line]
+    tok = clip.clip_bpe_tokenizer(vocab, merges, tiny_clip.BOS, tiny_clip.EOS)
+    ids, mask = clip.tokenize(tok, {"context_length": 77, "pad_id": vocab[tiny_clip.EOS], "pad_token": tiny_clip.EOS}, texts())
+    enc = reference.tokenizer(texts(), padding="max_length", max_length=77, truncation=True)
+    assert ids.tolist() == enc["input_ids"] and mask.tolist() == enc["attention_mask"]
+
+
+def test_text_truncation_boundary(client, reference):
+    fits = " ".join(["cat"] * 75)  # start + 75 + end = 77 tokens
+    assert len(reference.tokenizer(fits)["input_ids"]) == 77
+    _, truncated = clip.embed_texts(client, [fits, fits + " cat"])
+    assert truncated.tolist() == [False, True]
+
+
+def test_bad_text_is_a_clear_error(client):
+    bad = np.array([[b"\xff\xfe not utf-8"]], dtype=np.object_)
+    with pytest.raises(Exception, match="INVALID_ARGUMENT.*UTF-8"):
+        client.infer("clip_text", {"TEXT": bad}, ["EMBEDDING"])
+    assert clip.embed_texts(client, ["still serving"])[0].shape == (1, 512)
+
+
+def test_concurrent_mixed_sizes_equal_one_at_a_time(client, triton):
+    files = list({**photos(), **odd_images()}.values())
+    alone = np.concatenate([clip.embed_images(client, [f]) for f in files])
+    before = _batch_sizes(triton, "clip_visual")
+    with ThreadPoolExecutor(8) as pool:
+        together = np.concatenate(list(pool.map(lambda f: clip.embed_images(TritonClient(client.url), [f]), files)))
+    np.testing.assert_allclose(together, alone, atol=1e-5)
+    grown = {b for b, n in _batch_sizes(triton, "clip_visual").items() if n > before.get(b, 0)}
+    assert max(grown) > 1, "the image tower never ran more than one request at once"
+    batched = clip.embed_images(client, files)  # one request, many sizes
+    np.testing.assert_allclose(batched, alone, atol=1e-5)
+
+
+def _batch_sizes(triton, model: str) -> dict[int, int]:
+    c = grpcclient.InferenceServerClient(f"127.0.0.1:{triton.grpc_port}")
+    stats = c.get_inference_statistics(model, as_json=True)["model_stats"][0]
+    return {int(b["batch_size"]): int(b["compute_infer"]["count"]) for b in stats.get("batch_stats", [])}
+
+
+def test_bad_images_fail_alone_and_the_model_keeps_serving(client):
+    good = photos()
+    jpeg = good["chelsea.jpg"]
+    bad = {"random": np.random.default_rng(0).bytes(5000), "empty": b"", "truncated": jpeg[: len(jpeg) // 3],
+           "bomb": encode(Image.new("1", (20000, 20000)), "PNG")}
+    expected = {"random": "not an image", "empty": "empty", "truncated": "truncated", "bomb": "over the limit"}
+    alone = {k: clip.embed_images(client, [v])[0] for k, v in good.items()}
+    jobs = [(k, v) for pair in zip(bad.items(), good.items()) for k, v in pair]
+
+    def one(job):
+        name, data = job
+        try:
+            return name, clip.embed_images(TritonClient(client.url), [data])[0]
+        except Exception as exc:  # noqa: BLE001 - the message is what is tested
+            return name, str(exc)
+
+    with ThreadPoolExecutor(8) as pool:  # bad and good requests share dynamic batches
+        results = dict(pool.map(one, jobs))
+    for name, message in expected.items():
+        assert isinstance(results[name], str) and message in results[name], (name, results[name])
+        assert "INVALID_ARGUMENT" in results[name] and "IMAGE" in results[name]
+    for name in good:
+        np.testing.assert_allclose(results[name], alone[name], atol=1e-5)
+    with pytest.raises(Exception, match="image 2 of 3: .*not an image"):  # names the image in a batch
+        clip.embed_images(client, [jpeg, bad["random"], jpeg])
+    np.testing.assert_allclose(clip.embed_images(client, [jpeg])[0], alone["chelsea.jpg"], atol=1e-5)
+
+
+# -- the export
+def test_built_model_and_configs(model_repo):
+    import onnxruntime as ort
+    from google.protobuf import text_format
+    from tritonclient.grpc import model_config_pb2
+
+    assert CLIP().dim(model_repo) == 512
+    assert CLIP().build(model_repo, str(Path(json.loads(CLIP().manifest_path(model_repo).read_text())["weights"]))).status == "up to date"
+    # Triton's onnxruntime backend (the container's) accepts the config: after the batch dim, input
+    # dims must equal the graph's where the graph fixes them, and output dims must equal exactly.
+    for name in ("clip_visual", "clip_textual"):
+        cfg = text_format.Parse((model_repo / name / "config.pbtxt").read_text(), model_config_pb2.ModelConfig())
+        sess = ort.InferenceSession(str(model_repo / name / "1/model.onnx"), providers=["CPUExecutionProvider"])
+        graph = {t.name: [d if isinstance(d, int) else -1 for d in t.shape] for t in [*sess.get_inputs(), *sess.get_outputs()]}
+        for t in cfg.input:
+            assert graph[t.name][0] == -1 and all(g in (-1, c) for g, c in zip(graph[t.name][1:], t.dims, strict=True)), t.name
+        for t in cfg.output:
+            assert graph[t.name] == [-1, *t.dims], t.name
+
+
+def test_unreachable_weights_are_reported_not_raised(tmp_path, monkeypatch):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    report = CLIP().build(tmp_path, "openai/clip-vit-base-patch32")
+    assert report.status == "missing weights" and "--clip-source /path/to/model-dir" in report.detail
+    report = CLIP().build(tmp_path, "open_clip:ViT-B-32/laion2b_s34b_b79k")
+    assert report.status == "missing weights"
+    assert "open_clip cannot be imported" in report.detail and "torchvision" in report.detail
+    report = CLIP().build(tmp_path, "open_clip:ViT-B-32")
+    assert report.status == "missing weights" and "MODEL/PRETRAINED" in report.detail
+    report = CLIP().build(tmp_path, str(tmp_path))
+    assert report.status == "missing weights" and "not a CLIP model folder" in report.detail
+    assert not any(tmp_path.rglob("*.onnx"))
+
+
+def test_a_model_the_configs_do_not_fit_is_refused(tmp_path, weights):
+    repo = tmp_path / "repo"
+    shutil.copytree(PROJECT_ROOT / "triton_repo", repo, ignore=shutil.ignore_patterns("*.onnx", "minilm*"))
+    path = repo / "clip_visual" / "config.pbtxt"
+    path.write_text(path.read_text().replace("dims: [ 512 ]", "dims: [ 768 ]"))
+    report = CLIP().build(repo, str(weights))
+    assert report.status == "missing weights" and "embedding dims [512]" in report.detail and "declares [768]" in report.detail
+    assert not any(repo.rglob("*.onnx"))

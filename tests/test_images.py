@@ -1,0 +1,493 @@
+"""open_photo / save_thumbnail: metadata read back exactly, every unusable file a one-line BadImage,
+odd pixel modes indexed and thumbnailed. All images are generated here."""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import os
+import struct
+import subprocess
+import sys
+import warnings
+import zlib
+from datetime import UTC, datetime
+from pathlib import Path
+
+import numpy as np
+import pytest
+from PIL import Image
+
+from indexer.images import IMAGE_SUFFIXES, BadImage, Photo, decode_photo, open_photo, save_thumbnail
+
+try:
+    import pillow_heif  # noqa: F401
+    HAS_HEIF = True
+except ImportError:
+    HAS_HEIF = False
+
+RNG = np.random.default_rng(7)
+
+
+def write(tmp_path: Path, name: str, data: bytes) -> Path:
+    path = tmp_path / name
+    path.write_bytes(data)
+    return path
+
+
+def encode(img: Image.Image, fmt: str, **kw) -> bytes:
+    buf = io.BytesIO()
+    img.save(buf, fmt, **kw)
+    return buf.getvalue()
+
+
+def noise(size=(64, 48), mode="RGB") -> Image.Image:
+    w, h = size
+    return Image.fromarray(RNG.integers(0, 256, (h, w, 3), dtype=np.uint8)).convert(mode)
+
+
+def reason(path: Path, **kw) -> str:
+    with pytest.raises(BadImage) as exc:
+        open_photo(path, **kw)
+    msg = str(exc.value)
+    assert msg and "\n" not in msg
+    return msg
+
+
+def full_exif(*, lat_ref="N", lon_ref="E", offset: str | None = None, orientation: int | None = None) -> Image.Exif:
+    exif = Image.Exif()
+    exif[0x010F] = "  Canon "
+    exif[0x0110] = "EOS 5D Mark IV\x00"
+    exif[0x0132] = "2022:01:01 00:00:00"  # DateTime: only a fallback
+    if orientation:
+        exif[0x0112] = orientation
+    sub = exif.get_ifd(0x8769)
+    sub[0x9003] = "2021:07:14 09:30:00"
+    if offset:
+        sub[0x9011] = offset
+    gps = exif.get_ifd(0x8825)
+    gps[1], gps[2] = lat_ref, (51.0, 30.0, 36.0)  # 51.51°
+    gps[3], gps[4] = lon_ref, (0.0, 7.0, 30.0)  # 0.125°
+    return exif
+
+
+# --- suffixes ---------------------------------------------------------------------------------
+
+def test_suffixes():
+    plain = {".jpg", ".jpeg", ".png", ".webp", ".gif", ".bmp", ".tif", ".tiff"}
+    assert IMAGE_SUFFIXES == (plain | {".heic", ".heif"} if HAS_HEIF else plain)
+
+
+# --- metadata ---------------------------------------------------------------------------------
+
+def test_every_exif_field_is_read_back(tmp_path):
+    data = encode(noise((40, 30)), "JPEG", exif=full_exif())
+    path = write(tmp_path, "p.jpg", data)
+    photo, image = open_photo(path)
+    assert photo.data == data and photo.sha256 == hashlib.sha256(data).hexdigest()
+    assert (photo.width, photo.height, photo.format, photo.frames) == (40, 30, "JPEG", 1)
+    assert photo.taken_at == datetime(2021, 7, 14, 9, 30, tzinfo=UTC).timestamp()  # no offset: UTC
+    assert (photo.camera_make, photo.camera_model) == ("Canon", "EOS 5D Mark IV")
+    assert photo.latitude == pytest.approx(51.51) and photo.longitude == pytest.approx(0.125)
+    assert image.size == (40, 30) and image.mode == "RGB"
+    assert "data" not in repr(photo)  # megabytes of bytes stay out of logs
+
+
+def test_south_and_west_are_negative(tmp_path):
+    path = write(tmp_path, "p.jpg", encode(noise(), "JPEG", exif=full_exif(lat_ref="S", lon_ref="W")))
+    photo, _ = open_photo(path)
+    assert photo.latitude == pytest.approx(-51.51) and photo.longitude == pytest.approx(-0.125)
+
+
+@pytest.mark.parametrize("offset, hours", [("+02:00", 2), ("-05:30", -5.5), ("+0100", 1), ("bogus", 0), ("+25:00", 0)])
+def test_offset_time_original(tmp_path, offset, hours):
+    path = write(tmp_path, "p.jpg", encode(noise(), "JPEG", exif=full_exif(offset=offset)))
+    photo, _ = open_photo(path)
+    assert photo.taken_at == datetime(2021, 7, 14, 9, 30, tzinfo=UTC).timestamp() - hours * 3600
+
+
+def test_datetime_is_the_fallback(tmp_path):
+    exif = Image.Exif()
+    exif[0x0132] = "2020:02:29 23:59:58"
+    photo, _ = open_photo(write(tmp_path, "p.jpg", encode(noise(), "JPEG", exif=exif)))
+    assert photo.taken_at == datetime(2020, 2, 29, 23, 59, 58, tzinfo=UTC).timestamp()
+
+
+@pytest.mark.parametrize("value", ["0000:00:00 00:00:00", "2021:13:40 10:00:00", "yesterday", "    "])
+def test_unparseable_dates_are_none(tmp_path, value):
+    exif = Image.Exif()
+    exif.get_ifd(0x8769)[0x9003] = value
+    photo, _ = open_photo(write(tmp_path, "p.jpg", encode(noise(), "JPEG", exif=exif)))
+    assert photo.taken_at is None
+
+
+def test_missing_exif_gives_nones(tmp_path):
+    photo, _ = open_photo(write(tmp_path, "p.png", encode(noise(), "PNG")))
+    assert photo.format == "PNG"
+    assert (photo.taken_at, photo.camera_make, photo.camera_model, photo.latitude, photo.longitude) == (None,) * 5
+
+
+def test_empty_make_and_model_are_none(tmp_path):
+    exif = Image.Exif()
+    exif[0x010F], exif[0x0110] = "   ", "\x00\x00"
+    photo, _ = open_photo(write(tmp_path, "p.jpg", encode(noise(), "JPEG", exif=exif)))
+    assert (photo.camera_make, photo.camera_model) == (None, None)
+
+
+@pytest.mark.parametrize("lat, lon", [
+    ((91.0, 0.0, 0.0), (1.0, 0.0, 0.0)),  # out of range
+    ((10.0, 0.0, 0.0), (181.0, 0.0, 0.0)),
+    ((10.0, 75.0, 0.0), (1.0, 0.0, 0.0)),  # 75 minutes
+    ((0.0, 0.0, 0.0), (0.0, 0.0, 0.0)),  # what cameras without a fix write
+])
+def test_invalid_gps_is_none(tmp_path, lat, lon):
+    exif = Image.Exif()
+    gps = exif.get_ifd(0x8825)
+    gps[1], gps[2], gps[3], gps[4] = "N", lat, "E", lon
+    photo, _ = open_photo(write(tmp_path, "p.jpg", encode(noise(), "JPEG", exif=exif)))
+    assert (photo.latitude, photo.longitude) == (None, None)
+
+
+def test_gps_zero_denominator_is_none(tmp_path):
+    # Pillow writes floats as rationals; patch the stored denominator of the first one to zero.
+    exif = Image.Exif()
+    gps = exif.get_ifd(0x8825)
+    gps[1], gps[2], gps[3], gps[4] = "N", (12.0, 34.0, 56.0), "E", (1.0, 2.0, 3.0)
+    raw = exif.tobytes()
+    twelve = struct.pack("<2L", 12, 1)
+    assert raw.count(twelve) == 1
+    exif_bytes = raw.replace(twelve, struct.pack("<2L", 12, 0))
+    photo, _ = open_photo(write(tmp_path, "p.jpg", encode(noise(), "JPEG", exif=exif_bytes)))
+    assert (photo.latitude, photo.longitude) == (None, None)
+
+
+def test_half_a_position_is_none(tmp_path):
+    exif = Image.Exif()
+    gps = exif.get_ifd(0x8825)
+    gps[1], gps[2] = "N", (10.0, 0.0, 0.0)
+    photo, _ = open_photo(write(tmp_path, "p.jpg", encode(noise(), "JPEG", exif=exif)))
+    assert (photo.latitude, photo.longitude) == (None, None)
+
+
+@pytest.mark.parametrize("orientation, size", [(1, (60, 20)), (3, (60, 20)), (6, (20, 60)), (8, (20, 60))])
+def test_exif_orientation_is_applied(tmp_path, orientation, size):
+    img = Image.new("RGB", (60, 20), "white")
+    img.paste((255, 0, 0), (0, 0, 10, 10))  # a red square in the stored top-left corner
+    data = encode(img, "PNG", exif=full_exif(orientation=orientation))
+    photo, image = open_photo(write(tmp_path, "p.png", data))
+    assert (photo.width, photo.height) == size == image.size
+    assert photo.data == data  # the file's own bytes: the orientation tag travels with them
+    corner = {1: (2, 2), 3: (57, 17), 6: (17, 2), 8: (2, 57)}[orientation]  # where red ends up
+    assert image.getpixel(corner) == (255, 0, 0)
+    assert photo.camera_make == "Canon"  # a PNG's eXIf chunk is read too
+
+
+def test_exif_in_webp(tmp_path):
+    photo, _ = open_photo(write(tmp_path, "p.webp", encode(noise(), "WEBP", exif=full_exif())))
+    assert (photo.format, photo.camera_model) == ("WEBP", "EOS 5D Mark IV")
+    assert photo.taken_at == datetime(2021, 7, 14, 9, 30, tzinfo=UTC).timestamp()
+    assert photo.latitude == pytest.approx(51.51)
+
+
+def test_tiff_tags(tmp_path):
+    # Pillow's TIFF writer keeps IFD0 tags but drops the Exif and GPS sub-IFDs: DateTime is the fallback.
+    photo, _ = open_photo(write(tmp_path, "p.tif", encode(noise(), "TIFF", exif=full_exif())))
+    assert (photo.format, photo.camera_make, photo.camera_model) == ("TIFF", "Canon", "EOS 5D Mark IV")
+    assert photo.taken_at == datetime(2022, 1, 1, tzinfo=UTC).timestamp()
+
+
+# --- files that are not usable ----------------------------------------------------------------
+
+def test_empty_file(tmp_path):
+    assert reason(write(tmp_path, "e.jpg", b"")) == "empty file"
+    with pytest.raises(BadImage, match="empty file"):
+        decode_photo(b"")
+
+
+def test_missing_file(tmp_path):
+    assert reason(tmp_path / "gone.jpg") == "unreadable: No such file or directory"
+
+
+def test_directory(tmp_path):
+    (tmp_path / "d.jpg").mkdir()
+    assert reason(tmp_path / "d.jpg") == "unreadable: Is a directory"
+
+
+def test_fifo_is_not_read(tmp_path):
+    fifo = tmp_path / "f.jpg"
+    os.mkfifo(fifo)
+    assert reason(fifo) == "unreadable: not a regular file"  # reading it would block forever
+
+
+def test_too_large_is_checked_before_reading(tmp_path):
+    path = tmp_path / "huge.jpg"
+    with path.open("wb") as f:
+        f.truncate(2_500_000)  # sparse NULs: a read would report "not an image" instead
+    assert reason(path, max_bytes=1_000_000) == "too large: 2.5 MB > 1.0 MB limit"
+
+
+def test_text_named_jpg(tmp_path):
+    assert reason(write(tmp_path, "notes.jpg", b"this is not a picture\n")) == "not an image (unrecognised format)"
+
+
+def test_random_bytes_named_png(tmp_path):
+    data = RNG.integers(0, 256, 5000, dtype=np.uint8).tobytes()
+    assert reason(write(tmp_path, "r.png", data)) == "not an image (unrecognised format)"
+
+
+def test_unsupported_format_is_not_tried(tmp_path):
+    # Pillow reads ICO, but it is not a photo format we accept (nor is EPS, which runs Ghostscript).
+    assert reason(write(tmp_path, "i.png", encode(noise((32, 32)), "ICO"))) == "not an image (unrecognised format)"
+
+
+def test_truncated_jpeg(tmp_path):
+    data = encode(noise((200, 200)), "JPEG")
+    msg = reason(write(tmp_path, "t.jpg", data[: len(data) // 2]))
+    assert msg.startswith("corrupt image: image file is truncated")
+
+
+def test_truncated_png(tmp_path):
+    data = encode(noise((200, 200)), "PNG")
+    assert reason(write(tmp_path, "t.png", data[: len(data) // 2])).startswith("corrupt image: ")
+
+
+def test_corrupt_png_data(tmp_path):
+    data = bytearray(encode(noise((100, 100)), "PNG"))
+    start = data.index(b"IDAT") + 4
+    data[start + 10: start + 400] = bytes(390)  # garbage in the zlib stream
+    assert reason(write(tmp_path, "c.png", bytes(data))).startswith("corrupt image: ")
+
+
+def test_truncated_gif(tmp_path):
+    data = encode(noise((100, 100)), "GIF")
+    assert reason(write(tmp_path, "t.gif", data[: len(data) // 2])).startswith("corrupt image: ")
+
+
+def test_header_cut_short_is_not_an_image(tmp_path):
+    # Pillow cannot identify a file whose header is incomplete, so this one reads as "not an image".
+    data = encode(noise((100, 100)), "GIF")
+    assert reason(write(tmp_path, "h.gif", data[:12])) == "not an image (unrecognised format)"
+
+
+def bomb_png(path: Path, width: int, height: int) -> Path:
+    """A valid 1-bit PNG of all zeros, written row by row: tiny on disk, huge when decoded.
+    (Image.new("1", (20000, 20000)) would itself take 400 MB in this process.)"""
+    def chunk(kind: bytes, body: bytes) -> bytes:
+        return struct.pack(">I", len(body)) + kind + body + struct.pack(">I", zlib.crc32(kind + body))
+
+    z = zlib.compressobj(9)
+    row = bytes(1 + (width + 7) // 8)
+    idat = b"".join(z.compress(row) for _ in range(height)) + z.flush()
+    path.write_bytes(b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", struct.pack(">IIBBBBB", width, height, 1, 0, 0, 0, 0))
+                     + chunk(b"IDAT", idat) + chunk(b"IEND", b""))
+    return path
+
+
+def test_bomb_is_rejected_from_its_header(tmp_path):
+    path = bomb_png(tmp_path / "bomb.png", 20000, 20000)
+    assert path.stat().st_size < 200_000
+    assert reason(path) == "too many pixels: 20000×20000 = 400 MP > 100 MP limit"
+
+
+def test_bomb_costs_no_memory(tmp_path):
+    # A fresh interpreter, so the peak RSS is this call's and not an earlier test's.
+    path = bomb_png(tmp_path / "bomb.png", 20000, 20000)
+    code = (
+        "import json, resource, sys\n"
+        "from pathlib import Path\n"
+        "from indexer.images import BadImage, open_photo\n"
+        "peak = lambda: resource.getrusage(resource.RUSAGE_SELF).ru_maxrss\n"
+        "before = peak()\n"
+        "try:\n    open_photo(Path(sys.argv[1]))\nexcept BadImage as exc:\n    msg = str(exc)\n"
+        "print(json.dumps({'grew_kb': peak() - before, 'msg': msg}))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code, str(path)], capture_output=True, text=True, check=True,
+                         cwd=Path(__file__).resolve().parents[1])
+    result = json.loads(out.stdout)
+    assert result["msg"].startswith("too many pixels")
+    assert result["grew_kb"] < 100_000, result  # decoding would take 400 MB
+
+
+def test_bomb_between_pillows_warning_and_our_limit(tmp_path):
+    # 108 MP: over our 100 MP default and over Pillow's warning threshold (89 MP), under its error (179 MP).
+    assert reason(bomb_png(tmp_path / "b.png", 12000, 9000)) == "too many pixels: 12000×9000 = 108 MP > 100 MP limit"
+
+
+def test_pillows_own_guard_still_applies(tmp_path):
+    path = bomb_png(tmp_path / "b.png", 20000, 20000)
+    assert Image.MAX_IMAGE_PIXELS is not None
+    msg = reason(path, max_pixels=1_000_000_000)
+    assert msg == "too many pixels: 20000×20000 = 400 MP > 179 MP limit (Pillow's decompression-bomb guard)"
+
+
+def test_decompression_bomb_warning_as_error_is_a_bad_image(tmp_path):
+    path = bomb_png(tmp_path / "b.png", 12000, 9000)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", Image.DecompressionBombWarning)
+        msg = reason(path, max_pixels=150_000_000)
+    assert msg == "too many pixels: 12000×9000 = 108 MP > 89.5 MP limit (Pillow's decompression-bomb guard)"
+
+
+def test_custom_pixel_limit(tmp_path):
+    path = write(tmp_path, "p.png", encode(noise((100, 60)), "PNG"))
+    assert reason(path, max_pixels=5000) == "too many pixels: 100×60 = 0.006 MP > 0.005 MP limit"
+    assert open_photo(path, max_pixels=6000)[0].width == 100
+
+
+# --- odd images that must index ---------------------------------------------------------------
+
+def test_cmyk_jpeg(tmp_path):
+    photo, image = open_photo(write(tmp_path, "c.jpg", encode(Image.new("CMYK", (64, 48), (10, 200, 30, 0)), "JPEG")))
+    assert (photo.format, photo.width, photo.height) == ("JPEG", 64, 48) and image.mode == "CMYK"
+
+
+def test_16_bit_png(tmp_path):
+    deep = Image.fromarray((RNG.random((30, 50)) * 65535).astype(np.uint16))
+    assert deep.mode == "I;16"
+    photo, image = open_photo(write(tmp_path, "d.png", encode(deep, "PNG")))
+    assert (photo.width, photo.height) == (50, 30) and image.mode in ("I;16", "I")
+
+
+def test_rgba_and_palette_pngs(tmp_path):
+    rgba = Image.new("RGBA", (30, 20), (255, 0, 0, 0))
+    pal = Image.new("P", (30, 20), 3)
+    for name, img, kw in [("a.png", rgba, {}), ("p.png", pal, {"transparency": 3})]:
+        photo, image = open_photo(write(tmp_path, name, encode(img, "PNG", **kw)))
+        assert (photo.width, photo.height) == (30, 20) and image.mode == img.mode
+
+
+def test_grayscale_bmp(tmp_path):
+    photo, image = open_photo(write(tmp_path, "g.bmp", encode(noise(mode="L"), "BMP")))
+    assert (photo.format, image.mode) == ("BMP", "L")
+
+
+def test_animated_gif_counts_frames_and_decodes_the_first(tmp_path):
+    # (P frames from Image.new("P", size, i) all get the same one-colour palette and are merged.)
+    frames = [Image.new("RGB", (32, 32), (i * 60, 0, 0)) for i in range(3)]
+    data = encode(frames[0], "GIF", save_all=True, append_images=frames[1:], duration=100)
+    photo, image = open_photo(write(tmp_path, "anim.gif", data))
+    assert (photo.format, photo.frames, photo.data) == ("GIF", 3, data)
+    assert image.tell() == 0 and image.size == (32, 32)
+
+
+def test_animated_webp(tmp_path):
+    frames = [Image.new("RGB", (16, 16), (i * 80, 0, 0)) for i in range(4)]
+    photo, _ = open_photo(write(tmp_path, "a.webp", encode(frames[0], "WEBP", save_all=True, append_images=frames[1:])))
+    assert (photo.format, photo.frames) == ("WEBP", 4)
+
+
+def test_multi_picture_jpeg_is_one_jpeg(tmp_path):
+    data = encode(noise(), "MPO", save_all=True, append_images=[noise()])
+    photo, _ = open_photo(write(tmp_path, "m.jpg", data))
+    assert (photo.format, photo.frames) == ("JPEG", 1)  # the second picture is not an animation frame
+
+
+@pytest.mark.parametrize("size", [(1, 1), (5000, 3), (3, 4000)])
+def test_extreme_shapes(tmp_path, size):
+    photo, image = open_photo(write(tmp_path, "s.png", encode(Image.new("RGB", size, "blue"), "PNG")))
+    assert (photo.width, photo.height) == size == image.size
+
+
+def test_png_named_jpg_keeps_its_bytes(tmp_path):
+    data = encode(noise(), "PNG")
+    photo, _ = open_photo(write(tmp_path, "wrong.jpg", data))
+    assert photo.format == "PNG" and photo.data == data
+
+
+@pytest.mark.skipif(not HAS_HEIF, reason="pillow_heif is not installed")
+def test_heic_becomes_png_for_the_server(tmp_path):
+    img = noise((64, 48))
+    data = encode(img, "HEIF", exif=full_exif(orientation=6), quality=-1)  # -1: lossless
+    path = write(tmp_path, "p.heic", data)
+    photo, image = open_photo(path)
+    assert photo.format == "HEIF" and photo.sha256 == hashlib.sha256(data).hexdigest()
+    assert photo.camera_model == "EOS 5D Mark IV" and photo.latitude == pytest.approx(51.51)
+    # libheif applies the container's rotation and pillow_heif resets EXIF orientation to 1,
+    # so the size is what pillow_heif decodes: exif_transpose must not rotate a second time.
+    with Image.open(path) as direct:
+        assert (photo.width, photo.height) == direct.size == image.size
+    png = Image.open(io.BytesIO(photo.data))
+    assert png.format == "PNG" and png.size == image.size
+    assert png.getexif().get(0x0112, 1) == 1  # the server must not rotate it again
+    assert png.convert("RGB").tobytes() == image.convert("RGB").tobytes()  # lossless
+
+
+@pytest.mark.skipif(not HAS_HEIF, reason="pillow_heif is not installed")
+def test_truncated_heic(tmp_path):
+    data = encode(noise((64, 48)), "HEIF")
+    assert reason(write(tmp_path, "t.heic", data[: len(data) // 2])).startswith(("corrupt image: ", "not an image"))
+
+
+# --- thumbnails -------------------------------------------------------------------------------
+
+def odd_images() -> dict[str, Image.Image]:
+    rgba = noise((400, 200)).convert("RGBA")
+    rgba.putalpha(0)  # fully transparent: must come out white
+    pal = Image.new("P", (400, 200), 0)
+    pal.putpalette([0, 0, 0] * 256)
+    pal.info["transparency"] = 0
+    return {
+        "RGB": noise((400, 200)), "RGBA": rgba, "P": pal, "L": noise((400, 200), "L"), "1": noise((400, 200), "1"),
+        "LA": Image.new("LA", (400, 200), (0, 0)), "CMYK": Image.new("CMYK", (400, 200), (0, 0, 0, 0)),
+        "I;16": Image.fromarray(np.full((200, 400), 65535, np.uint16)),
+        "I": Image.new("I", (400, 200), 65535),
+        "F": Image.new("F", (400, 200), 1.0),
+    }
+
+
+@pytest.mark.parametrize("mode", list(odd_images()))
+def test_thumbnail_of_each_mode(tmp_path, mode):
+    src = odd_images()[mode]
+    assert src.mode == mode
+    dest = save_thumbnail(src, tmp_path / "a" / "b" / "t.jpg")
+    assert dest == tmp_path / "a" / "b" / "t.jpg"
+    with Image.open(dest) as thumb:
+        assert (thumb.format, thumb.mode, thumb.size) == ("JPEG", "RGB", (320, 160))
+        if mode in ("RGBA", "P", "LA", "CMYK", "I;16", "I", "F"):  # all white: alpha flattened, depth scaled
+            assert thumb.convert("L").getextrema()[0] > 245, mode
+    assert [p.name for p in dest.parent.iterdir()] == ["t.jpg"]  # no temporary file left behind
+
+
+def test_16_bit_is_scaled_not_clipped(tmp_path):
+    mid = Image.fromarray(np.full((10, 10), 32768, np.uint16))
+    with Image.open(save_thumbnail(mid, tmp_path / "t.jpg")) as thumb:
+        assert 120 < thumb.getpixel((5, 5))[0] < 135  # clipping would give 255
+
+
+@pytest.mark.parametrize("size, expected", [((1000, 10), (320, 3)), ((10, 1000), (3, 320)), ((4000, 3), (320, 1))])
+def test_thumbnail_keeps_aspect(tmp_path, size, expected):
+    with Image.open(save_thumbnail(Image.new("RGB", size), tmp_path / "t.jpg")) as thumb:
+        assert thumb.size == expected
+
+
+def test_small_images_are_not_enlarged(tmp_path):
+    with Image.open(save_thumbnail(Image.new("RGB", (1, 1), "red"), tmp_path / "t.jpg", size=64)) as thumb:
+        assert thumb.size == (1, 1)
+
+
+def test_thumbnail_from_open_photo_is_upright(tmp_path):
+    path = write(tmp_path, "p.jpg", encode(noise((80, 40)), "JPEG", exif=full_exif(orientation=6)))
+    _, image = open_photo(path)
+    with Image.open(save_thumbnail(image, tmp_path / "t.jpg", size=20)) as thumb:
+        assert thumb.size == (10, 20)
+
+
+def test_thumbnail_replaces_atomically(tmp_path):
+    dest = tmp_path / "t.jpg"
+    dest.write_bytes(b"old")
+    save_thumbnail(noise(), dest)
+    with Image.open(dest) as thumb:
+        assert thumb.format == "JPEG"
+
+
+def test_unconvertible_mode_is_a_bad_image(tmp_path):
+    img = Image.new("La", (10, 10))
+    with pytest.raises(BadImage, match="cannot make a thumbnail of a La image"):
+        save_thumbnail(img, tmp_path / "t.jpg")
+
+
+def test_photo_is_frozen():
+    photo = Photo(b"", "", 1, 1, "PNG", None, None, None, None, None, 1)
+    with pytest.raises(AttributeError):
+        photo.width = 2  # type: ignore[misc]
