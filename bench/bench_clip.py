@@ -154,6 +154,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--quick", action="store_true", help="fewer images and a 10k store only")
     ap.add_argument("--json", type=Path, help="also write the results here")
+    ap.add_argument("--no-latency", action="store_true", help="measure ingest only")
     args = ap.parse_args()
     n_images = 80 if args.quick else 200
     sizes = [10_000] if args.quick else [10_000, 100_000]
@@ -188,6 +189,8 @@ def main() -> None:
                   f"in-process {ing['raw_encoder_images_per_s']} images/s; ratio {ing['ratio']:.2f}x", flush=True)
             svc = SearchService(settings.model_copy(update={"qdrant_path": ":memory:"}))
             try:
+                if args.no_latency:
+                    return
                 print("text-to-image latency through the service layer:", flush=True)
                 results["latency"] = query_latency(svc, sizes, [1, 8], per_client=8 if args.quick else 20)
             finally:

@@ -19,6 +19,9 @@ from search.store import DOCUMENTS, CollectionSchema, images_schema
 from search.triton.client import TritonClient
 
 
+THUMBNAIL_SIZE = 320
+
+
 @dataclass(frozen=True)
 class Unit:
     item: Any  # what the model takes: a chunk's text, a photo's bytes
@@ -97,8 +100,8 @@ class Photos:
     def units(self, path: Path, data: bytes, sha256: str) -> list[Unit]:
         from indexer.images import decode_photo, save_thumbnail  # noqa: PLC0415
 
-        photo, image = decode_photo(data, max_pixels=self.max_pixels)
-        thumb = save_thumbnail(image, self.thumbnail_path(sha256))
+        photo, image = decode_photo(data, max_pixels=self.max_pixels, draft=THUMBNAIL_SIZE)
+        thumb = save_thumbnail(image, self.thumbnail_path(sha256), THUMBNAIL_SIZE)
         camera = " ".join(x for x in (photo.camera_make, photo.camera_model) if x) or None
         payload = {
             "width": photo.width, "height": photo.height, "format": photo.format, "frames": photo.frames,

@@ -17,7 +17,7 @@ if [ ! -f "$stamp" ]; then
   echo "==> installing (first run takes a few minutes)"
   "$VENV/bin/python" -m pip install -q --upgrade pip
   "$VENV/bin/python" -m pip install -q "$TORCH_SPEC"
-  "$VENV/bin/python" -m pip install -q -e ".[local,export,test]"
+  "$VENV/bin/python" -m pip install -q -e ".[local,export,heic,test]"
   rm -f "$VENV"/.installed-*
   touch "$stamp"
 fi

@@ -86,3 +86,26 @@ def test_bad_flags_are_usage_errors(env):
     assert proc.returncode == 2 and "Traceback" not in proc.stderr and "top-k" in proc.stderr
     proc = run(env, "ingest", "/nonexistent/folder", module="indexer")
     assert proc.returncode == 1 and "no such file or folder" in proc.stdout
+
+
+def test_photo_search_from_the_command_line(env, tmp_path):
+    from tests.test_photos import photo
+
+    album = tmp_path / "album"
+    photo(album / "beach.jpg", 1, taken="2021:07:14 09:30:00", make="Canon", model="EOS 5D", gps=(50.8225, -0.1372))
+    photo(album / "alps.jpg", 3, taken="2023:01:20 12:00:00", make="FUJIFILM", model="X-T3")
+    (album / "broken.jpg").write_text("not a photo")
+    ingest = run(env, "ingest", str(album), module="indexer")
+    assert ingest.returncode == 0 and "2 indexed" in ingest.stdout and "broken.jpg: not an image" in ingest.stdout
+    like = run(env, "--like", str(album / "beach.jpg"), "-k", "1")
+    assert like.returncode == 0, like.stderr
+    assert "beach.jpg" in like.stdout and "2021-07-14 09:30" in like.stdout and "Canon EOS 5D" in like.stdout
+    text = json.loads(run(env, "--images", "snowy mountains", "--camera", "fujifilm", "--json").stdout)
+    assert [h["path"].rsplit("/", 1)[1] for h in text["hits"]] == ["alps.jpg"]
+    assert set(text["hits"][0]) >= {"score", "path", "taken", "camera", "width", "height", "thumbnail"}
+    newest = run(env, "--images", "anything", "--sort", "newest", "--after", "2020-01-01")
+    assert newest.stdout.index("alps.jpg") < newest.stdout.index("beach.jpg")
+    one_line_error(run(env, "--images", "x", "--near", "100,0,5"), "near")
+    one_line_error(run(env, "--images", "x", "--after", "yesterday"), "after")
+    proc = run(env, "reset password", "--camera", "canon")
+    assert proc.returncode == 2 and "--camera only apply to photo search" in proc.stderr
