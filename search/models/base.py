@@ -67,12 +67,22 @@ def resolve_weights(source: str, family: str, hub_hint: str) -> Path:
 
         return Path(snapshot_download(source))
     except Exception as exc:  # offline, unknown id, gated repo: all mean "not here"
-        reason = str(exc).splitlines()[0][:160] if str(exc) else type(exc).__name__
+        reason = _hub_reason(exc)
         raise WeightsUnavailable(
             f"{family}: weights '{source}' could not be fetched ({reason}). Supply them with "
             f"`search models build --{family}-source /path/to/model-dir`, or run the build on a machine "
             f"that reaches Hugging Face (hub id '{hub_hint}') and copy its triton_repo files here."
         ) from exc
+
+
+def _hub_reason(exc: Exception) -> str:
+    name = type(exc).__name__
+    if os.environ.get("HF_HUB_OFFLINE") == "1" or name in ("LocalEntryNotFoundError", "OfflineModeIsEnabled") \
+            or isinstance(exc, (ConnectionError, TimeoutError)):
+        return "Hugging Face is not reachable from this machine"
+    if name in ("RepositoryNotFoundError", "GatedRepoError"):
+        return "no such model on Hugging Face, or it needs a login"
+    return (str(exc).splitlines() or [name])[0][:160]
 
 
 def _sha256(path: Path) -> str:
