@@ -42,6 +42,12 @@ class ServedModel:
     def build(self, repo: Path, source: str, *, force: bool = False) -> BuildReport:
         raise NotImplementedError
 
+    def built_from(self, repo: Path) -> str | None:
+        """The source the current build was exported from, if it is complete."""
+        if not self.is_built(repo):
+            return None
+        return json.loads(self.manifest_path(repo).read_text()).get("source")
+
     def manifest_path(self, repo: Path) -> Path:
         return repo / self.steps[-1] / "1" / "build.json"
 

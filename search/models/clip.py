@@ -57,10 +57,8 @@ class CLIP(ServedModel):
         return int(json.loads(self.manifest_path(repo).read_text())["dim"])
 
     def build(self, repo: Path, source: str, *, force: bool = False) -> BuildReport:
-        if self.is_built(repo) and not force:
-            built = json.loads(self.manifest_path(repo).read_text())
-            if built.get("source") == source:
-                return BuildReport(self.family, "up to date", f"from {source}")
+        if not force and self.built_from(repo) == source:
+            return BuildReport(self.family, "up to date", f"from {source}")
         try:
             if source.startswith(OPEN_CLIP):
                 loaded = load_open_clip(source[len(OPEN_CLIP):])

@@ -42,10 +42,8 @@ class MiniLM(ServedModel):
         return repo / "minilm_tokenize/1/tokenizer.json"
 
     def build(self, repo: Path, source: str, *, force: bool = False) -> BuildReport:
-        if self.is_built(repo) and not force:
-            built = json.loads(self.manifest_path(repo).read_text())
-            if built.get("source") == source:
-                return BuildReport(self.family, "up to date", f"from {source}")
+        if not force and self.built_from(repo) == source:
+            return BuildReport(self.family, "up to date", f"from {source}")
         try:
             weights = package_weights() if source == "package" else resolve_weights(source, self.family, self.hub_hint)
         except WeightsUnavailable as exc:
