@@ -41,7 +41,8 @@ def ingest(
         raise typer.BadParameter("at most 254 (256 minus the two special tokens)", param_hint="--chunk-tokens")
     svc = SearchService(settings)
     progress = Progress(TextColumn("[bold]indexing"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                        TextColumn("{task.fields[current]}"), console=err, transient=True, disable=as_json)
+                        TextColumn("{task.fields[current]}"), console=err, transient=True,
+                        disable=as_json or not err.is_terminal)  # a bar only helps on a terminal
     task = progress.add_task("files", total=None, current="")
     try:
         with progress:
