@@ -207,14 +207,18 @@ def models_build(
     clip_source: str = typer.Option(None, "--clip-source", help="A local Hugging Face CLIP folder, a Hugging Face id "
                                     "(default openai/clip-vit-base-patch32), or open_clip:MODEL/PRETRAINED "
                                     "(e.g. open_clip:ViT-B-32/laion2b_s34b_b79k) \\[env: SEARCH_CLIP_SOURCE]."),
+    bge_m3_source: str = typer.Option(None, "--bge-m3-source", help="A local BGE-M3 folder (Hugging Face XLM-RoBERTa "
+                                      "model + tokenizer + sparse_linear.pt + colbert_linear.pt) or a Hugging Face id "
+                                      "(default BAAI/bge-m3) \\[env: SEARCH_BGE_M3_SOURCE]."),
     force: bool = typer.Option(False, "--force", help="Export again even when the files are up to date."),
 ) -> None:
     """Export every model family whose weights can be reached into triton_repo/."""
     from search.models import FAMILIES  # noqa: PLC0415
 
     settings: Settings = ctx.obj
-    sources = {"minilm": minilm_source or settings.minilm_source, "clip": clip_source or settings.clip_source}
-    explicit = {"minilm": minilm_source is not None, "clip": clip_source is not None}
+    sources = {"minilm": minilm_source or settings.minilm_source, "clip": clip_source or settings.clip_source,
+               "bge_m3": bge_m3_source or settings.bge_m3_source}
+    explicit = {"minilm": minilm_source is not None, "clip": clip_source is not None, "bge_m3": bge_m3_source is not None}
     missing, explicit_missing = 0, 0
     for fam in FAMILIES:
         with err.status(f"exporting {fam.family}…"):

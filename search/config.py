@@ -49,6 +49,8 @@ class Settings(BaseSettings):
     minilm_source: str = "package"
     # CLIP: a local Hugging Face folder, a hub id, or "open_clip:MODEL/PRETRAINED".
     clip_source: str = "openai/clip-vit-base-patch32"
+    # BGE-M3: a local folder (Hugging Face XLM-R + sparse_linear.pt + colbert_linear.pt) or a hub id.
+    bge_m3_source: str = "BAAI/bge-m3"
 
     # Ingest
     chunk_tokens: int = 200

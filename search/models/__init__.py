@@ -1,10 +1,11 @@
 """The served model families: one module each, one catalogue here."""
 
 from search.models.base import BuildReport, ServedModel, WeightsUnavailable
+from search.models.bge_m3 import BGEM3
 from search.models.clip import CLIP
 from search.models.minilm import MiniLM
 
-FAMILIES: tuple[ServedModel, ...] = (MiniLM(), CLIP())
+FAMILIES: tuple[ServedModel, ...] = (MiniLM(), CLIP(), BGEM3())
 
 
 def built_triton_models(repo) -> list[str]:
@@ -12,4 +13,4 @@ def built_triton_models(repo) -> list[str]:
     return [name for fam in FAMILIES if fam.is_built(repo) for name in fam.triton_models]
 
 
-__all__ = ["CLIP", "FAMILIES", "BuildReport", "MiniLM", "ServedModel", "WeightsUnavailable", "built_triton_models"]
+__all__ = ["BGEM3", "CLIP", "FAMILIES", "BuildReport", "MiniLM", "ServedModel", "WeightsUnavailable", "built_triton_models"]

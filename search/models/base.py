@@ -76,7 +76,7 @@ def resolve_weights(source: str, family: str, hub_hint: str) -> Path:
         reason = _hub_reason(exc)
         raise WeightsUnavailable(
             f"{family}: weights '{source}' could not be fetched ({reason}). Supply them with "
-            f"`search models build --{family}-source /path/to/model-dir`, or run the build on a machine "
+            f"`search models build --{family.replace('_', '-')}-source /path/to/model-dir`, or run the build on a machine "
             f"that reaches Hugging Face (hub id '{hub_hint}') and copy its triton_repo files here."
         ) from exc
 
