@@ -59,6 +59,25 @@ class ServedModel:
             indent=2))
 
 
+def check_config_dims(repo: Path, family: str, wanted: dict[tuple[str, str], list[int]], model: str) -> None:
+    """Refuse a model whose tensor shapes differ from the committed configs' dims: Triton's
+    onnxruntime backend wants them equal to the graph's exactly, so exporting anyway would give
+    files the server refuses. ``wanted``: (triton model, tensor) -> dims; ``model`` describes it."""
+    from google.protobuf import text_format  # noqa: PLC0415
+    from tritonclient.grpc import model_config_pb2  # noqa: PLC0415
+
+    for (name, tensor), dims in wanted.items():
+        path = repo / name / "config.pbtxt"
+        if not path.exists():
+            continue
+        cfg = text_format.Parse(path.read_text(), model_config_pb2.ModelConfig())
+        declared = next((list(t.dims) for t in [*cfg.input, *cfg.output] if t.name == tensor), None)
+        if declared != dims:
+            raise WeightsUnavailable(
+                f"{family}: this model needs {tensor} dims {dims} but {path} declares {declared} ({model}): "
+                f"edit the dims of {', '.join(sorted({m for m, _ in wanted}))} to match")
+
+
 def resolve_weights(source: str, family: str, hub_hint: str) -> Path:
     """A local directory as is; anything else is a Hugging Face id, downloaded when a hub answers."""
     path = Path(source).expanduser()

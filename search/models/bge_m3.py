@@ -23,7 +23,7 @@ from pathlib import Path
 
 import numpy as np
 
-from search.models.base import BuildReport, ServedModel, WeightsUnavailable, resolve_weights
+from search.models.base import BuildReport, ServedModel, WeightsUnavailable, check_config_dims, resolve_weights
 from search.triton.client import TritonClient, text_tensor
 
 DIM = 1024  # BGE-M3's hidden size: the dims the committed configs declare
@@ -139,23 +139,11 @@ def _head(path: Path, hidden: int):
 def check_configs(repo: Path, dim: int) -> None:
     """The committed configs declare 1024-d vectors (Triton's onnxruntime backend wants a config's
     output dims to equal the graph's exactly); another width needs them edited, which this says."""
-    from google.protobuf import text_format  # noqa: PLC0415
-    from tritonclient.grpc import model_config_pb2  # noqa: PLC0415
-
     wanted = {("bge_m3_onnx", "dense"): [dim], ("bge_m3_onnx", "colbert"): [-1, dim],
               ("bge_m3_post", "dense"): [dim], ("bge_m3_post", "colbert"): [-1, dim],
               ("bge_m3_post", "DENSE"): [dim], ("bge_m3_post", "COLBERT"): [-1, dim],
               ("bge_m3", "DENSE"): [dim], ("bge_m3", "COLBERT"): [-1, dim]}
-    for (model, tensor), dims in wanted.items():
-        path = repo / model / "config.pbtxt"
-        if not path.exists():
-            continue
-        cfg = text_format.Parse(path.read_text(), model_config_pb2.ModelConfig())
-        declared = next((list(t.dims) for t in [*cfg.input, *cfg.output] if t.name == tensor), None)
-        if declared != dims:
-            raise WeightsUnavailable(
-                f"bge_m3: this model needs {tensor} dims {dims} but {path} declares {declared} (a {dim}-d model): "
-                f"edit the dims of {', '.join(sorted({m for m, _ in wanted}))} to match")
+    check_config_dims(repo, "bge_m3", wanted, f"a {dim}-d model")
 
 
 def tokenize(tok, text: dict, texts: list[str], max_length: int | None = None) -> tuple[np.ndarray, np.ndarray]:

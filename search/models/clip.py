@@ -17,7 +17,7 @@ from pathlib import Path
 
 import numpy as np
 
-from search.models.base import BuildReport, ServedModel, WeightsUnavailable, resolve_weights
+from search.models.base import BuildReport, ServedModel, WeightsUnavailable, check_config_dims, resolve_weights
 from search.triton.client import TritonClient, text_tensor
 
 CONTEXT_LENGTH = 77  # the clip_text configs take exactly this many tokens, as every CLIP does
@@ -85,8 +85,6 @@ def check_configs(repo: Path, loaded: Loaded) -> int:
     backend wants a config's output dims to equal the graph's exactly; other widths need those
     dims edited, which this says instead of exporting files the server would refuse."""
     import torch  # noqa: PLC0415
-    from google.protobuf import text_format  # noqa: PLC0415
-    from tritonclient.grpc import model_config_pb2  # noqa: PLC0415
 
     size, n = loaded.preprocess["image_size"], loaded.text["context_length"]
     with torch.no_grad():
@@ -98,16 +96,7 @@ def check_configs(repo: Path, loaded: Loaded) -> int:
               ("clip_visual", "embedding"): [dim], ("clip_image", "EMBEDDING"): [dim],
               ("clip_text_tokenize", "input_ids"): [n], ("clip_textual", "input_ids"): [n],
               ("clip_textual", "embedding"): [dim], ("clip_text", "EMBEDDING"): [dim]}
-    for (model, tensor), dims in wanted.items():
-        path = repo / model / "config.pbtxt"
-        if not path.exists():
-            continue
-        cfg = text_format.Parse(path.read_text(), model_config_pb2.ModelConfig())
-        declared = next((list(t.dims) for t in [*cfg.input, *cfg.output] if t.name == tensor), None)
-        if declared != dims:
-            raise WeightsUnavailable(
-                f"clip: this model needs {tensor} dims {dims} but {path} declares {declared} (a {dim}-d, {size} px, "
-                f"{n}-token CLIP): edit the dims of {', '.join(sorted({m for m, _ in wanted}))} to match")
+    check_config_dims(repo, "clip", wanted, f"a {dim}-d, {size} px, {n}-token CLIP")
     return dim
 
 
