@@ -7,6 +7,7 @@ import hashlib
 import json
 import os
 import time
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -57,6 +58,43 @@ class ServedModel:
             {"family": self.family, "source": source, "weights": str(resolved),
              "built_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "files": files, **extra},
             indent=2))
+
+
+def export_checked(module, feeds: dict, outputs: list[str], dynamic_axes: dict, dest: Path, family: str) -> float:
+    """Export ``module`` to ONNX at ``dest`` and return the max |ONNX - PyTorch| over ``outputs``
+    on the check batch ``feeds`` (name -> tensor). The file only replaces ``dest`` when the graph
+    takes every input the config names and agrees with PyTorch within 1e-4."""
+    import numpy as np  # noqa: PLC0415
+    import onnxruntime as ort  # noqa: PLC0415
+    import torch  # noqa: PLC0415
+
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    tmp = dest.with_suffix(".onnx.tmp")
+    names = list(feeds)
+    fastpath = torch.backends.mha.get_fastpath_enabled()
+    # nn.MultiheadAttention (open_clip) would trace to its fused inference kernel, which ONNX lacks.
+    torch.backends.mha.set_fastpath_enabled(False)
+    try:
+        with torch.no_grad(), warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # tracer warnings about shapes the dynamic axes already cover
+            torch.onnx.export(module, tuple(feeds.values()), str(tmp), input_names=names, output_names=outputs,
+                              dynamic_axes=dynamic_axes, opset_version=17, dynamo=False)
+            out = module(*feeds.values())
+            expected = [t.numpy() for t in (out if isinstance(out, (tuple, list)) else (out,))]
+    finally:
+        torch.backends.mha.set_fastpath_enabled(fastpath)
+    sess = ort.InferenceSession(str(tmp), providers=["CPUExecutionProvider"])
+    graph_inputs = [i.name for i in sess.get_inputs()]
+    if graph_inputs != names:  # the exporter drops inputs the graph does not use; the config names them all
+        tmp.unlink(missing_ok=True)
+        raise RuntimeError(f"{family}: exported graph inputs {graph_inputs}, expected {names}")
+    got = sess.run(outputs, {k: v.numpy() for k, v in feeds.items()})
+    diff = max(float(np.abs(g - e).max()) for g, e in zip(got, expected))
+    if diff > 1e-4:
+        tmp.unlink(missing_ok=True)
+        raise RuntimeError(f"{family}: exported {dest.parent.parent.name} differs from PyTorch (max |Δ| {diff:.2e})")
+    os.replace(tmp, dest)
+    return diff
 
 
 def check_config_dims(repo: Path, family: str, wanted: dict[tuple[str, str], list[int]], model: str) -> None:

@@ -16,14 +16,12 @@ tokenizer, plus ``sparse_linear.pt`` and ``colbert_linear.pt`` next to it) or th
 from __future__ import annotations
 
 import json
-import os
-import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
-from search.models.base import BuildReport, ServedModel, WeightsUnavailable, check_config_dims, resolve_weights
+from search.models.base import BuildReport, ServedModel, WeightsUnavailable, check_config_dims, export_checked, resolve_weights
 from search.triton.client import TritonClient, text_tensor
 
 DIM = 1024  # BGE-M3's hidden size: the dims the committed configs declare
@@ -161,33 +159,14 @@ def tokenize(tok, text: dict, texts: list[str], max_length: int | None = None) -
 def export_onnx(module, tok, text: dict, dest: Path) -> float:
     """bge_m3_onnx: input_ids, attention_mask [batch, seq] -> dense [batch, D], token_weights
     [batch, seq], colbert [batch, seq - 1, D]; returns the max |ONNX - PyTorch| on a check batch."""
-    import onnxruntime as ort  # noqa: PLC0415
     import torch  # noqa: PLC0415
 
     ids, mask = tokenize(tok, text, ["What is BGE M3?", "", "Définition: un modèle multilingue " * 6], 64)
     feeds = {"input_ids": torch.from_numpy(ids), "attention_mask": torch.from_numpy(mask)}
     outputs = ["dense", "token_weights", "colbert"]
-    dest.parent.mkdir(parents=True, exist_ok=True)
-    tmp = dest.with_suffix(".onnx.tmp")
     axes = {"input_ids": {0: "batch", 1: "sequence"}, "attention_mask": {0: "batch", 1: "sequence"},
             "dense": {0: "batch"}, "token_weights": {0: "batch", 1: "sequence"}, "colbert": {0: "batch", 1: "tokens"}}
-    with torch.no_grad(), warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # tracer warnings about shapes the dynamic axes already cover
-        torch.onnx.export(module, tuple(feeds.values()), str(tmp), input_names=list(feeds), output_names=outputs,
-                          dynamic_axes=axes, opset_version=17, dynamo=False)
-        expected = [t.numpy() for t in module(*feeds.values())]
-    sess = ort.InferenceSession(str(tmp), providers=["CPUExecutionProvider"])
-    graph_inputs = [i.name for i in sess.get_inputs()]
-    if graph_inputs != list(feeds):
-        tmp.unlink(missing_ok=True)
-        raise RuntimeError(f"bge_m3: exported graph inputs {graph_inputs}, expected {list(feeds)}")
-    got = sess.run(outputs, {k: v.numpy() for k, v in feeds.items()})
-    diff = max(float(np.abs(g - e).max()) for g, e in zip(got, expected))
-    if diff > 1e-4:
-        tmp.unlink(missing_ok=True)
-        raise RuntimeError(f"bge_m3: exported ONNX differs from PyTorch (max |Δ| {diff:.2e})")
-    os.replace(tmp, dest)
-    return diff
+    return export_checked(module, feeds, outputs, axes, dest, "bge_m3")
 
 
 # -- client helpers

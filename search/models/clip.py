@@ -9,15 +9,13 @@ may also be a checkpoint file). Either way the served models are the same six.
 from __future__ import annotations
 
 import json
-import os
 import re
-import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
-from search.models.base import BuildReport, ServedModel, WeightsUnavailable, check_config_dims, resolve_weights
+from search.models.base import BuildReport, ServedModel, WeightsUnavailable, check_config_dims, export_checked, resolve_weights
 from search.triton.client import TritonClient, text_tensor
 
 CONTEXT_LENGTH = 77  # the clip_text configs take exactly this many tokens, as every CLIP does
@@ -340,35 +338,8 @@ def tokenize(tok, text: dict, texts: list[str]) -> tuple[np.ndarray, np.ndarray]
 
 
 def _export(module, feeds: dict, dest: Path) -> float:
-    import onnxruntime as ort  # noqa: PLC0415
-    import torch  # noqa: PLC0415
-
-    dest.parent.mkdir(parents=True, exist_ok=True)
-    tmp = dest.with_suffix(".onnx.tmp")
-    names = list(feeds)
-    fastpath = torch.backends.mha.get_fastpath_enabled()
-    # nn.MultiheadAttention (open_clip) would trace to its fused inference kernel, which ONNX lacks.
-    torch.backends.mha.set_fastpath_enabled(False)
-    try:
-        with torch.no_grad(), warnings.catch_warnings():
-            warnings.simplefilter("ignore")  # tracer warnings about shapes the dynamic axes already cover
-            torch.onnx.export(module, tuple(feeds.values()), str(tmp), input_names=names, output_names=["embedding"],
-                              dynamic_axes={n: {0: "batch"} for n in [*names, "embedding"]}, opset_version=17, dynamo=False)
-            expected = module(*feeds.values()).numpy()
-    finally:
-        torch.backends.mha.set_fastpath_enabled(fastpath)
-    sess = ort.InferenceSession(str(tmp), providers=["CPUExecutionProvider"])
-    graph_inputs = [i.name for i in sess.get_inputs()]
-    if graph_inputs != names:  # the exporter drops inputs the graph does not use; the config names them all
-        tmp.unlink(missing_ok=True)
-        raise RuntimeError(f"clip: exported graph inputs {graph_inputs}, expected {names}")
-    got = sess.run(None, {k: v.numpy() for k, v in feeds.items()})[0]
-    diff = float(np.abs(got - expected).max())
-    if diff > 1e-4:
-        tmp.unlink(missing_ok=True)
-        raise RuntimeError(f"clip: exported {dest.parent.parent.name} differs from PyTorch (max |Δ| {diff:.2e})")
-    os.replace(tmp, dest)
-    return diff
+    axes = {n: {0: "batch"} for n in [*feeds, "embedding"]}
+    return export_checked(module, feeds, ["embedding"], axes, dest, "clip")
 
 
 # -- client helpers

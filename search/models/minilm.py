@@ -3,14 +3,12 @@
 from __future__ import annotations
 
 import json
-import os
 import shutil
-import warnings
 from pathlib import Path
 
 import numpy as np
 
-from search.models.base import BuildReport, ServedModel, WeightsUnavailable, resolve_weights
+from search.models.base import BuildReport, ServedModel, WeightsUnavailable, export_checked, resolve_weights
 from search.triton.client import TritonClient, text_tensor
 
 DIM = 384
@@ -74,7 +72,6 @@ def save_tokenizer(weights: Path, dest: Path) -> None:
 
 def export_onnx(weights: Path, dest: Path) -> float:
     """Export encoder + mean pooling + L2 norm; returns the max |ONNX - PyTorch| on a check batch."""
-    import onnxruntime as ort  # noqa: PLC0415
     import torch  # noqa: PLC0415
     from transformers import AutoModel  # noqa: PLC0415
 
@@ -102,26 +99,9 @@ def export_onnx(weights: Path, dest: Path) -> float:
     mask = torch.ones_like(ids)
     mask[1, 7:] = 0
     types = torch.zeros_like(ids)
-    dest.parent.mkdir(parents=True, exist_ok=True)
-    tmp = dest.with_suffix(".onnx.tmp")
-    with torch.no_grad(), warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # tracer warnings about shapes the dynamic axes already cover
-        torch.onnx.export(
-            wrapper, (ids, mask, types), str(tmp),
-            input_names=["input_ids", "attention_mask", "token_type_ids"], output_names=["embedding"],
-            dynamic_axes={n: {0: "batch", 1: "sequence"} for n in ("input_ids", "attention_mask", "token_type_ids")}
-            | {"embedding": {0: "batch"}},
-            opset_version=17, dynamo=False,
-        )
-        expected = wrapper(ids, mask, types).numpy()
-    sess = ort.InferenceSession(str(tmp), providers=["CPUExecutionProvider"])
-    got = sess.run(None, {"input_ids": ids.numpy(), "attention_mask": mask.numpy(), "token_type_ids": types.numpy()})[0]
-    diff = float(np.abs(got - expected).max())
-    if diff > 1e-4:
-        tmp.unlink(missing_ok=True)
-        raise RuntimeError(f"minilm: exported ONNX differs from PyTorch (max |Δ| {diff:.2e})")
-    os.replace(tmp, dest)
-    return diff
+    feeds = {"input_ids": ids, "attention_mask": mask, "token_type_ids": types}
+    axes = {n: {0: "batch", 1: "sequence"} for n in feeds} | {"embedding": {0: "batch"}}
+    return export_checked(wrapper, feeds, ["embedding"], axes, dest, "minilm")
 
 
 def embed(client: TritonClient, texts: list[str]) -> tuple[np.ndarray, np.ndarray]:
