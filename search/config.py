@@ -62,6 +62,22 @@ class Settings(BaseSettings):
     # Pillow's decompression-bomb guard stays on; this is its limit (the indexer and the server's step).
     max_image_pixels: int = 100_000_000
 
+    # Document search: "auto" = hybrid when BGE-M3 is served, else semantic (MiniLM).
+    search_mode: str = "auto"
+
+    # REST API (`search serve`) and the page (`search ui`)
+    api_host: str = "127.0.0.1"
+    api_port: int = 8080
+    ui_port: int = 8501
+    # When set, requests must send it in the X-API-Key header: for every endpoint ("all") or only
+    # for those that change the index ("writes").
+    api_key: str | None = None
+    api_key_scope: str = "all"
+    # Folders the API may ingest from (server-side paths); empty = none, uploads only.
+    api_roots: list[Path] = []
+    max_upload_bytes: int = 50_000_000
+    max_request_bytes: int = 60_000_000
+
     @property
     def grpc_url(self) -> str:
         return self.triton_url or f"{self.triton_host}:{self.triton_grpc_port}"

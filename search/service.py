@@ -22,25 +22,40 @@ from search.triton.local import LocalTriton
 
 MAX_TOP_K = 100
 SORTS = ("score", "newest", "oldest")
+# Document search modes: semantic = MiniLM; dense / sparse = one BGE-M3 vector kind; hybrid = BGE-M3
+# dense + sparse fused (RRF), re-ranked by ColBERT; auto = hybrid when BGE-M3 is served, else semantic.
+MODES = ("auto", "semantic", "dense", "sparse", "hybrid")
 
 
 @dataclass(frozen=True)
 class DocumentHit:
+    """One passage with its citation: file, page (PDFs), section heading and chunk number."""
+
     score: float
     path: str
     chunk: int
     text: str
     sha256: str
     paths: list[str] = field(default_factory=list)
-    start: int | None = None
+    start: int | None = None  # character offsets into the page's text (the file's, without pages)
     end: int | None = None
+    page: int | None = None  # 1-based, PDFs only
+    title: str | None = None
+    section: str | None = None  # the nearest heading above the passage
+    mode: str = "semantic"  # how it was found (the score's meaning depends on it)
+
+    @property
+    def citation(self) -> str:
+        where = [f"p. {self.page}" if self.page else None, f"§ {self.section}" if self.section else None,
+                 f"chunk {self.chunk}"]
+        return f"{self.path} (" + ", ".join(w for w in where if w) + ")"
 
     def snippet(self, width: int = 240) -> str:
         flat = " ".join(self.text.split())
         return flat if len(flat) <= width else flat[: width - 1].rsplit(" ", 1)[0] + "…"
 
     def as_dict(self) -> dict:
-        return asdict(self)
+        return {**asdict(self), "citation": self.citation}
 
 
 @dataclass(frozen=True)
@@ -139,7 +154,12 @@ class SearchService:
 
     # -- queries
     def search_documents(self, query: str, *, top_k: int = 5, min_score: float | None = None,
-                         folder: str | None = None) -> list[DocumentHit]:
+                         folder: str | None = None, mode: str | None = None) -> list[DocumentHit]:
+        """Passages that match ``query``, with citations. ``mode``: one of MODES (default: the
+        ``search_mode`` setting, "auto")."""
+        mode = mode or self.settings.search_mode
+        if mode not in MODES:
+            raise BadRequest(f"mode: must be one of {', '.join(MODES)}, got {mode!r}")
         query = (query or "").strip()
         if not query:
             raise BadRequest("query: must not be empty")
@@ -153,10 +173,10 @@ class SearchService:
                                    query_filter=flt, score_threshold=min_score)
         return [_document_hit(p) for p in points]
 
-    def search_images(self, text: str | None = None, *, like: Path | None = None, top_k: int = 12,
+    def search_images(self, text: str | None = None, *, like: Path | bytes | None = None, top_k: int = 12,
                       min_score: float | None = None, filters: ImageFilters = ImageFilters(),
                       sort: str = "score") -> list[ImageHit]:
-        """Text-to-image (``text``) or image-to-image (``like``, a photo's path) search over the
+        """Text-to-image (``text``) or image-to-image (``like``, a photo's path or bytes) search over the
         photo collection; filters first, then the ``min_score`` cut-off, then the sort."""
         from search.models import clip  # noqa: PLC0415
 
@@ -184,15 +204,21 @@ class SearchService:
             hits = dated + [h for h in hits if h.taken_at is None]
         return hits
 
-    def _example_image(self, path: Path) -> bytes:
-        from indexer.images import BadImage, open_photo  # noqa: PLC0415
+    def _example_image(self, like: Path | bytes) -> bytes:
+        from indexer.images import BadImage, decode_photo, open_photo  # noqa: PLC0415
         from indexer.loaders import BadDocument  # noqa: PLC0415
 
         try:
-            photo, _ = open_photo(Path(path).expanduser(), max_pixels=self.settings.max_image_pixels,
-                                  max_bytes=self.settings.max_image_bytes)
+            if isinstance(like, bytes):
+                if len(like) > self.settings.max_image_bytes:
+                    raise BadDocument(f"too large: {len(like) / 1e6:.1f} MB > {self.settings.max_image_bytes / 1e6:.1f} MB limit")
+                photo, _ = decode_photo(like, max_pixels=self.settings.max_image_pixels)
+            else:
+                photo, _ = open_photo(Path(like).expanduser(), max_pixels=self.settings.max_image_pixels,
+                                      max_bytes=self.settings.max_image_bytes)
         except (BadImage, BadDocument) as exc:
-            raise BadRequest(f"like: {path}: {exc}") from exc
+            where = "the uploaded image" if isinstance(like, bytes) else str(like)
+            raise BadRequest(f"like: {where}: {exc}") from exc
         return photo.data
 
     # -- ingest
