@@ -32,7 +32,7 @@ class Chunk:
 class Chunker:
     # Part of every point id and of the stored "chunker" field: bump it when chunk boundaries
     # change, so a re-ingest replaces chunks made by an older version.
-    VERSION = 2
+    VERSION = 3
 
     def __init__(self, tokenizer: Tokenizer, max_tokens: int = 200, overlap: int = 40) -> None:
         if max_tokens < 8:

@@ -7,19 +7,22 @@ from __future__ import annotations
 
 import hashlib
 import io
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
 import numpy as np
+from qdrant_client import models
 
 from indexer.chunking import Chunker
-from indexer.loaders import TEXT_SUFFIXES, BadDocument, decode_text
+from indexer.loaders import DOCUMENT_SUFFIXES, BadDocument, load_document
 from search.store import DOCUMENTS, CollectionSchema, images_schema
 from search.triton.client import TritonClient
 
 
 THUMBNAIL_SIZE = 320
+_HEADING = re.compile(r"^#{1,6}[ \t]+(.+)$", re.M)  # the loaders write headings as markdown lines
 
 
 @dataclass(frozen=True)
@@ -30,7 +33,7 @@ class Unit:
 
 @dataclass
 class Embedded:
-    vectors: list  # one per item; None where the model rejected the item
+    vectors: list  # one per item, {vector name: vector}; None where the model rejected the item
     truncated: int = 0
     errors: dict[int, str] = field(default_factory=dict)  # item index -> reason
 
@@ -38,7 +41,6 @@ class Embedded:
 class Kind(Protocol):
     name: str
     schema: CollectionSchema
-    vector: str
     suffixes: frozenset[str]
     signature: str  # model + unit settings: part of every point id, so a change re-embeds
     max_bytes: int
@@ -51,24 +53,48 @@ class Kind(Protocol):
 
 
 class Documents:
-    """Text files -> token-budgeted chunks -> MiniLM vectors."""
+    """Documents -> pages -> token-budgeted chunks -> a MiniLM vector each, plus BGE-M3's dense,
+    sparse and ColBERT vectors from one more pass when BGE-M3 is served."""
 
-    name, vector, schema, suffixes = "documents", "minilm", DOCUMENTS, TEXT_SUFFIXES
+    name, schema, suffixes = "documents", DOCUMENTS, DOCUMENT_SUFFIXES
     errors = (BadDocument,)
 
-    def __init__(self, triton: TritonClient, chunker: Chunker, max_bytes: int) -> None:
-        self.triton, self.chunker, self.max_bytes = triton, chunker, max_bytes
-        self.signature = f"minilm/v{chunker.VERSION}/{chunker.max_tokens}/{chunker.overlap}"
+    def __init__(self, triton: TritonClient, chunker: Chunker, max_bytes: int, *, bge_m3: bool = False) -> None:
+        self.triton, self.chunker, self.max_bytes, self.bge_m3 = triton, chunker, max_bytes, bge_m3
+        self.models = ["minilm", "bge_m3"] if bge_m3 else ["minilm"]
+        # Which models (and which BGE-M3 weights) made the vectors: a change re-embeds every file.
+        embedders = "minilm+bge_m3:" + probe_bge_m3(triton) if bge_m3 else "minilm"
+        self.signature = f"{embedders}/v{chunker.VERSION}/{chunker.max_tokens}/{chunker.overlap}"
 
     def units(self, path: Path, data: bytes, sha256: str) -> list[Unit]:
-        text = decode_text(data)
-        return [Unit(c.text, {"text": c.text, "start": c.start, "end": c.end}) for c in self.chunker.chunk(text)]
+        doc = load_document(path.suffix.lower(), data)
+        units, section = [], None
+        for page in doc.pages:
+            headings = [(m.start(), m.group(1).strip()) for m in _HEADING.finditer(page.text)]
+            for c in self.chunker.chunk(page.text):
+                # The section a passage belongs to: the last heading that starts at or before it.
+                before = [h for at, h in headings if at <= c.start]
+                units.append(Unit(c.text, {
+                    "text": c.text, "start": c.start, "end": c.end, "page": page.number, "title": doc.title,
+                    "section": before[-1] if before else section, "models": self.models}))
+            if headings:
+                section = headings[-1][1]
+        return units
 
     def embed(self, items: list[str]) -> Embedded:
-        from search.models import minilm  # noqa: PLC0415
+        from search.models import bge_m3, minilm  # noqa: PLC0415
 
         vectors, truncated = minilm.embed(self.triton, items)
-        return Embedded(list(vectors), int(truncated.sum()))
+        out = [{"minilm": v.tolist()} for v in vectors]
+        n_truncated = int(truncated.sum())
+        if self.bge_m3:
+            for vec, m in zip(out, bge_m3.encode(self.triton, items, colbert=True)):
+                vec["bge_dense"] = m.dense.tolist()
+                vec["bge_colbert"] = m.colbert.tolist()
+                if m.sparse:  # a passage of special tokens only has no sparse weights
+                    vec["bge_sparse"] = models.SparseVector(indices=list(m.sparse), values=list(m.sparse.values()))
+                n_truncated += m.truncated
+        return Embedded(out, n_truncated)
 
     def sort_key(self, item: str) -> int:
         return len(item)
@@ -80,7 +106,7 @@ class Documents:
 class Photos:
     """Image files -> one CLIP vector each, with EXIF metadata and a thumbnail."""
 
-    name, vector = "images", "clip"
+    name = "images"
     suffixes: frozenset[str]
 
     def __init__(self, triton: TritonClient, thumbs: Path, *, max_bytes: int, max_pixels: int) -> None:
@@ -117,7 +143,7 @@ class Photos:
         from tritonclient.utils import InferenceServerException  # noqa: PLC0415
 
         try:
-            return Embedded(list(clip.embed_images(self.triton, items)))
+            return Embedded([{"clip": v.tolist()} for v in clip.embed_images(self.triton, items)])
         except InferenceServerException:
             if len(items) == 1:
                 raise
@@ -125,7 +151,7 @@ class Photos:
         out = Embedded([None] * len(items))
         for i, item in enumerate(items):
             try:
-                out.vectors[i] = clip.embed_images(self.triton, [item])[0]
+                out.vectors[i] = {"clip": clip.embed_images(self.triton, [item])[0].tolist()}
             except InferenceServerException as exc:
                 out.errors[i] = f"rejected by the model server: {(exc.message() or '').splitlines()[0][:160]}"
         return out
@@ -140,6 +166,14 @@ class Photos:
 def camera_terms(camera: str | None) -> list[str]:
     """Lower-case words of "make model", so `--camera canon` or `--camera "eos 5d"` is a keyword match."""
     return sorted(set(camera.lower().split())) if camera else []
+
+
+def probe_bge_m3(triton: TritonClient) -> str:
+    """A short hash of the served BGE-M3's dense vector for a fixed text: identifies its weights."""
+    from search.models import bge_m3  # noqa: PLC0415
+
+    dense = bge_m3.encode(triton, ["probe"], colbert=False)[0].dense
+    return hashlib.sha1(np.round(dense, 4).tobytes()).hexdigest()[:12]
 
 
 def probe_clip(triton: TritonClient) -> np.ndarray:

@@ -240,7 +240,7 @@ class Ingestor:
                   "suffix": suffix, "n_chunks": n, "sha256": job.sha256, "size": job.size, "mtime": job.mtime,
                   "chunker": kind.signature}
         points = [
-            models.PointStruct(id=point_id(job.sha256, kind.signature, i), vector={kind.vector: vec.tolist()},
+            models.PointStruct(id=point_id(job.sha256, kind.signature, i), vector=vec,
                                payload={**common, "chunk": i, **unit.payload})
             for i, (unit, vec) in enumerate(zip(job.units, job.vectors))
         ]

@@ -58,26 +58,34 @@ def query(
     images: bool = typer.Option(False, "--images", help="Search photos by TEXT (CLIP) instead of documents."),
     like: Path = typer.Option(None, "--like", help="Find photos that look like this one (image-to-image)."),
     top_k: int = typer.Option(None, "--top-k", "-k", min=1, max=100, help="How many hits to show \\[default: 5 passages, 12 photos]."),
-    min_score: float = typer.Option(None, "--min-score", help="Hide hits with a cosine score below this (-1..1)."),
+    min_score: float = typer.Option(None, "--min-score", help="Hide hits scoring below this (cosine, -1..1, except --mode sparse: unbounded lexical weights)."),
     folder: Path = typer.Option(None, "--folder", help="Only files under this folder."),
+    file_type: list[str] = typer.Option(None, "--type", help="Only files of this type, e.g. --type pdf --type docx (repeatable)."),
     after: str = typer.Option(None, "--after", help="Photos taken on or after this date (2021-07-14 or 2021-07-14T09:30, UTC)."),
     before: str = typer.Option(None, "--before", help="Photos taken before this date."),
     camera: str = typer.Option(None, "--camera", help="Photos from this camera (words of make and model, e.g. 'canon 5d')."),
     near: str = typer.Option(None, "--near", help="Photos taken within KM of a place: LAT,LON,KM (e.g. 51.5,-0.12,10)."),
     sort: str = typer.Option("score", "--sort", help="Photo order after the cut-off: score, newest or oldest."),
+    mode: str = typer.Option(None, "--mode", "-m", help="Document search: [bold]hybrid[/] (BGE-M3 dense + sparse, fused, "
+                             "re-ranked by ColBERT), [bold]dense[/], [bold]sparse[/] (BGE-M3 lexical weights), "
+                             "[bold]semantic[/] (MiniLM), or [bold]auto[/]: hybrid when BGE-M3 is served and "
+                             "the documents have its vectors, else semantic \\[default: auto; env: SEARCH_SEARCH_MODE]."),
     as_json: bool = typer.Option(False, "--json", help="Print machine-readable JSON."),
 ) -> None:
     """Find the passages that best match TEXT, or photos with --images / --like."""
     from search.service import ImageFilters, parse_date, parse_near  # noqa: PLC0415
 
     photo_only = {"--after": after, "--before": before, "--camera": camera, "--near": near}
+    if (images or like) and mode:
+        fail("--mode applies to document search; photos are always searched with CLIP", 2)
     svc = _service(ctx)
     try:
         if images or like:
             filters = ImageFilters(
                 after=parse_date(after, "after") if after else None,
                 before=parse_date(before, "before") if before else None,
-                camera=camera, near=parse_near(near) if near else None, folder=str(folder) if folder else None)
+                camera=camera, near=parse_near(near) if near else None, folder=str(folder) if folder else None,
+                suffixes=tuple(file_type or ()))
             hits = svc.search_images(text, like=like, top_k=top_k or 12, min_score=min_score, filters=filters, sort=sort)
         else:
             used = [flag for flag, v in photo_only.items() if v] + (["--sort"] if sort != "score" else [])
@@ -85,7 +93,8 @@ def query(
                 fail(f"{', '.join(used)} only apply to photo search: add --images (text) or --like PHOTO", 2)
             if not text:
                 fail("give a query, e.g. search \"reset password\" (or --like PHOTO for photos)", 2)
-            hits = svc.search_documents(text, top_k=top_k or 5, min_score=min_score, folder=str(folder) if folder else None)
+            hits = svc.search_documents(text, top_k=top_k or 5, min_score=min_score,
+                                        folder=str(folder) if folder else None, mode=mode, suffixes=file_type or ())
     finally:
         svc.close()
     if as_json:
@@ -101,7 +110,8 @@ def query(
                      f"{h.latitude:.5f},{h.longitude:.5f}" if h.latitude is not None else None]
             out.print(head + "  [dim]" + " · ".join(f for f in facts if f) + "[/]", highlight=False, soft_wrap=True)
         else:
-            out.print(f"{head} [dim](chunk {h.chunk})[/]", highlight=False, soft_wrap=True)
+            where = [f"p. {h.page}" if h.page else None, f"§ {h.section}" if h.section else None, f"chunk {h.chunk}", h.mode]
+            out.print(f"{head} [dim]({', '.join(w for w in where if w)})[/]", highlight=False, soft_wrap=True)
             out.print(f"   {h.snippet()}", highlight=False, soft_wrap=True)
 
 
@@ -242,6 +252,43 @@ def models_list(ctx: typer.Context) -> None:
     for fam in FAMILIES:
         table.add_row(fam.family, ", ".join(fam.ensembles), "yes" if fam.is_built(ctx.obj.triton_repo) else "no", ", ".join(fam.steps))
     out.print(table)
+
+
+# -- faces
+def _child_env(settings: Settings) -> dict[str, str]:
+    """The parent's settings for a child process that reads them from the environment."""
+    import os  # noqa: PLC0415
+
+    env = dict(os.environ)
+    for name, value in (("SEARCH_DATA_DIR", settings.data_dir), ("SEARCH_TRITON_URL", settings.triton_url),
+                        ("SEARCH_QDRANT_URL", settings.qdrant_url)):
+        if value:
+            env[name] = str(value)
+    return env
+
+
+@app.command()
+@guarded
+def ui(
+    ctx: typer.Context,
+    host: str = typer.Option(None, "--host", help="Address to bind \\[default: 127.0.0.1, env SEARCH_API_HOST]."),
+    port: int = typer.Option(None, "--port", help="Port \\[default: 8501, env SEARCH_UI_PORT]."),
+) -> None:
+    """Open the search page (Streamlit): documents and photos, filters, thumbnails, citations."""
+    import subprocess  # noqa: PLC0415
+    import sys  # noqa: PLC0415
+
+    from search.config import PROJECT_ROOT  # noqa: PLC0415
+
+    settings: Settings = ctx.obj
+    cmd = [sys.executable, "-m", "streamlit", "run", str(PROJECT_ROOT / "ui" / "app.py"),
+           "--server.address", host or settings.api_host, "--server.port", str(port or settings.ui_port),
+           "--server.headless", "true", "--client.toolbarMode", "viewer", "--browser.gatherUsageStats", "false"]
+    out.print(f"search page on http://{host or settings.api_host}:{port or settings.ui_port} (Ctrl+C stops it)")
+    try:
+        raise typer.Exit(subprocess.call(cmd, env=_child_env(settings)))
+    except KeyboardInterrupt:
+        raise typer.Exit(0) from None
 
 
 def main() -> None:

@@ -25,6 +25,7 @@ SORTS = ("score", "newest", "oldest")
 # Document search modes: semantic = MiniLM; dense / sparse = one BGE-M3 vector kind; hybrid = BGE-M3
 # dense + sparse fused (RRF), re-ranked by ColBERT; auto = hybrid when BGE-M3 is served, else semantic.
 MODES = ("auto", "semantic", "dense", "sparse", "hybrid")
+HYBRID_CANDIDATES = 50  # per prefetch (dense, sparse) before fusion and the ColBERT re-rank
 
 
 @dataclass(frozen=True)
@@ -87,6 +88,7 @@ class ImageFilters:
     camera: str | None = None  # words that must all occur in "make model"
     near: tuple[float, float, float] | None = None  # latitude, longitude, radius in km
     folder: str | None = None
+    suffixes: tuple[str, ...] = ()  # file types, e.g. (".jpg", ".png"); empty = all
 
     def to_qdrant(self) -> models.Filter | None:
         must: list[models.Condition] = []
@@ -100,6 +102,8 @@ class ImageFilters:
                 center=models.GeoPoint(lat=lat, lon=lon), radius=km * 1000)))
         if self.folder:
             must.append(_folder_condition(self.folder))
+        if self.suffixes:
+            must.append(_suffix_condition(self.suffixes))
         return models.Filter(must=must) if must else None
 
 
@@ -154,7 +158,8 @@ class SearchService:
 
     # -- queries
     def search_documents(self, query: str, *, top_k: int = 5, min_score: float | None = None,
-                         folder: str | None = None, mode: str | None = None) -> list[DocumentHit]:
+                         folder: str | None = None, mode: str | None = None,
+                         suffixes: tuple[str, ...] | list[str] = ()) -> list[DocumentHit]:
         """Passages that match ``query``, with citations. ``mode``: one of MODES (default: the
         ``search_mode`` setting, "auto")."""
         mode = mode or self.settings.search_mode
@@ -167,11 +172,59 @@ class SearchService:
             raise BadRequest(f"top_k: must be between 1 and {MAX_TOP_K}, got {top_k}")
         if self.store.count(DOCUMENTS.name) == 0:
             raise EmptyCollection("nothing indexed yet: run `indexer ingest PATH` (e.g. `indexer ingest samples/docs`)")
-        vectors, _ = minilm.embed(self.triton, [query])
-        flt = models.Filter(must=[_folder_condition(folder)]) if folder else None
-        points = self.store.search(DOCUMENTS.name, "minilm", vectors[0].tolist(), limit=top_k,
-                                   query_filter=flt, score_threshold=min_score)
-        return [_document_hit(p) for p in points]
+        mode = self._document_mode(mode)
+        must = ([_folder_condition(folder)] if folder else []) + ([_suffix_condition(suffixes)] if suffixes else [])
+        flt = models.Filter(must=must) if must else None
+        if mode == "semantic":
+            vectors, _ = minilm.embed(self.triton, [query])
+            points = self.store.search(DOCUMENTS.name, "minilm", vectors[0].tolist(), limit=top_k,
+                                       query_filter=flt, score_threshold=min_score)
+            return [_document_hit(p, mode) for p in points]
+        return self._search_bge_m3(query, mode, top_k=top_k, min_score=min_score, flt=flt)
+
+    def _document_mode(self, mode: str) -> str:
+        """auto -> hybrid when the index has BGE-M3 vectors and the model is served, else semantic."""
+        if mode == "semantic":
+            return mode
+        served = self.triton.model_ready("bge_m3")
+        indexed = self.store.count_where(DOCUMENTS.name, "models", "bge_m3") > 0
+        if mode == "auto":
+            return "hybrid" if served and indexed else "semantic"
+        if not served:
+            raise ModelNotReady(_not_served("bge_m3", "BGE-M3") + " (or use --mode semantic)")
+        if not indexed:
+            raise EmptyCollection(f"no documents have BGE-M3 vectors yet (needed for --mode {mode}): "
+                                  "run `indexer ingest PATH` again now that BGE-M3 is served, or use --mode semantic")
+        return mode
+
+    def _search_bge_m3(self, query: str, mode: str, *, top_k: int, min_score: float | None,
+                       flt: models.Filter | None) -> list[DocumentHit]:
+        from search.models import bge_m3  # noqa: PLC0415
+
+        q = bge_m3.encode(self.triton, [query], colbert=mode == "hybrid")[0]
+        sparse = models.SparseVector(indices=list(q.sparse), values=list(q.sparse.values()))
+        if mode == "dense":
+            points = self.store.search(DOCUMENTS.name, "bge_dense", q.dense.tolist(), limit=top_k,
+                                       query_filter=flt, score_threshold=min_score)
+            return [_document_hit(p, mode) for p in points]
+        if mode == "sparse":
+            if not q.sparse:
+                return []  # nothing but special tokens: no lexical evidence
+            points = self.store.search(DOCUMENTS.name, "bge_sparse", sparse, limit=top_k,
+                                       query_filter=flt, score_threshold=min_score)
+            return [_document_hit(p, mode) for p in points]
+        # hybrid: dense and sparse candidates, fused by rank (RRF), re-ranked by ColBERT late interaction.
+        depth = max(HYBRID_CANDIDATES, top_k)
+        candidates = [models.Prefetch(query=q.dense.tolist(), using="bge_dense", limit=depth, filter=flt)]
+        if q.sparse:
+            candidates.append(models.Prefetch(query=sparse, using="bge_sparse", limit=depth, filter=flt))
+        fused = models.Prefetch(prefetch=candidates, query=models.FusionQuery(fusion=models.Fusion.RRF), limit=depth)
+        points = self.store.search(DOCUMENTS.name, "bge_colbert", q.colbert.tolist(), limit=top_k,
+                                   query_filter=flt, prefetch=[fused])
+        # Qdrant's MAX_SIM sums over query vectors; BGE-M3's ColBERT score is their mean.
+        n = len(q.colbert)
+        hits = [_document_hit(p, mode, scale=1.0 / n) for p in points]
+        return [h for h in hits if min_score is None or h.score >= min_score]
 
     def search_images(self, text: str | None = None, *, like: Path | bytes | None = None, top_k: int = 12,
                       min_score: float | None = None, filters: ImageFilters = ImageFilters(),
@@ -230,15 +283,15 @@ class SearchService:
         from indexer.chunking import Chunker  # noqa: PLC0415
         from indexer.images import IMAGE_SUFFIXES  # noqa: PLC0415
         from indexer.kinds import Documents, Photos  # noqa: PLC0415
-        from indexer.loaders import TEXT_SUFFIXES  # noqa: PLC0415
+        from indexer.loaders import DOCUMENT_SUFFIXES  # noqa: PLC0415
 
         s = self.settings
         kinds, unavailable = [], {}
         if self.triton.model_ready("minilm"):
             chunker = Chunker(self.chunk_tokenizer(), max_tokens=s.chunk_tokens, overlap=s.chunk_overlap)
-            kinds.append(Documents(self.triton, chunker, s.max_file_bytes))
+            kinds.append(Documents(self.triton, chunker, s.max_file_bytes, bge_m3=self.triton.model_ready("bge_m3")))
         else:
-            unavailable["documents"] = (TEXT_SUFFIXES, _not_served("minilm", "MiniLM"))
+            unavailable["documents"] = (DOCUMENT_SUFFIXES, _not_served("minilm", "MiniLM"))
         if self.triton.model_ready("clip_image"):
             kinds.append(Photos(self.triton, s.data_dir / "thumbnails", max_bytes=s.max_image_bytes,
                                 max_pixels=s.max_image_pixels))
@@ -267,6 +320,7 @@ class SearchService:
                 ready = out["triton"]["live"] and self.triton.model_ready(name)
                 out["triton"]["models"][name] = {"built": built, "ready": bool(ready)}
         out["store"]["collections"] = {name: self.store.count(name) for name in (DOCUMENTS.name, "images")}
+        out["store"]["documents_with_bge_m3"] = self.store.count_where(DOCUMENTS.name, "models", "bge_m3")
         return out
 
 
@@ -280,6 +334,14 @@ def _folder_condition(folder: str) -> models.FieldCondition:
     return models.FieldCondition(key="folders", match=models.MatchValue(value=folder))
 
 
+def _suffix_condition(suffixes) -> models.FieldCondition:
+    """File types as stored (lower case, with the dot): 'PDF' and '.pdf' both mean '.pdf'."""
+    norm = sorted({"." + str(x).strip().lower().lstrip(".") for x in suffixes if str(x).strip(". ")})
+    if not norm:
+        raise BadRequest(f"suffixes: expected file types such as .pdf or jpg, got {list(suffixes)!r}")
+    return models.FieldCondition(key="suffix", match=models.MatchAny(any=norm))
+
+
 def _image_hit(p: models.ScoredPoint) -> ImageHit:
     pl = p.payload or {}
     loc = pl.get("location") or {}
@@ -289,11 +351,12 @@ def _image_hit(p: models.ScoredPoint) -> ImageHit:
                     longitude=loc.get("lon"), thumbnail=pl.get("thumbnail"))
 
 
-def _document_hit(p: models.ScoredPoint) -> DocumentHit:
+def _document_hit(p: models.ScoredPoint, mode: str, scale: float = 1.0) -> DocumentHit:
     pl = p.payload or {}
-    return DocumentHit(score=float(p.score), path=pl.get("path", ""), chunk=int(pl.get("chunk", 0)),
+    return DocumentHit(score=float(p.score) * scale, path=pl.get("path", ""), chunk=int(pl.get("chunk", 0)),
                        text=pl.get("text", ""), sha256=pl.get("sha256", ""), paths=list(pl.get("paths", [])),
-                       start=pl.get("start"), end=pl.get("end"))
+                       start=pl.get("start"), end=pl.get("end"), page=pl.get("page"), title=pl.get("title"),
+                       section=pl.get("section"), mode=mode)
 
 
 def to_json(obj) -> str:

@@ -29,11 +29,23 @@ class CollectionSchema:
     name: str
     vectors: dict[str, models.VectorParams]
     payload_indexes: dict[str, models.PayloadSchemaType] = field(default_factory=dict)
+    sparse_vectors: dict[str, models.SparseVectorParams] = field(default_factory=dict)
 
 
+BGE_DIM = 1024
+# Documents: every chunk has a MiniLM vector; chunks embedded while BGE-M3 is served also have its
+# three (a point may lack named vectors, so one collection serves both set-ups).
 DOCUMENTS = CollectionSchema(
     name="documents",
-    vectors={"minilm": models.VectorParams(size=384, distance=models.Distance.COSINE)},
+    vectors={
+        "minilm": models.VectorParams(size=384, distance=models.Distance.COSINE),
+        "bge_dense": models.VectorParams(size=BGE_DIM, distance=models.Distance.COSINE),
+        # Only used to re-rank what the other vectors found: no HNSW graph (m=0), kept on disk.
+        "bge_colbert": models.VectorParams(
+            size=BGE_DIM, distance=models.Distance.DOT, on_disk=True, hnsw_config=models.HnswConfigDiff(m=0),
+            multivector_config=models.MultiVectorConfig(comparator=models.MultiVectorComparator.MAX_SIM)),
+    },
+    sparse_vectors={"bge_sparse": models.SparseVectorParams(modifier=models.Modifier.IDF)},
     payload_indexes={
         "paths": models.PayloadSchemaType.KEYWORD,
         "folders": models.PayloadSchemaType.KEYWORD,
@@ -42,9 +54,10 @@ DOCUMENTS = CollectionSchema(
         "suffix": models.PayloadSchemaType.KEYWORD,
         "mtime": models.PayloadSchemaType.FLOAT,
         "chunker": models.PayloadSchemaType.KEYWORD,
+        "models": models.PayloadSchemaType.KEYWORD,
+        "page": models.PayloadSchemaType.INTEGER,
     },
 )
-
 
 
 def images_schema(dim: int) -> CollectionSchema:
@@ -124,7 +137,8 @@ class Store:
     def ensure(self, schema: CollectionSchema) -> None:
         name = self.name(schema.name)
         if not self._call(self.client.collection_exists, name):
-            self._call(self.client.create_collection, name, vectors_config=schema.vectors)
+            self._call(self.client.create_collection, name, vectors_config=schema.vectors,
+                       sparse_vectors_config=schema.sparse_vectors or None)
             with warnings.catch_warnings():  # local mode ignores payload indexes (and says so); a server uses them
                 warnings.simplefilter("ignore", UserWarning)
                 for field_name, kind in schema.payload_indexes.items():
@@ -132,8 +146,10 @@ class Store:
             return
         info = self._call(self.client.get_collection, name)
         have = info.config.params.vectors or {}
-        for vec, params in schema.vectors.items():
-            if vec not in have or have[vec].size != params.size:
+        have_sparse = info.config.params.sparse_vectors or {}
+        for vec, params in [*schema.vectors.items(), *schema.sparse_vectors.items()]:
+            ok = vec in have_sparse if isinstance(params, models.SparseVectorParams) else (vec in have and have[vec].size == params.size)
+            if not ok:
                 raise StoreUnavailable(
                     f"collection '{name}' exists with a different vector layout ({vec}); "
                     "delete it or use another SEARCH_COLLECTION_PREFIX"
@@ -183,12 +199,19 @@ class Store:
             if offset is None:
                 return
 
-    def search(self, collection: str, vector_name: str, vector: list[float], *, limit: int,
-               query_filter: models.Filter | None = None, score_threshold: float | None = None) -> list[models.ScoredPoint]:
-        res = self._call(self.client.query_points, self.name(collection), query=vector, using=vector_name,
-                         limit=limit, query_filter=query_filter, score_threshold=score_threshold,
-                         with_payload=True)
+    def search(self, collection: str, vector_name: str | None, query, *, limit: int,
+               query_filter: models.Filter | None = None, score_threshold: float | None = None,
+               prefetch: list[models.Prefetch] | None = None) -> list[models.ScoredPoint]:
+        """One query: a dense vector, a sparse vector, a multivector, or a fusion over ``prefetch``."""
+        res = self._call(self.client.query_points, self.name(collection), query=query, using=vector_name,
+                         prefetch=prefetch, limit=limit, query_filter=query_filter,
+                         score_threshold=score_threshold, with_payload=True)
         return res.points
+
+    def count_where(self, collection: str, key: str, value: object) -> int:
+        if not self.exists(collection):
+            return 0
+        return self._call(self.client.count, self.name(collection), count_filter=_match(key, value), exact=True).count
 
 
 def _match(key: str, value: object) -> models.Filter:

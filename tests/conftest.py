@@ -47,8 +47,10 @@ def triton(model_repo, tmp_path_factory) -> LocalTriton:
 def settings(tmp_path, model_repo, triton, monkeypatch) -> Settings:
     for var in ("QDRANT_URL", "SEARCH_QDRANT_URL", "SEARCH_TRITON_URL", "SEARCH_DATA_DIR"):
         monkeypatch.delenv(var, raising=False)
+    # search_mode: the tiny BGE-M3 is random, so checks of what a query finds use MiniLM; tests of
+    # the BGE-M3 modes (test_hybrid.py) ask for them by name.
     return Settings(data_dir=tmp_path / "data", triton_repo=model_repo,
-                    triton_url=f"127.0.0.1:{triton.grpc_port}")
+                    triton_url=f"127.0.0.1:{triton.grpc_port}", search_mode="semantic")
 
 
 @pytest.fixture

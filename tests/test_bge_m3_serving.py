@@ -12,6 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+import tiny_bge_m3
 from search.models import bge_m3
 from search.models.bge_m3 import BGEM3, colbert_score, encode, sparse_score
 from search.triton.client import TritonClient, text_tensor
@@ -49,7 +50,7 @@ def reference(weights):
         heads[name].load_state_dict(torch.load(weights / f"{name}.pt", map_location="cpu"))
     unused = {tok.cls_token_id, tok.eos_token_id, tok.pad_token_id, tok.unk_token_id}
 
-    def run(text: str, max_length: int = 256) -> dict:
+    def run(text: str, max_length: int = tiny_bge_m3.MAX_TOKENS) -> dict:
         enc = tok([text], truncation=True, max_length=max_length, return_tensors="pt")
         with torch.no_grad():
             h = model(input_ids=enc["input_ids"], attention_mask=enc["attention_mask"]).last_hidden_state
@@ -121,14 +122,14 @@ def test_score_functions():
 
 def test_truncation_is_reported(client, reference):
     full, short = encode(client, [LONG, "short text"])
-    assert full.truncated and full.n_tokens == 256  # the tiny model's own limit (the config says 8192)
+    assert full.truncated and full.n_tokens == tiny_bge_m3.MAX_TOKENS  # the tiny model's own limit (the config says 8192)
     assert not short.truncated
-    assert_same(full, reference(LONG, 256))
+    assert_same(full, reference(LONG, tiny_bge_m3.MAX_TOKENS))
     lowered = encode(client, [LONG, "short text", "a b"], max_length=16)
     assert lowered[0].truncated and lowered[0].n_tokens == 16 and lowered[0].colbert.shape == (15, 1024)
     assert_same(lowered[0], reference(LONG, 16))
     assert_same(lowered[2], reference("a b", 16))
-    assert encode(client, [LONG], max_length=100_000)[0].n_tokens == 256  # never past the model's limit
+    assert encode(client, [LONG], max_length=100_000)[0].n_tokens == tiny_bge_m3.MAX_TOKENS  # never past the model's limit
 
 
 def test_colbert_can_be_skipped(client):
@@ -145,7 +146,7 @@ def test_colbert_can_be_skipped(client):
 def test_optional_inputs_may_be_left_out(client):
     raw = client.infer("bge_m3", {"TEXT": text_tensor(["hello world", LONG])},
                        ["DENSE", "COLBERT", "SPARSE_INDICES", "SPARSE_VALUES", "NUM_TOKENS", "TRUNCATED"])
-    assert raw["NUM_TOKENS"].reshape(-1).tolist()[1] == 256 and raw["TRUNCATED"].reshape(-1).tolist() == [False, True]
+    assert raw["NUM_TOKENS"].reshape(-1).tolist()[1] == tiny_bge_m3.MAX_TOKENS and raw["TRUNCATED"].reshape(-1).tolist() == [False, True]
     assert raw["COLBERT"].shape == (2, 255, 1024)  # padded to the request's longest text
     short = int(raw["NUM_TOKENS"].reshape(-1)[0])
     assert not raw["COLBERT"][0, short - 1:].any()  # zero rows past a text's own vectors

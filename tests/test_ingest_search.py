@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 from qdrant_client import models
 
+from indexer.chunking import Chunker
 from search.config import PROJECT_ROOT
 from search.errors import BadRequest, EmptyCollection
 from search.service import SearchService
@@ -202,6 +203,7 @@ def test_new_chunk_settings_replace_old_chunks(settings, docs):
         after = points(svc)
         assert report.counts["updated"] == len(list(docs.iterdir()))
         assert len(after) == report.embedded_chunks > n_default
-        assert {pl["chunker"] for pl in after.values()} == {"minilm/v2/80/20"}
+        [signature] = {pl["chunker"] for pl in after.values()}
+        assert signature.startswith("minilm+bge_m3:") and signature.endswith(f"/v{Chunker.VERSION}/80/20")
     finally:
         svc.close()

@@ -18,7 +18,8 @@ MULTILINGUAL = [
     "如何重置我的密码？", "パスワードをリセットするには", "Как сбросить пароль?", "كيف أعيد تعيين كلمة المرور",
     "पासवर्ड कैसे रीसेट करें", "VPN von zu Hause 🏠 verbinden 🔒", "café, naïve, Ångström, façade 😀👍",
 ]
-MAX_TOKENS = 256  # the tiny model's context (max_position_embeddings 258)
+# The tiny model's context (max_position_embeddings 514): like BGE-M3's 8192, longer than a chunk.
+MAX_TOKENS = 512
 
 
 def corpus() -> list[str]:
@@ -48,7 +49,7 @@ def save_tokenizer(folder: Path, vocab_size: int = 1500):
 
 def save_tiny_bge_m3(folder: Path) -> Path:
     """One layer, 1024-d like BGE-M3 (the width the committed configs declare; ~7M parameters),
-    a 256-token context; random weights (seed 0), random heads."""
+    a 512-token context; random weights (seed 0), random heads."""
     import torch
     from transformers import XLMRobertaConfig, XLMRobertaModel
     from transformers.utils import logging as hf_logging
@@ -61,7 +62,9 @@ def save_tiny_bge_m3(folder: Path) -> Path:
     torch.manual_seed(0)
     hf_logging.disable_progress_bar()
     XLMRobertaModel(config, add_pooling_layer=False).eval().save_pretrained(str(folder))
-    torch.save(torch.nn.Linear(1024, 1).state_dict(), folder / "sparse_linear.pt")
+    sparse = torch.nn.Linear(1024, 1)
+    torch.nn.init.constant_(sparse.bias, 0.2)  # most token weights positive, some zero: both paths exercised
+    torch.save(sparse.state_dict(), folder / "sparse_linear.pt")
     torch.save(torch.nn.Linear(1024, 1024).state_dict(), folder / "colbert_linear.pt")
     return folder
 

@@ -1,0 +1,209 @@
+"""BGE-M3 document search end to end: PDF/DOCX/HTML/Markdown -> Triton (MiniLM + the tiny random
+BGE-M3) -> one Qdrant point per chunk with four named vectors -> semantic, dense, sparse and
+hybrid queries. The model is random, so these tests check plumbing and exact formulas, not quality."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import subprocess
+import sys
+from collections import Counter
+from pathlib import Path
+
+import numpy as np
+import pytest
+from qdrant_client import models
+
+from doc_fixtures import make_docx, make_html, make_pdf, make_scanned_pdf
+from indexer import pipeline
+from indexer.chunking import Chunker
+from indexer.kinds import Documents
+from search.errors import BadRequest, EmptyCollection
+from search.models import bge_m3
+from search.service import SearchService
+from search.store import DOCUMENTS
+
+PDF_PAGES = [
+    "Travel policy\n\nEmployees book flights through the travel desk at least two weeks ahead.",
+    "Expenses\n\nHotel receipts are uploaded within thirty days. Taxi fares need a receipt too.",
+    "Per diem\n\nMeals abroad are covered by a daily allowance that depends on the country.",
+]
+
+
+@pytest.fixture
+def service(settings):
+    svc = SearchService(settings)
+    yield svc
+    svc.close()
+
+
+@pytest.fixture
+def library(tmp_path, docs) -> Path:
+    """The sample help-desk docs plus one PDF, one DOCX and one HTML page."""
+    (docs / "travel.pdf").write_bytes(make_pdf(PDF_PAGES, title="Travel and expenses"))
+    (docs / "onboarding.docx").write_bytes(make_docx([
+        ("title", "Onboarding guide"), ("h1", "First day"), ("p", "Collect your badge from reception on the ground floor."),
+        ("h1", "Accounts"), ("p", "Your laptop arrives with single sign-on already configured."),
+        ("table", [["System", "Owner"], ["Payroll", "Finance"]])]))
+    (docs / "parking.html").write_bytes(make_html(
+        "<h1>Parking</h1><p>Visitor parking permits are issued by the front desk.</p>"
+        "<script>var hidden = 'never indexed';</script>", title="Parking rules"))
+    return docs
+
+
+def all_points(svc: SearchService, vectors: bool = False) -> list[models.Record]:
+    res, _ = svc.store.client.scroll(svc.store.name(DOCUMENTS.name), limit=10_000, with_payload=True, with_vectors=vectors)
+    return res
+
+
+def test_every_chunk_gets_four_vectors_and_a_citation(service, library):
+    report = service.ingest([library])
+    assert not report.failures and report.counts["indexed"] == 20
+    points = all_points(service, vectors=True)
+    assert {".md", ".pdf", ".docx", ".html"} <= {p.payload["suffix"] for p in points}
+    for p in points:
+        assert set(p.vector) == {"minilm", "bge_dense", "bge_sparse", "bge_colbert"}, p.payload["path"]
+        assert len(p.vector["minilm"]) == 384 and len(p.vector["bge_dense"]) == 1024
+        colbert = np.asarray(p.vector["bge_colbert"])
+        assert colbert.shape[1] == 1024 and np.allclose(np.linalg.norm(colbert, axis=1), 1, atol=1e-4)
+        assert p.payload["models"] == ["minilm", "bge_m3"]
+    pdf = sorted((p.payload for p in points if p.payload["suffix"] == ".pdf"), key=lambda pl: pl["chunk"])
+    assert [pl["page"] for pl in pdf] == [1, 2, 3]  # short pages: one chunk each, never across pages
+    assert all(pl["title"] == "Travel and expenses" for pl in pdf)
+    assert "Hotel receipts" in pdf[1]["text"]
+    docx = {pl["text"]: pl for pl in (p.payload for p in points if p.payload["suffix"] == ".docx")}
+    assert any(pl["section"] in ("First day", "Onboarding guide", "Accounts") for pl in docx.values())
+    html = [p.payload for p in points if p.payload["suffix"] == ".html"]
+    assert html[0]["title"] == "Parking rules" and "never indexed" not in html[0]["text"]
+
+
+def test_exact_passage_is_the_top_hit_in_every_bge_mode(service, library):
+    service.ingest([library])
+    target = next(p.payload for p in all_points(service) if p.payload["suffix"] == ".pdf" and p.payload["page"] == 2)
+    for mode in ("dense", "hybrid"):
+        hits = service.search_documents(target["text"], top_k=3, mode=mode)
+        assert hits[0].path.endswith("travel.pdf") and hits[0].page == 2 and hits[0].mode == mode
+        # The same text gives the same vectors: cosine 1 (dense), mean of per-token best dot = 1 (ColBERT).
+        assert hits[0].score == pytest.approx(1.0, abs=1e-3)
+        assert hits[0].citation == f"{hits[0].path} (p. 2, § Expenses, chunk 1)" or "p. 2" in hits[0].citation
+        assert [h.score for h in hits] == sorted((h.score for h in hits), reverse=True)
+
+
+def test_hybrid_scores_are_bge_m3_colbert_scores(service, library):
+    """The re-rank score Qdrant returns (MAX_SIM, scaled to a mean) equals FlagEmbedding's formula."""
+    service.ingest([library])
+    stored = {(p.payload["path"], p.payload["chunk"]): np.asarray(p.vector["bge_colbert"])
+              for p in all_points(service, vectors=True)}
+    query = "how do I reset my password"
+    q = bge_m3.encode(service.triton, [query])[0]
+    hits = service.search_documents(query, top_k=10, mode="hybrid")
+    assert len(hits) == 10
+    for h in hits:
+        assert h.score == pytest.approx(bge_m3.colbert_score(q.colbert, stored[(h.path, h.chunk)]), abs=1e-4)
+
+
+def test_sparse_scores_are_idf_weighted_lexical_matches(service, library):
+    """Qdrant's IDF modifier: score = sum over shared token ids of idf(t) * q(t) * d(t), with
+    idf(t) = ln((N - n(t) + 0.5) / (n(t) + 0.5) + 1) over the collection."""
+    service.ingest([library])
+    docs = {(p.payload["path"], p.payload["chunk"]): dict(zip(p.vector["bge_sparse"].indices, p.vector["bge_sparse"].values))
+            for p in all_points(service, vectors=True)}
+    df = Counter(t for d in docs.values() for t in d)
+    idf = {t: math.log((len(docs) - n + 0.5) / (n + 0.5) + 1) for t, n in df.items()}
+    query = "receipts for hotel and taxi"
+    q = bge_m3.encode(service.triton, [query], colbert=False)[0].sparse
+    expected = sorted(((sum(idf[t] * w * d.get(t, 0.0) for t, w in q.items() if t in d), key) for key, d in docs.items()),
+                      reverse=True)
+    hits = service.search_documents(query, top_k=5, mode="sparse")
+    assert [h.score for h in hits] == pytest.approx([s for s, _ in expected[:5]], rel=1e-4)
+    assert (hits[0].path, hits[0].chunk) == expected[0][1]
+
+
+def test_auto_mode_falls_back_until_documents_have_bge_vectors(service, library, settings):
+    """Documents embedded while only MiniLM was served: auto = semantic, BGE modes say what to do;
+    once BGE-M3 is served, the next ingest re-embeds them and auto becomes hybrid."""
+    chunker = Chunker(service.chunk_tokenizer(), max_tokens=settings.chunk_tokens, overlap=settings.chunk_overlap)
+    minilm_only = Documents(service.triton, chunker, settings.max_file_bytes, bge_m3=False)
+    pipeline.ingest(service.store, [minilm_only], [library])
+    assert all(p.payload["models"] == ["minilm"] for p in all_points(service))
+    assert service.search_documents("reset password", mode="auto")[0].mode == "semantic"
+    with pytest.raises(EmptyCollection, match="no documents have BGE-M3 vectors yet.*indexer ingest"):
+        service.search_documents("reset password", mode="hybrid")
+    report = service.ingest([library])
+    assert report.counts["updated"] + report.counts["indexed"] == 20 and report.embedded_chunks > 0
+    assert all(p.payload["models"] == ["minilm", "bge_m3"] for p in all_points(service))
+    hits = service.search_documents("reset password", mode="auto")
+    assert hits and hits[0].mode == "hybrid"
+    with pytest.raises(BadRequest, match="mode: must be one of"):
+        service.search_documents("reset password", mode="fuzzy")
+
+
+def test_folder_filter_applies_to_every_mode(service, library, tmp_path):
+    other = tmp_path / "other"
+    other.mkdir()
+    (other / "note.md").write_text("# Hotel receipts\n\nUpload hotel receipts and taxi receipts here.\n")
+    service.ingest([library, other])
+    for mode in ("semantic", "dense", "sparse", "hybrid"):
+        hits = service.search_documents("hotel receipts", top_k=5, mode=mode, folder=str(other))
+        assert hits and {h.path for h in hits} == {str(other / "note.md")}, mode
+
+
+def test_bad_documents_are_reported_and_the_rest_indexed(service, tmp_path):
+    kb = tmp_path / "mixed"
+    kb.mkdir()
+    (kb / "good.pdf").write_bytes(make_pdf(["Quarterly report\n\nRevenue grew in every region."]))
+    (kb / "locked.pdf").write_bytes(make_pdf(["secret"], password="hunter2"))
+    (kb / "scan.pdf").write_bytes(make_scanned_pdf())
+    (kb / "broken.pdf").write_bytes(make_pdf(["cut short " * 200])[:300])
+    (kb / "notes.pdf").write_text("just text with the wrong extension")
+    (kb / "memo.docx").write_text("not a word document")
+    (kb / "latin1.md").write_bytes("caf\xe9 menu".encode("latin-1"))
+    (kb / "page.html").write_bytes(make_html("<p>Visible text survives.</p>", title="A page"))
+    report = service.ingest([kb])
+    failed = {Path(o.path).name: o.reason for o in report.failures}
+    assert set(failed) == {"locked.pdf", "scan.pdf", "broken.pdf", "notes.pdf", "memo.docx", "latin1.md"}, failed
+    assert "encrypted" in failed["locked.pdf"] and "no text layer" in failed["scan.pdf"]
+    assert "not a PDF" in failed["notes.pdf"] and "not a DOCX" in failed["memo.docx"]
+    assert "UTF-8" in failed["latin1.md"]
+    assert all("\n" not in r and "Traceback" not in r and len(r) < 200 for r in failed.values())
+    assert report.counts["indexed"] == 2
+
+
+def test_long_document_is_chunked_within_budget_and_cited_by_page(service, tmp_path, settings):
+    kb = tmp_path / "long"
+    kb.mkdir()
+    paragraph = ("Section {n} explains how the backup service copies every laptop to the data centre at night, "
+                 "how long copies are kept, and who may restore a file for you.")
+    pages = ["\n\n".join(paragraph.format(n=f"{p}.{i}") for i in range(12)) for p in range(1, 6)]
+    (kb / "handbook.pdf").write_bytes(make_pdf(pages, title="IT handbook"))
+    report = service.ingest([kb])
+    outcome = report.outcomes[0]
+    assert outcome.status == "indexed" and outcome.chunks >= 10
+    payloads = [p.payload for p in all_points(service)]
+    tok = service.chunk_tokenizer()
+    assert all(len(tok.encode(pl["text"], add_special_tokens=False).ids) <= settings.chunk_tokens for pl in payloads)
+    assert {pl["page"] for pl in payloads} == {1, 2, 3, 4, 5}
+    assert report.as_dict()["truncated_chunks"] == report.truncated_chunks
+
+
+def test_cli_modes_and_citations(settings, library):
+    svc = SearchService(settings)
+    svc.ingest([library])
+    svc.close()
+    env = {**os.environ, "SEARCH_DATA_DIR": str(settings.data_dir), "SEARCH_TRITON_REPO": str(settings.triton_repo),
+           "SEARCH_TRITON_URL": settings.triton_url, "HF_HUB_OFFLINE": "1"}
+
+    def search(*args):
+        return subprocess.run([sys.executable, "-m", "search", *args], env=env, capture_output=True, text=True, timeout=300)
+
+    for mode in ("semantic", "dense", "sparse", "hybrid"):
+        proc = search("hotel receipts", "--mode", mode, "--json", "-k", "3")
+        assert proc.returncode == 0, proc.stderr
+        hits = json.loads(proc.stdout)["hits"]
+        assert hits and all(h["mode"] == mode and h["citation"].startswith(h["path"]) for h in hits)
+    proc = search("hotel receipts", "--mode", "hybrid", "-k", "20")
+    assert proc.returncode == 0 and "travel.pdf" in proc.stdout and "p. 2" in proc.stdout
+    bad = search("hotel receipts", "--mode", "fuzzy")
+    assert bad.returncode == 2 and "mode: must be one of" in bad.stderr and "Traceback" not in bad.stderr
