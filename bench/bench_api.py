@@ -1,0 +1,159 @@
+"""REST API overhead: document search over HTTP (`search serve`, a real uvicorn in a subprocess)
+with 1, 8 and 32 concurrent clients, next to the same queries through the service layer in-process
+(the app's own SearchService, store lock included). The ratio is what HTTP + FastAPI cost.
+
+    python bench/bench_api.py [--quick] [--repo TRITON_REPO] [--json FILE]
+
+Needs MiniLM built (`search models build`). Starts its own Triton on free ports and indexes
+samples/docs into a temporary data dir; queries are samples/queries.json, semantic mode.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+import httpx  # noqa: E402
+import numpy as np  # noqa: E402
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from bench_minilm import machine  # noqa: E402
+
+from search.api import create_app  # noqa: E402
+from search.config import PROJECT_ROOT, Settings  # noqa: E402
+from search.models import MiniLM, built_triton_models  # noqa: E402
+from search.triton.local import LocalTriton, free_port  # noqa: E402
+
+CLIENTS = (1, 8, 32)
+QUERIES = [q["query"] for q in json.loads((PROJECT_ROOT / "samples" / "queries.json").read_text())]
+
+
+def summary(path: str, clients: int, latencies: list[float], seconds: float) -> dict:
+    ms = np.array(latencies) * 1000
+    return {"path": path, "clients": clients, "requests": len(ms), "rps": round(len(ms) / seconds, 1),
+            "p50_ms": round(float(np.percentile(ms, 50)), 2), "p99_ms": round(float(np.percentile(ms, 99)), 2)}
+
+
+def in_process(svc, n: int, clients: int) -> dict:
+    def one(i: int) -> float:
+        start = time.perf_counter()
+        svc.search_documents(QUERIES[i % len(QUERIES)], top_k=5, mode="semantic")
+        return time.perf_counter() - start
+
+    for i in range(clients):
+        one(i)  # warm-up: one gRPC channel per thread
+    start = time.perf_counter()
+    with ThreadPoolExecutor(clients) as pool:
+        latencies = list(pool.map(one, range(n)))
+    return summary("service in-process", clients, latencies, time.perf_counter() - start)
+
+
+async def over_http(base: str, n: int, clients: int) -> dict:
+    latencies: list[float] = []
+    limits = httpx.Limits(max_connections=clients, max_keepalive_connections=clients)
+    async with httpx.AsyncClient(base_url=base, limits=limits, timeout=60) as client:
+        async def one(i: int) -> float:
+            start = time.perf_counter()
+            r = await client.post("/search/documents", json={"query": QUERIES[i % len(QUERIES)], "top_k": 5,
+                                                              "mode": "semantic"})
+            r.raise_for_status()
+            return time.perf_counter() - start
+
+        await asyncio.gather(*(one(i) for i in range(clients)))  # warm-up: open the connections
+
+        async def worker(ids: range) -> None:
+            for i in ids:
+                latencies.append(await one(i))
+
+        start = time.perf_counter()
+        await asyncio.gather(*(worker(range(w, n, clients)) for w in range(clients)))
+    return summary("HTTP (uvicorn, FastAPI)", clients, latencies, time.perf_counter() - start)
+
+
+def start_api(settings: Settings, port: int) -> subprocess.Popen:
+    env = {**os.environ, "SEARCH_DATA_DIR": str(settings.data_dir), "SEARCH_TRITON_REPO": str(settings.triton_repo),
+           "SEARCH_TRITON_URL": settings.triton_url, "SEARCH_SEARCH_MODE": "semantic"}
+    env.pop("QDRANT_URL", None)
+    env.pop("SEARCH_QDRANT_URL", None)
+    code = "from search.api import serve; from search.config import Settings; serve(Settings(), '127.0.0.1', %d)" % port
+    proc = subprocess.Popen([sys.executable, "-c", code], env=env, cwd=PROJECT_ROOT,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            sys.exit(f"the API exited: {proc.stderr.read().decode()[-2000:]}")
+        try:
+            if httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=1).status_code == 200:
+                return proc
+        except httpx.HTTPError:
+            time.sleep(0.2)
+    proc.kill()
+    sys.exit("the API did not answer /healthz within 60 s")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--quick", action="store_true", help="few requests (a smoke run)")
+    ap.add_argument("--repo", type=Path, help="Triton model repository [default: the setting triton_repo]")
+    ap.add_argument("--json", type=Path, help="also write the results here")
+    args = ap.parse_args()
+    repo = args.repo or Settings().triton_repo
+    if not MiniLM().is_built(repo):
+        sys.exit(f"build the model first: search models build (no MiniLM in {repo})")
+    n = 64 if args.quick else 1000
+
+    tmp = Path(tempfile.mkdtemp(prefix="bench-api-"))
+    server = LocalTriton(repo, tmp / "triton", http_port=free_port(), grpc_port=free_port(), metrics_port=free_port(),
+                         models=[m for m in built_triton_models(repo) if m.startswith("minilm")]).start()
+    rows: list[dict] = []
+    try:
+        settings = Settings(data_dir=tmp / "data", triton_repo=repo, triton_url=f"127.0.0.1:{server.grpc_port}",
+                            qdrant_url=None, search_mode="semantic")
+        # In-process first: the embedded store admits one process at a time.
+        app = create_app(settings)
+        backend = app.state.backend
+        try:
+            report = backend.service().ingest([PROJECT_ROOT / "samples" / "docs"])
+            rows += [in_process(backend.service(), n, c) for c in CLIENTS]
+        finally:
+            backend.close()
+        port = free_port()
+        api = start_api(settings, port)
+        try:
+            rows += [asyncio.run(over_http(f"http://127.0.0.1:{port}", n, c)) for c in CLIENTS]
+        finally:
+            api.terminate()
+            api.wait(timeout=30)
+    finally:
+        server.stop()
+        shutil.rmtree(tmp, ignore_errors=True)
+
+    results = {"machine": machine(), "chunks": report.embedded_chunks, "rows": rows}
+    print(f"machine: {results['machine']}")
+    print(f"index: samples/docs, {results['chunks']} chunks; {n} requests per row, top_k 5, semantic (MiniLM)")
+    print(f"{'path':26} {'clients':>7} {'req/s':>8} {'p50 ms':>8} {'p99 ms':>8}")
+    for r in rows:
+        print(f"{r['path']:26} {r['clients']:>7} {r['rps']:>8.1f} {r['p50_ms']:>8.2f} {r['p99_ms']:>8.2f}")
+    for c in CLIENTS:
+        local, http = (next(r for r in rows if r["clients"] == c and r["path"] == p)
+                       for p in ("service in-process", "HTTP (uvicorn, FastAPI)"))
+        print(f"{c:>2} clients: HTTP / in-process throughput = {http['rps'] / local['rps']:.2f}x, "
+              f"p50 overhead = {http['p50_ms'] - local['p50_ms']:+.2f} ms")
+    if args.json:
+        args.json.write_text(json.dumps(results, indent=2))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,329 @@
+"""The REST API against the real local Triton and the embedded store (nothing mocked): every
+endpoint's success path and its 4xx cases, the API key, path escapes, size limits, and a
+schemathesis run over the OpenAPI spec that must never get a 5xx."""
+
+from __future__ import annotations
+
+import io
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import numpy as np
+import pytest
+import schemathesis
+from fastapi.testclient import TestClient
+from hypothesis import HealthCheck
+from hypothesis import settings as fuzz_settings
+from PIL import Image
+from schemathesis.checks import not_a_server_error
+from starlette_testclient import TestClient as RequestsTestClient  # the requests-based client schemathesis sends with
+
+from search.api import create_app
+from search.triton.local import free_port
+
+KEY = "s3cret-key"
+
+
+def make_client(settings, **update) -> TestClient:
+    return TestClient(create_app(settings.model_copy(update=update)))
+
+
+@pytest.fixture
+def client(settings):
+    with make_client(settings) as c:
+        yield c
+
+
+def wait(client: TestClient, response, timeout: float = 120, headers=None) -> dict:
+    """The finished job behind a 202."""
+    assert response.status_code == 202, response.text
+    job_id = response.json()["job_id"]
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        job = client.get(f"/ingest/jobs/{job_id}", headers=headers).json()
+        if job["state"] in ("done", "failed"):
+            return job
+        time.sleep(0.1)
+    raise AssertionError(f"job {job_id} still {job['state']}")
+
+
+def photo(path: Path, seed: int, fmt: str = "JPEG") -> Path:
+    blocks = np.random.default_rng(seed).integers(0, 256, (6, 8, 3), dtype=np.uint8)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    Image.fromarray(blocks).resize((160, 120), Image.NEAREST).save(path, fmt)
+    return path
+
+
+def image_bytes(seed: int) -> bytes:
+    buf = io.BytesIO()
+    Image.fromarray(np.random.default_rng(seed).integers(0, 256, (32, 32, 3), dtype=np.uint8)).save(buf, "PNG")
+    return buf.getvalue()
+
+
+def fails(response, status: int, field: str) -> None:
+    """A 4xx whose message names the field."""
+    assert response.status_code == status, response.text
+    assert field in response.json()["detail"], response.json()
+
+
+# -- health
+def test_health_ready_and_docs(client):
+    assert client.get("/healthz").json() == {"status": "ok"}
+    ready = client.get("/readyz")
+    assert ready.status_code == 200, ready.text
+    body = ready.json()
+    assert body["ready"] and body["triton"]["live"] and body["qdrant"]["reachable"]
+    assert body["triton"]["models"]["minilm"] is True and "clip_text" in body["triton"]["models"]
+    assert client.get("/openapi.json").json()["paths"].keys() >= {"/search/documents", "/ingest", "/readyz"}
+    assert client.get("/docs").status_code == 200
+
+
+@pytest.mark.filterwarnings("ignore:Failed to obtain server version")  # the Qdrant URL points nowhere on purpose
+def test_readyz_reports_triton_and_qdrant_separately(settings):
+    with make_client(settings, triton_url=f"127.0.0.1:{free_port()}") as c:
+        r = c.get("/readyz")
+        assert r.status_code == 503 and r.json()["triton"]["live"] is False and r.json()["qdrant"]["reachable"] is True
+    with make_client(settings, qdrant_url=f"http://127.0.0.1:{free_port()}") as c:
+        r = c.get("/readyz")
+        body = r.json()
+        assert r.status_code == 503 and body["triton"]["live"] is True and body["qdrant"]["reachable"] is False
+        assert "not reachable" in body["qdrant"]["error"]
+        fails(c.get("/collections"), 503, "not reachable")
+
+
+# -- documents
+def test_ingest_a_folder_then_search_documents(settings, docs):
+    with make_client(settings, api_roots=[docs]) as c:
+        job = wait(c, c.post("/ingest", json={"paths": [str(docs)]}))
+        n = len(list(docs.iterdir()))
+        assert job["state"] == "done" and job["files_done"] == job["files_total"] == n
+        assert job["counts"] == {"indexed": n} and job["report"]["indexed"] == n and not job["failures"]
+        assert [j["id"] for j in c.get("/ingest/jobs").json()["jobs"]] == [job["id"]]
+        counts = c.get("/collections").json()
+        assert counts["collections"]["documents"] >= n and counts["collections"]["images"] == 0
+
+        r = c.post("/search/documents", json={"query": "reset password", "top_k": 3, "mode": "semantic"})
+        assert r.status_code == 200, r.text
+        body = r.json()
+        top = body["hits"][0]
+        assert top["path"] == str(docs / "reset-password.md") and 0 < top["score"] <= 1.0001
+        assert {"score", "path", "page", "chunk", "text", "citation", "section"} <= top.keys()
+        assert body["context"].startswith(f"[1] {top['citation']}\n") and "[3] " in body["context"]
+        assert len(body["hits"]) == 3
+
+        auto = c.post("/search/documents", json={"query": "reset password", "mode": "auto"}).json()
+        assert auto["hits"] and len(auto["hits"]) == 5
+        assert c.post("/search/documents", json={"query": "reset password", "min_score": 0.999}).json()["hits"] == []
+        elsewhere = c.post("/search/documents", json={"query": "reset password", "folder": str(docs / "none")})
+        assert elsewhere.status_code == 200 and elsewhere.json()["hits"] == []
+
+
+def test_search_before_anything_is_indexed_is_409(client):
+    fails(client.post("/search/documents", json={"query": "reset password"}), 409, "nothing indexed yet")
+    fails(client.post("/search/images", json={"text": "a dog"}), 409, "no photos indexed yet")
+
+
+@pytest.mark.parametrize("body, status, field", [
+    ({"query": "x", "top_k": 0}, 422, "top_k"),
+    ({"query": "x", "top_k": 101}, 422, "top_k"),
+    ({"query": "x", "top_k": "many"}, 422, "top_k"),
+    ({"query": ""}, 422, "query"),
+    ({"query": "   "}, 400, "query"),
+    ({"query": "x" * 2001}, 422, "query"),
+    ({"top_k": 3}, 422, "query"),
+    ({"query": "x", "mode": "telepathy"}, 422, "mode"),
+    ({"query": "x", "min_score": "high"}, 422, "min_score"),
+    (b'{"query": "\\ud800"}', 422, "query"),  # a lone surrogate (valid JSON, not valid text)
+    (None, 422, "body"),
+])
+def test_invalid_document_searches_name_the_field(client, body, status, field):
+    if isinstance(body, bytes):
+        r = client.post("/search/documents", content=body, headers={"content-type": "application/json"})
+    else:
+        r = client.post("/search/documents", json=body)
+    fails(r, status, field)
+
+
+def test_malformed_json_is_a_422(client):
+    r = client.post("/search/documents", content=b"{not json", headers={"content-type": "application/json"})
+    assert r.status_code == 422 and "JSON" in r.json()["detail"]
+
+
+def test_searches_are_answered_while_an_ingest_job_runs(settings, docs):
+    with make_client(settings, api_roots=[docs]) as c:
+        wait(c, c.post("/ingest", json={"paths": [str(docs)]}))
+        for i, f in enumerate(sorted(docs.iterdir())):  # every file changes: the next job re-embeds all
+            f.write_text(f.read_text() + f"\n\nRevision note {i}.\n")
+        running = c.post("/ingest", json={"paths": [str(docs)]})
+        with ThreadPoolExecutor(4) as pool:
+            codes = list(pool.map(lambda _: c.post("/search/documents", json={"query": "printer jam"}).status_code,
+                                  range(16)))
+        assert codes == [200] * 16
+        assert wait(c, running)["counts"] == {"updated": len(list(docs.iterdir()))}
+
+
+# -- server-side paths
+def test_paths_outside_the_roots_are_rejected(settings, docs, tmp_path):
+    outside = tmp_path / "private"
+    outside.mkdir()
+    (outside / "secret.md").write_text("the root password is hunter2")
+    linked = tmp_path / "kb2"
+    linked.mkdir()
+    (linked / "leak.md").symlink_to(outside / "secret.md")
+    (docs / "escape").symlink_to(outside)
+    with make_client(settings, api_roots=[docs, linked]) as c:
+        for raw in ("/etc", "/etc/passwd", f"{docs}/../private", f"{docs}/../private/secret.md",
+                    f"{docs}/escape", f"{docs}/escape/secret.md", f"{linked}/leak.md", "/nonexistent/x.md"):
+            fails(c.post("/ingest", json={"paths": [raw]}), 403, "paths[0]")
+        fails(c.post("/ingest", json={"paths": [str(linked)]}), 403, "symlink")  # a folder with a link out
+        fails(c.post("/ingest", json={"paths": [str(docs), "/etc"]}), 403, "paths[1]")
+        fails(c.post("/ingest", json={"paths": ["kb/printer.md"]}), 400, "absolute")
+        fails(c.post("/ingest", json={"paths": [f"{docs}/missing.md"]}), 404, "paths[0]")
+        fails(c.post("/ingest", json={"paths": [f"{docs}/a\u0000b"]}), 400, "paths[0]")
+        fails(c.post("/ingest", json={"paths": []}), 422, "paths")
+        fails(c.post("/ingest", json={"paths": [str(docs)], "prune": "sometimes"}), 422, "prune")
+        assert c.get("/ingest/jobs").json()["jobs"] == []  # nothing was started
+        fails(c.get("/ingest/jobs/nope"), 404, "job_id")
+    with make_client(settings) as c:  # no roots configured: uploads only
+        fails(c.post("/ingest", json={"paths": [str(docs)]}), 403, "outside the folders")
+
+
+# -- uploads
+def test_upload_then_search_and_upload_limits(settings):
+    note = b"# Parking\n\nVisitor parking permits for the blue garage are issued by reception on level 2.\n"
+    with make_client(settings) as c:
+        job = wait(c, c.post("/ingest/upload", files=[("files", ("parking.md", note, "text/markdown")),
+                                                      ("files", ("extra.bin", b"\x00\x01", "application/octet-stream"))]))
+        assert job["state"] == "done" and job["counts"] == {"indexed": 1}, job
+        hit = c.post("/search/documents", json={"query": "visitor parking permit", "top_k": 1}).json()["hits"][0]
+        assert hit["path"].startswith(str((settings.data_dir / "uploads").resolve())) and hit["path"].endswith("/parking.md")
+
+        fails(c.post("/ingest/upload", files=[("files", (".env", b"X=1", "text/plain"))]), 400, "files[0]")
+        fails(c.post("/ingest/upload", files=[("files", ("a.md", b"x", "text/plain")), ("files", ("a.md", b"y", "text/plain"))]),
+              400, "files")
+        fails(c.post("/ingest/upload", data={"nothing": "here"}), 422, "files")
+    with make_client(settings, max_upload_bytes=1000, max_request_bytes=5000) as c:
+        fails(c.post("/ingest/upload", files=[("files", ("ok.md", b"fine", "text/plain")),
+                                              ("files", ("big.md", b"x" * 2000, "text/plain"))]), 413, "files[1] (big.md)")
+        fails(c.post("/ingest/upload", files=[("files", ("huge.md", b"x" * 6000, "text/plain"))]), 413, "body")
+        fails(c.post("/search/documents", content=b"{" + b" " * 6000 + b"}", headers={"content-type": "application/json"}),
+              413, "max_request_bytes")
+
+        def chunked():  # no Content-Length: the limit applies while the body streams in
+            yield b'{"query": "'
+            yield b"x" * 6000
+            yield b'"}'
+        fails(c.post("/search/documents", content=chunked(), headers={"content-type": "application/json"}), 413, "body")
+        assert not c.get("/ingest/jobs").json()["jobs"]
+
+
+def test_oversized_upload_leaves_no_files_behind(settings):
+    with make_client(settings, max_upload_bytes=1000) as c:
+        r = c.post("/ingest/upload", files=[("files", ("ok.md", b"fine", "text/plain")),
+                                            ("files", ("big.md", b"x" * 2000, "text/plain"))])
+        assert r.status_code == 413
+    assert not list((settings.data_dir / "uploads").glob("*/*"))
+
+
+# -- photos
+def test_photo_search_by_text_and_by_upload(settings, tmp_path):
+    album = tmp_path / "album"
+    for i in range(3):
+        photo(album / f"p{i}.jpg", i)
+    photo(album / "p3.png", 3, "PNG")
+    with make_client(settings, api_roots=[album]) as c:
+        job = wait(c, c.post("/ingest", json={"paths": [str(album)]}))
+        assert job["counts"] == {"indexed": 4}, job
+        assert c.get("/collections").json()["collections"]["images"] == 4
+
+        r = c.post("/search/images", json={"text": "a red car", "top_k": 2})
+        assert r.status_code == 200, r.text
+        hits = r.json()["hits"]
+        assert len(hits) == 2 and all(h["path"].startswith(str(album)) and -1 <= h["score"] <= 1 for h in hits)
+        assert len(c.post("/search/images", json={"text": "x", "folder": str(album), "sort": "newest"}).json()["hits"]) == 4
+
+        like = c.post("/search/images/like", files={"image": ("q.png", (album / "p3.png").read_bytes(), "image/png")},
+                      data={"top_k": "3"})
+        assert like.status_code == 200, like.text
+        assert like.json()["hits"][0]["path"] == str(album / "p3.png") and len(like.json()["hits"]) == 3
+        filtered = c.post("/search/images/like", files={"image": ("q.png", image_bytes(9), "image/png")},
+                          data={"after": "2020-01-01"})
+        assert filtered.status_code == 200 and filtered.json()["hits"] == []  # no EXIF dates
+
+        fails(c.post("/search/images", json={"text": "x", "after": "last tuesday"}), 400, "after")
+        fails(c.post("/search/images", json={"text": "x", "near": "51.5,-0.1"}), 400, "near")
+        fails(c.post("/search/images", json={"text": "x", "sort": "random"}), 422, "sort")
+        fails(c.post("/search/images", json={"text": ""}), 422, "text")
+        fails(c.post("/search/images/like", files={"image": ("q.png", b"not an image", "image/png")}), 400, "like")
+        fails(c.post("/search/images/like", files={"image": ("q.png", image_bytes(1), "image/png")}, data={"top_k": "0"}),
+              422, "top_k")
+        fails(c.post("/search/images/like", files={"image": ("q.png", image_bytes(1), "image/png")}, data={"near": "x"}),
+              400, "near")
+        fails(c.post("/search/images/like", data={"top_k": "3"}), 422, "image")
+    with make_client(settings, max_upload_bytes=100) as c:
+        fails(c.post("/search/images/like", files={"image": ("q.png", image_bytes(1), "image/png")}), 413, "image")
+
+
+# -- API key
+def test_api_key_for_every_endpoint(settings):
+    with make_client(settings, api_key=KEY) as c:
+        assert c.get("/healthz").status_code == 200  # liveness probes carry no key
+        for r in (c.get("/readyz"), c.get("/collections"), c.post("/search/documents", json={"query": "x"}),
+                  c.post("/ingest", json={"paths": ["/etc"]}), c.get("/ingest/jobs")):
+            fails(r, 401, "X-API-Key")
+        fails(c.get("/collections", headers={"X-API-Key": "guess"}), 401, "wrong API key")
+        ok = {"X-API-Key": KEY}
+        assert c.get("/collections", headers=ok).status_code == 200
+        assert c.get("/readyz", headers=ok).status_code == 200
+        fails(c.post("/search/documents", json={"query": "x"}, headers=ok), 409, "nothing indexed")
+        fails(c.post("/ingest", json={"paths": ["/etc"]}, headers=ok), 403, "paths[0]")  # past the key check
+        job = wait(c, c.post("/ingest/upload", files={"files": ("n.md", b"# Note\n\nhello", "text/markdown")}, headers=ok),
+                   headers=ok)
+        assert job["counts"] == {"indexed": 1}
+
+
+def test_api_key_for_writes_only(settings):
+    with make_client(settings, api_key=KEY, api_key_scope="writes") as c:
+        assert c.get("/collections").status_code == 200
+        fails(c.post("/search/documents", json={"query": "x"}), 409, "nothing indexed")
+        fails(c.post("/ingest", json={"paths": ["/etc"]}), 401, "X-API-Key")
+        fails(c.post("/ingest/upload", files={"files": ("n.md", b"x", "text/markdown")}), 401, "X-API-Key")
+        fails(c.get("/ingest/jobs"), 401, "X-API-Key")
+        fails(c.post("/ingest", json={"paths": ["/etc"]}, headers={"X-API-Key": KEY}), 403, "paths[0]")
+
+
+def test_an_unknown_key_scope_is_refused(settings):
+    with pytest.raises(ValueError, match="api_key_scope"):
+        create_app(settings.model_copy(update={"api_key_scope": "sometimes"}))
+
+
+# -- schema fuzzing: whatever the spec allows a client to send, the answer is never a 5xx
+@pytest.fixture
+def fuzz_client(settings, docs, tmp_path):
+    """One client for every generated case (schemathesis' own ASGI transport would run the app's
+    start-up and shut-down around each request, reopening the store every time)."""
+    album = tmp_path / "album"
+    for i in range(2):
+        photo(album / f"p{i}.jpg", i)
+    app = create_app(settings.model_copy(update={"api_roots": [docs, album], "max_upload_bytes": 200_000}))
+    app.state.backend.service().ingest([docs, album])  # so searches reach Triton and the store
+    with RequestsTestClient(app) as client:
+        yield client
+
+
+@pytest.fixture
+def fuzz_schema(fuzz_client):
+    return schemathesis.from_dict(fuzz_client.app.openapi(), base_url="http://testserver")
+
+
+schemathesis.experimental.OPEN_API_3_1.enable()  # FastAPI writes OpenAPI 3.1
+fuzz = schemathesis.from_pytest_fixture("fuzz_schema")
+
+
+@fuzz.parametrize()
+@fuzz_settings(max_examples=50, deadline=None,
+               suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much, HealthCheck.data_too_large,
+                                      HealthCheck.function_scoped_fixture])
+def test_fuzz_openapi_no_server_errors(case, fuzz_client):
+    case.call_and_validate(session=fuzz_client, checks=(not_a_server_error,))

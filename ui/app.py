@@ -1,0 +1,194 @@
+"""The search page: `search ui` (or `streamlit run ui/app.py`).
+
+Every query goes through search.service.SearchService, like the CLI and the REST API; this file
+only turns widgets into service calls and hits into HTML. Settings come from the environment
+(SEARCH_DATA_DIR, SEARCH_TRITON_URL, SEARCH_TRITON_REPO, QDRANT_URL, ... see search/config.py).
+"""
+
+from __future__ import annotations
+
+import html
+import re
+from dataclasses import dataclass
+from datetime import UTC, date, datetime, time, timedelta
+from functools import partial
+from pathlib import Path
+
+import streamlit as st
+
+from indexer.images import IMAGE_SUFFIXES
+from indexer.loaders import DOCUMENT_SUFFIXES
+from search.config import Settings
+from search.errors import ServiceError
+from search.service import MAX_TOP_K, ImageFilters, SearchService
+
+
+@dataclass(frozen=True)
+class Mode:
+    label: str
+    kind: str  # "documents" | "text2image" | "image2image"; a new kind (e.g. OFA entailment) adds a renderer below
+    doc_mode: str | None = None  # SearchService.search_documents(mode=...)
+
+
+# Order = order on the page; the first is the default. OFA entailment joins this list when it is served.
+MODES = (
+    Mode("Documents: semantic", "documents", "semantic"),
+    Mode("Documents: hybrid", "documents", "hybrid"),
+    Mode("Photos: text to image", "text2image"),
+    Mode("Photos: image to image", "image2image"),
+)
+DOC_TYPES = tuple(sorted(DOCUMENT_SUFFIXES))  # what the indexer reads, so the lists stay in step
+PHOTO_TYPES = tuple(sorted(IMAGE_SUFFIXES))
+GRID_COLUMNS = 4
+_MARKUP = re.compile(r"^#{1,6}[ \t]+", re.M)
+
+
+@st.cache_resource
+def service() -> SearchService:
+    # One per process: the embedded Qdrant store can be opened by only one client at a time.
+    return SearchService(Settings())
+
+
+def main() -> None:
+    st.set_page_config(page_title="Search", page_icon=":mag:", layout="wide")
+    st.title("Search")
+    svc = service()
+    try:
+        status = svc.status()
+    except ServiceError as exc:
+        st.error(str(exc))
+        return
+    opts = sidebar(status)
+    mode = st.radio("Mode", MODES, format_func=lambda m: m.label, horizontal=True)
+    blocker = empty_state(status, mode)
+    if blocker:
+        (st.error if blocker.startswith("Triton") else st.info)(blocker)
+        return
+    try:
+        if mode.kind == "documents":
+            documents_page(svc, mode, opts)
+        else:
+            photos_page(svc, mode, opts)
+    except ServiceError as exc:  # one line that says what to do, never a traceback
+        st.error(str(exc))
+
+
+def sidebar(status: dict) -> dict:
+    with st.sidebar:
+        st.header("Filters")
+        folder = st.text_input("Folder", placeholder="/path/to/folder", help="only files under this folder")
+        types = st.multiselect("File type", DOC_TYPES + PHOTO_TYPES, help="only files of these types")
+        dates = st.date_input("Taken between (photos)", value=(), format="YYYY-MM-DD")
+        camera = st.text_input("Camera (photos)", placeholder="e.g. canon eos")
+        min_score = st.slider("Relevance threshold", 0.0, 1.0, 0.0, 0.01,
+                              help="hide hits that score below this (0 = show all)")
+        top_k = st.number_input("Results", 1, MAX_TOP_K, 8)
+        st.divider()
+        st.header("Status")
+        t, s = status["triton"], status["store"]
+        st.caption(f"Triton {t['url']}: {'live' if t['live'] else 'down'}")
+        st.caption("Models: " + ", ".join(f"{n} {'✓' if m['ready'] else '✗'}" for n, m in t["models"].items()))
+        st.caption(f"Store {s['location']}")
+        st.caption(", ".join(f"{n}: {c}" for n, c in s["collections"].items()))
+    after, before = _date_range(dates)
+    return {"folder": folder.strip() or None, "types": tuple(types), "min_score": min_score or None,
+            "top_k": int(top_k), "filters": ImageFilters(after=after, before=before, camera=camera.strip() or None,
+                                                         folder=folder.strip() or None, suffixes=tuple(types))}
+
+
+def _date_range(dates) -> tuple[float | None, float | None]:
+    """The picked days as UTC unix seconds [first day 00:00, day after the last)."""
+    def ts(d: date) -> float:
+        return datetime.combine(d, time(), UTC).timestamp()
+    if len(dates) == 2:
+        return ts(dates[0]), ts(dates[1] + timedelta(days=1))
+    if len(dates) == 1:  # the second click is still to come
+        return ts(dates[0]), None
+    return None, None
+
+
+def empty_state(status: dict, mode: Mode) -> str | None:
+    """What the user must do before this mode can answer, or None."""
+    t, counts = status["triton"], status["store"]["collections"]
+    if not t["live"]:
+        return f"Triton is not reachable at {t['url']}: start it with `search triton up`"
+    ready = {n for n, m in t["models"].items() if m["ready"]}
+    if mode.kind == "documents":
+        if not counts.get("documents"):
+            return "Nothing indexed yet: run `indexer ingest PATH` (e.g. `indexer ingest samples/docs`)"
+        if mode.doc_mode == "hybrid" and "bge_m3" not in ready:
+            return "Hybrid search needs the BGE-M3 model: run `search models build`, then restart Triton"
+        if "minilm" not in ready:
+            return "Document search needs the MiniLM model: run `search models build`, then restart Triton"
+        return None
+    if not {"clip_text", "clip_image"} <= ready:
+        return "Photos need the CLIP model: run `search models build`, then restart Triton"
+    if not counts.get("images"):
+        return "No photos indexed yet: run `indexer ingest ./photos`"
+    return None
+
+
+def documents_page(svc: SearchService, mode: Mode, opts: dict) -> None:
+    query = st.text_input("Query", placeholder="e.g. reset password", key="doc_query")
+    if not query.strip():
+        return
+    hits = svc.search_documents(query, top_k=opts["top_k"], min_score=opts["min_score"],
+                                folder=opts["folder"], mode=mode.doc_mode, suffixes=opts["types"])
+    if not hits:
+        st.info("No passage matches: lower the relevance threshold or loosen the filters.")
+        return
+    st.caption(f"{len(hits)} passages ({mode.doc_mode} scores)")
+    for i, hit in enumerate(hits):
+        with st.container(border=True):
+            head, button = st.columns([5, 1])
+            head.markdown(f"**{Path(hit.path).name}** · score {hit.score:.3f}")
+            head.caption(hit.citation)
+            source = Path(hit.path)
+            if source.is_file():  # a browser cannot open file:// links from a page, so serve the file
+                button.download_button("Open source", partial(source.read_bytes), file_name=source.name,
+                                       key=f"src{i}")
+            st.html(f'<div style="line-height:1.5">{highlight(hit.text, query)}</div>')
+
+
+def highlight(text: str, query: str) -> str:
+    """The passage as HTML with the query's words (and words starting with them) marked."""
+    text = _MARKUP.sub("", text).replace("**", "")  # heading hashes and bold marks are noise in a snippet
+    safe = html.escape(" ".join(text.split()))
+    words = sorted({w for w in re.findall(r"\w+", query.lower()) if len(w) > 2}, key=len, reverse=True)
+    if not words:
+        return safe
+    pattern = re.compile(r"\b(" + "|".join(map(re.escape, words)) + r")\w*", re.IGNORECASE)
+    return pattern.sub(lambda m: f"<mark>{m.group(0)}</mark>", safe)
+
+
+def photos_page(svc: SearchService, mode: Mode, opts: dict) -> None:
+    kwargs = {"top_k": opts["top_k"], "min_score": opts["min_score"], "filters": opts["filters"]}
+    if mode.kind == "text2image":
+        text = st.text_input("Describe the photo", placeholder="e.g. a beach at sunset", key="photo_query")
+        if not text.strip():
+            return
+        hits = svc.search_images(text, **kwargs)
+    else:
+        upload = st.file_uploader("Example photo", type=[t.lstrip(".") for t in PHOTO_TYPES])
+        if upload is None:
+            return
+        st.image(upload.getvalue(), caption="your example", width=160)
+        hits = svc.search_images(like=upload.getvalue(), **kwargs)
+    if not hits:
+        st.info("No photo matches: lower the relevance threshold or loosen the filters.")
+        return
+    st.caption(f"{len(hits)} photos")
+    for row in range(0, len(hits), GRID_COLUMNS):
+        for col, hit in zip(st.columns(GRID_COLUMNS), hits[row: row + GRID_COLUMNS], strict=False):
+            with col.container(border=True):
+                picture = hit.thumbnail if hit.thumbnail and Path(hit.thumbnail).is_file() else hit.path
+                st.image(picture, width="stretch")
+                st.markdown(f"**{Path(hit.path).name}** · {hit.score:.3f}")
+                meta = [hit.taken, hit.camera, f"{hit.width}×{hit.height}" if hit.width else None,
+                        f"{hit.latitude:.4f}, {hit.longitude:.4f}" if hit.latitude is not None else None]
+                st.caption(" · ".join(m for m in meta if m) or "no EXIF")
+                st.caption(hit.path)
+
+
+if __name__ == "__main__":  # streamlit runs the file as __main__; tests import highlight()
+    main()
