@@ -269,6 +269,25 @@ def _child_env(settings: Settings) -> dict[str, str]:
 
 @app.command()
 @guarded
+def serve(
+    ctx: typer.Context,
+    host: str = typer.Option(None, "--host", help="Address to bind \\[default: 127.0.0.1, env SEARCH_API_HOST]."),
+    port: int = typer.Option(None, "--port", help="Port \\[default: 8080, env SEARCH_API_PORT]."),
+) -> None:
+    """Start the REST API for bots (FastAPI + uvicorn): search, ingest jobs, health; docs at /docs."""
+    from search.api import serve as run_api  # noqa: PLC0415
+
+    settings: Settings = ctx.obj
+    out.print(f"REST API on http://{host or settings.api_host}:{port or settings.api_port} "
+              "(OpenAPI docs at /docs; Ctrl+C stops it)")
+    try:
+        run_api(settings, host, port)
+    except KeyboardInterrupt:
+        raise typer.Exit(0) from None
+
+
+@app.command()
+@guarded
 def ui(
     ctx: typer.Context,
     host: str = typer.Option(None, "--host", help="Address to bind \\[default: 127.0.0.1, env SEARCH_API_HOST]."),

@@ -110,3 +110,34 @@ def test_photo_search_from_the_command_line(env, tmp_path):
     one_line_error(run(env, "--images", "x", "--after", "yesterday"), "after")
     proc = run(env, "reset password", "--camera", "canon")
     assert proc.returncode == 2 and "--camera only apply to photo search" in proc.stderr
+
+
+def test_search_serve_answers_the_readme_example(env, docs):
+    """`search serve` as a bot meets it: the README's curl body over real HTTP, then a clean stop."""
+    import httpx  # noqa: PLC0415
+    import signal  # noqa: PLC0415
+    import time  # noqa: PLC0415
+
+    assert run(env, "ingest", str(docs), module="indexer").returncode == 0
+    port = free_port()
+    proc = subprocess.Popen([sys.executable, "-m", "search", "serve", "--port", str(port)], env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            assert proc.poll() is None, proc.stderr.read()
+            try:
+                if httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=1).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                pass
+            assert time.monotonic() < deadline, "search serve did not answer within 60 s"
+            time.sleep(0.2)
+        r = httpx.post(f"http://127.0.0.1:{port}/search/documents", json={"query": "reset password", "top_k": 3})
+        assert r.status_code == 200, r.text
+        body = r.json()
+        assert body["hits"][0]["path"].endswith("reset-password.md") and body["context"].startswith("[1] ")
+    finally:
+        proc.send_signal(signal.SIGINT)
+        proc.wait(timeout=30)
+    assert "Traceback" not in proc.stderr.read()
