@@ -21,5 +21,8 @@ cat <<MSG
 
 Done. Try your own:   source .venv/bin/activate && search "your question"
 Index your files:     indexer ingest ~/Documents
+REST API for bots:    search serve   (then: curl -s http://127.0.0.1:8080/search/documents \\
+                        -H 'content-type: application/json' -d '{"query": "reset password"}')
+Search page:          search ui      (http://127.0.0.1:8501)
 Stop the server:      search triton down
 MSG
