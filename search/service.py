@@ -293,17 +293,12 @@ class SearchService:
         return checked + [h for i, h in enumerate(hits) if verdicts.get(i) is None]
 
     def _entail_many(self, images: list[bytes], text: str) -> list:
-        """Verdicts for many photos, None for one the model refuses (a request with one bad image
-        fails whole, so such a batch is retried photo by photo)."""
+        """Verdicts for many photos (one request each: ofa.PAIRS_PER_REQUEST), None for a photo the
+        model refuses (undecodable), so one bad file cannot sink the others."""
         from tritonclient.utils import InferenceServerException  # noqa: PLC0415
 
         from search.models import ofa  # noqa: PLC0415
 
-        try:
-            return ofa.entail(self.triton, images, [text] * len(images))
-        except InferenceServerException as exc:
-            if "INVALID_ARG" not in str(exc.status() or ""):
-                raise
         out = []
         for data in images:
             try:

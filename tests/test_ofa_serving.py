@@ -171,10 +171,12 @@ def client(triton) -> TritonClient:
 
 
 def serve(client: TritonClient, items) -> dict[str, np.ndarray]:
-    return client.infer("ofa_ve", {"IMAGE": ofa.image_tensor([d for d, _, _ in items]),
-                                   "HYPOTHESIS": text_tensor([h for _, h, _ in items]),
-                                   "PREMISE": text_tensor([p or "" for _, _, p in items])},
-                        ["PROBS", "LOGITS", "LABEL", "TRUNCATED"])
+    """Requests of up to 2 pairs (the configs' max_batch_size), outputs concatenated."""
+    outs = [client.infer("ofa_ve", {"IMAGE": ofa.image_tensor([d for d, _, _ in chunk]),
+                                    "HYPOTHESIS": text_tensor([h for _, h, _ in chunk]),
+                                    "PREMISE": text_tensor([p or "" for _, _, p in chunk])},
+                         ["PROBS", "LOGITS", "LABEL", "TRUNCATED"]) for chunk in (items[:2], items[2:4]) if chunk]
+    return {k: np.concatenate([o[k] for o in outs]) for k in outs[0]}
 
 
 def by_label(answer_order: np.ndarray) -> np.ndarray:
@@ -371,10 +373,13 @@ def test_verify_reranks_clip_hits_through_triton_and_qdrant(service, tmp_path):
     kept = service.search_images(query, top_k=6, verify=True, min_entailment=cut)
     assert kept == [h for h in verified if h.entailment >= cut] and len(kept) < len(verified)
     # a photo that can no longer be read stays, last and unverified; bad arguments are 4xx-style errors
-    gone = verified[0].path
+    gone, broken = verified[0].path, verified[1].path
     os.remove(gone)
+    Path(broken).write_bytes(b"no longer a JPEG")
     again = service.search_images(query, top_k=6, verify=True)
-    assert again[-1].path == gone and again[-1].entailment is None
+    assert {h.path for h in again[-2:]} == {gone, broken} and all(h.entailment is None for h in again[-2:])
+    assert all(h.entailment is not None for h in again[:-2])
+    assert len(service.search_images(query, top_k=6, verify=True, min_entailment=0.0)) == 4
     for kwargs, words in (({"like": photos / "p1.jpg", "verify": True}, "verify: needs a text query"),
                           ({"text": query, "min_entailment": 0.5}, "applies only with verify"),
                           ({"text": query, "verify": True, "min_entailment": 2.0}, "0..1")):
@@ -395,14 +400,10 @@ def test_cli_entail_and_verify(settings, tmp_path):
     assert shown.returncode == 0, shown.stderr
     assert re.search(r"^(entailment|neutral|contradiction)\s+entailment 0\.\d{3} · neutral 0\.\d{3} · contradiction 0\.\d{3}",
                      shown.stdout), shown.stdout
-    as_json = json.loads(run("entail", str(photos / "p0.jpg"), "there are two dogs", "--json").stdout)
-    assert set(as_json["probs"]) == set(ofa.LABELS) and as_json["truncated"] is False
-    long = run("entail", str(photos / "p0.jpg"), "dog " * 100)
-    assert long.returncode == 0 and "truncated" in long.stderr
-    for args, words in (((str(photos / "p0.jpg"), ""), "hypothesis: must not be empty"),
-                        ((str(tmp_path / "missing.jpg"), "two dogs"), "no such file")):
-        bad = run("entail", *args)
-        assert bad.returncode == 2 and "Traceback" not in bad.stderr and words in bad.stderr, bad.stderr
+    long = run("entail", str(photos / "p0.jpg"), "dog " * 100, "--json")
+    assert long.returncode == 0 and json.loads(long.stdout)["truncated"] is True
+    bad = run("entail", str(photos / "p0.jpg"), "")
+    assert bad.returncode == 2 and "Traceback" not in bad.stderr and "hypothesis: must not be empty" in bad.stderr
     junk = tmp_path / "junk.jpg"
     junk.write_bytes(b"junk")
     bad = run("entail", str(junk), "two dogs")
@@ -411,5 +412,31 @@ def test_cli_entail_and_verify(settings, tmp_path):
     found = run("--images", "two dogs playing", "--verify", "--top-k", "3")
     assert found.returncode == 0, found.stderr
     assert len(re.findall(r"entails 0\.\d{3} \((entailment|neutral|contradiction)\)", found.stdout)) == 3, found.stdout
-    misuse = run("two dogs", "--verify")
-    assert misuse.returncode == 2 and "--images" in misuse.stderr
+
+
+def test_rest_api_entail_and_verify(settings, tmp_path):
+    from fastapi.testclient import TestClient
+
+    from search.api import create_app
+
+    photos = album(tmp_path)
+    data = (photos / "p0.jpg").read_bytes()
+    with TestClient(create_app(settings)) as c:
+        r = c.post("/entail", files={"image": ("p0.jpg", data, "image/jpeg")}, data={"hypothesis": "there are two dogs"})
+        assert r.status_code == 200, r.text
+        body = r.json()
+        assert body["label"] in ofa.LABELS and set(body["probs"]) == set(ofa.LABELS) and body["truncated"] is False
+        with_premise = c.post("/entail", files={"image": ("p0.jpg", data, "image/jpeg")},
+                              data={"hypothesis": "two dogs", "premise": "animals outside"}).json()
+        assert with_premise["premise"] == "animals outside"
+        for files, form, status, field in (
+                ({"image": ("x.jpg", b"junk", "image/jpeg")}, {"hypothesis": "two dogs"}, 400, "image"),
+                ({"image": ("p0.jpg", data, "image/jpeg")}, {"hypothesis": ""}, 422, "hypothesis"),
+                ({"image": ("p0.jpg", data, "image/jpeg")}, {"hypothesis": "..."}, 400, "hypothesis"),
+                ({}, {"hypothesis": "two dogs"}, 422, "image")):
+            bad = c.post("/entail", files=files, data=form)
+            assert bad.status_code == status and field in bad.text, bad.text
+        c.app.state.backend.service().ingest([photos])
+        hits = c.post("/search/images", json={"text": "two dogs", "top_k": 4, "verify": True}).json()["hits"]
+        assert len(hits) == 4 and [h["entailment"] for h in hits] == sorted((h["entailment"] for h in hits), reverse=True)
+        assert c.post("/search/images", json={"text": "two dogs", "verify": True, "min_entailment": 3}).status_code == 422

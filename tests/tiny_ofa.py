@@ -37,7 +37,17 @@ def save_tokenizer(folder: Path, vocab_size: int = 600) -> int:
     return len(vocab)
 
 
-def save_tiny_ofa(folder: Path, prompt_type: str = "prev_output") -> Path:
+TINY = {"d_model": 64, "encoder_layers": 2, "decoder_layers": 2, "encoder_attention_heads": 4, "decoder_attention_heads": 4,
+        "encoder_ffn_dim": 128, "decoder_ffn_dim": 128, "resnet_type": "resnet18"}
+# modelscope's OFA-base (README table; configuration_ofa.py): the benchmark's size
+BASE = {"d_model": 768, "encoder_layers": 6, "decoder_layers": 6, "encoder_attention_heads": 12, "decoder_attention_heads": 12,
+        "encoder_ffn_dim": 3072, "decoder_ffn_dim": 3072, "resnet_type": "resnet101"}
+OFA_VOCAB = 59457  # BART's 50265 + 9192 OFA tokens
+
+
+def save_tiny_ofa(folder: Path, prompt_type: str = "prev_output", size: dict = TINY, full_vocab: bool = False) -> Path:
+    """``size``: TINY (tests) or BASE (bench: OFA-base's shapes, the embedding table padded to the
+    real 59457 rows when ``full_vocab``, the tokenizer still the small one)."""
     import torch
 
     from search.models.ofa_arch.configuration_ofa import OFAConfig
@@ -45,9 +55,8 @@ def save_tiny_ofa(folder: Path, prompt_type: str = "prev_output") -> Path:
 
     folder.mkdir(parents=True, exist_ok=True)
     n_vocab = save_tokenizer(folder) + 8192 + 1000  # + <code_i> and <bin_i>, as OFATokenizer adds
-    cfg = OFAConfig(vocab_size=n_vocab, d_model=64, encoder_layers=2, decoder_layers=2, encoder_attention_heads=4,
-                    decoder_attention_heads=4, encoder_ffn_dim=128, decoder_ffn_dim=128, resnet_type="resnet18",
-                    dropout=0.0, max_position_embeddings=1024, token_bucket_size=256, image_bucket_size=42)
+    cfg = OFAConfig(vocab_size=OFA_VOCAB if full_vocab else n_vocab, **size, dropout=0.0, max_position_embeddings=1024,
+                    token_bucket_size=256, image_bucket_size=42)
     torch.manual_seed(0)
     model = OFAModel(cfg).eval()
     with torch.no_grad():  # less trivial than the default init: varied norms, wide embeddings (peaked answers)

@@ -35,7 +35,10 @@ import numpy as np
 from search.models.base import BuildReport, ServedModel, WeightsUnavailable, check_config_dims, export_checked
 from search.triton.client import TritonClient, text_tensor
 
-BATCH = 8  # max_batch_size of the ofa_ve models (each image is 3×480×480 floats)
+# max_batch_size of the ofa_ve models is 2: on CPU a batch costs ~1.9 GB of activations per pair
+# (OFA-base at 480 px, onnxruntime) and is slower per pair than one at a time (docs/ofa.md), so the
+# client sends one pair per request; the dynamic batcher pairs up concurrent requests only.
+PAIRS_PER_REQUEST = 1
 IMAGE_SIZE = 480  # the committed configs' patch_images dims (OFA's SNLI-VE checkpoints use 480)
 ANSWERS = ("no", "yes", "maybe")  # OFA's snli_ve ans2label order: the ONNX graph's answer_logits order
 RELATION = {"yes": "entailment", "no": "contradiction", "maybe": "neutral"}
@@ -268,16 +271,12 @@ def fix_graph(tmp: Path, dest: Path) -> None:
     import onnx  # noqa: PLC0415
     from onnx import TensorProto, helper  # noqa: PLC0415
 
-    m = onnx.load(str(tmp), load_external_data=False)
+    m = onnx.load(str(tmp), load_external_data=False)  # types first: over 2 GB the weights live in files
+    inferred = onnx.shape_inference.infer_shapes(m)
+    types = {v.name: v.type.tensor_type.elem_type for v in [*inferred.graph.value_info, *inferred.graph.output]}
     scattered = {e.value for t in m.graph.initializer for e in t.external_data if e.key == "location"}
     if scattered:
         onnx.load_external_data_for_model(m, str(tmp.parent))
-    types = {}
-    try:
-        inferred = onnx.shape_inference.infer_shapes(m)
-        types = {v.name: v.type.tensor_type.elem_type for v in [*inferred.graph.value_info, *inferred.graph.output]}
-    except Exception:  # noqa: BLE001 - over 2 GB shape inference needs a file; then check Where inputs below
-        pass
     nodes = []
     for k, n in enumerate(m.graph.node):
         if n.op_type == "Where" and types.get(n.output[0]) == TensorProto.BOOL:
@@ -315,8 +314,8 @@ def entail(client: TritonClient, images: list[bytes], hypotheses: list[str],
     if not (len(images) == len(hypotheses) == len(premises)):
         raise ValueError("images, hypotheses and premises must have the same length")
     out: list[Entailment] = []
-    for start in range(0, len(images), BATCH):
-        sl = slice(start, start + BATCH)
+    for start in range(0, len(images), PAIRS_PER_REQUEST):
+        sl = slice(start, start + PAIRS_PER_REQUEST)
         res = client.infer("ofa_ve", {"IMAGE": image_tensor(images[sl]), "HYPOTHESIS": text_tensor(hypotheses[sl]),
                                       "PREMISE": text_tensor([p or "" for p in premises[sl]])},
                            ["PROBS", "LABEL", "TRUNCATED"])
