@@ -271,11 +271,9 @@ class SearchService:
         return hits
 
     def _verify(self, text: str, hits: list[ImageHit], min_entailment: float | None) -> list[ImageHit]:
-        """Re-rank by P(entailment) of ``text`` per photo (OFA, in batches). A photo whose file can no
-        longer be read or decoded is kept last, unverified (dropped under a threshold)."""
+        """Re-rank by P(entailment) of ``text`` per photo (OFA). A photo whose file can no longer be
+        read or decoded is kept last, unverified (dropped under a threshold)."""
         from dataclasses import replace  # noqa: PLC0415
-
-        from search.models import ofa  # noqa: PLC0415
 
         self._require("ofa_ve", "OFA")
         readable = {}

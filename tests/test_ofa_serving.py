@@ -200,8 +200,9 @@ def test_served_logits_and_probs_equal_the_reference(client, reference):
     items = mixed_batch()
     res = serve(client, items)
     raw, scores, probs = reference.score(items)
-    assert np.abs(res["LOGITS"] - by_label(raw)).max() <= TOL
-    assert np.abs(res["PROBS"] - by_label(probs)).max() <= TOL
+    d_logits, d_probs = np.abs(res["LOGITS"] - by_label(raw)).max(), np.abs(res["PROBS"] - by_label(probs)).max()
+    print(f"served vs reference: max |Δ logits| {d_logits:.1e}, max |Δ probs| {d_probs:.1e}")  # docs/ofa.md records it
+    assert d_logits <= TOL and d_probs <= TOL
     # the one-step rule: softmax of the three logits == the trie-constrained scoring
     assert np.abs(by_label(scores) - np.log(res["PROBS"])).max() <= TOL
     labels = [["entailment", "neutral", "contradiction"][i] for i in by_label(probs).argmax(1)]
