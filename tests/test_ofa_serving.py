@@ -441,3 +441,25 @@ def test_rest_api_entail_and_verify(settings, tmp_path):
         hits = c.post("/search/images", json={"text": "two dogs", "top_k": 4, "verify": True}).json()["hits"]
         assert len(hits) == 4 and [h["entailment"] for h in hits] == sorted((h["entailment"] for h in hits), reverse=True)
         assert c.post("/search/images", json={"text": "two dogs", "verify": True, "min_entailment": 3}).status_code == 422
+
+
+def test_weights_in_external_files_are_gathered_into_one(model_repo, ve, tmp_path):
+    # What the exporter does over 2 GB (OFA-large): one file per tensor next to the graph. fix_graph
+    # must gather them into model.onnx.data and give the same numbers (checked here on the tiny graph).
+    import onnx
+    import onnxruntime as ort
+
+    src = model_repo / "ofa_ve_onnx/1/model.onnx"
+    tmp, dest = tmp_path / "model.onnx.tmp", tmp_path / "model.onnx"
+    onnx.save(onnx.load(str(src)), str(tmp), save_as_external_data=True, all_tensors_to_one_file=False, size_threshold=0)
+    scattered = set(p.name for p in tmp_path.iterdir()) - {tmp.name}
+    assert len(scattered) > 10
+    ofa.fix_graph(tmp, dest)
+    os.replace(tmp, dest)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["model.onnx", "model.onnx.data"]
+    srcs = [step.encode_text(Tokenizer(model_repo), ve, "two dogs")[0]]
+    ids, dec, last = step.pad_batch(srcs, ve)
+    feeds = {"input_ids": ids, "patch_images": np.zeros((1, 3, 480, 480), np.float32), "decoder_input_ids": dec,
+             "last_index": last}
+    run = [ort.InferenceSession(str(f), providers=["CPUExecutionProvider"]).run(None, feeds)[0] for f in (src, dest)]
+    assert np.array_equal(run[0], run[1])
