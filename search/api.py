@@ -94,6 +94,9 @@ class ImageQuery(PhotoFilters):
     top_k: TopK = 12
     min_score: Score | None = None
     sort: Literal[SORTS] = "score"
+    verify: bool = Field(False, description="re-rank the top_k hits by OFA's probability that each photo entails the text")
+    min_entailment: Annotated[float, Field(ge=0, le=1)] | None = Field(
+        None, description="with verify: drop photos whose entailment probability is below this")
 
 
 class IngestPaths(BaseModel):
@@ -321,8 +324,18 @@ def create_app(settings: Settings) -> FastAPI:
     @reads.post("/search/images", tags=["search"], summary="Photos that match a text (CLIP)")
     def search_images(body: ImageQuery) -> dict:
         hits = backend.service().search_images(body.text, top_k=body.top_k, min_score=body.min_score,
-                                               filters=body.to_filters(), sort=body.sort)
+                                               filters=body.to_filters(), sort=body.sort, verify=body.verify,
+                                               min_entailment=body.min_entailment)
         return {"text": body.text, "hits": [h.as_dict() for h in hits]}
+
+    @reads.post("/entail", tags=["search"], summary="Does the uploaded photo support the hypothesis? (OFA visual entailment)")
+    async def entail(hypothesis: Annotated[str, Form(min_length=1, max_length=20000, examples=["there are two dogs"])],
+                     image: UploadFile = File(description="the photo"),
+                     premise: Annotated[str | None, Form(max_length=20000, description="an optional text premise")] = None) -> dict:
+        data = await _read_limited(image, "image", settings.max_upload_bytes)
+        verdict = await run_in_threadpool(backend.service().entail, data, _utf8(hypothesis),
+                                          _utf8(premise) if premise else None)
+        return {"image": image.filename, "hypothesis": hypothesis, "premise": premise, **verdict.as_dict()}
 
     @reads.post("/search/images/like", tags=["search"], summary="Photos that look like the uploaded one")
     async def search_like(image: UploadFile = File(description="the example photo"),

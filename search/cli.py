@@ -70,6 +70,10 @@ def query(
                              "re-ranked by ColBERT), [bold]dense[/], [bold]sparse[/] (BGE-M3 lexical weights), "
                              "[bold]semantic[/] (MiniLM), or [bold]auto[/]: hybrid when BGE-M3 is served and "
                              "the documents have its vectors, else semantic \\[default: auto; env: SEARCH_SEARCH_MODE]."),
+    verify: bool = typer.Option(False, "--verify", help="With --images: re-rank the top-k photos by OFA's probability "
+                                "that each one entails TEXT (visual entailment), and show it."),
+    min_entailment: float = typer.Option(None, "--min-entailment", min=0.0, max=1.0,
+                                         help="With --verify: hide photos whose entailment probability is below this."),
     as_json: bool = typer.Option(False, "--json", help="Print machine-readable JSON."),
 ) -> None:
     """Find the passages that best match TEXT, or photos with --images / --like."""
@@ -78,6 +82,10 @@ def query(
     photo_only = {"--after": after, "--before": before, "--camera": camera, "--near": near}
     if (images or like) and mode:
         fail("--mode applies to document search; photos are always searched with CLIP", 2)
+    if (verify or min_entailment is not None) and not images:
+        fail("--verify and --min-entailment apply to photo search by text: add --images", 2)
+    if min_entailment is not None and not verify:
+        fail("--min-entailment needs --verify", 2)
     svc = _service(ctx)
     try:
         if images or like:
@@ -86,7 +94,8 @@ def query(
                 before=parse_date(before, "before") if before else None,
                 camera=camera, near=parse_near(near) if near else None, folder=str(folder) if folder else None,
                 suffixes=tuple(file_type or ()))
-            hits = svc.search_images(text, like=like, top_k=top_k or 12, min_score=min_score, filters=filters, sort=sort)
+            hits = svc.search_images(text, like=like, top_k=top_k or 12, min_score=min_score, filters=filters, sort=sort,
+                                     verify=verify, min_entailment=min_entailment)
         else:
             used = [flag for flag, v in photo_only.items() if v] + (["--sort"] if sort != "score" else [])
             if used:
@@ -101,18 +110,48 @@ def query(
         print(to_json({"query": text, "like": str(like) if like else None, "hits": [h.as_dict() for h in hits]}))
         return
     if not hits:
-        err.print("nothing matched" + (f" above --min-score {min_score}" if min_score is not None else ""))
+        err.print("nothing matched" + (f" above --min-score {min_score}" if min_score is not None else "")
+                  + (f" with entailment ≥ {min_entailment}" if min_entailment is not None else ""))
         raise typer.Exit(1)
     for rank, h in enumerate(hits, 1):
         head = f"[bold]{rank}.[/] [green]{h.score:.3f}[/]  [cyan]{display_path(h.path)}[/]"
         if images or like:
             facts = [h.taken, h.camera, f"{h.width}×{h.height}" if h.width else None,
                      f"{h.latitude:.5f},{h.longitude:.5f}" if h.latitude is not None else None]
+            if verify:
+                head += (f"  [magenta]entails {h.entailment:.3f}[/] [dim]({h.entailment_label})[/]"
+                         if h.entailment is not None else "  [yellow]not verified (file unreadable)[/]")
             out.print(head + "  [dim]" + " · ".join(f for f in facts if f) + "[/]", highlight=False, soft_wrap=True)
         else:
             where = [f"p. {h.page}" if h.page else None, f"§ {h.section}" if h.section else None, f"chunk {h.chunk}", h.mode]
             out.print(f"{head} [dim]({', '.join(w for w in where if w)})[/]", highlight=False, soft_wrap=True)
             out.print(f"   {h.snippet()}", highlight=False, soft_wrap=True)
+
+
+@app.command()
+@guarded
+def entail(
+    ctx: typer.Context,
+    photo: Path = typer.Argument(..., help="The photo (JPEG, PNG, WebP, ...)."),
+    hypothesis: str = typer.Argument(..., help="A statement about the photo, e.g. \"there are two dogs\"."),
+    premise: str = typer.Option(None, "--premise", help="A text premise given with the photo (OFA's text1)."),
+    as_json: bool = typer.Option(False, "--json", help="Print machine-readable JSON."),
+) -> None:
+    """Does PHOTO support HYPOTHESIS? OFA visual entailment: entailment, neutral or contradiction,
+    with the three probabilities."""
+    svc = _service(ctx)
+    try:
+        verdict = svc.entail(photo, hypothesis, premise)
+    finally:
+        svc.close()
+    if as_json:
+        print(to_json({"photo": str(photo), "hypothesis": hypothesis, "premise": premise, **verdict.as_dict()}))
+        return
+    colour = {"entailment": "green", "contradiction": "red"}.get(verdict.label, "yellow")
+    probs = " · ".join(f"{k} {v:.3f}" for k, v in verdict.probs.items())
+    out.print(f"[bold {colour}]{verdict.label}[/]  {probs}", highlight=False)
+    if verdict.truncated:
+        err.print("note: the text was longer than the model takes and was truncated (max_src_length)")
 
 
 @app.command()
@@ -220,6 +259,10 @@ def models_build(
     bge_m3_source: str = typer.Option(None, "--bge-m3-source", help="A local BGE-M3 folder (Hugging Face XLM-RoBERTa "
                                       "model + tokenizer + sparse_linear.pt + colbert_linear.pt) or a Hugging Face id "
                                       "(default BAAI/bge-m3) \\[env: SEARCH_BGE_M3_SOURCE]."),
+    ofa_source: str = typer.Option(None, "--ofa-source", help="OFA visual entailment: a local ModelScope checkpoint "
+                                   "folder (config.json, pytorch_model.bin, configuration.json, vocab.json, merges.txt), "
+                                   "e.g. from `modelscope download --model iic/ofa_visual-entailment_snli-ve_large_en "
+                                   "--local_dir DIR` on a connected machine \\[env: SEARCH_OFA_SOURCE]."),
     force: bool = typer.Option(False, "--force", help="Export again even when the files are up to date."),
 ) -> None:
     """Export every model family whose weights can be reached into triton_repo/."""
@@ -227,8 +270,9 @@ def models_build(
 
     settings: Settings = ctx.obj
     sources = {"minilm": minilm_source or settings.minilm_source, "clip": clip_source or settings.clip_source,
-               "bge_m3": bge_m3_source or settings.bge_m3_source}
-    explicit = {"minilm": minilm_source is not None, "clip": clip_source is not None, "bge_m3": bge_m3_source is not None}
+               "bge_m3": bge_m3_source or settings.bge_m3_source, "ofa": ofa_source or settings.ofa_source}
+    explicit = {"minilm": minilm_source is not None, "clip": clip_source is not None, "bge_m3": bge_m3_source is not None,
+                "ofa": ofa_source is not None}
     missing, explicit_missing = 0, 0
     for fam in FAMILIES:
         with err.status(f"exporting {fam.family}…"):

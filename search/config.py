@@ -51,6 +51,9 @@ class Settings(BaseSettings):
     clip_source: str = "openai/clip-vit-base-patch32"
     # BGE-M3: a local folder (Hugging Face XLM-R + sparse_linear.pt + colbert_linear.pt) or a hub id.
     bge_m3_source: str = "BAAI/bge-m3"
+    # OFA visual entailment: a local ModelScope checkpoint folder, or a ModelScope hub id (fetched
+    # only where the `modelscope` package is installed and its hub answers).
+    ofa_source: str = "iic/ofa_visual-entailment_snli-ve_large_en"
 
     # Ingest
     chunk_tokens: int = 200

@@ -72,6 +72,9 @@ class ImageHit:
     latitude: float | None = None
     longitude: float | None = None
     thumbnail: str | None = None
+    # --verify: OFA's probability that the photo entails the query, and its label (None: not verified)
+    entailment: float | None = None
+    entailment_label: str | None = None
 
     @property
     def taken(self) -> str | None:
@@ -228,14 +231,22 @@ class SearchService:
 
     def search_images(self, text: str | None = None, *, like: Path | bytes | None = None, top_k: int = 12,
                       min_score: float | None = None, filters: ImageFilters = ImageFilters(),
-                      sort: str = "score") -> list[ImageHit]:
+                      sort: str = "score", verify: bool = False, min_entailment: float | None = None) -> list[ImageHit]:
         """Text-to-image (``text``) or image-to-image (``like``, a photo's path or bytes) search over the
-        photo collection; filters first, then the ``min_score`` cut-off, then the sort."""
+        photo collection; filters first, then the ``min_score`` cut-off, then (``verify``) the re-rank
+        of the top-k hits by OFA's entailment probability of ``text`` (hits below ``min_entailment``
+        dropped), then the sort."""
         from search.models import clip  # noqa: PLC0415
 
         text = (text or "").strip() or None
         if (text is None) == (like is None):
             raise BadRequest("give either a text query or an example image (like), not both or neither")
+        if min_entailment is not None and not verify:
+            raise BadRequest("min_entailment: applies only with verify")
+        if min_entailment is not None and not 0 <= min_entailment <= 1:
+            raise BadRequest(f"min_entailment: must be a probability in 0..1, got {min_entailment}")
+        if verify and text is None:
+            raise BadRequest("verify: needs a text query (it checks that each photo entails the text)")
         if not 1 <= top_k <= MAX_TOP_K:
             raise BadRequest(f"top_k: must be between 1 and {MAX_TOP_K}, got {top_k}")
         if sort not in SORTS:
@@ -252,10 +263,95 @@ class SearchService:
         points = self.store.search("images", "clip", vector.tolist(), limit=top_k,
                                    query_filter=filters.to_qdrant(), score_threshold=min_score)
         hits = [_image_hit(p) for p in points]
+        if verify:
+            hits = self._verify(text, hits, min_entailment)
         if sort != "score":
             dated = sorted((h for h in hits if h.taken_at is not None), key=lambda h: h.taken_at, reverse=sort == "newest")
             hits = dated + [h for h in hits if h.taken_at is None]
         return hits
+
+    def _verify(self, text: str, hits: list[ImageHit], min_entailment: float | None) -> list[ImageHit]:
+        """Re-rank by P(entailment) of ``text`` per photo (OFA). A photo whose file can no longer be
+        read or decoded is kept last, unverified (dropped under a threshold)."""
+        from dataclasses import replace  # noqa: PLC0415
+
+        self._require("ofa_ve", "OFA")
+        readable = {}
+        for i, h in enumerate(hits):
+            try:
+                readable[i] = self._read_image(Path(h.path), "image")
+            except BadRequest:
+                continue
+        verdicts = dict(zip(readable, self._entail_many(list(readable.values()), text)))
+        checked = [replace(h, entailment=v.probs["entailment"], entailment_label=v.label)
+                   for i, h in enumerate(hits) if (v := verdicts.get(i)) is not None]
+        checked.sort(key=lambda h: h.entailment, reverse=True)  # stable: CLIP's order breaks ties
+        if min_entailment is not None:
+            return [h for h in checked if h.entailment >= min_entailment]
+        return checked + [h for i, h in enumerate(hits) if verdicts.get(i) is None]
+
+    def _entail_many(self, images: list[bytes], text: str) -> list:
+        """Verdicts for many photos (one request each: ofa.PAIRS_PER_REQUEST), None for a photo the
+        model refuses (undecodable), so one bad file cannot sink the others."""
+        from tritonclient.utils import InferenceServerException  # noqa: PLC0415
+
+        from search.models import ofa  # noqa: PLC0415
+
+        out = []
+        for data in images:
+            try:
+                out.append(ofa.entail(self.triton, [data], [text])[0])
+            except InferenceServerException as exc:
+                if "INVALID_ARG" not in str(exc.status() or ""):
+                    raise
+                out.append(None)
+        return out
+
+    def entail(self, image: Path | str | bytes, hypothesis: str, premise: str | None = None):
+        """Does the photo (a path or its bytes) support ``hypothesis``, optionally given a text
+        ``premise``? An ``ofa.Entailment``: label, the three probabilities, truncated."""
+        from tritonclient.utils import InferenceServerException  # noqa: PLC0415
+
+        from search.models import ofa  # noqa: PLC0415
+
+        hypothesis = (hypothesis or "").strip()
+        if not hypothesis:
+            raise BadRequest("hypothesis: must not be empty")
+        premise = (premise or "").strip() or None
+        data = image if isinstance(image, bytes) else self._read_image(Path(image), "image")
+        if not data:
+            raise BadRequest("image: the image is empty (0 bytes)")
+        if len(data) > self.settings.max_image_bytes:
+            raise BadRequest(f"image: too large: {len(data) / 1e6:.1f} MB > {self.settings.max_image_bytes / 1e6:.1f} MB limit")
+        self._require("ofa_ve", "OFA")
+        try:
+            return ofa.entail(self.triton, [data], [hypothesis], [premise])[0]
+        except InferenceServerException as exc:
+            if "INVALID_ARG" not in str(exc.status() or ""):
+                raise
+            msg = (exc.message() or str(exc)).split("in ensemble 'ofa_ve', ")[-1]
+            for tensor in ("HYPOTHESIS", "IMAGE"):  # the step names the tensor at fault
+                if msg.startswith(tensor + ": "):
+                    raise BadRequest(f"{tensor.lower()}: {msg[len(tensor) + 2:]}") from None
+            raise BadRequest(f"image: {msg}") from None
+
+    def _require(self, model: str, family: str) -> None:
+        if not self.triton.model_ready(model):
+            raise ModelNotReady(_not_served(model, family))
+
+    def _read_image(self, path: Path, field_name: str) -> bytes:
+        path = path.expanduser()
+        try:
+            if path.stat().st_size > self.settings.max_image_bytes:
+                raise BadRequest(f"{field_name}: {path}: too large: {path.stat().st_size / 1e6:.1f} MB > "
+                                 f"{self.settings.max_image_bytes / 1e6:.1f} MB limit")
+            return path.read_bytes()
+        except FileNotFoundError:
+            raise BadRequest(f"{field_name}: {path}: no such file") from None
+        except IsADirectoryError:
+            raise BadRequest(f"{field_name}: {path}: is a directory, not an image") from None
+        except OSError as exc:
+            raise BadRequest(f"{field_name}: {path}: cannot be read ({exc.strerror or exc})") from None
 
     def _example_image(self, like: Path | bytes) -> bytes:
         from indexer.images import BadImage, decode_photo, open_photo  # noqa: PLC0415

@@ -18,19 +18,21 @@ from search.triton.local import LocalTriton, free_port  # noqa: E402
 
 import tiny_bge_m3  # noqa: E402  (tests/ is on sys.path: the tiny random BGE-M3 helper)
 import tiny_clip  # noqa: E402  (tests/ is on sys.path: the tiny random CLIP helper)
+import tiny_ofa  # noqa: E402  (tests/ is on sys.path: the tiny random OFA helper)
 
 SAMPLES = PROJECT_ROOT / "samples" / "docs"
 
 
 @pytest.fixture(scope="session")
 def model_repo(tmp_path_factory) -> Path:
-    """A copy of triton_repo/ with MiniLM, a tiny random CLIP and a tiny random BGE-M3 exported into it (the checkout stays untouched)."""
+    """A copy of triton_repo/ with MiniLM, a tiny random CLIP, BGE-M3 and OFA exported into it (the checkout stays untouched)."""
     repo = tmp_path_factory.mktemp("models") / "triton_repo"
     shutil.copytree(PROJECT_ROOT / "triton_repo", repo)
     report = MiniLM().build(repo, "package")
     assert report.status in ("built", "up to date"), report.detail  # a fresh clone always exports
     tiny_clip.build_into(repo, tmp_path_factory.mktemp("tiny-clip"))  # random weights: tests only
     tiny_bge_m3.build_into(repo, tmp_path_factory.mktemp("tiny-bge-m3"))  # random weights: tests only
+    tiny_ofa.build_into(repo, tmp_path_factory.mktemp("tiny-ofa"))  # random weights: tests only
     return repo
 
 

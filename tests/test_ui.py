@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import re
 import subprocess
 import sys
 import time
@@ -149,6 +150,23 @@ def test_search_page_documents_and_photos(settings, docs, tmp_path, app_factory,
     expect(page.get_by_text("your example")).to_be_visible(timeout=WAIT_MS)
     expect(hit_names(page, ".jpg").first).to_have_text(photos[2].name, timeout=WAIT_MS)
     shot(page, "3-image-to-image")
+
+    page.get_by_text("Photos: text to image").click()  # the OFA toggle re-ranks and shows the probability
+    page.get_by_text("Verify with OFA").click()
+    box = page.get_by_label("Describe the photo")
+    box.fill("a red barn")
+    box.press("Enter")
+    expect(page.get_by_text(re.compile(r"^entails 0\.\d{3}"))).to_have_count(len(photos), timeout=WAIT_MS)
+    shot(page, "3b-verify")
+
+    page.get_by_text("Photo: does it show").click()
+    page.locator("input[type='file']").set_input_files(str(photos[0]))
+    box = page.get_by_label("Hypothesis")
+    box.fill("there are two dogs")
+    box.press("Enter")
+    expect(page.locator("[data-testid='stMetric']")).to_have_count(3, timeout=WAIT_MS)
+    expect(page.locator("[data-testid='stException']")).to_have_count(0)
+    shot(page, "3c-entail")
 
     page.get_by_text("Documents: hybrid").click()  # hits once the BGE-M3 modes land, else one clean line
     box = page.get_by_label("Query")

@@ -26,16 +26,17 @@ from search.service import MAX_TOP_K, ImageFilters, SearchService
 @dataclass(frozen=True)
 class Mode:
     label: str
-    kind: str  # "documents" | "text2image" | "image2image"; a new kind (e.g. OFA entailment) adds a renderer below
+    kind: str  # "documents" | "text2image" | "image2image" | "entail"
     doc_mode: str | None = None  # SearchService.search_documents(mode=...)
 
 
-# Order = order on the page; the first is the default. OFA entailment joins this list when it is served.
+# Order = order on the page; the first is the default.
 MODES = (
     Mode("Documents: semantic", "documents", "semantic"),
     Mode("Documents: hybrid", "documents", "hybrid"),
     Mode("Photos: text to image", "text2image"),
     Mode("Photos: image to image", "image2image"),
+    Mode("Photo: does it show…? (entailment)", "entail"),
 )
 DOC_TYPES = tuple(sorted(DOCUMENT_SUFFIXES))  # what the indexer reads, so the lists stay in step
 PHOTO_TYPES = tuple(sorted(IMAGE_SUFFIXES))
@@ -67,8 +68,10 @@ def main() -> None:
     try:
         if mode.kind == "documents":
             documents_page(svc, mode, opts)
+        elif mode.kind == "entail":
+            entail_page(svc)
         else:
-            photos_page(svc, mode, opts)
+            photos_page(svc, mode, opts, ofa_ready=status["triton"]["models"].get("ofa_ve", {}).get("ready", False))
     except ServiceError as exc:  # one line that says what to do, never a traceback
         st.error(str(exc))
 
@@ -113,6 +116,11 @@ def empty_state(status: dict, mode: Mode) -> str | None:
     if not t["live"]:
         return f"Triton is not reachable at {t['url']}: start it with `search triton up`"
     ready = {n for n, m in t["models"].items() if m["ready"]}
+    if mode.kind == "entail":
+        if "ofa_ve" not in ready:
+            return ("Entailment needs the OFA model, which is not built: run `search models build --ofa-source DIR` "
+                    "with a ModelScope OFA visual-entailment checkpoint (see docs/ofa.md), then restart Triton")
+        return None
     if mode.kind == "documents":
         if not counts.get("documents"):
             return "Nothing indexed yet: run `indexer ingest PATH` (e.g. `indexer ingest samples/docs`)"
@@ -161,13 +169,33 @@ def highlight(text: str, query: str) -> str:
     return pattern.sub(lambda m: f"<mark>{m.group(0)}</mark>", safe)
 
 
-def photos_page(svc: SearchService, mode: Mode, opts: dict) -> None:
+def entail_page(svc: SearchService) -> None:
+    upload = st.file_uploader("Photo", type=[t.lstrip(".") for t in PHOTO_TYPES], key="entail_photo")
+    hypothesis = st.text_input("Hypothesis", placeholder="e.g. there are two dogs", key="entail_hypothesis")
+    premise = st.text_input("Premise (optional)", placeholder="a text given with the photo", key="entail_premise")
+    if upload is None or not hypothesis.strip():
+        return
+    st.image(upload.getvalue(), width=240)
+    verdict = svc.entail(upload.getvalue(), hypothesis, premise or None)
+    st.subheader(verdict.label)
+    for col, (label, p) in zip(st.columns(3), verdict.probs.items(), strict=True):
+        col.metric(label, f"{p:.3f}")
+    if verdict.truncated:
+        st.caption("The text was longer than the model takes and was truncated.")
+
+
+def photos_page(svc: SearchService, mode: Mode, opts: dict, ofa_ready: bool = False) -> None:
     kwargs = {"top_k": opts["top_k"], "min_score": opts["min_score"], "filters": opts["filters"]}
     if mode.kind == "text2image":
         text = st.text_input("Describe the photo", placeholder="e.g. a beach at sunset", key="photo_query")
+        verify = st.toggle("Verify with OFA", disabled=not ofa_ready, key="verify",
+                           help="re-rank the hits by OFA's probability that each photo entails the text" if ofa_ready
+                           else "needs the OFA model: `search models build --ofa-source DIR` (see docs/ofa.md)")
+        min_entailment = st.slider("Entailment threshold", 0.0, 1.0, 0.0, 0.01, key="min_entailment") if verify else 0.0
         if not text.strip():
             return
-        hits = svc.search_images(text, **kwargs)
+        hits = svc.search_images(text, **kwargs, verify=verify and ofa_ready,
+                                 min_entailment=(min_entailment or None) if verify and ofa_ready else None)
     else:
         upload = st.file_uploader("Example photo", type=[t.lstrip(".") for t in PHOTO_TYPES])
         if upload is None:
@@ -184,6 +212,8 @@ def photos_page(svc: SearchService, mode: Mode, opts: dict) -> None:
                 picture = hit.thumbnail if hit.thumbnail and Path(hit.thumbnail).is_file() else hit.path
                 st.image(picture, width="stretch")
                 st.markdown(f"**{Path(hit.path).name}** · {hit.score:.3f}")
+                if hit.entailment is not None:
+                    st.caption(f"entails {hit.entailment:.3f} ({hit.entailment_label})")
                 meta = [hit.taken, hit.camera, f"{hit.width}×{hit.height}" if hit.width else None,
                         f"{hit.latitude:.4f}, {hit.longitude:.4f}" if hit.latitude is not None else None]
                 st.caption(" · ".join(m for m in meta if m) or "no EXIF")

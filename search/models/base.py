@@ -60,10 +60,12 @@ class ServedModel:
             indent=2))
 
 
-def export_checked(module, feeds: dict, outputs: list[str], dynamic_axes: dict, dest: Path, family: str) -> float:
+def export_checked(module, feeds: dict, outputs: list[str], dynamic_axes: dict, dest: Path, family: str,
+                   fix=None) -> float:
     """Export ``module`` to ONNX at ``dest`` and return the max |ONNX - PyTorch| over ``outputs``
     on the check batch ``feeds`` (name -> tensor). The file only replaces ``dest`` when the graph
-    takes every input the config names and agrees with PyTorch within 1e-4."""
+    takes every input the config names and agrees with PyTorch within 1e-4. ``fix(tmp, dest)``, if
+    given, may rewrite the exported file before the check (graph-level workarounds)."""
     import numpy as np  # noqa: PLC0415
     import onnxruntime as ort  # noqa: PLC0415
     import torch  # noqa: PLC0415
@@ -83,6 +85,8 @@ def export_checked(module, feeds: dict, outputs: list[str], dynamic_axes: dict, 
             expected = [t.numpy() for t in (out if isinstance(out, (tuple, list)) else (out,))]
     finally:
         torch.backends.mha.set_fastpath_enabled(fastpath)
+    if fix is not None:
+        fix(tmp, dest)
     sess = ort.InferenceSession(str(tmp), providers=["CPUExecutionProvider"])
     graph_inputs = [i.name for i in sess.get_inputs()]
     if graph_inputs != names:  # the exporter drops inputs the graph does not use; the config names them all
