@@ -313,7 +313,7 @@ class SearchService:
     # -- status
     def status(self) -> dict:
         out: dict = {"triton": {"url": self.triton_url(), "live": self.triton.is_live(), "models": {}},
-                     "store": {"location": self.settings.qdrant_location}}
+                     "store": {"backend": self.settings.store_backend, "location": self.settings.qdrant_location}}
         for fam in FAMILIES:
             built = fam.is_built(self.settings.triton_repo)
             for name in fam.ensembles:
