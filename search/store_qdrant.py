@@ -100,6 +100,9 @@ class QdrantStore(Store):
         res = self._call(self.client.query_points, self.name(collection), query=query, using=vector_name,
                          prefetch=prefetch, limit=limit, query_filter=query_filter,
                          score_threshold=score_threshold, search_params=params, with_payload=True)
+        if self.backend == "local" and isinstance(query, models.SparseVector):
+            # Local mode also returns points that share no token (score 0); the engine and a server do not.
+            return [p for p in res.points if p.score != 0]
         return res.points
 
     def stats(self, collection: str) -> CollectionStats:

@@ -224,6 +224,10 @@ def test_sparse_search_uses_idf(store):
     scores = sparse_scores(q)
     assert np.allclose([p.score for p in got], sorted(scores, reverse=True)[:8], atol=1e-4)
     assert all(abs(scores[IDS.index(p.id)] - p.score) < 1e-4 for p in got)
+    # Only points that share a token are hits (as on a server), however many are asked for.
+    rare = {59: 1.0}
+    got = store.search(DOCUMENTS.name, "bge_sparse", models.SparseVector(indices=[59], values=[1.0]), limit=N)
+    assert sorted(p.id for p in got) == sorted(IDS[i] for i, s in enumerate(sparse_scores(rare)) if s > 0)
 
 
 def test_multivector_max_sim(store):
