@@ -157,11 +157,11 @@ def store_stats(ctx: typer.Context, as_json: bool = typer.Option(False, "--json"
         print(to_json(st))
         return
     out.print(f"Store {st['backend']} at {st['location']}" + (f" — {_size(st['disk_bytes'])} on disk" if st["disk_bytes"] else ""))
-    table = Table("collection", "points", "segments", "vectors in HNSW", "status", "payload indexes", "disk")
+    table = Table("collection", "points", "segments", "in HNSW", "status", "payload indexes", "disk")
     for name, c in st["collections"].items():
         table.add_row(name, f"{c['points']:,}", str(c["segments"] if c["segments"] is not None else "-"),
                       f"{c['indexed_vectors']:,}" if c["indexed_vectors"] is not None else "-", c["status"],
-                      ", ".join(c["payload_indexes"]) or "-", _size(c["disk_bytes"]))
+                      str(len(c["payload_indexes"])), _size(c["disk_bytes"]))  # names: --json
     out.print(table if st["collections"] else "  no collections yet: run `indexer ingest PATH`")
     if "note" in st:
         out.print(f"[yellow]note[/]: {st['note']}", highlight=False, soft_wrap=True)

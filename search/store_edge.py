@@ -162,9 +162,9 @@ class EdgeStore(Store):
     def stats(self, collection: str) -> CollectionStats:
         info = self._shard(collection).info()
         indexed = info.indexed_vectors_count
-        status = ("indexed (HNSW)" if indexed and indexed >= info.points_count else
-                  "partly indexed (run `search store optimize`)" if indexed else
-                  "exact search (small, or not optimized yet)")
+        # Small collections stay unindexed on purpose: below the threshold exact search is faster.
+        status = ("HNSW" if indexed and indexed >= info.points_count else
+                  "partly HNSW (run `search store optimize`)" if indexed else "exact search")
         return CollectionStats(points=info.points_count, segments=info.segments_count, indexed_vectors=indexed,
                                status=status, payload_indexes=sorted(info.payload_schema),
                                disk_bytes=_du(self._dir(collection)))
