@@ -156,7 +156,7 @@ def measure_ingest(settings: Settings, url: str, quick: bool, ort_embed) -> dict
         again = time.perf_counter()
         svc.ingest([docs])
         rerun = time.perf_counter() - again
-        texts = [p.payload["text"] for p in svc.store.client.scroll("documents", limit=100_000, with_payload=["text"])[0]]
+        texts = [p.payload["text"] for p in svc.store.scroll("documents", limit=100_000, with_payload=["text"])[0]]
     finally:
         svc.close()
         shutil.rmtree(tmp, ignore_errors=True)

@@ -188,6 +188,7 @@ class Ingestor:
         if prune:
             for outcome in self._prune(roots, {str(p) for p in files}):
                 done(outcome)
+        self.store.optimize(kind.schema.name)  # edge: merge segments, build HNSW (a server does it itself)
 
     def _prepare(self, path: Path) -> _Job | FileOutcome | None:
         key, kind = str(path), self.kind

@@ -166,7 +166,7 @@ class Backend:
             with self._open_lock:
                 if not self._opened:
                     store = self.svc.store
-                    if not store.location.startswith(("http://", "https://")):  # a server handles concurrency
+                    if store.backend == "local":  # qdrant-client local mode is not built for threads; edge and a server are
                         store.client = _Serialised(store.client, self.store_lock)
                     self._opened = True
         return self.svc
@@ -300,7 +300,7 @@ def create_app(settings: Settings) -> FastAPI:
                 triton["models"] = {n: svc.triton.model_ready(n) for fam in FAMILIES for n in fam.ensembles}
             except ServiceError:
                 triton["live"] = False
-        qdrant: dict = {"location": settings.qdrant_location, "reachable": True}
+        qdrant: dict = {"backend": settings.store_backend, "location": settings.qdrant_location, "reachable": True}
         try:
             backend.service().store.exists(DOCUMENTS.name)
         except ServiceError as exc:

@@ -37,8 +37,10 @@ app = typer.Typer(
 )
 triton_app = typer.Typer(no_args_is_help=True, help="Run the local Triton server (the binary from nvidia-pytriton).")
 models_app = typer.Typer(no_args_is_help=True, help="Export the served models into the Triton model repository.")
+store_app = typer.Typer(no_args_is_help=True, help="The vector store: size and index status, optimize, migrate between backends.")
 app.add_typer(triton_app, name="triton")
 app.add_typer(models_app, name="models")
+app.add_typer(store_app, name="store")
 
 
 @app.callback()
@@ -170,9 +172,95 @@ def status(ctx: typer.Context, as_json: bool = typer.Option(False, "--json")) ->
     out.print(f"Triton  {t['url']}: " + ("[green]live[/]" if t["live"] else "[red]not reachable[/] (start it: search triton up)"))
     for name, m in t["models"].items():
         out.print(f"  {name}: built={'yes' if m['built'] else 'no'} ready={'yes' if m['ready'] else 'no'}")
-    out.print(f"Store   {st['store']['location']}")
+    out.print(f"Store   {st['store']['backend']} at {st['store']['location']}")
     for name, n in st["store"]["collections"].items():
         out.print(f"  {name}: {n} points")
+    if "note" in st["store"]:
+        out.print(f"  [yellow]note[/]: {st['store']['note']}", highlight=False, soft_wrap=True)
+
+
+# -- store
+STORE_SPEC = "edge[:PATH] (Qdrant's engine embedded), local[:PATH] (qdrant-client local mode) or a Qdrant server URL"
+
+
+@store_app.command("stats")
+@guarded
+def store_stats(ctx: typer.Context, as_json: bool = typer.Option(False, "--json", help="Print machine-readable JSON.")) -> None:
+    """Points, segments, index status, payload indexes and disk size of each collection."""
+    svc = _service(ctx)
+    try:
+        st = svc.store_stats()
+    finally:
+        svc.close()
+    if as_json:
+        print(to_json(st))
+        return
+    out.print(f"Store {st['backend']} at {st['location']}" + (f" — {_size(st['disk_bytes'])} on disk" if st["disk_bytes"] else ""))
+    table = Table("collection", "points", "segments", "in HNSW", "status", "payload indexes", "disk")
+    for name, c in st["collections"].items():
+        table.add_row(name, f"{c['points']:,}", str(c["segments"] if c["segments"] is not None else "-"),
+                      f"{c['indexed_vectors']:,}" if c["indexed_vectors"] is not None else "-", c["status"],
+                      str(len(c["payload_indexes"])), _size(c["disk_bytes"]))  # names: --json
+    out.print(table if st["collections"] else "  no collections yet: run `indexer ingest PATH`")
+    if "note" in st:
+        out.print(f"[yellow]note[/]: {st['note']}", highlight=False, soft_wrap=True)
+
+
+@store_app.command("optimize")
+@guarded
+def store_optimize(ctx: typer.Context) -> None:
+    """Merge segments and build the HNSW indexes now (ingest does this when it ends)."""
+    svc = _service(ctx)
+    try:
+        svc.optimize_store()
+    finally:
+        svc.close()
+    out.print("optimized")
+
+
+@store_app.command("migrate")
+@guarded
+def store_migrate(
+    ctx: typer.Context,
+    to: str = typer.Option(..., "--to", help=f"Where to copy the index: {STORE_SPEC}."),
+    source: str = typer.Option(None, "--from", help=f"Where to copy from \\[default: the configured store]: {STORE_SPEC}."),
+    as_json: bool = typer.Option(False, "--json", help="Print the summary as JSON."),
+) -> None:
+    """Copy every collection (ids, payload, all vectors) to another store: the embedded engine to a Qdrant server (--to http://host:6333), or an older local-mode store into the engine (--from local --to edge). Re-running resumes; counts are verified at the end."""
+    from dataclasses import asdict  # noqa: PLC0415
+
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn  # noqa: PLC0415
+
+    svc = _service(ctx)
+    progress = Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                        console=err, transient=True, disable=as_json or not err.is_terminal)
+    tasks: dict[str, int] = {}
+
+    def step(name: str, done: int, total: int) -> None:
+        if name not in tasks:
+            tasks[name] = progress.add_task(name, total=total)
+        progress.update(tasks[name], completed=done)
+
+    try:
+        with progress:
+            done = svc.migrate_store(to, source, progress=step)
+    finally:
+        svc.close()
+    if as_json:
+        print(to_json([asdict(m) for m in done]))
+        return
+    for m in done:
+        out.print(f"{m.collection}: {m.copied:,} points copied, {m.target:,} in the target (verified)")
+
+
+def _size(n: int | None) -> str:
+    if n is None:
+        return "-"
+    for unit in ("B", "KB", "MB", "GB"):
+        if n < 1024 or unit == "GB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return str(n)
 
 
 # -- triton

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from functools import lru_cache
 from pathlib import Path
+from typing import Literal
 
 from pydantic import AliasChoices, Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -41,7 +42,11 @@ class Settings(BaseSettings):
         default=None,
         validation_alias=AliasChoices("SEARCH_QDRANT_API_KEY", "QDRANT_API_KEY", "qdrant_api_key"),
     )
-    # ":memory:" for tests, or a directory; default <data_dir>/qdrant.
+    # The embedded store when no QDRANT_URL is set (env SEARCH_STORE): "edge" = Qdrant's own engine
+    # in-process (HNSW, payload indexes, WAL) in <data_dir>/store-edge; "local" = qdrant-client's
+    # local mode (exact search in Python, for small stores) in <data_dir>/qdrant.
+    store: Literal["edge", "local"] = "edge"
+    # A directory instead of the default one, or ":memory:" (qdrant-client local mode, tests).
     qdrant_path: str | None = None
     collection_prefix: str = ""
 
@@ -86,11 +91,21 @@ class Settings(BaseSettings):
         return self.triton_url or f"{self.triton_host}:{self.triton_grpc_port}"
 
     @property
+    def store_backend(self) -> str:
+        """"server" when QDRANT_URL is set, "local" for ':memory:', else the ``store`` setting."""
+        if self.qdrant_url:
+            return "server"
+        return "local" if self.qdrant_path == ":memory:" else self.store
+
+    @property
     def qdrant_location(self) -> str:
         """What the store opens: a URL, ':memory:', or a directory."""
         if self.qdrant_url:
             return self.qdrant_url
-        return self.qdrant_path or str(self.data_dir / "qdrant")
+        return self.qdrant_path or str(self.default_store_path(self.store))
+
+    def default_store_path(self, backend: str) -> Path:
+        return self.data_dir / ("store-edge" if backend == "edge" else "qdrant")
 
 
 @lru_cache

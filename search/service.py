@@ -16,7 +16,7 @@ from qdrant_client import models
 from search.config import Settings
 from search.errors import BadRequest, EmptyCollection, ModelNotReady
 from search.models import FAMILIES, minilm
-from search.store import DOCUMENTS, Store, open_store
+from search.store import COLLECTIONS, DOCUMENTS, Migrated, Store, migrate, open_location, open_store, parse_spec
 from search.triton.client import TritonClient
 from search.triton.local import LocalTriton
 
@@ -174,7 +174,8 @@ class SearchService:
         if not 1 <= top_k <= MAX_TOP_K:
             raise BadRequest(f"top_k: must be between 1 and {MAX_TOP_K}, got {top_k}")
         if self.store.count(DOCUMENTS.name) == 0:
-            raise EmptyCollection("nothing indexed yet: run `indexer ingest PATH` (e.g. `indexer ingest samples/docs`)")
+            raise EmptyCollection("nothing indexed yet: run `indexer ingest PATH` (e.g. `indexer ingest samples/docs`)"
+                                  + self._legacy_hint())
         mode = self._document_mode(mode)
         must = ([_folder_condition(folder)] if folder else []) + ([_suffix_condition(suffixes)] if suffixes else [])
         flt = models.Filter(must=must) if must else None
@@ -252,7 +253,7 @@ class SearchService:
         if sort not in SORTS:
             raise BadRequest(f"sort: must be one of {', '.join(SORTS)}, got {sort!r}")
         if self.store.count("images") == 0:
-            raise EmptyCollection("no photos indexed yet: run `indexer ingest ./photos`")
+            raise EmptyCollection("no photos indexed yet: run `indexer ingest ./photos`" + self._legacy_hint())
         model = "clip_text" if text else "clip_image"
         if not self.triton.model_ready(model):
             raise ModelNotReady(_not_served(model, "CLIP"))
@@ -406,17 +407,67 @@ class SearchService:
             path = minilm.package_weights() / "tokenizer.json"
         return Tokenizer.from_file(str(path))
 
+    # -- the store itself
+    def store_stats(self) -> dict:
+        """Points, segments, index status, payload indexes and disk size per collection."""
+        store = self.store
+        out = {"backend": store.backend, "location": store.location, "collections": {}}
+        for name in [c for c in COLLECTIONS if store.exists(c)]:
+            out["collections"][name] = asdict(store.stats(name))
+        sizes = [c["disk_bytes"] for c in out["collections"].values()]
+        out["disk_bytes"] = sum(sizes) if sizes and None not in sizes else None
+        hint = self._legacy_hint().strip(" ;")
+        if hint:
+            out["note"] = hint
+        return out
+
+    def optimize_store(self) -> None:
+        for name in COLLECTIONS:
+            self.store.optimize(name)
+
+    def migrate_store(self, to: str, source: str | None = None,
+                      progress: Callable[[str, int, int], None] | None = None) -> list[Migrated]:
+        """Copy every collection from ``source`` (default: the configured store) to ``to``:
+        'edge[:PATH]', 'local[:PATH]' or a server URL (see store.parse_spec)."""
+        s = self.settings
+        src_spec = parse_spec(source, s) if source else (s.store_backend, s.qdrant_location)
+        dst_spec = parse_spec(to, s)
+        if src_spec == dst_spec:
+            raise BadRequest(f"to: the target is the source ({dst_spec[0]} at {dst_spec[1]})")
+        if src_spec[0] != "server" and not Path(src_spec[1]).exists():
+            raise BadRequest(f"from: no {src_spec[0]} store at {src_spec[1]}")
+        self.close()
+        self.__dict__.pop("store", None)
+        key = s.qdrant_api_key
+        with open_location(*src_spec, api_key=key, prefix=s.collection_prefix) as src, \
+                open_location(*dst_spec, api_key=key, prefix=s.collection_prefix) as dst:
+            if not any(src.count(c) for c in src.collections()):
+                raise EmptyCollection(f"nothing to migrate: the {src.describe()} is empty")
+            return migrate(src, dst, progress=progress)
+
+    def _legacy_hint(self) -> str:
+        """A store in the old default layout (qdrant-client local mode under <data dir>/qdrant) that
+        the embedded engine does not read: say how to bring it over."""
+        s = self.settings
+        old = s.default_store_path("local") / "collection"
+        if s.store_backend != "edge" or s.qdrant_path or not old.is_dir() or not any(old.iterdir()):
+            return ""
+        return (f"; found an older store (qdrant-client local mode) at {old.parent}: copy it with "
+                "`search store migrate --from local --to edge`, or keep using it with SEARCH_STORE=local")
+
     # -- status
     def status(self) -> dict:
         out: dict = {"triton": {"url": self.triton_url(), "live": self.triton.is_live(), "models": {}},
-                     "store": {"location": self.settings.qdrant_location}}
+                     "store": {"backend": self.settings.store_backend, "location": self.settings.qdrant_location}}
         for fam in FAMILIES:
             built = fam.is_built(self.settings.triton_repo)
             for name in fam.ensembles:
                 ready = out["triton"]["live"] and self.triton.model_ready(name)
                 out["triton"]["models"][name] = {"built": built, "ready": bool(ready)}
-        out["store"]["collections"] = {name: self.store.count(name) for name in (DOCUMENTS.name, "images")}
+        out["store"]["collections"] = {name: self.store.count(name) for name in COLLECTIONS}
         out["store"]["documents_with_bge_m3"] = self.store.count_where(DOCUMENTS.name, "models", "bge_m3")
+        if hint := self._legacy_hint().strip(" ;"):
+            out["store"]["note"] = hint
         return out
 
 

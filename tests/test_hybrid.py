@@ -54,7 +54,7 @@ def library(tmp_path, docs) -> Path:
 
 
 def all_points(svc: SearchService, vectors: bool = False) -> list[models.Record]:
-    res, _ = svc.store.client.scroll(svc.store.name(DOCUMENTS.name), limit=10_000, with_payload=True, with_vectors=vectors)
+    res, _ = svc.store.scroll(DOCUMENTS.name, limit=10_000, with_payload=True, with_vectors=vectors)
     return res
 
 

@@ -28,7 +28,7 @@ def service(settings):
 
 def points(svc: SearchService) -> dict[str, dict]:
     """Every point id -> payload."""
-    res, _ = svc.store.client.scroll(svc.store.name(DOCUMENTS.name), limit=10_000, with_payload=True)
+    res, _ = svc.store.scroll(DOCUMENTS.name, limit=10_000, with_payload=True)
     return {str(p.id): p.payload for p in res}
 
 
@@ -182,7 +182,7 @@ def test_interrupted_file_is_not_seen_as_indexed(service, docs):
     """Chunk 0 is written last: a file with only later chunks stored is ingested again."""
     service.ingest([docs])
     pid = next(i for i, p in points(service).items() if p["chunk"] == 0 and p["path"].endswith("onboarding.md"))
-    service.store.client.delete(service.store.name(DOCUMENTS.name), points_selector=models.PointIdsList(points=[pid]))
+    service.store.delete(DOCUMENTS.name, models.Filter(must=[models.HasIdCondition(has_id=[pid])]))
     report = service.ingest([docs])
     assert report.counts["indexed"] + report.counts["updated"] == 1
     assert len(points(service)) == len({*points(service)})  # no duplicates

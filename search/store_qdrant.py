@@ -1,0 +1,129 @@
+"""The store through qdrant-client: a Qdrant server (a URL) or its local mode (a folder or
+':memory:'; exact search in Python, payload indexes ignored)."""
+
+from __future__ import annotations
+
+import os
+import warnings
+from pathlib import Path
+
+from qdrant_client import QdrantClient, models
+
+from search.errors import StoreUnavailable
+from search.store import CollectionSchema, CollectionStats, Store
+
+
+class QdrantStore(Store):
+    def __init__(self, location: str, *, api_key: str | None = None, prefix: str = "") -> None:
+        super().__init__(prefix)
+        self.location = location
+        self.backend = "server" if location.startswith(("http://", "https://")) else "local"
+        try:
+            if self.backend == "server":
+                self.client = QdrantClient(url=location, api_key=api_key, timeout=10)
+            elif location == ":memory:":
+                self.client = QdrantClient(location=":memory:")
+            else:
+                Path(location).mkdir(parents=True, exist_ok=True)
+                self.client = QdrantClient(path=location)
+        except RuntimeError as exc:  # local mode: another process holds the folder
+            raise StoreUnavailable(f"the embedded store at {location} is in use by another process ({exc})") from exc
+        except Exception as exc:
+            raise StoreUnavailable(f"cannot open the Qdrant store at {location}: {exc}") from exc
+
+    def close(self) -> None:
+        self.client.close()
+
+    def _call(self, fn, *args, **kwargs):
+        try:
+            return fn(*args, **kwargs)
+        except (ValueError, KeyError):
+            raise
+        except Exception as exc:
+            if "Not found" in str(exc) or "not found" in str(exc):
+                raise
+            raise StoreUnavailable(f"Qdrant at {self.location} is not reachable: {str(exc).splitlines()[0][:200]}") from exc
+
+    # -- schema
+    def ensure(self, schema: CollectionSchema) -> None:
+        name = self.name(schema.name)
+        if not self._call(self.client.collection_exists, name):
+            self._call(self.client.create_collection, name, vectors_config=schema.vectors,
+                       sparse_vectors_config=schema.sparse_vectors or None)
+        info = self._call(self.client.get_collection, name)
+        have = info.config.params.vectors or {}
+        have_sparse = info.config.params.sparse_vectors or {}
+        for vec, params in [*schema.vectors.items(), *schema.sparse_vectors.items()]:
+            ok = vec in have_sparse if isinstance(params, models.SparseVectorParams) else (vec in have and have[vec].size == params.size)
+            if not ok:
+                raise StoreUnavailable(
+                    f"collection '{name}' exists with a different vector layout ({vec}); "
+                    "delete it or use another SEARCH_COLLECTION_PREFIX"
+                )
+        with warnings.catch_warnings():  # local mode ignores payload indexes (and says so); a server uses them
+            warnings.simplefilter("ignore", UserWarning)
+            for field_name, kind in schema.payload_indexes.items():
+                if field_name not in (info.payload_schema or {}):
+                    self._call(self.client.create_payload_index, name, field_name=field_name, field_schema=kind, wait=True)
+
+    def exists(self, collection: str) -> bool:
+        return self._call(self.client.collection_exists, self.name(collection))
+
+    def collections(self) -> list[str]:
+        names = [c.name for c in self._call(self.client.get_collections).collections]
+        return [n[len(self.prefix):] for n in names if n.startswith(self.prefix)]
+
+    def count(self, collection: str, flt: models.Filter | None = None) -> int:
+        if not self.exists(collection):
+            return 0
+        return self._call(self.client.count, self.name(collection), count_filter=flt, exact=True).count
+
+    # -- writes
+    def upsert(self, collection: str, points: list[models.PointStruct]) -> None:
+        if points:
+            self._call(self.client.upsert, self.name(collection), points=points, wait=True)
+
+    def delete(self, collection: str, flt: models.Filter) -> None:
+        self._call(self.client.delete, self.name(collection), points_selector=models.FilterSelector(filter=flt), wait=True)
+
+    def set_payload(self, collection: str, payload: dict, flt: models.Filter) -> None:
+        self._call(self.client.set_payload, self.name(collection), payload=payload,
+                   points=models.FilterSelector(filter=flt), wait=True)
+
+    # -- reads
+    def scroll(self, collection, flt=None, *, limit=512, offset=None, with_payload=True, with_vectors=False):
+        return self._call(self.client.scroll, self.name(collection), scroll_filter=flt, limit=limit, offset=offset,
+                          with_payload=with_payload, with_vectors=with_vectors)
+
+    def search(self, collection, vector_name, query, *, limit, query_filter=None, score_threshold=None,
+               prefetch=None, params=None):
+        res = self._call(self.client.query_points, self.name(collection), query=query, using=vector_name,
+                         prefetch=prefetch, limit=limit, query_filter=query_filter,
+                         score_threshold=score_threshold, search_params=params, with_payload=True)
+        if self.backend == "local" and isinstance(query, models.SparseVector):
+            # Local mode also returns points that share no token (score 0); the engine and a server do not.
+            return [p for p in res.points if p.score != 0]
+        return res.points
+
+    def stats(self, collection: str) -> CollectionStats:
+        info = self._call(self.client.get_collection, self.name(collection))
+        disk = None
+        if self.backend == "local" and self.location != ":memory:":
+            disk = _du(Path(self.location) / "collection" / self.name(collection))
+        status = {"green": "indexed", "yellow": "optimizing", "grey": "optimizations pending", "red": "failed"}
+        return CollectionStats(
+            points=info.points_count or 0, segments=info.segments_count,
+            indexed_vectors=info.indexed_vectors_count,
+            status="exact search (local mode has no indexes)" if self.backend == "local" else status.get(str(info.status.value), str(info.status.value)),
+            payload_indexes=sorted(info.payload_schema or {}), disk_bytes=disk)
+
+
+def _du(path: Path) -> int:
+    total = 0
+    for root, _dirs, files in os.walk(path):
+        for f in files:
+            try:
+                total += os.stat(os.path.join(root, f)).st_blocks * 512
+            except OSError:
+                pass
+    return total
