@@ -269,6 +269,19 @@ def _child_env(settings: Settings) -> dict[str, str]:
 
 @app.command()
 @guarded
+def serve(
+    ctx: typer.Context,
+    host: str = typer.Option(None, "--host", help="Address to bind \\[default: 127.0.0.1, env SEARCH_API_HOST]."),
+    port: int = typer.Option(None, "--port", help="Port \\[default: 8080, env SEARCH_API_PORT]."),
+) -> None:
+    """Run the REST API (FastAPI): search, ingest jobs, health, Prometheus metrics at /metrics."""
+    from search.api import serve as run_api  # noqa: PLC0415
+
+    run_api(ctx.obj, host, port)
+
+
+@app.command()
+@guarded
 def ui(
     ctx: typer.Context,
     host: str = typer.Option(None, "--host", help="Address to bind \\[default: 127.0.0.1, env SEARCH_API_HOST]."),

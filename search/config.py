@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from functools import lru_cache
 from pathlib import Path
+from typing import Literal
 
 from pydantic import AliasChoices, Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -77,6 +78,12 @@ class Settings(BaseSettings):
     api_roots: list[Path] = []
     max_upload_bytes: int = 50_000_000
     max_request_bytes: int = 60_000_000
+    # /metrics (Prometheus) is open like /healthz, for a scraper on the internal network; true makes
+    # it need the API key too (X-API-Key, or "Authorization: Bearer KEY" as Prometheus sends it).
+    metrics_require_key: bool = False
+    # `search serve` logs: "text", or "json" (one object per line, with request_id / job_id).
+    log_format: Literal["text", "json"] = "text"
+    log_level: str = "INFO"
 
     @property
     def grpc_url(self) -> str:
