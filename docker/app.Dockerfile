@@ -15,7 +15,7 @@ COPY bench bench
 COPY samples samples
 COPY docker/export-models.sh docker/export-models.sh
 # Editable, so PROJECT_ROOT is /app (the page's ui/app.py and the repository's configs are found there).
-RUN pip install -e . \
+RUN pip install -e ".[heic]" \
  && useradd --system --uid 10001 --create-home search \
  && mkdir -p /data /models && chown search /data
 ENV SEARCH_DATA_DIR=/data SEARCH_TRITON_REPO=/models

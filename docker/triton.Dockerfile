@@ -2,9 +2,10 @@
 # nvidia-pytriton wheel runs locally) plus what the model repository's Python steps import.
 FROM nvcr.io/nvidia/tritonserver:24.10-py3
 
-# tokenizers (the text steps), Pillow (CLIP's image step), numpy<2 (numpy 2 in the python backend's
-# environment empties every output). Versions as in pyproject.toml.
-RUN python3 -m pip install --no-cache-dir "numpy<2" "tokenizers>=0.20,<1" "pillow>=10,<12"
+# tokenizers (the text steps), Pillow and pillow-heif (CLIP's image step; HEIC photos as the indexer
+# reads them), numpy<2 (numpy 2 in the python backend's environment empties every output).
+# Versions as in pyproject.toml.
+RUN python3 -m pip install --no-cache-dir "numpy<2" "tokenizers>=0.20" "pillow>=10" "pillow-heif>=0.16"
 
 COPY docker/triton-start.sh /opt/search/triton-start.sh
 ENV TRITON_MODEL_REPOSITORY=/models TRITON_MODEL_CONFIG=gpu
