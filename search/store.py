@@ -101,9 +101,13 @@ class StoredFile:
 
 
 class Store:
-    def __init__(self, location: str, *, api_key: str | None = None, prefix: str = "") -> None:
+    def __init__(self, location: str, *, api_key: str | None = None, prefix: str = "",
+                 shards: int | None = None, replicas: int | None = None) -> None:
         self.location = location
         self.prefix = prefix
+        # New collections on a Qdrant cluster: shards spread over the nodes, copies of each shard
+        # (None: the server's defaults; local mode ignores both).
+        self.sharding = {k: v for k, v in (("shard_number", shards), ("replication_factor", replicas)) if v}
         try:
             if location.startswith(("http://", "https://")):
                 self.client = QdrantClient(url=location, api_key=api_key, timeout=10)
@@ -138,7 +142,7 @@ class Store:
         name = self.name(schema.name)
         if not self._call(self.client.collection_exists, name):
             self._call(self.client.create_collection, name, vectors_config=schema.vectors,
-                       sparse_vectors_config=schema.sparse_vectors or None)
+                       sparse_vectors_config=schema.sparse_vectors or None, **self.sharding)
             with warnings.catch_warnings():  # local mode ignores payload indexes (and says so); a server uses them
                 warnings.simplefilter("ignore", UserWarning)
                 for field_name, kind in schema.payload_indexes.items():
@@ -219,4 +223,5 @@ def _match(key: str, value: object) -> models.Filter:
 
 
 def open_store(settings) -> Store:
-    return Store(settings.qdrant_location, api_key=settings.qdrant_api_key, prefix=settings.collection_prefix)
+    return Store(settings.qdrant_location, api_key=settings.qdrant_api_key, prefix=settings.collection_prefix,
+                 shards=settings.qdrant_shards, replicas=settings.qdrant_replication_factor)

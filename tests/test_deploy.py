@@ -63,6 +63,8 @@ def services() -> dict:
 def test_compose_file_is_valid():
     proc = compose("config", "-q")
     assert proc.returncode == 0 and not proc.stdout, proc.stderr
+    proc = compose("--env-file", str(DOCKER / "env.example"), "config", "-q")  # with the documented settings
+    assert proc.returncode == 0 and not proc.stdout, proc.stderr
 
 
 def test_compose_services(services):
@@ -227,3 +229,21 @@ def served_outputs(client: TritonClient) -> dict[str, np.ndarray]:
     return {"minilm": minilm.embed(client, texts)[0], "clip_text": clip.embed_texts(client, texts)[0],
             "clip_image": clip.embed_images(client, images),
             "bge_m3_dense": np.stack([o.dense for o in bge_m3.encode(client, texts, colbert=False)])}
+
+
+def test_cluster_sharding_reaches_collection_creation(monkeypatch, tmp_path):
+    """SEARCH_QDRANT_SHARDS / _REPLICATION_FACTOR go to create_collection (only a Qdrant server
+    applies them; local mode accepts and ignores them, which is all that can run here)."""
+    from search.config import Settings
+    from search.store import DOCUMENTS, open_store
+
+    monkeypatch.setenv("SEARCH_QDRANT_SHARDS", "6")
+    monkeypatch.setenv("SEARCH_QDRANT_REPLICATION_FACTOR", "2")
+    store = open_store(Settings(qdrant_path=":memory:", data_dir=tmp_path))
+    assert store.sharding == {"shard_number": 6, "replication_factor": 2}
+    store.ensure(DOCUMENTS)
+    assert store.exists(DOCUMENTS.name)
+    store.close()
+    monkeypatch.delenv("SEARCH_QDRANT_SHARDS")
+    monkeypatch.delenv("SEARCH_QDRANT_REPLICATION_FACTOR")
+    assert open_store(Settings(qdrant_path=":memory:", data_dir=tmp_path)).sharding == {}
