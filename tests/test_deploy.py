@@ -112,11 +112,15 @@ def volumes(svc: dict) -> dict[str, tuple[str, str]]:
 
 
 def test_qdrant_image_matches_the_client():
-    """Qdrant's rule: server and client share major.minor (storage moves one minor at a time)."""
+    """Qdrant's rule: server and client share major.minor (storage moves one minor at a time): the
+    pinned server, the client the app image installs and the client installed here agree."""
     image = yaml.safe_load(COMPOSE.read_text())["services"]["qdrant"]["image"]
     tag = re.fullmatch(r"qdrant/qdrant:v(\d+)\.(\d+)\.(\d+)", image)
     assert tag, f"pin an exact version: {image}"
-    assert tag.groups()[:2] == tuple(version("qdrant-client").split(".")[:2])
+    minor = tag.groups()[:2]
+    assert minor == tuple(version("qdrant-client").split(".")[:2])
+    pinned = re.search(r'"qdrant-client~=(\d+)\.(\d+)\.\d+"', (DOCKER / "app.Dockerfile").read_text())
+    assert pinned and pinned.groups() == minor
 
 
 def test_triton_image_matches_the_local_server(triton):
