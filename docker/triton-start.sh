@@ -13,10 +13,11 @@ if [ ! -s "$list" ]; then
 fi
 loads=""
 for model in $(cat "$list"); do loads="$loads --load-model=$model"; done
+mode=${TRITON_MODEL_CONFIG-gpu}
 config=""
-case "${TRITON_MODEL_CONFIG:-gpu}" in
+case "$mode" in
   default|cpu|"") ;;
-  *) config="--model-config-name=${TRITON_MODEL_CONFIG}" ;;
+  *) config="--model-config-name=$mode" ;;
 esac
 mkdir -p /engine_cache
 # shellcheck disable=SC2086  # word splitting of the flag lists is intended

@@ -135,7 +135,8 @@ def test_triton_image_installs_what_the_python_steps_import():
     pip_names = {"PIL": "pillow", "pillow_heif": "pillow-heif", "tokenizers": "tokenizers", "numpy": "numpy"}
     imported = set()
     for model_py in (PROJECT_ROOT / "triton_repo").glob("*/1/model.py"):
-        for node in ast.walk(ast.parse(model_py.read_text())):
+        # The 24.10 container runs the python backend on its own Python 3.10 (Ubuntu 22.04).
+        for node in ast.walk(ast.parse(model_py.read_text(), feature_version=(3, 10))):
             if isinstance(node, ast.Import):
                 imported |= {a.name.split(".")[0] for a in node.names}
             elif isinstance(node, ast.ImportFrom) and node.level == 0:
@@ -152,6 +153,36 @@ def test_shell_scripts_parse():
     for script in DOCKER.glob("*.sh"):
         proc = subprocess.run(["sh", "-n", str(script)], capture_output=True, text=True)
         assert proc.returncode == 0, (script.name, proc.stderr)
+
+
+def test_triton_start_script_command_line(tmp_path):
+    """docker/triton-start.sh's command line (a recording `tritonserver` on PATH stands in for the
+    container's binary; the served GPU variants are checked for real in the last test)."""
+    record = tmp_path / "args"
+    (tmp_path / "bin").mkdir()
+    fake = tmp_path / "bin" / "tritonserver"
+    fake.write_text(f'#!/bin/sh\nprintf "%s\\n" "$@" > {record}\n')
+    fake.chmod(0o755)
+    repo = tmp_path / "models"
+    repo.mkdir()
+    env = {**os.environ, "PATH": f"{fake.parent}{os.pathsep}{os.environ['PATH']}", "TRITON_MODEL_REPOSITORY": str(repo)}
+
+    def start(**extra: str) -> subprocess.CompletedProcess:
+        return subprocess.run(["sh", str(DOCKER / "triton-start.sh"), "--log-verbose=1"], env={**env, **extra},
+                              capture_output=True, text=True, timeout=30)
+
+    proc = start()
+    assert proc.returncode == 1 and "export the models first" in proc.stderr and not record.exists()
+    (repo / "served_models.txt").write_text("minilm_tokenize\nminilm_onnx\nminilm\n")
+    assert start().returncode == 0
+    args = record.read_text().splitlines()
+    assert [a for a in args if a.startswith("--load-model=")] == [
+        "--load-model=minilm_tokenize", "--load-model=minilm_onnx", "--load-model=minilm"]
+    assert {f"--model-repository={repo}", "--model-control-mode=explicit", "--model-config-name=gpu",
+            "--metrics-port=8002", "--allow-metrics=true", "--allow-gpu-metrics=true"} <= set(args)
+    assert args[-1] == "--log-verbose=1"  # the script's arguments come last
+    assert start(TRITON_MODEL_CONFIG="default").returncode == 0
+    assert not any(a.startswith("--model-config-name") for a in record.read_text().splitlines())
 
 
 def test_commands_the_services_run_exist():
