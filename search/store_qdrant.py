@@ -14,9 +14,13 @@ from search.store import CollectionSchema, CollectionStats, Store
 
 
 class QdrantStore(Store):
-    def __init__(self, location: str, *, api_key: str | None = None, prefix: str = "") -> None:
+    def __init__(self, location: str, *, api_key: str | None = None, prefix: str = "",
+                 shards: int | None = None, replicas: int | None = None) -> None:
         super().__init__(prefix)
         self.location = location
+        # New collections on a Qdrant cluster: shards spread over the nodes, copies of each shard
+        # (None: the server's defaults; local mode ignores both).
+        self.sharding = {k: v for k, v in (("shard_number", shards), ("replication_factor", replicas)) if v}
         self.backend = "server" if location.startswith(("http://", "https://")) else "local"
         try:
             if self.backend == "server":
@@ -49,7 +53,7 @@ class QdrantStore(Store):
         name = self.name(schema.name)
         if not self._call(self.client.collection_exists, name):
             self._call(self.client.create_collection, name, vectors_config=schema.vectors,
-                       sparse_vectors_config=schema.sparse_vectors or None)
+                       sparse_vectors_config=schema.sparse_vectors or None, **self.sharding)
         info = self._call(self.client.get_collection, name)
         have = info.config.params.vectors or {}
         have_sparse = info.config.params.sparse_vectors or {}

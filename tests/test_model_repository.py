@@ -17,16 +17,34 @@ from search.models.base import resolve_weights
 
 REPO = PROJECT_ROOT / "triton_repo"
 CONFIGS = sorted(REPO.glob("*/config.pbtxt"))
+# Per-device variants: `tritonserver --model-config-name=gpu` loads <model>/configs/gpu.pbtxt where
+# it exists and config.pbtxt elsewhere (docker-compose.yml); config.pbtxt is the CPU setup.
+VARIANTS = sorted(REPO.glob("*/configs/*.pbtxt"))
+GPU = sorted(REPO.glob("*/configs/gpu.pbtxt"))
 
 
 def load(path) -> mc.ModelConfig:
     return text_format.Parse(path.read_text(), mc.ModelConfig())
 
 
-@pytest.mark.parametrize("path", CONFIGS, ids=lambda p: p.parent.name)
+def model_dir(path):
+    return path.parent if path.name == "config.pbtxt" else path.parent.parent
+
+
+def effective(variant: str | None) -> dict[str, mc.ModelConfig]:
+    """What Triton loads per model with --model-config-name=variant (None: config.pbtxt)."""
+    out = {}
+    for path in CONFIGS:
+        chosen = path.parent / "configs" / f"{variant}.pbtxt" if variant else path
+        out[path.parent.name] = load(chosen if chosen.exists() else path)
+    return out
+
+
+@pytest.mark.parametrize("path", CONFIGS + VARIANTS, ids=lambda p: str(p.relative_to(REPO)))
 def test_config_parses_and_names_its_folder(path):
     cfg = load(path)
-    assert cfg.name == path.parent.name
+    assert cfg.name == model_dir(path).name
+    path = model_dir(path) / "config.pbtxt"
     assert (path.parent / "1").is_dir()
     if cfg.platform == "ensemble":
         return
@@ -36,8 +54,9 @@ def test_config_parses_and_names_its_folder(path):
     assert cfg.max_batch_size > 0 and cfg.HasField("dynamic_batching")
 
 
-def test_ensembles_wire_existing_steps_and_tensors():
-    configs = {p.parent.name: load(p) for p in CONFIGS}
+@pytest.mark.parametrize("variant", [None, "gpu"], ids=["config.pbtxt", "gpu"])
+def test_ensembles_wire_existing_steps_and_tensors(variant):
+    configs = effective(variant)
     for name, cfg in configs.items():
         if cfg.platform != "ensemble":
             continue
@@ -74,3 +93,73 @@ def test_models_build_reports_unreachable_weights(tmp_path):
     assert proc.returncode == 1 and "Traceback" not in proc.stderr
     assert "missing weights" in proc.stdout and "--minilm-source" in proc.stdout
     assert not any(tmp_path.rglob("*.onnx"))
+
+
+# -- the GPU variants, checked structurally (no GPU here; the served check is in test_deploy.py)
+def _trt_profile(value: str) -> dict[str, list[int]]:
+    """'input_ids:1x1,attention_mask:1x1' -> {'input_ids': [1, 1], ...}"""
+    return {name: [int(d) for d in dims.split("x")] for name, dims in (p.split(":") for p in value.split(","))}
+
+
+def _tokenizer_max_length(model: str, configs: dict[str, mc.ModelConfig]) -> int | None:
+    """The max_length parameter of the step that feeds ``model`` in an ensemble, if it has one."""
+    for cfg in configs.values():
+        steps = list(cfg.ensemble_scheduling.step)
+        for before, step in zip(steps, steps[1:]):
+            if step.model_name == model and "max_length" in configs[before.model_name].parameters:
+                return int(configs[before.model_name].parameters["max_length"].string_value)
+    return None
+
+
+def test_every_onnx_model_has_a_gpu_variant():
+    onnx = {p.parent.name for p in CONFIGS if load(p).platform == "onnxruntime_onnx"}
+    assert onnx <= {p.parent.parent.name for p in GPU}, "add configs/gpu.pbtxt (see docs/deploy.md)"
+
+
+@pytest.mark.parametrize("path", GPU, ids=lambda p: p.parent.parent.name)
+def test_gpu_variant(path):
+    gpu, cpu = load(path), load(path.parent.parent / "config.pbtxt")
+    # Same model to its callers: tensors, platform/backend and parameters are config.pbtxt's.
+    assert (gpu.platform, gpu.backend) == (cpu.platform, cpu.backend)
+    assert list(gpu.input) == list(cpu.input) and list(gpu.output) == list(cpu.output)
+    assert dict(gpu.parameters) == dict(cpu.parameters)
+    assert cpu.instance_group and all(g.kind == mc.ModelInstanceGroup.KIND_CPU for g in cpu.instance_group)
+    # Batching: at least the CPU limits, preferred sizes within the limit, a short queue delay.
+    assert gpu.max_batch_size >= cpu.max_batch_size
+    db = gpu.dynamic_batching
+    assert gpu.HasField("dynamic_batching") and 0 < db.max_queue_delay_microseconds <= 10_000
+    assert all(0 < b <= gpu.max_batch_size for b in db.preferred_batch_size)
+    kinds = {g.kind for g in gpu.instance_group}
+    if gpu.backend == "python":  # pre/post-processing stays on the CPU, with more instances
+        assert kinds == {mc.ModelInstanceGroup.KIND_CPU}
+        assert sum(g.count for g in gpu.instance_group) > sum(g.count for g in cpu.instance_group)
+        assert not gpu.optimization.execution_accelerators.gpu_execution_accelerator
+        return
+    assert gpu.platform == "onnxruntime_onnx" and kinds == {mc.ModelInstanceGroup.KIND_GPU}
+    accelerators = list(gpu.optimization.execution_accelerators.gpu_execution_accelerator)
+    assert [a.name for a in accelerators] in ([], ["tensorrt"])  # [] = the CUDA EP alone
+    if not accelerators:
+        return
+    trt = dict(accelerators[0].parameters)
+    assert trt["precision_mode"] == "FP16" and trt["trt_engine_cache_enable"] == "1"
+    assert trt["trt_engine_cache_path"] == f"/engine_cache/{gpu.name}"  # the trt_cache volume, one folder per model
+    # One profile spanning every shape the model is sent: batch 1..max_batch_size, fixed dims as
+    # declared, variable dims up to the tokenizer's max_length.
+    lo, opt, hi = (_trt_profile(trt[f"trt_profile_{k}_shapes"]) for k in ("min", "opt", "max"))
+    assert set(lo) == set(opt) == set(hi) == {i.name for i in gpu.input}
+    max_length = _tokenizer_max_length(gpu.name, effective("gpu"))
+    for tensor in gpu.input:
+        assert lo[tensor.name][0] == 1 and hi[tensor.name][0] == gpu.max_batch_size
+        assert all(a <= b <= c for a, b, c in zip(lo[tensor.name], opt[tensor.name], hi[tensor.name]))
+        for i, dim in enumerate(tensor.dims, start=1):
+            if dim == -1:
+                assert max_length and hi[tensor.name][i] >= max_length, (tensor.name, max_length)
+            else:
+                assert lo[tensor.name][i] == hi[tensor.name][i] == dim
+
+
+def test_bge_m3_runs_on_the_cuda_ep_without_tensorrt():
+    """8192-token inputs: no TensorRT profile (see the comment in its gpu.pbtxt and docs/deploy.md)."""
+    cfg = load(REPO / "bge_m3_onnx" / "configs" / "gpu.pbtxt")
+    assert not cfg.optimization.execution_accelerators.gpu_execution_accelerator
+    assert {g.kind for g in cfg.instance_group} == {mc.ModelInstanceGroup.KIND_GPU}

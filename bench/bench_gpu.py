@@ -1,0 +1,195 @@
+"""Served-model throughput and latency on a Triton server, optionally next to a baseline server in
+the same run (on a GPU host: the GPU configs against config.pbtxt, the CPU setup), with ratios and
+the baseline's outputs as the reference (min cosine per model: TensorRT FP16 must stay >= 0.999).
+
+    python bench/bench_gpu.py --url HOST:8001 [--baseline-url HOST:9001] [--families minilm,clip,bge_m3]
+                              [--batch 16] [--concurrency 1,8,32] [--seconds 15] [--json FILE] [--quick]
+
+On the GPU host (docs/deploy.md, "Measuring on the GPU"): the compose stack serves the GPU configs
+on triton:8001; a second Triton from the same image with TRITON_MODEL_CONFIG=default serves the
+CPU configs as the baseline. The requests are the service's own calls (search.models.*), so they
+include pre/post-processing in Triton; the inputs are the sample knowledge base's passages, the
+sample queries and generated 640x480 photos. Triton's statistics give the batch sizes the
+encoder actually ran and its queue/compute time per request.
+"""
+
+from __future__ import annotations
+
+import argparse
+import io
+import json
+import os
+import platform
+import shutil
+import subprocess
+import sys
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+import numpy as np  # noqa: E402
+from PIL import Image  # noqa: E402
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from search.config import PROJECT_ROOT  # noqa: E402
+from search.models import bge_m3, clip, minilm  # noqa: E402
+from search.triton.client import TritonClient  # noqa: E402
+
+QUERIES = [q["query"] for q in json.loads((PROJECT_ROOT / "samples" / "queries.json").read_text())]
+
+
+def passages() -> list[str]:
+    """The sample knowledge base as ~150-word passages (what ingest sends)."""
+    words = " ".join(p.read_text(errors="replace") for p in sorted((PROJECT_ROOT / "samples" / "docs").glob("*"))
+                     if p.is_file()).split()
+    return [" ".join(words[i:i + 150]) for i in range(0, max(1, len(words) - 150), 150)]
+
+
+def photos(n: int) -> list[bytes]:
+    out = []
+    for seed in range(n):
+        rng = np.random.default_rng(seed)
+        small = rng.integers(0, 256, (12, 16, 3), dtype=np.uint8)  # smooth-ish content, like a photo's JPEG size
+        buf = io.BytesIO()
+        Image.fromarray(small).resize((640, 480), Image.BILINEAR).save(buf, "JPEG", quality=90)
+        out.append(buf.getvalue())
+    return out
+
+
+# family -> (ensemble, encoder step, make a batch, call, outputs to compare)
+def workloads(batch: int) -> dict:
+    texts, queries, images = passages(), QUERIES, photos(max(batch, 8))
+
+    def cycle(items: list, i: int) -> list:
+        return [items[(i * batch + k) % len(items)] for k in range(batch)]
+
+    return {
+        "minilm": ("minilm", "minilm_onnx", lambda i: cycle(texts, i), lambda c, x: minilm.embed(c, x)[0]),
+        "minilm_query": ("minilm", "minilm_onnx", lambda i: cycle(queries, i), lambda c, x: minilm.embed(c, x)[0]),
+        "clip_text": ("clip_text", "clip_textual", lambda i: cycle(queries, i), lambda c, x: clip.embed_texts(c, x)[0]),
+        "clip_image": ("clip_image", "clip_visual", lambda i: cycle(images, i), clip.embed_images),
+        "bge_m3": ("bge_m3", "bge_m3_onnx", lambda i: cycle(texts, i),
+                   lambda c, x: np.stack([o.dense for o in bge_m3.encode(c, x)])),
+    }
+
+
+def step_stats(client: TritonClient, model: str) -> dict:
+    st = client._client.get_inference_statistics(model, as_json=True)["model_stats"][0]
+    inf = st.get("inference_stats", {})
+    return {"inferences": int(st.get("inference_count", 0)), "executions": int(st.get("execution_count", 0)),
+            "requests": int(inf.get("success", {}).get("count", 0)),
+            "queue_ns": int(inf.get("queue", {}).get("ns", 0)), "compute_ns": int(inf.get("compute_infer", {}).get("ns", 0))}
+
+
+def run(client: TritonClient, name: str, work, clients: int, seconds: float, batch: int) -> dict:
+    _, step, make, call = work
+    before = step_stats(client, step)
+    latencies: list[float] = []
+    lock = threading.Lock()
+    stop = time.perf_counter() + seconds
+
+    def worker(w: int) -> None:
+        i = w
+        while time.perf_counter() < stop:
+            x = make(i)
+            t = time.perf_counter()
+            call(client, x)
+            with lock:
+                latencies.append(time.perf_counter() - t)
+            i += clients
+
+    start = time.perf_counter()
+    with ThreadPoolExecutor(clients) as pool:
+        list(pool.map(worker, range(clients)))
+    elapsed = time.perf_counter() - start
+    after = step_stats(client, step)
+    d = {k: after[k] - before[k] for k in after}
+    ms = np.array(latencies) * 1000
+    return {"workload": name, "clients": clients, "batch": batch, "requests": len(ms),
+            "items_per_s": round(len(ms) * batch / elapsed, 1),
+            "p50_ms": round(float(np.percentile(ms, 50)), 2), "p99_ms": round(float(np.percentile(ms, 99)), 2),
+            "encoder_avg_batch": round(d["inferences"] / d["executions"], 1) if d["executions"] else None,
+            "encoder_queue_ms": round(d["queue_ns"] / d["requests"] / 1e6, 2) if d["requests"] else None,
+            "encoder_compute_ms": round(d["compute_ns"] / d["requests"] / 1e6, 2) if d["requests"] else None}
+
+
+def min_cosine(a: np.ndarray, b: np.ndarray) -> float:
+    a, b = a.reshape(len(a), -1), b.reshape(len(b), -1)
+    return float(np.min(np.sum(a * b, 1) / (np.linalg.norm(a, axis=1) * np.linalg.norm(b, axis=1))))
+
+
+def machine(extra: str | None) -> str:
+    gpu = "no nvidia-smi here"
+    if shutil.which("nvidia-smi"):
+        gpu = subprocess.run(["nvidia-smi", "--query-gpu=name,driver_version", "--format=csv,noheader"],
+                             capture_output=True, text=True).stdout.strip().replace("\n", "; ")
+    return f"{platform.machine()}, {os.cpu_count()} client cores, GPU: {gpu}" + (f"; {extra}" if extra else "")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--url", required=True, help="gRPC address of the server to measure, e.g. triton:8001")
+    ap.add_argument("--baseline-url", help="gRPC address of the baseline server (e.g. the CPU configs)")
+    ap.add_argument("--families", default="minilm,minilm_query,clip_text,clip_image,bge_m3",
+                    help="workloads to run (those whose ensemble is not ready are skipped)")
+    ap.add_argument("--batch", type=int, default=16, help="items per request (the ingest batch is 16)")
+    ap.add_argument("--concurrency", default="1,8,32", help="concurrent clients, comma-separated")
+    ap.add_argument("--seconds", type=float, default=15.0, help="per workload and concurrency")
+    ap.add_argument("--machine", help="what to record about the host (GPU model, load)")
+    ap.add_argument("--json", help="also write the results here")
+    ap.add_argument("--quick", action="store_true", help="2 s per point, concurrency 1 and 8: a smoke run")
+    args = ap.parse_args()
+    if args.quick:
+        args.seconds, args.concurrency = 2.0, "1,8"
+    concurrency = [int(c) for c in args.concurrency.split(",")]
+    servers = {"measured": TritonClient(args.url, 120.0)}
+    if args.baseline_url:
+        servers["baseline"] = TritonClient(args.baseline_url, 120.0)
+    all_work = workloads(args.batch)
+    chosen = {}
+    for name in args.families.split(","):
+        ensemble = all_work[name][0]
+        if all(c.model_ready(ensemble) for c in servers.values()):
+            chosen[name] = all_work[name]
+        else:
+            print(f"skipping {name}: '{ensemble}' is not ready on every server")
+    results = {"machine": machine(args.machine), "load_start": os.getloadavg(), "servers": {k: c.url for k, c in servers.items()},
+               "rows": [], "fidelity": {}}
+    print(f"machine: {results['machine']}; load average {results['load_start']}")
+    for name, work in chosen.items():
+        sample = work[2](0)
+        outputs = {}
+        for label, client in servers.items():
+            outputs[label] = work[3](client, sample)  # also warms up (TensorRT builds or loads its engine)
+        if "baseline" in outputs:
+            results["fidelity"][name] = round(min_cosine(outputs["measured"], outputs["baseline"]), 6)
+        for clients in concurrency:
+            for label, client in servers.items():
+                row = {"server": label, **run(client, name, work, clients, args.seconds, args.batch)}
+                results["rows"].append(row)
+    results["load_end"] = os.getloadavg()
+    report(results)
+    if args.json:
+        Path(args.json).write_text(json.dumps(results, indent=2))
+
+
+def report(results: dict) -> None:
+    rows = results["rows"]
+    head = f"{'workload':13} {'server':9} {'clients':>7} {'items/s':>9} {'p50 ms':>8} {'p99 ms':>8} {'enc batch':>9} {'enc queue':>9} {'enc compute':>11} {'x baseline':>10}"
+    print(head)
+    base = {(r["workload"], r["clients"]): r for r in rows if r["server"] == "baseline"}
+    for r in rows:
+        b = base.get((r["workload"], r["clients"]))
+        ratio = f"{r['items_per_s'] / b['items_per_s']:.2f}" if b and r["server"] == "measured" and b["items_per_s"] else ""
+        print(f"{r['workload']:13} {r['server']:9} {r['clients']:>7} {r['items_per_s']:>9} {r['p50_ms']:>8} {r['p99_ms']:>8} "
+              f"{r['encoder_avg_batch'] or '-':>9} {r['encoder_queue_ms'] or '-':>9} {r['encoder_compute_ms'] or '-':>11} {ratio:>10}")
+    for name, cos in results["fidelity"].items():
+        print(f"fidelity {name}: min cosine measured vs baseline {cos}")
+    print(f"load average at end {results['load_end']}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,15 @@
+# Triton for the GPU host: the official 24.10 container (tritonserver 2.51.0, the same server the
+# nvidia-pytriton wheel runs locally) plus what the model repository's Python steps import.
+FROM nvcr.io/nvidia/tritonserver:24.10-py3
+
+# tokenizers (the text steps), Pillow and pillow-heif (CLIP's image step; HEIC photos as the indexer
+# reads them), numpy<2 (numpy 2 in the python backend's environment empties every output).
+# Versions as in pyproject.toml.
+RUN python3 -m pip install --no-cache-dir "numpy<2" "tokenizers>=0.20" "pillow>=10" "pillow-heif>=0.16"
+
+COPY docker/triton-start.sh /opt/search/triton-start.sh
+ENV TRITON_MODEL_REPOSITORY=/models TRITON_MODEL_CONFIG=gpu
+EXPOSE 8000 8001 8002
+HEALTHCHECK --interval=15s --timeout=5s --start-period=600s --retries=3 \
+  CMD ["python3", "-c", "import urllib.request; urllib.request.urlopen('http://127.0.0.1:8000/v2/health/ready', timeout=4)"]
+ENTRYPOINT ["/opt/search/triton-start.sh"]
