@@ -125,7 +125,7 @@ def main() -> None:
         app = create_app(settings)
         backend = app.state.backend
         try:
-            report = backend.service().ingest([PROJECT_ROOT / "samples" / "docs"])
+            report = backend.indexer().ingest([PROJECT_ROOT / "samples" / "docs"])
             rows += [in_process(backend.service(), n, c) for c in CLIENTS]
         finally:
             backend.close()

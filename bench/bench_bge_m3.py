@@ -240,7 +240,8 @@ def throughput(repo: Path, url: str, texts: list[str], plan: dict[int, tuple[int
 
 # -- hybrid query latency through the service layer
 def query_latency(repo: Path, url: str, repeats: int) -> dict:
-    from search.service import SearchService
+    from indexer.service import IngestService
+    from search.services import SearchService
 
     tmp = Path(tempfile.mkdtemp(prefix="bench-bge-m3-data-"))
     queries = [q["query"] for q in json.loads((PROJECT_ROOT / "samples" / "queries.json").read_text())]
@@ -251,7 +252,7 @@ def query_latency(repo: Path, url: str, repeats: int) -> dict:
     try:
         start = time.perf_counter()
         try:
-            rep = svc.ingest([PROJECT_ROOT / "samples" / "docs"])
+            rep = IngestService(svc.settings, svc.resources).ingest([PROJECT_ROOT / "samples" / "docs"])
         except Exception as exc:  # report it and keep the throughput results
             out["error"] = f"ingest failed: {type(exc).__name__}: {str(exc)[:300]}"
             print(f"  {out['error']}", flush=True)

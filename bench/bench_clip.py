@@ -39,7 +39,8 @@ from qdrant_client import models  # noqa: E402
 from bench.bench_minilm import machine  # noqa: E402
 from search.config import PROJECT_ROOT, Settings  # noqa: E402
 from search.models.clip import CLIP  # noqa: E402
-from search.service import SearchService  # noqa: E402
+from indexer.service import IngestService  # noqa: E402
+from search.services import SearchService  # noqa: E402
 from search.store import images_schema, point_id  # noqa: E402
 from search.triton.local import LocalTriton, free_port  # noqa: E402
 
@@ -176,7 +177,7 @@ def main() -> None:
             svc = SearchService(settings)
             try:
                 start = time.perf_counter()
-                rep = svc.ingest([tmp / "photos"])
+                rep = IngestService(svc.settings, svc.resources).ingest([tmp / "photos"])
                 seconds = time.perf_counter() - start
                 assert rep.counts["indexed"] == n_images, rep.as_dict()
             finally:

@@ -27,7 +27,8 @@ import numpy as np  # noqa: E402
 
 from search.config import PROJECT_ROOT, Settings  # noqa: E402
 from search.models import MiniLM, built_triton_models, minilm  # noqa: E402
-from search.service import SearchService  # noqa: E402
+from indexer.service import IngestService  # noqa: E402
+from search.services import SearchService  # noqa: E402
 from search.triton.client import TritonClient  # noqa: E402
 from search.triton.local import LocalTriton, free_port  # noqa: E402
 
@@ -151,10 +152,10 @@ def measure_ingest(settings: Settings, url: str, quick: bool, ort_embed) -> dict
     svc = SearchService(s)
     try:
         start = time.perf_counter()
-        rep = svc.ingest([docs])
+        rep = IngestService(svc.settings, svc.resources).ingest([docs])
         seconds = time.perf_counter() - start
         again = time.perf_counter()
-        svc.ingest([docs])
+        IngestService(svc.settings, svc.resources).ingest([docs])
         rerun = time.perf_counter() - again
         texts = [p.payload["text"] for p in svc.store.scroll("documents", limit=100_000, with_payload=["text"])[0]]
     finally:

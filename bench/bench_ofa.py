@@ -39,7 +39,8 @@ from bench.bench_minilm import machine  # noqa: E402
 from search.config import PROJECT_ROOT, Settings  # noqa: E402
 from search.models import CLIP, ofa  # noqa: E402
 from search.models.ofa import OFA  # noqa: E402
-from search.service import SearchService  # noqa: E402
+from indexer.service import IngestService  # noqa: E402
+from search.services import SearchService  # noqa: E402
 from search.triton.client import TritonClient  # noqa: E402
 from search.triton.local import LocalTriton, free_port  # noqa: E402
 
@@ -152,7 +153,7 @@ def main() -> None:
             settings = Settings(data_dir=tmp / "data", triton_repo=repo, triton_url=f"127.0.0.1:{server.grpc_port}",
                                 qdrant_path=":memory:", triton_timeout_s=600)
             svc = SearchService(settings)
-            svc.ingest([album])
+            IngestService(svc.settings, svc.resources).ingest([album])
             plain, verified = [], []
             for q in texts[:queries]:
                 t = time.perf_counter()

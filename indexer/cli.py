@@ -7,8 +7,9 @@ from pathlib import Path
 import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from search.cli_support import DataDir, QdrantUrl, TritonUrl, display_path, err, guarded, make_settings, out
-from search.service import SearchService, to_json
+from indexer.service import IngestService
+from search.config import MAX_CHUNK_TOKENS
+from search.cli.support import DataDir, QdrantUrl, TritonUrl, display_path, err, guarded, make_settings, opened, out, to_json
 
 app = typer.Typer(no_args_is_help=True, add_completion=False, rich_markup_mode="rich",
                   help="Index documents and photos for `search`: embedded by models served by Triton, stored in Qdrant.")
@@ -23,29 +24,24 @@ def main_options(ctx: typer.Context, data_dir: Path = DataDir, triton_url: str =
 @guarded
 def ingest(
     ctx: typer.Context,
-    paths: list[Path] = typer.Argument(..., help="Files or folders (searched recursively): .txt and .md documents; jpg, png, webp, gif, bmp, tiff (and heic with pillow-heif) photos."),
+    paths: list[Path] = typer.Argument(..., help="Files or folders (searched recursively): documents (.txt, .md, .html, .pdf, .docx) and photos (.jpg, .png, .webp, .gif, .bmp, .tiff; .heic with pillow-heif)."),
     prune: bool = typer.Option(False, "--prune", help="Remove files under PATHS that are gone from disk from the index."),
-    chunk_tokens: int = typer.Option(None, "--chunk-tokens", help="Tokens per chunk \\[default: 200; the model reads 256]."),
-    overlap: int = typer.Option(None, "--overlap", help="Tokens shared by consecutive chunks \\[default: 40]."),
+    chunk_tokens: int = typer.Option(None, "--chunk-tokens", min=1, max=MAX_CHUNK_TOKENS,
+                                     help="Tokens per chunk \\[default: 200; MiniLM reads 256 including two special tokens]."),
+    overlap: int = typer.Option(None, "--overlap", min=0, help="Tokens shared by consecutive chunks \\[default: 40]."),
     as_json: bool = typer.Option(False, "--json", help="Print the summary as JSON."),
 ) -> None:
     """Index PATHS. Unchanged files are skipped, changed files re-indexed, bad files reported.
 
     Documents go to the document collection, photos to the image collection, in one run."""
-    settings = ctx.obj
-    if chunk_tokens:
-        settings.chunk_tokens = chunk_tokens
-    if overlap is not None:
-        settings.chunk_overlap = overlap
-    if settings.chunk_tokens > 254:
-        raise typer.BadParameter("at most 254 (256 minus the two special tokens)", param_hint="--chunk-tokens")
-    svc = SearchService(settings)
+    chunking = {k: v for k, v in {"chunk_tokens": chunk_tokens, "chunk_overlap": overlap}.items() if v is not None}
+    ctx.obj = ctx.obj.model_copy(update=chunking)
     progress = Progress(TextColumn("[bold]indexing"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                         TextColumn("{task.fields[current]}"), console=err, transient=True,
                         disable=as_json or not err.is_terminal)  # a bar only helps on a terminal
     task = progress.add_task("files", total=None, current="")
     try:
-        with progress:
+        with opened(IngestService, ctx) as svc, progress:
             report = svc.ingest(
                 paths, prune=prune,
                 on_start=lambda n: progress.update(task, total=n),
@@ -54,8 +50,6 @@ def ingest(
             )
     except ValueError as exc:  # chunker arguments
         raise typer.BadParameter(str(exc)) from exc
-    finally:
-        svc.close()
     if as_json:
         print(to_json(report.as_dict()))
     else:

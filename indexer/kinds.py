@@ -13,10 +13,14 @@ from pathlib import Path
 from typing import Any, Protocol
 
 import numpy as np
+from PIL import Image
 from qdrant_client import models
+from tritonclient.utils import InferenceServerException
 
 from indexer.chunking import Chunker
 from indexer.loaders import DOCUMENT_SUFFIXES, BadDocument, load_document
+from search.media.photos import IMAGE_SUFFIXES, BadImage, decode_photo, save_thumbnail
+from search.models import bge_m3, clip, minilm
 from search.store import DOCUMENTS, CollectionSchema, images_schema
 from search.triton.client import TritonClient
 
@@ -82,8 +86,6 @@ class Documents:
         return units
 
     def embed(self, items: list[str]) -> Embedded:
-        from search.models import bge_m3, minilm  # noqa: PLC0415
-
         vectors, truncated = minilm.embed(self.triton, items)
         out = [{"minilm": v.tolist()} for v in vectors]
         n_truncated = int(truncated.sum())
@@ -105,13 +107,10 @@ class Documents:
 
 class Photos:
     """Image files -> one CLIP vector each, with EXIF metadata and a thumbnail."""
-
     name = "images"
     suffixes: frozenset[str]
 
     def __init__(self, triton: TritonClient, thumbs: Path, *, max_bytes: int, max_pixels: int) -> None:
-        from indexer.images import IMAGE_SUFFIXES, BadImage  # noqa: PLC0415
-
         self.triton, self.thumbs, self.max_bytes, self.max_pixels = triton, thumbs, max_bytes, max_pixels
         self.suffixes = IMAGE_SUFFIXES
         self.errors = (BadDocument, BadImage)
@@ -124,8 +123,6 @@ class Photos:
         return self.thumbs / sha256[:2] / f"{sha256}.jpg"
 
     def units(self, path: Path, data: bytes, sha256: str) -> list[Unit]:
-        from indexer.images import decode_photo, save_thumbnail  # noqa: PLC0415
-
         photo, image = decode_photo(data, max_pixels=self.max_pixels, draft=THUMBNAIL_SIZE)
         thumb = save_thumbnail(image, self.thumbnail_path(sha256), THUMBNAIL_SIZE)
         camera = " ".join(x for x in (photo.camera_make, photo.camera_model) if x) or None
@@ -139,9 +136,6 @@ class Photos:
         return [Unit(photo.data, payload)]
 
     def embed(self, items: list[bytes]) -> Embedded:
-        from search.models import clip  # noqa: PLC0415
-        from tritonclient.utils import InferenceServerException  # noqa: PLC0415
-
         try:
             return Embedded([{"clip": v.tolist()} for v in clip.embed_images(self.triton, items)])
         except InferenceServerException:
@@ -170,18 +164,12 @@ def camera_terms(camera: str | None) -> list[str]:
 
 def probe_bge_m3(triton: TritonClient) -> str:
     """A short hash of the served BGE-M3's dense vector for a fixed text: identifies its weights."""
-    from search.models import bge_m3  # noqa: PLC0415
-
     dense = bge_m3.encode(triton, ["probe"], colbert=False)[0].dense
     return hashlib.sha1(np.round(dense, 4).tobytes()).hexdigest()[:12]
 
 
 def probe_clip(triton: TritonClient) -> np.ndarray:
     """The served CLIP's vector for a fixed tiny image: gives its dimension and identity."""
-    from PIL import Image  # noqa: PLC0415
-
-    from search.models import clip  # noqa: PLC0415
-
     buf = io.BytesIO()
     Image.new("RGB", (8, 8), (127, 64, 200)).save(buf, "PNG")
     return clip.embed_images(triton, [buf.getvalue()])[0]

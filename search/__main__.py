@@ -1,3 +1,3 @@
-from search.cli import main
+from search.cli.app import main
 
 main()

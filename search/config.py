@@ -7,14 +7,16 @@ is the name Qdrant users know. The CLIs override fields with flags through ``Set
 
 from __future__ import annotations
 
-from functools import lru_cache
 from pathlib import Path
-from typing import Literal
+from typing import Annotated, Literal
 
-from pydantic import AliasChoices, Field
+from pydantic import AliasChoices, Field, PositiveInt, ValidationError, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
+Port = Annotated[int, Field(ge=1, le=65535)]
+# MiniLM's tokenizer step reads 256 tokens (triton_repo/minilm_tokenize): 254 plus [CLS] and [SEP].
+MAX_CHUNK_TOKENS = 254
 
 
 class Settings(BaseSettings):
@@ -26,9 +28,9 @@ class Settings(BaseSettings):
     # Triton
     triton_repo: Path = PROJECT_ROOT / "triton_repo"
     triton_host: str = "127.0.0.1"
-    triton_http_port: int = 8000
-    triton_grpc_port: int = 8001
-    triton_metrics_port: int = 8002
+    triton_http_port: Port = 8000
+    triton_grpc_port: Port = 8001
+    triton_metrics_port: Port = 8002
     # When set, clients talk to this gRPC address instead of the local server (e.g. "triton:8001").
     triton_url: str | None = None
     triton_timeout_s: float = 30.0
@@ -65,36 +67,46 @@ class Settings(BaseSettings):
     ofa_source: str = "iic/ofa_visual-entailment_snli-ve_large_en"
 
     # Ingest
-    chunk_tokens: int = 200
-    chunk_overlap: int = 40
-    embed_batch_size: int = 16  # measured best on 2 CPU cores (bench/bench_minilm.py)
-    embed_concurrency: int = 2
-    max_file_bytes: int = 20_000_000
-    max_image_bytes: int = 100_000_000
+    chunk_tokens: int = Field(default=200, ge=1, le=MAX_CHUNK_TOKENS)
+    chunk_overlap: int = Field(default=40, ge=0)
+    embed_batch_size: PositiveInt = 16  # measured best on 2 CPU cores (bench/bench_minilm.py)
+    embed_concurrency: PositiveInt = 2
+    max_file_bytes: PositiveInt = 20_000_000
+    max_image_bytes: PositiveInt = 100_000_000
     # Pillow's decompression-bomb guard stays on; this is its limit (the indexer and the server's step).
-    max_image_pixels: int = 100_000_000
+    max_image_pixels: PositiveInt = 100_000_000
 
     # Document search: "auto" = hybrid when BGE-M3 is served, else semantic (MiniLM).
-    search_mode: str = "auto"
+    search_mode: Literal["auto", "semantic", "dense", "sparse", "hybrid"] = "auto"
 
     # REST API (`search serve`) and the page (`search ui`)
     api_host: str = "127.0.0.1"
-    api_port: int = 8080
-    ui_port: int = 8501
+    api_port: Port = 8080
+    ui_port: Port = 8501
     # When set, requests must send it in the X-API-Key header: for every endpoint ("all") or only
     # for those that change the index ("writes").
     api_key: str | None = None
-    api_key_scope: str = "all"
+    api_key_scope: Literal["all", "writes"] = "all"
     # Folders the API may ingest from (server-side paths); empty = none, uploads only.
     api_roots: list[Path] = []
-    max_upload_bytes: int = 50_000_000
-    max_request_bytes: int = 60_000_000
+    max_upload_bytes: PositiveInt = 50_000_000
+    max_request_bytes: PositiveInt = 60_000_000
     # /metrics (Prometheus) is open like /healthz, for a scraper on the internal network; true makes
     # it need the API key too (X-API-Key, or "Authorization: Bearer KEY" as Prometheus sends it).
     metrics_require_key: bool = False
     # `search serve` logs: "text", or "json" (one object per line, with request_id / job_id).
     log_format: Literal["text", "json"] = "text"
-    log_level: str = "INFO"
+    log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"] = "INFO"
+
+    @field_validator("log_level", mode="before")
+    @classmethod
+    def _upper(cls, value: object) -> object:
+        return value.upper() if isinstance(value, str) else value
+
+    @property
+    def triton_run_dir(self) -> Path:
+        """Where `search triton up` keeps the local server's state, log and backends."""
+        return self.data_dir / "triton"
 
     @property
     def grpc_url(self) -> str:
@@ -118,6 +130,20 @@ class Settings(BaseSettings):
         return self.data_dir / ("store-edge" if backend == "edge" else "qdrant")
 
 
-@lru_cache
-def get_settings() -> Settings:
-    return Settings()
+
+def load_settings(**overrides) -> Settings:
+    """Settings from the environment and ``overrides``; a bad value raises ValueError naming the
+    environment variable it came from."""
+    try:
+        return Settings(**overrides)
+    except ValidationError as exc:
+        raise ValueError("; ".join(f"{_env_name(e['loc'])}: {e['msg']}" for e in exc.errors())) from None
+
+
+def _env_name(loc: tuple) -> str:
+    name = str(loc[0]) if loc else "?"
+    field = Settings.model_fields.get(name)
+    alias = getattr(field, "validation_alias", None) if field else None
+    if alias is not None:  # e.g. QDRANT_URL, read with or without the prefix
+        return "/".join(str(c) for c in alias.choices[:2])
+    return "SEARCH_" + name.upper()

@@ -25,3 +25,9 @@ class EmptyCollection(ServiceError):
 
 class BadRequest(ServiceError):
     exit_code = 2
+
+
+def not_served(model: str, family: str) -> str:
+    """How to make a model that Triton does not serve available."""
+    return (f"the {family} model is not served ('{model}' is not loaded in Triton): build it with "
+            f"`search models build` (see `search models build --help` for weight sources), then restart Triton")

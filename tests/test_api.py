@@ -307,7 +307,7 @@ def fuzz_client(settings, docs, tmp_path):
     for i in range(2):
         photo(album / f"p{i}.jpg", i)
     app = create_app(settings.model_copy(update={"api_roots": [docs, album], "max_upload_bytes": 200_000}))
-    app.state.backend.service().ingest([docs, album])  # so searches reach Triton and the store
+    app.state.backend.indexer().ingest([docs, album])  # so searches reach Triton and the store
     with RequestsTestClient(app) as client:
         yield client
 

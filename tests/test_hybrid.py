@@ -22,7 +22,8 @@ from indexer.chunking import Chunker
 from indexer.kinds import Documents
 from search.errors import BadRequest, EmptyCollection
 from search.models import bge_m3
-from search.service import SearchService
+from search.services import SearchService
+from ingest_helper import ingest
 from search.store import DOCUMENTS
 
 PDF_PAGES = [
@@ -59,7 +60,7 @@ def all_points(svc: SearchService, vectors: bool = False) -> list[models.Record]
 
 
 def test_every_chunk_gets_four_vectors_and_a_citation(service, library):
-    report = service.ingest([library])
+    report = ingest(service, [library])
     assert not report.failures and report.counts["indexed"] == 20
     points = all_points(service, vectors=True)
     assert {".md", ".pdf", ".docx", ".html"} <= {p.payload["suffix"] for p in points}
@@ -80,7 +81,7 @@ def test_every_chunk_gets_four_vectors_and_a_citation(service, library):
 
 
 def test_exact_passage_is_the_top_hit_in_every_bge_mode(service, library):
-    service.ingest([library])
+    ingest(service, [library])
     target = next(p.payload for p in all_points(service) if p.payload["suffix"] == ".pdf" and p.payload["page"] == 2)
     for mode in ("dense", "hybrid"):
         hits = service.search_documents(target["text"], top_k=3, mode=mode)
@@ -93,7 +94,7 @@ def test_exact_passage_is_the_top_hit_in_every_bge_mode(service, library):
 
 def test_hybrid_scores_are_bge_m3_colbert_scores(service, library):
     """The re-rank score Qdrant returns (MAX_SIM, scaled to a mean) equals FlagEmbedding's formula."""
-    service.ingest([library])
+    ingest(service, [library])
     stored = {(p.payload["path"], p.payload["chunk"]): np.asarray(p.vector["bge_colbert"])
               for p in all_points(service, vectors=True)}
     query = "how do I reset my password"
@@ -107,7 +108,7 @@ def test_hybrid_scores_are_bge_m3_colbert_scores(service, library):
 def test_sparse_scores_are_idf_weighted_lexical_matches(service, library):
     """Qdrant's IDF modifier: score = sum over shared token ids of idf(t) * q(t) * d(t), with
     idf(t) = ln((N - n(t) + 0.5) / (n(t) + 0.5) + 1) over the collection."""
-    service.ingest([library])
+    ingest(service, [library])
     docs = {(p.payload["path"], p.payload["chunk"]): dict(zip(p.vector["bge_sparse"].indices, p.vector["bge_sparse"].values))
             for p in all_points(service, vectors=True)}
     df = Counter(t for d in docs.values() for t in d)
@@ -132,7 +133,7 @@ def test_auto_mode_falls_back_until_documents_have_bge_vectors(service, library,
     assert service.search_documents("reset password", mode="auto")[0].mode == "semantic"
     with pytest.raises(EmptyCollection, match="no documents have BGE-M3 vectors yet.*indexer ingest"):
         service.search_documents("reset password", mode="hybrid")
-    report = service.ingest([library])
+    report = ingest(service, [library])
     assert report.counts["updated"] + report.counts["indexed"] == 20 and report.embedded_chunks > 0
     assert all(p.payload["models"] == ["minilm", "bge_m3"] for p in all_points(service))
     hits = service.search_documents("reset password", mode="auto")
@@ -145,7 +146,7 @@ def test_folder_filter_applies_to_every_mode(service, library, tmp_path):
     other = tmp_path / "other"
     other.mkdir()
     (other / "note.md").write_text("# Hotel receipts\n\nUpload hotel receipts and taxi receipts here.\n")
-    service.ingest([library, other])
+    ingest(service, [library, other])
     for mode in ("semantic", "dense", "sparse", "hybrid"):
         hits = service.search_documents("hotel receipts", top_k=5, mode=mode, folder=str(other))
         assert hits and {h.path for h in hits} == {str(other / "note.md")}, mode
@@ -162,7 +163,7 @@ def test_bad_documents_are_reported_and_the_rest_indexed(service, tmp_path):
     (kb / "memo.docx").write_text("not a word document")
     (kb / "latin1.md").write_bytes("caf\xe9 menu".encode("latin-1"))
     (kb / "page.html").write_bytes(make_html("<p>Visible text survives.</p>", title="A page"))
-    report = service.ingest([kb])
+    report = ingest(service, [kb])
     failed = {Path(o.path).name: o.reason for o in report.failures}
     assert set(failed) == {"locked.pdf", "scan.pdf", "broken.pdf", "notes.pdf", "memo.docx", "latin1.md"}, failed
     assert "encrypted" in failed["locked.pdf"] and "no text layer" in failed["scan.pdf"]
@@ -179,7 +180,7 @@ def test_long_document_is_chunked_within_budget_and_cited_by_page(service, tmp_p
                  "how long copies are kept, and who may restore a file for you.")
     pages = ["\n\n".join(paragraph.format(n=f"{p}.{i}") for i in range(12)) for p in range(1, 6)]
     (kb / "handbook.pdf").write_bytes(make_pdf(pages, title="IT handbook"))
-    report = service.ingest([kb])
+    report = ingest(service, [kb])
     outcome = report.outcomes[0]
     assert outcome.status == "indexed" and outcome.chunks >= 10
     payloads = [p.payload for p in all_points(service)]
@@ -191,7 +192,7 @@ def test_long_document_is_chunked_within_budget_and_cited_by_page(service, tmp_p
 
 def test_cli_modes_and_citations(settings, library):
     svc = SearchService(settings)
-    svc.ingest([library])
+    ingest(svc, [library])
     svc.close()
     env = {**os.environ, "SEARCH_DATA_DIR": str(settings.data_dir), "SEARCH_TRITON_REPO": str(settings.triton_repo),
            "SEARCH_TRITON_URL": settings.triton_url, "HF_HUB_OFFLINE": "1"}

@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from indexer.images import IMAGE_SUFFIXES, BadImage, Photo, decode_photo, open_photo, save_thumbnail
+from search.media.photos import IMAGE_SUFFIXES, BadImage, Photo, decode_photo, open_photo, save_thumbnail
 
 try:
     import pillow_heif  # noqa: F401
@@ -296,7 +296,7 @@ def test_bomb_costs_no_memory(tmp_path):
     code = (
         "import json, resource, sys\n"
         "from pathlib import Path\n"
-        "from indexer.images import BadImage, open_photo\n"
+        "from search.media.photos import BadImage, open_photo\n"
         "peak = lambda: resource.getrusage(resource.RUSAGE_SELF).ru_maxrss\n"
         "before = peak()\n"
         "try:\n    open_photo(Path(sys.argv[1]))\nexcept BadImage as exc:\n    msg = str(exc)\n"

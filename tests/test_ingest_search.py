@@ -13,7 +13,8 @@ from qdrant_client import models
 from indexer.chunking import Chunker
 from search.config import PROJECT_ROOT
 from search.errors import BadRequest, EmptyCollection
-from search.service import SearchService
+from search.services import SearchService
+from ingest_helper import ingest
 from search.store import DOCUMENTS
 
 QUERIES = json.loads((PROJECT_ROOT / "samples" / "queries.json").read_text())
@@ -37,7 +38,7 @@ def ids_for(svc: SearchService, path: Path) -> set[str]:
 
 
 def test_sample_queries_find_their_documents(service, docs):
-    report = service.ingest([docs])
+    report = ingest(service, [docs])
     assert report.counts["indexed"] == len(list(docs.iterdir()))
     assert not report.failures
     assert QUERIES[0]["query"] == "reset password"
@@ -54,21 +55,21 @@ def test_sample_queries_find_their_documents(service, docs):
 
 
 def test_ingest_twice_is_idempotent(service, docs):
-    service.ingest([docs])
+    ingest(service, [docs])
     before = points(service)
-    report = service.ingest([docs])
+    report = ingest(service, [docs])
     assert report.counts["unchanged"] == len(before and list(docs.iterdir()))
     assert report.embedded_chunks == 0
     assert points(service) == before
 
 
 def test_edit_replaces_only_that_files_chunks(service, docs):
-    service.ingest([docs])
+    ingest(service, [docs])
     before = points(service)
     target = docs / "printer.md"
     old_ids = ids_for(service, target)
     target.write_text(target.read_text() + "\n\nThe third-floor printer is now called NW-PRN-07 and prints badges.\n")
-    report = service.ingest([docs])
+    report = ingest(service, [docs])
     assert report.counts["updated"] == 1 and report.counts["unchanged"] == len(list(docs.iterdir())) - 1
     after = points(service)
     new_ids = ids_for(service, target)
@@ -80,24 +81,24 @@ def test_edit_replaces_only_that_files_chunks(service, docs):
 
 
 def test_prune_removes_deleted_files(service, docs):
-    service.ingest([docs])
+    ingest(service, [docs])
     gone = docs / "wifi.md"
     assert ids_for(service, gone)
     gone.unlink()
-    kept = service.ingest([docs])  # without --prune nothing is removed
+    kept = ingest(service, [docs])  # without --prune nothing is removed
     assert "pruned" not in kept.counts and ids_for(service, gone)
-    report = service.ingest([docs], prune=True)
+    report = ingest(service, [docs], prune=True)
     assert report.counts["pruned"] == 1
     assert not ids_for(service, gone)
     assert all(Path(pl["path"]).exists() for pl in points(service).values())
 
 
 def test_rename_and_duplicates_reuse_vectors(service, docs):
-    service.ingest([docs])
+    ingest(service, [docs])
     n = len(points(service))
     (docs / "vpn-setup.md").rename(docs / "remote-access.md")
     shutil.copy(docs / "mfa.md", docs / "mfa-copy.md")
-    report = service.ingest([docs])  # no --prune: a move is recognised by its content
+    report = ingest(service, [docs])  # no --prune: a move is recognised by its content
     assert report.embedded_chunks == 0  # nothing new to embed: both are known content
     assert len(points(service)) == n
     mfa = [p for p in points(service).values() if p["chunk"] == 0 and "mfa.md" in p["path"]][0]
@@ -111,7 +112,7 @@ def test_same_new_content_twice_in_one_run(service, tmp_path):
     folder.mkdir()
     for name in ("a.md", "b.md", "c.txt"):
         (folder / name).write_text("# Parking\n\nStaff parking permits are issued by reception.\n")
-    report = service.ingest([folder])
+    report = ingest(service, [folder])
     assert report.counts["indexed"] == 3 and report.embedded_chunks == 1
     [pl] = points(service).values()
     assert sorted(Path(p).name for p in pl["paths"]) == ["a.md", "b.md", "c.txt"]
@@ -128,7 +129,7 @@ def test_bad_files_are_reported_and_the_rest_indexed(service, docs):
     locked = docs / "locked.txt"
     locked.write_text("secret")
     locked.chmod(0)
-    report = service.ingest([docs])
+    report = ingest(service, [docs])
     reasons = {Path(f.path).name: f.reason for f in report.failures}
     assert "binary" in reasons["binary.txt"]
     assert "UTF-8" in reasons["latin1.md"]
@@ -148,7 +149,7 @@ def test_long_document_is_chunked_with_overlap(service, tmp_path, settings):
     paras = [f"## Section {i}\n\n" + " ".join(f"Rule {i}.{j}: keep the {w} tidy." for j, w in enumerate(["desk", "kitchen", "lab", "server room", "car park"] * 6))
              for i in range(12)]
     doc.write_text("# Office handbook\n\n" + "\n\n".join(paras))
-    report = service.ingest([doc])
+    report = ingest(service, [doc])
     [outcome] = report.outcomes
     assert outcome.chunks > 5 and report.truncated_chunks == 0
     chunks = sorted((pl for pl in points(service).values()), key=lambda pl: pl["chunk"])
@@ -161,7 +162,7 @@ def test_folder_filter_and_min_score(service, docs, tmp_path):
     other = tmp_path / "other"
     other.mkdir()
     (other / "passwords.md").write_text("# Password policy\n\nPasswords expire every 90 days.\n")
-    service.ingest([docs, other])
+    ingest(service, [docs, other])
     only = service.search_documents("password", top_k=5, folder=str(other))
     assert [Path(h.path).name for h in only] == ["passwords.md"]
     strict = service.search_documents("reset password", top_k=10, min_score=0.5)
@@ -171,7 +172,7 @@ def test_folder_filter_and_min_score(service, docs, tmp_path):
 def test_query_errors(service, docs):
     with pytest.raises(EmptyCollection, match="indexer ingest"):
         service.search_documents("anything")
-    service.ingest([docs])
+    ingest(service, [docs])
     with pytest.raises(BadRequest, match="query"):
         service.search_documents("   ")
     with pytest.raises(BadRequest, match="top_k"):
@@ -180,10 +181,10 @@ def test_query_errors(service, docs):
 
 def test_interrupted_file_is_not_seen_as_indexed(service, docs):
     """Chunk 0 is written last: a file with only later chunks stored is ingested again."""
-    service.ingest([docs])
+    ingest(service, [docs])
     pid = next(i for i, p in points(service).items() if p["chunk"] == 0 and p["path"].endswith("onboarding.md"))
     service.store.delete(DOCUMENTS.name, models.Filter(must=[models.HasIdCondition(has_id=[pid])]))
-    report = service.ingest([docs])
+    report = ingest(service, [docs])
     assert report.counts["indexed"] + report.counts["updated"] == 1
     assert len(points(service)) == len({*points(service)})  # no duplicates
     assert pid in points(service)
@@ -192,14 +193,14 @@ def test_interrupted_file_is_not_seen_as_indexed(service, docs):
 def test_new_chunk_settings_replace_old_chunks(settings, docs):
     svc = SearchService(settings)
     try:
-        svc.ingest([docs])
+        ingest(svc, [docs])
         n_default = len(points(svc))
     finally:
         svc.close()
     settings.chunk_tokens, settings.chunk_overlap = 80, 20
     svc = SearchService(settings)
     try:
-        report = svc.ingest([docs])
+        report = ingest(svc, [docs])
         after = points(svc)
         assert report.counts["updated"] == len(list(docs.iterdir()))
         assert len(after) == report.embedded_chunks > n_default

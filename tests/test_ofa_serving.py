@@ -25,7 +25,8 @@ from tritonclient.utils import InferenceServerException
 from search.errors import BadRequest
 from search.models import ofa
 from search.models.ofa import OFA
-from search.service import SearchService
+from search.services import SearchService
+from ingest_helper import ingest
 from search.triton.client import TritonClient, text_tensor
 
 TOL = 1e-4  # fp32 ONNX vs PyTorch on logits and probabilities
@@ -361,7 +362,7 @@ def album(root: Path) -> Path:
 
 def test_verify_reranks_clip_hits_through_triton_and_qdrant(service, tmp_path):
     photos = album(tmp_path)
-    service.ingest([photos])
+    ingest(service, [photos])
     query = "two dogs playing"
     plain = service.search_images(query, top_k=6)
     verified = service.search_images(query, top_k=6, verify=True)
@@ -437,7 +438,7 @@ def test_rest_api_entail_and_verify(settings, tmp_path):
                 ({}, {"hypothesis": "two dogs"}, 422, "image")):
             bad = c.post("/entail", files=files, data=form)
             assert bad.status_code == status and field in bad.text, bad.text
-        c.app.state.backend.service().ingest([photos])
+        c.app.state.backend.indexer().ingest([photos])
         hits = c.post("/search/images", json={"text": "two dogs", "top_k": 4, "verify": True}).json()["hits"]
         assert len(hits) == 4 and [h["entailment"] for h in hits] == sorted((h["entailment"] for h in hits), reverse=True)
         assert c.post("/search/images", json={"text": "two dogs", "verify": True, "min_entailment": 3}).status_code == 422

@@ -14,7 +14,8 @@ from PIL import Image
 
 from search.errors import BadRequest, EmptyCollection, ModelNotReady
 from search.models import MiniLM
-from search.service import ImageFilters, SearchService, parse_date, parse_near
+from search.services import ImageFilters, SearchService, parse_date, parse_near
+from ingest_helper import ingest
 from search.triton.local import LocalTriton, free_port
 
 RNG = np.random.default_rng(3)
@@ -74,7 +75,7 @@ def names(hits) -> list[str]:
 
 
 def test_ingest_photos_and_query_by_example(service, album):
-    report = service.ingest([album])
+    report = ingest(service, [album])
     assert report.counts["indexed"] == 7 and not report.failures, report.as_dict()
     assert service.store.count("images") == 7
     for p in album.rglob("*.*"):
@@ -88,14 +89,14 @@ def test_ingest_photos_and_query_by_example(service, album):
 
 
 def test_text_to_image_plumbing(service, album):
-    service.ingest([album])
+    ingest(service, [album])
     hits = service.search_images("a dog on the beach", top_k=5)
     assert len(hits) == 5 and all(-1.0001 <= h.score <= 1.0001 for h in hits)
     assert hits == sorted(hits, key=lambda h: -h.score)
 
 
 def test_filters(service, album):
-    service.ingest([album])
+    ingest(service, [album])
     q = album / "beach.jpg"
 
     def search(**kw):
@@ -120,10 +121,10 @@ def test_filters(service, album):
 
 
 def test_rename_and_duplicates(service, album):
-    service.ingest([album])
+    ingest(service, [album])
     (album / "beach.jpg").rename(album / "brighton.jpg")
     shutil.copy(album / "city.jpg", album / "trip" / "city-copy.jpg")
-    report = service.ingest([album])
+    report = ingest(service, [album])
     assert report.embedded_chunks == 0 and service.store.count("images") == 7
     moved = service.search_images(like=album / "brighton.jpg", top_k=1)[0]
     assert moved.paths == [str(album / "brighton.jpg")]
@@ -132,7 +133,7 @@ def test_rename_and_duplicates(service, album):
     assert set(names(service.search_images(like=album / "city.jpg", top_k=20, filters=ImageFilters(folder=str(album / "trip"))))) >= {"city.jpg"}
     lake = service.search_images(like=album / "trip" / "lake.jpg", top_k=1)[0]
     (album / "trip" / "lake.jpg").unlink()
-    pruned = service.ingest([album], prune=True)
+    pruned = ingest(service, [album], prune=True)
     assert pruned.counts["pruned"] == 1 and service.store.count("images") == 6
     assert not Path(lake.thumbnail).exists()  # deleted content leaves no thumbnail behind
 
@@ -151,7 +152,7 @@ def test_bad_images_are_reported_and_the_rest_indexed(service, album):
     Image.fromarray((RNG.random((30, 50)) * 65535).astype(np.uint16)).save(album / "deep.png")
     frames = [Image.new("RGB", (32, 32), (i * 80, 255 - i * 80, 40)) for i in range(3)]
     frames[0].save(album / "anim.gif", save_all=True, append_images=frames[1:])
-    report = service.ingest([album])
+    report = ingest(service, [album])
     reasons = {Path(f.path).name: f.reason for f in report.failures}
     assert set(reasons) == {"empty.jpg", "notes.jpg", "truncated.jpg", "random.png", "bomb.png"}, reasons
     assert "pixels" in reasons["bomb.png"]
@@ -160,7 +161,7 @@ def test_bad_images_are_reported_and_the_rest_indexed(service, album):
 
 def test_mixed_folder_in_one_command(service, album, docs):
     shutil.copytree(docs, album / "kb")
-    report = service.ingest([album])
+    report = ingest(service, [album])
     assert report.as_dict()["by_kind"] == {"images": 7, "documents": 17}
     assert service.search_documents("reset password", top_k=1)[0].path.endswith("reset-password.md")
     assert names(service.search_images(like=album / "city.jpg", top_k=1)) == ["city.jpg"]
@@ -169,7 +170,7 @@ def test_mixed_folder_in_one_command(service, album, docs):
 def test_photo_search_errors(service, album, tmp_path):
     with pytest.raises(EmptyCollection, match="indexer ingest"):
         service.search_images("anything")
-    service.ingest([album])
+    ingest(service, [album])
     with pytest.raises(BadRequest, match="either"):
         service.search_images("x", like=album / "city.jpg")
     with pytest.raises(BadRequest, match="like"):
@@ -192,7 +193,7 @@ def test_without_clip_documents_still_work(settings, model_repo, tmp_path, album
         svc = SearchService(settings.model_copy(update={"triton_url": f"127.0.0.1:{srv.grpc_port}",
                                                         "data_dir": tmp_path / "other"}))
         try:
-            report = svc.ingest([album])
+            report = ingest(svc, [album])
             assert report.counts["indexed"] == 17 and not report.failures
             n, why = report.unavailable["images"]
             assert n == 7 and "CLIP" in why and "search models build" in why

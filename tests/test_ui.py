@@ -18,7 +18,8 @@ import pytest
 from PIL import Image
 
 from search.config import PROJECT_ROOT
-from search.service import SearchService
+from search.services import SearchService
+from ingest_helper import ingest
 from search.triton.local import free_port
 
 pytest.importorskip("playwright.sync_api")
@@ -120,7 +121,7 @@ def test_search_page_documents_and_photos(settings, docs, tmp_path, app_factory,
     photos = make_photos(tmp_path / "photos")
     svc = SearchService(settings)  # ingest first: the embedded store admits one process at a time
     try:
-        report = svc.ingest([docs, photos[0].parent])
+        report = ingest(svc, [docs, photos[0].parent])
         assert not report.failures, report.as_dict()
     finally:
         svc.close()

@@ -1,6 +1,6 @@
 """The search page: `search ui` (or `streamlit run ui/app.py`).
 
-Every query goes through search.service.SearchService, like the CLI and the REST API; this file
+Every query goes through search.services.SearchService, like the CLI and the REST API; this file
 only turns widgets into service calls and hits into HTML. Settings come from the environment
 (SEARCH_DATA_DIR, SEARCH_TRITON_URL, SEARCH_TRITON_REPO, QDRANT_URL, ... see search/config.py).
 """
@@ -16,11 +16,11 @@ from pathlib import Path
 
 import streamlit as st
 
-from indexer.images import IMAGE_SUFFIXES
+from search.media.photos import IMAGE_SUFFIXES
 from indexer.loaders import DOCUMENT_SUFFIXES
 from search.config import Settings
 from search.errors import ServiceError
-from search.service import MAX_TOP_K, ImageFilters, SearchService
+from search.services import MAX_TOP_K, ImageFilters, SearchService
 
 
 @dataclass(frozen=True)
@@ -61,7 +61,7 @@ def main() -> None:
         return
     opts = sidebar(status)
     mode = st.radio("Mode", MODES, format_func=lambda m: m.label, horizontal=True)
-    blocker = empty_state(status, mode)
+    blocker = svc.blocker(status, mode.kind, mode.doc_mode)
     if blocker:
         (st.error if blocker.startswith("Triton") else st.info)(blocker)
         return
@@ -108,32 +108,6 @@ def _date_range(dates) -> tuple[float | None, float | None]:
     if len(dates) == 1:  # the second click is still to come
         return ts(dates[0]), None
     return None, None
-
-
-def empty_state(status: dict, mode: Mode) -> str | None:
-    """What the user must do before this mode can answer, or None."""
-    t, counts = status["triton"], status["store"]["collections"]
-    if not t["live"]:
-        return f"Triton is not reachable at {t['url']}: start it with `search triton up`"
-    ready = {n for n, m in t["models"].items() if m["ready"]}
-    if mode.kind == "entail":
-        if "ofa_ve" not in ready:
-            return ("Entailment needs the OFA model, which is not built: run `search models build --ofa-source DIR` "
-                    "with a ModelScope OFA visual-entailment checkpoint (see docs/ofa.md), then restart Triton")
-        return None
-    if mode.kind == "documents":
-        if not counts.get("documents"):
-            return "Nothing indexed yet: run `indexer ingest PATH` (e.g. `indexer ingest samples/docs`)"
-        if mode.doc_mode == "hybrid" and "bge_m3" not in ready:
-            return "Hybrid search needs the BGE-M3 model: run `search models build`, then restart Triton"
-        if "minilm" not in ready:
-            return "Document search needs the MiniLM model: run `search models build`, then restart Triton"
-        return None
-    if not {"clip_text", "clip_image"} <= ready:
-        return "Photos need the CLIP model: run `search models build`, then restart Triton"
-    if not counts.get("images"):
-        return "No photos indexed yet: run `indexer ingest ./photos`"
-    return None
 
 
 def documents_page(svc: SearchService, mode: Mode, opts: dict) -> None:

@@ -1,15 +1,19 @@
-"""What the two command-line faces share: settings from flags, one-line errors, display helpers."""
+"""What the two command-line faces (`search`, `indexer`) share: settings from flags, one-line errors,
+display helpers."""
 
 from __future__ import annotations
 
 import functools
+import json
 import os
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import typer
 from rich.console import Console
 
-from search.config import Settings
+from search.config import Settings, load_settings
 from search.errors import ServiceError
 from search.triton.local import TritonError
 
@@ -24,8 +28,8 @@ QdrantUrl = typer.Option(None, "--qdrant-url", help="URL of a Qdrant server; def
 def make_settings(data_dir: Path | None, triton_url: str | None, qdrant_url: str | None) -> Settings:
     overrides = {k: v for k, v in {"data_dir": data_dir, "triton_url": triton_url, "qdrant_url": qdrant_url}.items() if v}
     try:
-        return Settings(**overrides)
-    except Exception as exc:  # pydantic validation of an env var, e.g. a non-numeric port
+        return load_settings(**overrides)
+    except ValueError as exc:  # a bad environment variable, named in the message
         fail(f"invalid setting: {exc}", 2)
 
 
@@ -58,3 +62,17 @@ def display_path(path: str) -> str:
         return path
 
 
+
+
+@contextmanager
+def opened(service_cls, ctx: typer.Context) -> Iterator:
+    """A service on the command's settings, closed (its store released) when the command is done."""
+    svc = service_cls(ctx.obj)
+    try:
+        yield svc
+    finally:
+        svc.close()
+
+
+def to_json(obj) -> str:
+    return json.dumps(obj, ensure_ascii=False, indent=2)

@@ -1,0 +1,57 @@
+"""The REST API for knowledge-base bots: `search serve` (FastAPI + uvicorn).
+
+Every search goes through the query services and every ingest through the indexer's service, like
+the CLI and the page; this package only validates requests, guards paths and sizes, runs ingest
+jobs and maps errors."""
+
+from __future__ import annotations
+
+import logging
+from contextlib import asynccontextmanager
+
+import uvicorn
+from fastapi import FastAPI
+
+from search.api.backend import Backend
+from search.api.errors import add_error_handlers
+from search.api.limits import LimitRequestSize
+from search.api.routes import health, ingest, search
+from search.api.security import SCOPES
+from search.config import Settings
+from search.observability import ApiMetrics, RequestObserver, configure_logging
+
+log = logging.getLogger("search.api")
+
+
+def create_app(settings: Settings) -> FastAPI:
+    if settings.api_key_scope not in SCOPES:  # settings built with model_copy skip validation
+        raise ValueError(f"api_key_scope: must be one of {', '.join(SCOPES)}, got {settings.api_key_scope!r}")
+    metrics = ApiMetrics()
+    backend = Backend(settings, metrics)
+
+    @asynccontextmanager
+    async def lifespan(_app: FastAPI):
+        yield
+        backend.close()
+
+    app = FastAPI(title="Multimodal search API", version="1.0", lifespan=lifespan,
+                  description="Document search with citations, photo search (text and example image), "
+                              "ingest jobs and health. Send the key in the X-API-Key header when one is configured.")
+    app.state.backend, app.state.metrics = backend, metrics
+    app.add_middleware(LimitRequestSize, limit=settings.max_request_bytes)
+    app.add_middleware(RequestObserver, metrics=metrics)  # outermost: sees 413s and every error too
+    add_error_handlers(app)
+    for router in (health.public, health.reads, search.router, ingest.router):
+        app.include_router(router)
+    return app
+
+
+def serve(settings: Settings, host: str | None = None, port: int | None = None) -> None:
+    """Run the API with uvicorn (one process: the embedded store admits one client). Logs are text or
+    JSON lines (log_format), one per request, with its id."""
+    host = host or settings.api_host
+    log_config = configure_logging(settings.log_format, settings.log_level)
+    if not settings.api_key and host not in ("127.0.0.1", "localhost", "::1"):
+        log.warning("serving on %s without an API key: anyone who can reach it can search and ingest", host)
+    uvicorn.run(create_app(settings), host=host, port=port or settings.api_port, log_config=log_config,
+                access_log=False)

@@ -1,0 +1,88 @@
+"""What the routes share: the query and ingest services over one store, the folders the API may
+read, and the ingest jobs.
+
+Concurrency: one store per app. qdrant-client's local mode is not thread-safe, so there every call
+into its client takes one lock (``_Serialised``), held for a single store operation, not for a whole
+request or job: a search issued while a job runs waits at most for one upsert batch, and embedding
+(Triton) runs outside the lock. The embedded engine and a server take concurrent calls.
+"""
+
+from __future__ import annotations
+
+import functools
+import threading
+from pathlib import Path
+
+from indexer.service import IngestService
+from search.api.jobs import Jobs
+from search.config import Settings
+from search.observability import ApiMetrics
+from search.resources import Resources
+from search.services import SearchService
+
+
+class _Serialised:
+    """A qdrant-client whose calls run one at a time (local mode is not built for threads)."""
+
+    def __init__(self, client, lock: threading.Lock) -> None:
+        self._client, self._lock = client, lock
+
+    def __getattr__(self, name: str):
+        attr = getattr(self._client, name)
+        if not callable(attr):
+            return attr
+
+        @functools.wraps(attr)
+        def call(*args, **kwargs):
+            with self._lock:
+                return attr(*args, **kwargs)
+        return call
+
+
+class Backend:
+    def __init__(self, settings: Settings, metrics: ApiMetrics | None = None) -> None:
+        self.settings = settings
+        self.resources = Resources(settings)
+        self.store_lock = threading.Lock()
+        self._open_lock = threading.Lock()
+        self._opened = False
+        self.uploads = (settings.data_dir / "uploads").resolve()
+        self.roots = [Path(r).expanduser().resolve() for r in settings.api_roots] + [self.uploads]
+        self.metrics = metrics
+        self.jobs = Jobs(lambda *a, **kw: self.indexer().ingest(*a, **kw), metrics)
+
+    def _open(self) -> None:
+        """Open the store on first use, so a busy or absent store is a 503 for that request (and
+        retried on the next), not a crash at start-up."""
+        if not self._opened:
+            with self._open_lock:
+                if not self._opened:
+                    store = self.resources.store
+                    if store.backend == "local":  # qdrant-client local mode is not built for threads; edge and a server are
+                        store.client = _Serialised(store.client, self.store_lock)
+                    self._opened = True
+
+    def service(self) -> SearchService:
+        """The query service with its store open."""
+        self._open()
+        return SearchService(self.settings, self.resources)
+
+    def indexer(self) -> IngestService:
+        """The ingest service on the same store."""
+        self._open()
+        return IngestService(self.settings, self.resources)
+
+    def unopened_service(self) -> SearchService:
+        """The query service without opening the store: for reporting on a store that may be busy."""
+        return SearchService(self.settings, self.resources)
+
+    def inside_roots(self, path: Path) -> bool:
+        return any(path.is_relative_to(root) for root in self.roots)
+
+    def close(self) -> None:
+        """Finish the running job, then release the store. The app may start again after this
+        (test clients run the lifespan per request): the next call opens the store again."""
+        self.jobs.close()
+        with self._open_lock:
+            self.resources.close()  # the store's close() takes the store lock like every other call
+            self._opened = False

@@ -1,0 +1,66 @@
+"""Size limits checked before a body is read, and safe upload names."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from fastapi import HTTPException, UploadFile
+from fastapi.responses import JSONResponse
+
+CHUNK = 1 << 20
+MAX_FILES = 100  # per upload request
+
+
+class _TooLarge(HTTPException):
+    pass
+
+
+class LimitRequestSize:
+    """413 for a Content-Length over the limit, and for a chunked body once it passes it."""
+
+    def __init__(self, app, limit: int) -> None:
+        self.app, self.limit = app, limit
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        length = dict(scope["headers"]).get(b"content-length")
+        if length is not None and length.isdigit() and int(length) > self.limit:
+            response = JSONResponse({"detail": self._message()}, status_code=413)
+            return await response(scope, receive, send)
+        seen = 0
+
+        async def counted():
+            nonlocal seen
+            message = await receive()
+            seen += len(message.get("body", b""))
+            if seen > self.limit:
+                raise _TooLarge(413, self._message())  # FastAPI re-raises HTTPExceptions from body reading
+            return message
+
+        return await self.app(scope, counted, send)
+
+    def _message(self) -> str:
+        return f"body: the request is larger than the {self.limit:,} byte limit (max_request_bytes)"
+
+
+def upload_name(filename: str | None, name: str) -> str:
+    base = Path(filename or "").name
+    try:
+        ok = bool(base) and not base.startswith(".") and "\\" not in base and "\0" not in base \
+            and len(base.encode("utf-8")) <= 255
+    except UnicodeEncodeError:
+        ok = False
+    if not ok:
+        raise HTTPException(400, f"{name}: unusable file name {filename!r}")
+    return base
+
+
+async def read_limited(upload: UploadFile, name: str, limit: int) -> bytes:
+    parts, size = [], 0
+    while chunk := await upload.read(CHUNK):
+        size += len(chunk)
+        if size > limit:
+            raise HTTPException(413, f"{name}: larger than the {limit:,} byte upload limit (max_upload_bytes)")
+        parts.append(chunk)
+    return b"".join(parts)

@@ -1,0 +1,61 @@
+"""Ingest jobs: server-side paths inside the configured roots, or uploads; progress by job id."""
+
+from __future__ import annotations
+
+import shutil
+import uuid
+
+from fastapi import APIRouter, Depends, File, HTTPException, Request, UploadFile
+
+from search.api.backend import Backend
+from search.api.deps import get_backend
+from search.api.jobs import Job
+from search.api.limits import MAX_FILES, read_limited, upload_name
+from search.api.paths import allowed_path
+from search.api.schemas import IngestPaths
+from search.api.security import require_key
+
+router = APIRouter(dependencies=[Depends(require_key(writes=True))], tags=["ingest"])
+
+
+@router.post("/ingest", status_code=202, summary="Index server-side files or folders inside the configured roots")
+def ingest_paths(body: IngestPaths, request: Request, backend: Backend = Depends(get_backend)) -> dict:
+    paths = [allowed_path(backend, raw, f"paths[{i}]") for i, raw in enumerate(body.paths)]
+    return _accepted(request, backend.jobs.submit(paths, body.prune))
+
+
+@router.post("/ingest/upload", status_code=202, summary="Upload documents or photos and index them")
+async def ingest_upload(request: Request, files: list[UploadFile] = File(description="documents and photos"),
+                        backend: Backend = Depends(get_backend)) -> dict:
+    if len(files) > MAX_FILES:
+        raise HTTPException(400, f"files: at most {MAX_FILES} files per request, got {len(files)}")
+    names = [upload_name(f.filename, f"files[{i}]") for i, f in enumerate(files)]
+    if len(set(names)) != len(names):
+        raise HTTPException(400, "files: two uploads have the same file name")
+    folder = backend.uploads / uuid.uuid4().hex
+    folder.mkdir(parents=True)
+    try:
+        for i, (upload, name) in enumerate(zip(files, names)):
+            data = await read_limited(upload, f"files[{i}] ({name})", backend.settings.max_upload_bytes)
+            (folder / name).write_bytes(data)
+    except HTTPException:
+        shutil.rmtree(folder, ignore_errors=True)  # nothing half-uploaded is left to be indexed later
+        raise
+    return _accepted(request, backend.jobs.submit([folder], prune=False))
+
+
+@router.get("/ingest/jobs/{job_id}", summary="An ingest job's state and progress")
+def ingest_job(job_id: str, backend: Backend = Depends(get_backend)) -> dict:
+    job = backend.jobs.get(job_id)
+    if job is None:
+        raise HTTPException(404, f"job_id: no ingest job {job_id!r} (jobs are kept in memory until restart)")
+    return job.as_dict()
+
+
+@router.get("/ingest/jobs", summary="Recent ingest jobs, newest first")
+def ingest_jobs(backend: Backend = Depends(get_backend)) -> dict:
+    return {"jobs": [j.as_dict() for j in backend.jobs.newest_first()]}
+
+
+def _accepted(request: Request, job: Job) -> dict:
+    return {"job_id": job.id, "state": job.state, "status_url": str(request.url_for("ingest_job", job_id=job.id))}

@@ -1,0 +1,1 @@
+"""The `search` command line (entry point: search.cli.app:main)."""

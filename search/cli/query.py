@@ -1,0 +1,113 @@
+"""`search [query] TEXT`, `search entail`, `search status`: what a user asks the index."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+
+from search.cli.support import display_path, err, guarded, opened, out, to_json
+from search.services import ImageFilters, SearchService, check_query_options
+
+
+@guarded
+def query(
+    ctx: typer.Context,
+    text: str = typer.Argument(None, help="What you are looking for, in your own words."),
+    images: bool = typer.Option(False, "--images", help="Search photos by TEXT (CLIP) instead of documents."),
+    like: Path = typer.Option(None, "--like", help="Find photos that look like this one (image-to-image)."),
+    top_k: int = typer.Option(None, "--top-k", "-k", min=1, max=100, help="How many hits to show \\[default: 5 passages, 12 photos]."),
+    min_score: float = typer.Option(None, "--min-score", help="Hide hits scoring below this (cosine, -1..1, except --mode sparse: unbounded lexical weights)."),
+    folder: Path = typer.Option(None, "--folder", help="Only files under this folder."),
+    file_type: list[str] = typer.Option(None, "--type", help="Only files of this type, e.g. --type pdf --type docx (repeatable)."),
+    after: str = typer.Option(None, "--after", help="Photos taken on or after this date (2021-07-14 or 2021-07-14T09:30, UTC)."),
+    before: str = typer.Option(None, "--before", help="Photos taken before this date."),
+    camera: str = typer.Option(None, "--camera", help="Photos from this camera (words of make and model, e.g. 'canon 5d')."),
+    near: str = typer.Option(None, "--near", help="Photos taken within KM of a place: LAT,LON,KM (e.g. 51.5,-0.12,10)."),
+    sort: str = typer.Option("score", "--sort", help="Photo order after the cut-off: score, newest or oldest."),
+    mode: str = typer.Option(None, "--mode", "-m", help="Document search: [bold]hybrid[/] (BGE-M3 dense + sparse, fused, "
+                             "re-ranked by ColBERT), [bold]dense[/], [bold]sparse[/] (BGE-M3 lexical weights), "
+                             "[bold]semantic[/] (MiniLM), or [bold]auto[/]: hybrid when BGE-M3 is served and "
+                             "the documents have its vectors, else semantic \\[default: auto; env: SEARCH_SEARCH_MODE]."),
+    verify: bool = typer.Option(False, "--verify", help="With --images: re-rank the top-k photos by OFA's probability "
+                                "that each one entails TEXT (visual entailment), and show it."),
+    min_entailment: float = typer.Option(None, "--min-entailment", min=0.0, max=1.0,
+                                         help="With --verify: hide photos whose entailment probability is below this."),
+    as_json: bool = typer.Option(False, "--json", help="Print machine-readable JSON."),
+) -> None:
+    """Find the passages that best match TEXT, or photos with --images / --like."""
+    photos = bool(images or like)
+    check_query_options(photos=photos, text=bool(text), like=like is not None, mode=mode, verify=verify,
+                        min_entailment=min_entailment,
+                        photo_only={"--after": after, "--before": before, "--camera": camera, "--near": near,
+                                    "--sort": sort != "score"})
+    with opened(SearchService, ctx) as svc:
+        if photos:
+            filters = ImageFilters.parse(after=after, before=before, camera=camera, near=near, folder=folder,
+                                         suffixes=file_type)
+            hits = svc.search_images(text, like=like, top_k=top_k or 12, min_score=min_score, filters=filters, sort=sort,
+                                     verify=verify, min_entailment=min_entailment)
+        else:
+            hits = svc.search_documents(text, top_k=top_k or 5, min_score=min_score,
+                                        folder=str(folder) if folder else None, mode=mode, suffixes=file_type or ())
+    if as_json:
+        print(to_json({"query": text, "like": str(like) if like else None, "hits": [h.as_dict() for h in hits]}))
+        return
+    if not hits:
+        err.print("nothing matched" + (f" above --min-score {min_score}" if min_score is not None else "")
+                  + (f" with entailment ≥ {min_entailment}" if min_entailment is not None else ""))
+        raise typer.Exit(1)
+    for rank, h in enumerate(hits, 1):
+        head = f"[bold]{rank}.[/] [green]{h.score:.3f}[/]  [cyan]{display_path(h.path)}[/]"
+        if images or like:
+            facts = [h.taken, h.camera, f"{h.width}×{h.height}" if h.width else None,
+                     f"{h.latitude:.5f},{h.longitude:.5f}" if h.latitude is not None else None]
+            if verify:
+                head += (f"  [magenta]entails {h.entailment:.3f}[/] [dim]({h.entailment_label})[/]"
+                         if h.entailment is not None else "  [yellow]not verified (file unreadable)[/]")
+            out.print(head + "  [dim]" + " · ".join(f for f in facts if f) + "[/]", highlight=False, soft_wrap=True)
+        else:
+            where = [f"p. {h.page}" if h.page else None, f"§ {h.section}" if h.section else None, f"chunk {h.chunk}", h.mode]
+            out.print(f"{head} [dim]({', '.join(w for w in where if w)})[/]", highlight=False, soft_wrap=True)
+            out.print(f"   {h.snippet()}", highlight=False, soft_wrap=True)
+
+
+@guarded
+def entail(
+    ctx: typer.Context,
+    photo: Path = typer.Argument(..., help="The photo (JPEG, PNG, WebP, ...)."),
+    hypothesis: str = typer.Argument(..., help="A statement about the photo, e.g. \"there are two dogs\"."),
+    premise: str = typer.Option(None, "--premise", help="A text premise given with the photo (OFA's text1)."),
+    as_json: bool = typer.Option(False, "--json", help="Print machine-readable JSON."),
+) -> None:
+    """Does PHOTO support HYPOTHESIS? OFA visual entailment: entailment, neutral or contradiction,
+    with the three probabilities."""
+    with opened(SearchService, ctx) as svc:
+        verdict = svc.entail(photo, hypothesis, premise)
+    if as_json:
+        print(to_json({"photo": str(photo), "hypothesis": hypothesis, "premise": premise, **verdict.as_dict()}))
+        return
+    colour = {"entailment": "green", "contradiction": "red"}.get(verdict.label, "yellow")
+    probs = " · ".join(f"{k} {v:.3f}" for k, v in verdict.probs.items())
+    out.print(f"[bold {colour}]{verdict.label}[/]  {probs}", highlight=False)
+    if verdict.truncated:
+        err.print("note: the text was longer than the model takes and was truncated (max_src_length)")
+
+
+@guarded
+def status(ctx: typer.Context, as_json: bool = typer.Option(False, "--json")) -> None:
+    """Show whether Triton and the store are reachable, which models are served, and counts."""
+    with opened(SearchService, ctx) as svc:
+        st = svc.status()
+    if as_json:
+        print(to_json(st))
+        return
+    t = st["triton"]
+    out.print(f"Triton  {t['url']}: " + ("[green]live[/]" if t["live"] else "[red]not reachable[/] (start it: search triton up)"))
+    for name, m in t["models"].items():
+        out.print(f"  {name}: built={'yes' if m['built'] else 'no'} ready={'yes' if m['ready'] else 'no'}")
+    out.print(f"Store   {st['store']['backend']} at {st['store']['location']}")
+    for name, n in st["store"]["collections"].items():
+        out.print(f"  {name}: {n} points")
+    if "note" in st["store"]:
+        out.print(f"  [yellow]note[/]: {st['store']['note']}", highlight=False, soft_wrap=True)

@@ -1,0 +1,72 @@
+"""`search triton up|down|status`: the local Triton server (the binary from nvidia-pytriton)."""
+
+from __future__ import annotations
+
+import typer
+
+from search.cli.support import err, fail, guarded, out
+from search.config import Settings
+from search.models import built_triton_models
+from search.triton.local import LocalTriton
+
+app = typer.Typer(no_args_is_help=True, help="Run the local Triton server (the binary from nvidia-pytriton).")
+
+def _local(settings: Settings, models: list[str] | None = None, **ports):
+    return LocalTriton(settings.triton_repo, settings.triton_run_dir, host=settings.triton_host,
+                       http_port=ports.get("http_port") or settings.triton_http_port,
+                       grpc_port=ports.get("grpc_port") or settings.triton_grpc_port,
+                       metrics_port=ports.get("metrics_port") or settings.triton_metrics_port, models=models)
+
+
+@app.command("up")
+@guarded
+def triton_up(
+    ctx: typer.Context,
+    http_port: int = typer.Option(None, help="HTTP port \\[default: 8000, env SEARCH_TRITON_HTTP_PORT]."),
+    grpc_port: int = typer.Option(None, help="gRPC port \\[default: 8001, env SEARCH_TRITON_GRPC_PORT]."),
+    metrics_port: int = typer.Option(None, help="Metrics port \\[default: 8002, env SEARCH_TRITON_METRICS_PORT]."),
+) -> None:
+    """Start the local Triton server in the background on 127.0.0.1 and wait until it is ready."""
+    settings: Settings = ctx.obj
+    running = LocalTriton.attach(settings.triton_run_dir)
+    if running and running.is_running():
+        out.print(f"Triton is already running (pid {running.state.pid}, gRPC {running.host}:{running.grpc_port})")
+        return
+    if running:
+        running.stop()  # stale state from a server that died: clean its leftovers
+    models = built_triton_models(settings.triton_repo)
+    if not models:
+        fail("no model is built yet: run `search models build` first", 4)
+    server = _local(settings, models, http_port=http_port, grpc_port=grpc_port, metrics_port=metrics_port)
+    with err.status("starting Triton…"):
+        server.start(timeout=settings.triton_start_timeout_s)
+    out.print(f"Triton ready: gRPC {server.host}:{server.grpc_port}, HTTP {server.http_port}, metrics {server.metrics_port} "
+              f"(pid {server.state.pid}); models: {', '.join(models)}", soft_wrap=True)
+
+
+@app.command("down")
+@guarded
+def triton_down(ctx: typer.Context) -> None:
+    """Stop the local Triton server and clean up its processes and shared memory."""
+    server = LocalTriton.attach(ctx.obj.triton_run_dir)
+    if server is None:
+        out.print("Triton is not running")
+        return
+    server.stop()
+    out.print("Triton stopped")
+
+
+@app.command("status")
+@guarded
+def triton_status(ctx: typer.Context) -> None:
+    """Say whether the local server runs and which models it has loaded."""
+    server = LocalTriton.attach(ctx.obj.triton_run_dir)
+    if server is None or not server.is_running():
+        out.print("Triton is not running (start it: search triton up)")
+        raise typer.Exit(1)
+    ready = server.is_ready()
+    out.print(f"Triton pid {server.state.pid}: {'ready' if ready else 'not ready'}; gRPC {server.host}:{server.grpc_port}, "
+              f"HTTP {server.http_port}, metrics {server.metrics_port}; log {server.state.log}")
+    if ready:
+        for m in server.model_status():
+            out.print(f"  {m['name']} v{m.get('version', '?')}: {m.get('state', '?')} {m.get('reason', '')}")

@@ -1,0 +1,42 @@
+"""The two servers every service talks to, opened once per process and shared: the vector store
+and the Triton client. Query and ingest services in one process (the REST API) must share them,
+because the embedded store admits one opener."""
+
+from __future__ import annotations
+
+from functools import cached_property
+
+from search.config import Settings
+from search.store import Store, open_store
+from search.triton.client import TritonClient
+from search.triton.local import LocalTriton
+
+
+class Resources:
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+
+    @cached_property
+    def store(self) -> Store:
+        return open_store(self.settings)
+
+    @cached_property
+    def triton(self) -> TritonClient:
+        return TritonClient(self.triton_url(), self.settings.triton_timeout_s)
+
+    def triton_url(self) -> str:
+        """An explicit URL, else the local server that `search triton up` recorded, else the defaults."""
+        if self.settings.triton_url:
+            return self.settings.triton_url
+        local = LocalTriton.attach(self.settings.triton_run_dir)
+        if local is not None and local.is_running():
+            return f"{local.host}:{local.grpc_port}"
+        return self.settings.grpc_url
+
+    def store_opened(self) -> bool:
+        return "store" in self.__dict__
+
+    def close(self) -> None:
+        """Release the store; the next use opens it again."""
+        if self.store_opened():
+            self.__dict__.pop("store").close()

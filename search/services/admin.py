@@ -1,0 +1,123 @@
+"""What the faces show about the system itself: status, readiness, what blocks a search mode,
+collection counts, and the store's own commands (stats, optimize, migrate)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import asdict
+from pathlib import Path
+
+from search.errors import BadRequest, EmptyCollection, ServiceError
+from search.models import FAMILIES
+from search.services.base import ServiceBase
+from search.store import COLLECTIONS, DOCUMENTS, Migrated, migrate, open_location, parse_spec
+
+
+class Admin(ServiceBase):
+    # -- status
+    def status(self) -> dict:
+        out: dict = {"triton": self.triton_status(), "store": self.store_location()}
+        out["store"].update(self.collections())
+        if hint := self._legacy_hint().strip(" ;"):
+            out["store"]["note"] = hint
+        return out
+
+    def triton_status(self) -> dict:
+        """URL, liveness and, per served ensemble, whether its files are built and it is ready."""
+        live = self.triton.is_live()
+        models = {}
+        for fam in FAMILIES:
+            built = fam.is_built(self.settings.triton_repo)
+            for name in fam.ensembles:
+                models[name] = {"built": built, "ready": bool(live and self.triton.model_ready(name))}
+        return {"url": self.triton_url(), "live": live, "models": models}
+
+    def store_location(self) -> dict:
+        return {"backend": self.settings.store_backend, "location": self.settings.qdrant_location}
+
+    def collections(self) -> dict:
+        """Points per collection, and how many document chunks carry BGE-M3 vectors."""
+        return {"collections": {name: self.store.count(name) for name in COLLECTIONS},
+                "documents_with_bge_m3": self.store.count_where(DOCUMENTS.name, "models", "bge_m3")}
+
+    def readiness(self) -> dict:
+        """Triton and the store, each reported on its own; ready when both answer and a model is served."""
+        try:
+            triton = self.triton_status()
+        except ServiceError:
+            triton = {"url": self.triton_url(), "live": False, "models": {}}
+        triton["models"] = {name: m["ready"] for name, m in triton["models"].items()}
+        store: dict = {**self.store_location(), "reachable": True}
+        try:
+            self.store.exists(DOCUMENTS.name)
+        except ServiceError as exc:
+            store.update(reachable=False, error=str(exc))
+        ready = triton["live"] and any(triton["models"].values()) and store["reachable"]
+        return {"ready": ready, "triton": triton, "qdrant": store}
+
+    def blocker(self, status: dict, kind: str, doc_mode: str | None = None) -> str | None:
+        """What the user must do before a search of ``kind`` ("documents", "text2image",
+        "image2image", "entail") in ``doc_mode`` can answer, given ``status()``; None when it can."""
+        t, counts = status["triton"], status["store"]["collections"]
+        if not t["live"]:
+            return f"Triton is not reachable at {t['url']}: start it with `search triton up`"
+        ready = {n for n, m in t["models"].items() if m["ready"]}
+        if kind == "entail":
+            if "ofa_ve" not in ready:
+                return ("Entailment needs the OFA model, which is not built: run `search models build --ofa-source DIR` "
+                        "with a ModelScope OFA visual-entailment checkpoint (see docs/ofa.md), then restart Triton")
+            return None
+        if kind == "documents":
+            if not counts.get("documents"):
+                return "Nothing indexed yet: run `indexer ingest PATH` (e.g. `indexer ingest samples/docs`)"
+            if doc_mode in ("hybrid", "dense", "sparse"):
+                if "bge_m3" not in ready:
+                    return f"{doc_mode.capitalize()} search needs the BGE-M3 model: run `search models build`, then restart Triton"
+                if not status["store"].get("documents_with_bge_m3"):
+                    return (f"No documents have BGE-M3 vectors yet (needed for {doc_mode} search): "
+                            "run `indexer ingest PATH` again now that BGE-M3 is served")
+            if "minilm" not in ready:
+                return "Document search needs the MiniLM model: run `search models build`, then restart Triton"
+            return None
+        if not {"clip_text", "clip_image"} <= ready:
+            return "Photos need the CLIP model: run `search models build`, then restart Triton"
+        if not counts.get("images"):
+            return "No photos indexed yet: run `indexer ingest ./photos`"
+        return None
+
+    # -- the store itself
+    def store_stats(self) -> dict:
+        """Points, segments, index status, payload indexes and disk size per collection."""
+        store = self.store
+        out = {"backend": store.backend, "location": store.location, "collections": {}}
+        for name in [c for c in COLLECTIONS if store.exists(c)]:
+            out["collections"][name] = asdict(store.stats(name))
+        sizes = [c["disk_bytes"] for c in out["collections"].values()]
+        out["disk_bytes"] = sum(sizes) if sizes and None not in sizes else None
+        hint = self._legacy_hint().strip(" ;")
+        if hint:
+            out["note"] = hint
+        return out
+
+    def optimize_store(self) -> None:
+        for name in COLLECTIONS:
+            self.store.optimize(name)
+
+    def migrate_store(self, to: str, source: str | None = None,
+                      progress: Callable[[str, int, int], None] | None = None) -> list[Migrated]:
+        """Copy every collection from ``source`` (default: the configured store) to ``to``:
+        'edge[:PATH]', 'local[:PATH]' or a server URL (see store.parse_spec)."""
+        s = self.settings
+        src_spec = parse_spec(source, s) if source else (s.store_backend, s.qdrant_location)
+        dst_spec = parse_spec(to, s)
+        if src_spec == dst_spec:
+            raise BadRequest(f"to: the target is the source ({dst_spec[0]} at {dst_spec[1]})")
+        if src_spec[0] != "server" and not Path(src_spec[1]).exists():
+            raise BadRequest(f"from: no {src_spec[0]} store at {src_spec[1]}")
+        self.close()  # the source may be this process's own embedded store
+        key = s.qdrant_api_key
+        with open_location(*src_spec, api_key=key, prefix=s.collection_prefix) as src, \
+                open_location(*dst_spec, api_key=key, prefix=s.collection_prefix) as dst:
+            if not any(src.count(c) for c in src.collections()):
+                raise EmptyCollection(f"nothing to migrate: the {src.describe()} is empty")
+            return migrate(src, dst, progress=progress)

@@ -1,0 +1,45 @@
+"""What every query service shares: settings, the shared store and Triton client, and the
+messages that say how to make a missing model or an old store usable."""
+
+from __future__ import annotations
+
+from search.config import Settings
+from search.errors import ModelNotReady, not_served
+from search.resources import Resources
+from search.store import Store
+from search.triton.client import TritonClient
+
+
+class ServiceBase:
+    def __init__(self, settings: Settings, resources: Resources | None = None) -> None:
+        self.settings = settings
+        self.resources = resources or Resources(settings)
+
+    @property
+    def store(self) -> Store:
+        return self.resources.store
+
+    @property
+    def triton(self) -> TritonClient:
+        return self.resources.triton
+
+    def triton_url(self) -> str:
+        return self.resources.triton_url()
+
+    def close(self) -> None:
+        self.resources.close()
+
+    def _require(self, model: str, family: str) -> None:
+        if not self.triton.model_ready(model):
+            raise ModelNotReady(not_served(model, family))
+
+    def _legacy_hint(self) -> str:
+        """A store in the old default layout (qdrant-client local mode under <data dir>/qdrant) that
+        the embedded engine does not read: say how to bring it over."""
+        s = self.settings
+        old = s.default_store_path("local") / "collection"
+        if s.store_backend != "edge" or s.qdrant_path or not old.is_dir() or not any(old.iterdir()):
+            return ""
+        return (f"; found an older store (qdrant-client local mode) at {old.parent}: copy it with "
+                "`search store migrate --from local --to edge`, or keep using it with SEARCH_STORE=local")
+

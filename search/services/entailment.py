@@ -1,0 +1,65 @@
+"""OFA visual entailment: does a photo support a statement? Asked on its own, or to verify the
+photos a text query found."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from tritonclient.utils import InferenceServerException
+
+from search.errors import BadRequest
+from search.models import ofa
+from search.services.base import ServiceBase
+
+
+class Entailment(ServiceBase):
+    def entail(self, image: Path | str | bytes, hypothesis: str, premise: str | None = None) -> ofa.Entailment:
+        """Does the photo (a path or its bytes) support ``hypothesis``, optionally given a text
+        ``premise``? An ``ofa.Entailment``: label, the three probabilities, truncated."""
+        hypothesis = (hypothesis or "").strip()
+        if not hypothesis:
+            raise BadRequest("hypothesis: must not be empty")
+        premise = (premise or "").strip() or None
+        data = image if isinstance(image, bytes) else self._read_image(Path(image), "image")
+        if not data:
+            raise BadRequest("image: the image is empty (0 bytes)")
+        if len(data) > self.settings.max_image_bytes:
+            raise BadRequest(f"image: too large: {len(data) / 1e6:.1f} MB > {self.settings.max_image_bytes / 1e6:.1f} MB limit")
+        self._require("ofa_ve", "OFA")
+        try:
+            return ofa.entail(self.triton, [data], [hypothesis], [premise])[0]
+        except InferenceServerException as exc:
+            if "INVALID_ARG" not in str(exc.status() or ""):
+                raise
+            msg = (exc.message() or str(exc)).split("in ensemble 'ofa_ve', ")[-1]
+            for tensor in ("HYPOTHESIS", "IMAGE"):  # the step names the tensor at fault
+                if msg.startswith(tensor + ": "):
+                    raise BadRequest(f"{tensor.lower()}: {msg[len(tensor) + 2:]}") from None
+            raise BadRequest(f"image: {msg}") from None
+
+    def _entail_many(self, images: list[bytes], text: str) -> list[ofa.Entailment | None]:
+        """Verdicts for many photos (one request each: ofa.PAIRS_PER_REQUEST), None for a photo the
+        model refuses (undecodable), so one bad file cannot sink the others."""
+        out = []
+        for data in images:
+            try:
+                out.append(ofa.entail(self.triton, [data], [text])[0])
+            except InferenceServerException as exc:
+                if "INVALID_ARG" not in str(exc.status() or ""):
+                    raise
+                out.append(None)
+        return out
+
+    def _read_image(self, path: Path, field_name: str) -> bytes:
+        path = path.expanduser()
+        try:
+            if path.stat().st_size > self.settings.max_image_bytes:
+                raise BadRequest(f"{field_name}: {path}: too large: {path.stat().st_size / 1e6:.1f} MB > "
+                                 f"{self.settings.max_image_bytes / 1e6:.1f} MB limit")
+            return path.read_bytes()
+        except FileNotFoundError:
+            raise BadRequest(f"{field_name}: {path}: no such file") from None
+        except IsADirectoryError:
+            raise BadRequest(f"{field_name}: {path}: is a directory, not an image") from None
+        except OSError as exc:
+            raise BadRequest(f"{field_name}: {path}: cannot be read ({exc.strerror or exc})") from None

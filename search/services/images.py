@@ -1,0 +1,87 @@
+"""Photo search: text to image and image to image (CLIP), filters, sorting, and OFA verification."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+
+from search.errors import BadRequest, EmptyCollection
+from search.media.photos import BadImage, decode_photo, open_photo
+from search.models import clip
+from search.services.entailment import Entailment
+from search.services.filters import SORTS, ImageFilters, check_top_k
+from search.services.results import ImageHit
+
+
+class ImageSearch(Entailment):
+    def search_images(self, text: str | None = None, *, like: Path | bytes | None = None, top_k: int = 12,
+                      min_score: float | None = None, filters: ImageFilters = ImageFilters(),
+                      sort: str = "score", verify: bool = False, min_entailment: float | None = None) -> list[ImageHit]:
+        """Text-to-image (``text``) or image-to-image (``like``, a photo's path or bytes) search over the
+        photo collection; filters first, then the ``min_score`` cut-off, then (``verify``) the re-rank
+        of the top-k hits by OFA's entailment probability of ``text`` (hits below ``min_entailment``
+        dropped), then the sort."""
+        text = (text or "").strip() or None
+        if (text is None) == (like is None):
+            raise BadRequest("give either a text query or an example image (like), not both or neither")
+        if min_entailment is not None and not verify:
+            raise BadRequest("min_entailment: applies only with verify")
+        if min_entailment is not None and not 0 <= min_entailment <= 1:
+            raise BadRequest(f"min_entailment: must be a probability in 0..1, got {min_entailment}")
+        if verify and text is None:
+            raise BadRequest("verify: needs a text query (it checks that each photo entails the text)")
+        check_top_k(top_k)
+        if sort not in SORTS:
+            raise BadRequest(f"sort: must be one of {', '.join(SORTS)}, got {sort!r}")
+        if self.store.count("images") == 0:
+            raise EmptyCollection("no photos indexed yet: run `indexer ingest ./photos`" + self._legacy_hint())
+        model = "clip_text" if text else "clip_image"
+        self._require(model, "CLIP")
+        if text:
+            vector = clip.embed_texts(self.triton, [text])[0][0]
+        else:
+            vector = clip.embed_images(self.triton, [self._example_image(like)])[0]
+        points = self.store.search("images", "clip", vector.tolist(), limit=top_k,
+                                   query_filter=filters.to_qdrant(), score_threshold=min_score)
+        hits = [ImageHit.from_point(p) for p in points]
+        if verify:
+            hits = self._verify(text, hits, min_entailment)
+        if sort != "score":
+            dated = sorted((h for h in hits if h.taken_at is not None), key=lambda h: h.taken_at, reverse=sort == "newest")
+            hits = dated + [h for h in hits if h.taken_at is None]
+        return hits
+
+    def _verify(self, text: str, hits: list[ImageHit], min_entailment: float | None) -> list[ImageHit]:
+        """Re-rank by P(entailment) of ``text`` per photo (OFA). A photo whose file can no longer be
+        read or decoded is kept last, unverified (dropped under a threshold)."""
+        self._require("ofa_ve", "OFA")
+        readable = {}
+        for i, h in enumerate(hits):
+            try:
+                readable[i] = self._read_image(Path(h.path), "image")
+            except BadRequest:
+                continue
+        verdicts = dict(zip(readable, self._entail_many(list(readable.values()), text)))
+        checked = [replace(h, entailment=v.probs["entailment"], entailment_label=v.label)
+                   for i, h in enumerate(hits) if (v := verdicts.get(i)) is not None]
+        checked.sort(key=lambda h: h.entailment, reverse=True)  # stable: CLIP's order breaks ties
+        if min_entailment is not None:
+            return [h for h in checked if h.entailment >= min_entailment]
+        return checked + [h for i, h in enumerate(hits) if verdicts.get(i) is None]
+
+    def _example_image(self, like: Path | bytes) -> bytes:
+        """The query photo as the server's step takes it (decoded and checked here first, so a bad
+        upload is a 4xx naming it)."""
+        limit = self.settings.max_image_bytes
+        try:
+            if isinstance(like, bytes):
+                if len(like) > limit:
+                    raise BadImage(f"too large: {len(like) / 1e6:.1f} MB > {limit / 1e6:.1f} MB limit")
+                photo, _ = decode_photo(like, max_pixels=self.settings.max_image_pixels)
+            else:
+                photo, _ = open_photo(Path(like).expanduser(), max_pixels=self.settings.max_image_pixels,
+                                      max_bytes=limit)
+        except BadImage as exc:
+            where = "the uploaded image" if isinstance(like, bytes) else str(like)
+            raise BadRequest(f"like: {where}: {exc}") from exc
+        return photo.data
