@@ -91,14 +91,9 @@ def make_photos(dest: Path, n: int) -> list[Path]:
 
 def raw_encoder_rate(repo: Path, photos: list[Path], batch: int) -> float:
     """Images/s of the visual ONNX alone, in-process, on the images already preprocessed."""
-    import importlib.util
-
     import onnxruntime as ort
 
-    spec = importlib.util.spec_from_file_location("pre", repo / "clip_image_preprocess/1/model.py")
-    pre = importlib.util.module_from_spec(spec)
-    sys.modules.setdefault("triton_python_backend_utils", type(sys)("triton_python_backend_utils"))
-    spec.loader.exec_module(pre)
+    from search.triton.steps import clip_image as pre
     cfg = json.loads((repo / "clip_image_preprocess/1/preprocess.json").read_text())
     tensors = np.stack([pre.preprocess(p.read_bytes(), cfg, 100_000_000) for p in photos]).astype(np.float32)
     sess = ort.InferenceSession(str(repo / "clip_visual/1/model.onnx"), providers=["CPUExecutionProvider"])

@@ -66,12 +66,7 @@ def in_process(repo: Path):
     import onnxruntime as ort
     from tokenizers import Tokenizer
 
-    step = ofa.step_module()
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location("ofa_post", repo / "ofa_ve_post/1/model.py")
-    post = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(post)
+    from search.triton.steps import ofa_ve as step
     ve = json.loads((repo / "ofa_ve_preprocess/1/ve.json").read_text())
     post_cfg = json.loads((repo / "ofa_ve_post/1/post.json").read_text())
     tok = Tokenizer.from_file(str(repo / "ofa_ve_preprocess/1/tokenizer.json"))
@@ -82,7 +77,7 @@ def in_process(repo: Path):
         ids, dec, last = step.pad_batch(srcs, ve)
         pixels = np.stack([step.image_pixels(d, ve, 100_000_000) for d in images])
         (logits,) = sess.run(None, {"input_ids": ids, "patch_images": pixels, "decoder_input_ids": dec, "last_index": last})
-        return post.verdict(logits, post_cfg)[1]
+        return step.verdict(logits, post_cfg)[1]
 
     return run
 

@@ -7,6 +7,15 @@ FROM nvcr.io/nvidia/tritonserver:24.10-py3
 # Versions as in pyproject.toml.
 RUN python3 -m pip install --no-cache-dir "numpy<2" "tokenizers>=0.20" "pillow>=10" "pillow-heif>=0.16"
 
+# The steps' shared code (search.triton.steps) with its two empty parent packages, nothing else of search.
+COPY search/__init__.py /opt/search/lib/search/__init__.py
+COPY search/triton/__init__.py /opt/search/lib/search/triton/__init__.py
+COPY search/triton/steps/ /opt/search/lib/search/triton/steps/
+# A .pth beside the packages pip installed: the python backend's stub runs isolated (PYTHONPATH ignored).
+RUN site="$(python3 -c 'import os, tokenizers; print(os.path.dirname(os.path.dirname(tokenizers.__file__)))')" \
+ && echo /opt/search/lib > "$site/search_steps.pth" \
+ && python3 -I -c "import search.triton.steps.clip_image, search.triton.steps.ofa_ve, search.triton.steps.bge_m3"
+
 COPY docker/triton-start.sh /opt/search/triton-start.sh
 ENV TRITON_MODEL_REPOSITORY=/models TRITON_MODEL_CONFIG=gpu
 EXPOSE 8000 8001 8002

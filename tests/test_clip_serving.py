@@ -5,7 +5,6 @@ image vectors on real photographs and odd files, the text vectors; bad images fa
 from __future__ import annotations
 
 import functools
-import importlib.util
 import io
 import json
 import shutil
@@ -24,20 +23,9 @@ from search.config import PROJECT_ROOT
 from search.models import clip
 from search.models.clip import CLIP
 from search.triton.client import TritonClient
+from search.triton.steps import clip_image as step  # the Python step's code: pure functions, no Triton needed
 
-STEP = PROJECT_ROOT / "triton_repo" / "clip_image_preprocess" / "1" / "model.py"
 MAX_PIXELS = 100_000_000  # clip_image_preprocess's max_pixels
-
-
-def load_step():
-    """The Python step's module: its preprocessing is pure functions, testable without Triton."""
-    spec = importlib.util.spec_from_file_location("clip_image_preprocess_step", STEP)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-step = load_step()
 
 
 def encode(img: Image.Image, fmt: str, **kw) -> bytes:

@@ -131,22 +131,62 @@ def test_triton_image_matches_the_local_server(triton):
         assert json.loads(r.read())["version"] == "2.51.0"
 
 
+STEP_SOURCES = [*(PROJECT_ROOT / "triton_repo").glob("*/1/model.py"), *(PROJECT_ROOT / "search/triton/steps").glob("*.py")]
+
+
+def step_imports() -> set[str]:
+    """Modules the Python steps and their shared package import (parsed as the image's Python)."""
+    imported = set()
+    for source in STEP_SOURCES:
+        # The 24.10 container runs the python backend on its own Python 3.10 (Ubuntu 22.04).
+        for node in ast.walk(ast.parse(source.read_text(), feature_version=(3, 10))):
+            if isinstance(node, ast.Import):
+                imported |= {a.name for a in node.names}
+            elif isinstance(node, ast.ImportFrom) and node.level == 0:
+                imported |= {node.module} | {f"{node.module}.{a.name}" for a in node.names}
+    return imported
+
+
 def test_triton_image_installs_what_the_python_steps_import():
     pip_names = {"PIL": "pillow", "pillow_heif": "pillow-heif", "tokenizers": "tokenizers", "numpy": "numpy"}
-    imported = set()
-    for model_py in (PROJECT_ROOT / "triton_repo").glob("*/1/model.py"):
-        # The 24.10 container runs the python backend on its own Python 3.10 (Ubuntu 22.04).
-        for node in ast.walk(ast.parse(model_py.read_text(), feature_version=(3, 10))):
-            if isinstance(node, ast.Import):
-                imported |= {a.name.split(".")[0] for a in node.names}
-            elif isinstance(node, ast.ImportFrom) and node.level == 0:
-                imported.add(node.module.split(".")[0])
-    third_party = imported - set(sys.stdlib_module_names) - {"triton_python_backend_utils"}
+    tops = {name.split(".")[0] for name in step_imports()}
+    third_party = tops - set(sys.stdlib_module_names) - {"triton_python_backend_utils", "search"}
     assert third_party <= set(pip_names), f"add to docker/triton.Dockerfile: {third_party - set(pip_names)}"
     install = next(line for line in (DOCKER / "triton.Dockerfile").read_text().splitlines() if "pip install" in line)
     for module in third_party:
         assert f'"{pip_names[module]}' in install, module
     assert '"numpy<2"' in install  # numpy 2 in the stub's environment empties every output
+
+
+def test_triton_image_holds_the_steps_shared_package(tmp_path):
+    """The Dockerfile's COPY lines, replayed into a folder: every search module a step imports is
+    there, and the pure modules import from that folder alone in an isolated Python (as the stub runs)."""
+    dockerfile = (DOCKER / "triton.Dockerfile").read_text()
+    copies = re.findall(r"^COPY (search/\S*) /opt/search/lib/(\S+)$", dockerfile, re.M)
+    assert copies, "docker/triton.Dockerfile copies no part of search"
+    for src, dest in copies:
+        assert src == dest, (src, dest)
+        if src.endswith("/"):
+            shutil.copytree(PROJECT_ROOT / src, tmp_path / dest, ignore=shutil.ignore_patterns("__pycache__"))
+        else:
+            (tmp_path / dest).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(PROJECT_ROOT / src, tmp_path / dest)
+    assert re.search(r"echo /opt/search/lib > \S*\.pth", dockerfile), "make /opt/search/lib importable (a .pth)"
+    wanted = {n for n in step_imports() if n.startswith("search.")}
+    assert wanted and all(n.startswith("search.triton.steps") for n in wanted), wanted
+    def in_image(name: str) -> bool:
+        path = tmp_path.joinpath(*name.split("."))
+        return path.with_suffix(".py").is_file() or (path / "__init__.py").is_file()
+
+    for name in wanted:  # a module, or a name from one (from search.triton.steps.clip_image import BadImage)
+        assert in_image(name) or in_image(name.rsplit(".", 1)[0]), f"{name} is not in the image"
+    pure = sorted(f"search.triton.steps.{p.stem}" for p in (tmp_path / "search/triton/steps").glob("*.py")
+                  if p.stem not in ("__init__", "backend"))  # backend needs the stub's triton_python_backend_utils
+    code = (f"import sys; sys.path.insert(0, {str(tmp_path)!r}); import importlib, search\n"
+            f"for m in {pure!r}: assert importlib.import_module(m).__file__.startswith({str(tmp_path)!r}), m\n"
+            "assert not [m for m in sys.modules if m.startswith('search.') and not m.startswith('search.triton')]")
+    proc = subprocess.run([sys.executable, "-I", "-c", code], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
 
 
 def test_shell_scripts_parse():

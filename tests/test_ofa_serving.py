@@ -28,25 +28,11 @@ from search.models.ofa import OFA
 from search.services import SearchService
 from ingest_helper import ingest
 from search.triton.client import TritonClient, text_tensor
+from search.triton.steps import ofa_ve as step  # the Python steps' code: pure functions, no Triton needed
 
 TOL = 1e-4  # fp32 ONNX vs PyTorch on logits and probabilities
 ANSWERS = ["no", "yes", "maybe"]
-step = ofa.step_module()
 RNG = np.random.default_rng(11)
-
-
-def load_post():
-    import importlib.util
-
-    from search.config import PROJECT_ROOT
-
-    spec = importlib.util.spec_from_file_location("ofa_ve_post_step", PROJECT_ROOT / "triton_repo/ofa_ve_post/1/model.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-post_step = load_post()
 
 
 def encode(img: Image.Image, fmt: str, **kw) -> bytes:
@@ -268,7 +254,7 @@ def test_truncation_is_reported(ve, model_repo):
 def test_label_mapping():
     post = json.loads(json.dumps({"answers": ANSWERS, "relation": ofa.RELATION, "labels": list(ofa.LABELS)}))
     logits = np.array([[5, 0, 0], [0, 5, 0], [0, 0, 5]], np.float32)  # no, yes, maybe
-    ordered, probs, labels = post_step.verdict(logits, post)
+    ordered, probs, labels = step.verdict(logits, post)
     assert [x[0].decode() for x in labels] == ["contradiction", "entailment", "neutral"]
     assert ordered.tolist() == [[0, 0, 5], [5, 0, 0], [0, 5, 0]]  # entailment, neutral, contradiction
     assert np.allclose(probs.sum(1), 1) and probs[1, 0] > 0.98

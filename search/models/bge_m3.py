@@ -23,6 +23,7 @@ import numpy as np
 
 from search.models.base import BuildReport, ServedModel, WeightsUnavailable, check_config_dims, export_checked, resolve_weights
 from search.triton.client import TritonClient, text_tensor
+from search.triton.steps import bge_m3 as steps  # the served tokenizer step, which the export runs too
 
 DIM = 1024  # BGE-M3's hidden size: the dims the committed configs declare
 MAX_LENGTH = 8192  # BGE-M3's context (max_position_embeddings 8194 minus XLM-R's position offset)
@@ -145,15 +146,10 @@ def check_configs(repo: Path, dim: int) -> None:
 
 
 def tokenize(tok, text: dict, texts: list[str], max_length: int | None = None) -> tuple[np.ndarray, np.ndarray]:
-    """What bge_m3_tokenize does: truncate to the limit, pad to the longest text."""
-    tok.enable_truncation(max(2, min(max_length or MAX_LENGTH, text["model_max_length"])))
-    tok.enable_padding(pad_id=text["pad_id"], pad_token=text["pad_token"])
-    try:
-        enc = tok.encode_batch(texts)
-    finally:
-        tok.no_truncation()  # leave the tokenizer (and the tokenizer.json saved from it) neutral
-        tok.no_padding()
-    return np.array([e.ids for e in enc], dtype=np.int64), np.array([e.attention_mask for e in enc], dtype=np.int64)
+    """What bge_m3_tokenize does (its own code): truncate to the limit, pad to the longest text."""
+    limit = steps.limit(max_length or 0, min(MAX_LENGTH, text["model_max_length"]))
+    out = steps.tokenize(tok, texts, [limit] * len(texts), text["pad_id"])
+    return out["input_ids"], out["attention_mask"]
 
 
 def export_onnx(module, tok, text: dict, dest: Path) -> float:

@@ -34,6 +34,7 @@ import numpy as np
 
 from search.models.base import BuildReport, ServedModel, WeightsUnavailable, check_config_dims, export_checked
 from search.triton.client import TritonClient, text_tensor
+from search.triton.steps import ofa_ve  # the served pre-processing, which the export check runs too
 
 # max_batch_size of the ofa_ve models is 2: on CPU a batch costs ~1.9 GB of activations per pair
 # (OFA-base at 480 px, onnxruntime) and is slower per pair than one at a time (docs/ofa.md), so the
@@ -202,21 +203,6 @@ def load_model(weights: Path):
         hf_logging.set_verbosity(level)
 
 
-# -- pre-processing shared by the export check and the tests (the served step has its own copy of nothing:
-# it reads ve.json and tokenizer.json and runs the functions in triton_repo/ofa_ve_preprocess/1/model.py)
-def step_module():
-    """triton_repo/ofa_ve_preprocess/1/model.py, importable without Triton."""
-    import importlib.util  # noqa: PLC0415
-
-    from search.config import PROJECT_ROOT  # noqa: PLC0415
-
-    path = PROJECT_ROOT / "triton_repo" / "ofa_ve_preprocess" / "1" / "model.py"
-    spec = importlib.util.spec_from_file_location("ofa_ve_preprocess_step", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 # -- export
 def export_onnx(model, tok, ve: dict, answer_ids: list[int], dest: Path) -> float:
     """ofa_ve_onnx: input_ids [B, L], patch_images [B, 3, S, S], decoder_input_ids [B, T],
@@ -249,13 +235,12 @@ def export_onnx(model, tok, ve: dict, answer_ids: list[int], dest: Path) -> floa
             idx = last_index.reshape(-1, 1, 1).expand(-1, 1, logits.shape[-1])
             return logits.gather(1, idx).squeeze(1).index_select(1, self.answer_ids)
 
-    step = step_module()
     # A padded batch with decoder prompts longer than one token: modelscope branches in Python on
     # "any padding" and "more than one decoder token"; the traced branches are exact for the others
     # too (tests/test_ofa_serving.py checks unpadded and one-token prompts).
     texts = [("two dogs run on the beach", None), ("a man rides a horse", "people are playing football on grass")]
-    enc = [step.encode_text(tok, ve, h, p) for h, p in texts]
-    ids, dec, last = step.pad_batch([e[0] for e in enc], ve, prompt_type="prev_output")
+    enc = [ofa_ve.encode_text(tok, ve, h, p) for h, p in texts]
+    ids, dec, last = ofa_ve.pad_batch([e[0] for e in enc], ve, prompt_type="prev_output")
     pixels = torch.randn((len(texts), 3, size, size), generator=torch.Generator().manual_seed(0))
     feeds = {"input_ids": torch.from_numpy(ids), "patch_images": pixels,
              "decoder_input_ids": torch.from_numpy(dec), "last_index": torch.from_numpy(last)}

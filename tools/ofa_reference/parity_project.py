@@ -5,12 +5,11 @@ sys.path), its image transform (PIL transcription, ofa_common.patch_image) and p
 transcription of OfaForAllTasks._traverse_inference (trie-constrained log-probs over " no"/" yes"/" maybe").
 Served side: what `search models build --ofa-source MODEL_DIR` wrote into REPO (ofa_ve_onnx/1/model.onnx,
 ofa_ve_preprocess/1/{tokenizer.json,ve.json}, ofa_ve_post/1/post.json) run with the project's own step
-functions (triton_repo/ofa_ve_preprocess/1/model.py, ofa_ve_post/1/model.py) and onnxruntime, i.e. the
-Triton ensemble's code without the server.
+functions (search/triton/steps/ofa_ve.py, which ofa_ve_preprocess and ofa_ve_post run) and onnxruntime,
+i.e. the Triton ensemble's code without the server.
 
   venv/bin/python parity_project.py MODEL_DIR REPO > parity_project_output.txt
 """
-import importlib.util
 import io
 import json
 import math
@@ -22,6 +21,9 @@ import torch
 from PIL import Image
 
 import ofa_common as C  # noqa: E402  (puts third_party/ on sys.path)
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))  # the project root
+from search.triton.steps import ofa_ve  # noqa: E402  (numpy and Pillow only)
 from modelscope.models.multi_modal.ofa import OFAModel  # noqa: E402
 from modelscope.models.multi_modal.ofa.utils.utils import expand_mask  # noqa: E402
 from modelscope.utils.trie import Trie  # noqa: E402
@@ -29,13 +31,6 @@ from modelscope.utils.trie import Trie  # noqa: E402
 MD, REPO = sys.argv[1], sys.argv[2]
 cfg = json.load(open(os.path.join(MD, "configuration.json")))["model"]
 S, MAXLEN, PROMPT_TYPE = cfg["patch_image_size"], cfg.get("max_src_length", 256), cfg.get("prompt_type", "none")
-
-
-def load(path, name):
-    spec = importlib.util.spec_from_file_location(name, path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 def collate(values, pad):
@@ -88,8 +83,6 @@ def main():
     import onnxruntime as ort
     from tokenizers import Tokenizer
 
-    step = load(os.path.join(REPO, "ofa_ve_preprocess", "1", "model.py"), "step")
-    post = load(os.path.join(REPO, "ofa_ve_post", "1", "model.py"), "post")
     ve = json.load(open(os.path.join(REPO, "ofa_ve_preprocess", "1", "ve.json")))
     post_cfg = json.load(open(os.path.join(REPO, "ofa_ve_post", "1", "post.json")))
     served_tok = Tokenizer.from_file(os.path.join(REPO, "ofa_ve_preprocess", "1", "tokenizer.json"))
@@ -114,11 +107,11 @@ def main():
     model = OFAModel.from_pretrained(MD).eval()
     ref_src, ref_scores, ref_p = reference(model, tok, samples)
 
-    enc = [step.encode_text(served_tok, ve, s["text"], s.get("text2")) for s in samples]
-    ids, dec, last = step.pad_batch([e[0] for e in enc], ve)
-    pixels = np.stack([step.image_pixels(s["image"], ve, 10**8) for s in samples])
+    enc = [ofa_ve.encode_text(served_tok, ve, s["text"], s.get("text2")) for s in samples]
+    ids, dec, last = ofa_ve.pad_batch([e[0] for e in enc], ve)
+    pixels = np.stack([ofa_ve.image_pixels(s["image"], ve, 10**8) for s in samples])
     (logits,) = sess.run(None, {"input_ids": ids, "patch_images": pixels, "decoder_input_ids": dec, "last_index": last})
-    ordered, probs, labels = post.verdict(logits, post_cfg)
+    ordered, probs, labels = ofa_ve.verdict(logits, post_cfg)
     lsm = logits - logits.max(1, keepdims=True)
     lsm = lsm - np.log(np.exp(lsm).sum(1, keepdims=True))
     order = [1, 2, 0]  # (no, yes, maybe) -> (entailment, neutral, contradiction)

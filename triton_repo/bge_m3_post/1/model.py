@@ -8,53 +8,23 @@ graph already masked and normalised them), padded with zero rows to the longest 
 request, or no rows when the request's WITH_COLBERT is false.
 """
 
-import json
-import os
-
 import numpy as np
-import triton_python_backend_utils as pb_utils
 
-
-def sparse(ids: np.ndarray, weights: np.ndarray, special: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Token id -> max weight over its occurrences, without special tokens or zero weights."""
-    keep = (weights > 0) & ~np.isin(ids, special)
-    ids, weights = ids[keep], weights[keep]
-    if not len(ids):
-        return np.zeros(0, np.int64), np.zeros(0, np.float32)
-    order = np.lexsort((-weights, ids))  # by id, the largest weight first
-    ids, weights = ids[order], weights[order]
-    first = np.ones(len(ids), bool)
-    first[1:] = ids[1:] != ids[:-1]
-    return ids[first].astype(np.int64), weights[first].astype(np.float32)
+from search.triton.steps import backend, bge_m3
 
 
 class TritonPythonModel:
     def initialize(self, args):
-        with open(os.path.join(args["model_repository"], args["model_version"], "post.json")) as f:
-            post = json.load(f)
+        post = backend.read_json(args, "post.json")
         self.special = np.array(post["special_ids"], dtype=np.int64)
         self.dim = int(post["dim"])
 
     def execute(self, requests):
-        responses = []
-        for request in requests:
-            get = lambda name: pb_utils.get_input_tensor_by_name(request, name)  # noqa: E731
-            ids, mask = get("input_ids").as_numpy(), get("attention_mask").as_numpy()
-            weights, colbert = get("token_weights").as_numpy(), get("colbert").as_numpy()
-            flag = get("WITH_COLBERT")
-            with_colbert = bool(flag.as_numpy().reshape(-1).any()) if flag is not None else True
-            pairs = [sparse(ids[r], weights[r], self.special) for r in range(len(ids))]
-            width = max((len(p[0]) for p in pairs), default=0)
-            indices = np.full((len(ids), width), -1, np.int64)
-            values = np.zeros((len(ids), width), np.float32)
-            for r, (idx, val) in enumerate(pairs):
-                indices[r, :len(idx)], values[r, :len(val)] = idx, val
-            rows = int(mask.sum(axis=1).max(initial=1)) - 1 if with_colbert else 0
-            vectors = np.ascontiguousarray(colbert[:, :rows], dtype=np.float32)
-            responses.append(pb_utils.InferenceResponse(output_tensors=[
-                pb_utils.Tensor("DENSE", np.ascontiguousarray(get("dense").as_numpy(), dtype=np.float32)),
-                pb_utils.Tensor("SPARSE_INDICES", indices),
-                pb_utils.Tensor("SPARSE_VALUES", values),
-                pb_utils.Tensor("COLBERT", vectors.reshape(len(ids), rows, self.dim)),
-            ]))
-        return responses
+        return backend.execute_each(requests, self._one)
+
+    def _one(self, request):
+        get = lambda name: backend.tensor(request, name)  # noqa: E731
+        flag = get("WITH_COLBERT")
+        with_colbert = bool(flag.reshape(-1).any()) if flag is not None else True
+        return bge_m3.post(get("input_ids"), get("attention_mask"), get("token_weights"), get("colbert"),
+                           get("dense"), self.special, self.dim, with_colbert)

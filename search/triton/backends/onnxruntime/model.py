@@ -5,15 +5,18 @@ The nvidia-pytriton wheel ships no ``libtriton_onnxruntime.so``; Triton then loo
 load unchanged here and in the official container (which uses the real C++ backend).
 
 Like the real backend it never pads: the requests the dynamic batcher hands over are grouped by
-identical input shapes, each group concatenated along the batch axis and run once.
+identical input shapes, each group concatenated along the batch axis, run once and split back
+(``search.triton.steps``, the Python steps' shared code).
 """
 
 import json
-import os
 
 import numpy as np
 import onnxruntime as ort
 import triton_python_backend_utils as pb_utils
+
+from search.triton.steps import backend
+from search.triton.steps.requests import attempt, split
 
 
 class TritonPythonModel:
@@ -22,7 +25,7 @@ class TritonPythonModel:
         self.batched = int(cfg.get("max_batch_size", 0)) > 0
         params = {k: v.get("string_value", "") for k, v in cfg.get("parameters", {}).items()}
         filename = cfg.get("default_model_filename") or "model.onnx"
-        path = os.path.join(args["model_repository"], args["model_version"], filename)
+        path = backend.path(args, filename)
         opts = ort.SessionOptions()
         if params.get("intra_op_thread_count"):
             opts.intra_op_num_threads = int(params["intra_op_thread_count"])
@@ -36,27 +39,23 @@ class TritonPythonModel:
             raise pb_utils.TritonModelException(f"{path}: config inputs {sorted(missing)} not in the ONNX graph")
 
     def execute(self, requests):
-        arrays = [{n: pb_utils.get_input_tensor_by_name(r, n).as_numpy() for n in self.inputs} for r in requests]
-        responses = [None] * len(requests)
+        arrays = [{n: backend.tensor(r, n) for n in self.inputs} for r in requests]
         groups = {}
         for idx, feeds in enumerate(arrays):
             key = tuple((n, feeds[n].shape[1:] if self.batched else feeds[n].shape, feeds[n].dtype.str) for n in self.inputs)
             groups.setdefault(key if self.batched else idx, []).append(idx)
-        for members in groups.values():
-            try:
-                feeds = {n: np.concatenate([arrays[i][n] for i in members]) for n in self.inputs}
-                results = self.session.run(self.outputs, feeds)
-            except Exception as exc:  # one bad group must not fail the others
-                for i in members:
-                    responses[i] = pb_utils.InferenceResponse(error=pb_utils.TritonError(f"onnxruntime: {exc}"))
-                continue
-            start = 0
-            for i in members:
-                n = arrays[i][self.inputs[0]].shape[0]
-                outs = [
-                    pb_utils.Tensor(name, np.ascontiguousarray(res[start:start + n] if self.batched else res).astype(self.dtypes[name], copy=False))
-                    for name, res in zip(self.outputs, results)
-                ]
-                responses[i] = pb_utils.InferenceResponse(output_tensors=outs)
-                start += n
+        responses = [None] * len(requests)
+        for members in groups.values():  # one bad group must not fail the others
+            outcome = attempt(self._run, [arrays[i] for i in members])
+            for j, i in enumerate(members):
+                responses[i] = backend.respond(outcome if isinstance(outcome, Exception) else outcome[j])
         return responses
+
+    def _run(self, group: list[dict]) -> list[dict]:
+        feeds = {n: np.concatenate([f[n] for f in group]) for n in self.inputs}
+        try:
+            results = self.session.run(self.outputs, feeds)
+        except Exception as exc:
+            raise RuntimeError(f"onnxruntime: {exc}") from exc
+        outs = {name: res.astype(self.dtypes[name], copy=False) for name, res in zip(self.outputs, results)}
+        return split(outs, [len(f[self.inputs[0]]) for f in group]) if self.batched else [outs]

@@ -1,0 +1,194 @@
+"""The Python steps' shared code (search/triton/steps): the request splitting and checks without a
+server, the package's import boundaries, and on the real server every text ensemble answering
+bad UTF-8 with INVALID_ARGUMENT while the requests around it are served."""
+
+from __future__ import annotations
+
+import ast
+import io
+import re
+import sys
+from concurrent.futures import ThreadPoolExecutor
+
+import numpy as np
+import pytest
+import tritonclient.grpc as grpcclient
+from PIL import Image
+from tokenizers import Tokenizer, models, pre_tokenizers, processors
+from tritonclient.utils import InferenceServerException
+
+from search.config import PROJECT_ROOT
+from search.triton.steps import tokens
+from search.triton.steps.requests import BadInput, attempt, one_each, run_batched, split, texts
+
+STEPS = PROJECT_ROOT / "search" / "triton" / "steps"
+BAD = b"caf\xe9 \xff"  # Latin-1, not UTF-8
+
+
+# -- the shared helpers, no server
+def test_texts_decode_strictly_and_name_the_bad_one():
+    assert texts(np.array([[b"caf\xc3\xa9"], ["plain"]], dtype=np.object_), "TEXT") == ["café", "plain"]
+    with pytest.raises(BadInput, match=r"^TEXT: not valid UTF-8 \(byte 0xe9 at offset 3\)$"):
+        texts(np.array([[BAD]], dtype=np.object_), "TEXT")
+    with pytest.raises(BadInput, match=r"^HYPOTHESIS: text 2 of 3: not valid UTF-8"):
+        texts(np.array([[b"ok"], [BAD], [b"ok"]], dtype=np.object_), "HYPOTHESIS")
+
+
+def test_one_value_per_row():
+    assert one_each(np.array([[3], [4]]), 2, "MAX_LENGTH", "TEXT").tolist() == [3, 4]
+    with pytest.raises(BadInput, match=r"MAX_LENGTH needs one value per TEXT \(1 for 2\)"):
+        one_each(np.array([[3]]), 2, "MAX_LENGTH", "TEXT")
+
+
+def test_split_gives_each_request_its_rows():
+    out = {"a": np.arange(6).reshape(6, 1), "b": np.arange(12).reshape(6, 2)}
+    parts = split(out, [1, 0, 3, 2])
+    assert [p["a"].reshape(-1).tolist() for p in parts] == [[0], [], [1, 2, 3], [4, 5]]
+    assert parts[3]["b"].tolist() == [[8, 9], [10, 11]]
+    assert split(out, []) == []
+    with pytest.raises(ValueError, match="rows"):
+        split(out, [2, 3])
+
+
+def test_run_batched_runs_the_good_rows_once_and_keeps_each_outcome():
+    refused = BadInput("TEXT: not valid UTF-8")
+    calls = []
+
+    def run(rows):
+        calls.append(rows)
+        return {"LEN": np.array([[len(r)] for r in rows], np.int32)}
+
+    outcomes = run_batched([["a", "bb"], refused, ["ccc"]], run)
+    assert calls == [["a", "bb", "ccc"]]  # one call for the whole dynamic batch, in order
+    assert outcomes[0]["LEN"].tolist() == [[1], [2]] and outcomes[2]["LEN"].tolist() == [[3]]
+    assert outcomes[1] is refused
+
+    def broken(rows):
+        raise RuntimeError("tokenizer died")
+
+    failed = run_batched([["a"], refused, ["b"]], broken)
+    assert isinstance(failed[0], RuntimeError) and failed[0] is failed[2] and failed[1] is refused
+    assert run_batched([refused], lambda rows: pytest.fail("nothing to run")) == [refused]
+    assert isinstance(attempt(int, "x"), ValueError) and attempt(int, "7") == 7
+
+
+def tiny_tokenizer() -> Tokenizer:
+    vocab = {"[PAD]": 0, "[CLS]": 1, "[SEP]": 2, "[UNK]": 3, **{w: i + 4 for i, w in enumerate("a b c d e".split())}}
+    tok = Tokenizer(models.WordLevel(vocab, unk_token="[UNK]"))
+    tok.pre_tokenizer = pre_tokenizers.Whitespace()
+    tok.post_processor = processors.TemplateProcessing(single="[CLS] $A [SEP]", special_tokens=[("[CLS]", 1), ("[SEP]", 2)])
+    return tok
+
+
+def test_tokens_truncate_per_limit_pad_to_the_longest_and_leave_the_tokenizer_neutral():
+    tok = tiny_tokenizer()
+    out = tokens.pad(tokens.encode_each(tok, ["a b c d e", "a", "a b c d e"], [4, 10, 10]), pad_id=9)
+    assert out["input_ids"].tolist() == [[1, 4, 5, 2, 9, 9, 9], [1, 4, 2, 9, 9, 9, 9], [1, 4, 5, 6, 7, 8, 2]]
+    assert out["attention_mask"].sum(axis=1).tolist() == out["NUM_TOKENS"].reshape(-1).tolist() == [4, 3, 7]
+    assert out["TRUNCATED"].reshape(-1).tolist() == [True, False, False]
+    assert out["input_ids"].dtype == np.int64 and out["NUM_TOKENS"].dtype == np.int32
+    assert tok.truncation is None and tok.padding is None  # tokenizer.json is saved from it
+    fixed = tokens.pad(tokens.encode(tok, ["a"], 5), width=5)
+    assert fixed["input_ids"].tolist() == [[1, 4, 2, 0, 0]] and fixed["token_type_ids"].shape == (1, 5)
+    assert tokens.pad([])["input_ids"].shape == (0, 0)
+
+
+# -- the package's boundaries
+def imports(path) -> set[str]:
+    names = set()
+    for node in ast.walk(ast.parse(path.read_text(), feature_version=(3, 10))):
+        if isinstance(node, ast.Import):
+            names |= {a.name for a in node.names}
+        elif isinstance(node, ast.ImportFrom):
+            names.add(node.module)
+    return names
+
+
+def test_steps_import_only_the_shared_package_and_their_libraries():
+    """Pure modules: numpy, tokenizers, Pillow; triton_python_backend_utils only in backend.py (the
+    export code imports the rest without Triton); nothing of search outside the package (the
+    Triton image holds only it)."""
+    allowed = {"numpy", "tokenizers", "PIL", "pillow_heif"}
+    for module in STEPS.glob("*.py"):
+        for name in imports(module):
+            top = name.split(".")[0]
+            if top == "search":
+                assert name.startswith("search.triton.steps"), (module.name, name)
+            elif name == "triton_python_backend_utils":
+                assert module.name == "backend.py", module.name
+            else:
+                assert top in allowed or top in sys.stdlib_module_names, (module.name, name)
+    for parent in (PROJECT_ROOT / "search" / "__init__.py", PROJECT_ROOT / "search" / "triton" / "__init__.py"):
+        assert not parent.read_text().strip(), f"{parent} is imported by every step: keep it empty"
+
+
+def test_no_step_is_loaded_by_file_path():
+    for model_py in (PROJECT_ROOT / "triton_repo").glob("*/1/model.py"):
+        names = imports(model_py)
+        assert "importlib" not in names and "importlib.util" not in names, model_py
+        assert any(n.startswith("search.triton.steps") for n in names), f"{model_py}: use search.triton.steps"
+    step_files = re.compile(r"spec_from_file_location\([^)]*(triton_repo|/1/|model\.py)")
+    for folder in ("search", "tests", "bench", "tools"):
+        for source in (PROJECT_ROOT / folder).rglob("*.py"):
+            assert not step_files.search(source.read_text(errors="replace")), source
+
+
+# -- on the real server
+@pytest.fixture(scope="module")
+def grpc(triton):
+    return grpcclient.InferenceServerClient(f"127.0.0.1:{triton.grpc_port}")
+
+
+def png() -> bytes:
+    buf = io.BytesIO()
+    Image.new("RGB", (40, 30), (200, 80, 10)).save(buf, "PNG")
+    return buf.getvalue()
+
+
+def column(*values) -> np.ndarray:
+    return np.array(values, dtype=np.object_).reshape(-1, 1)
+
+
+# ensemble, inputs of a request built from one text, the input that carries it, an output
+ENSEMBLES = {
+    "minilm": (lambda t: {"TEXT": column(t)}, "TEXT", "EMBEDDING"),
+    "clip_text": (lambda t: {"TEXT": column(t)}, "TEXT", "EMBEDDING"),
+    "bge_m3": (lambda t: {"TEXT": column(t)}, "TEXT", "DENSE"),
+    "ofa_ve": (lambda t: {"IMAGE": column(png()), "HYPOTHESIS": column(t), "PREMISE": column(b"")}, "HYPOTHESIS", "PROBS"),
+    "ofa_ve premise": (lambda t: {"IMAGE": column(png()), "HYPOTHESIS": column(b"two dogs"), "PREMISE": column(t)},
+                       "PREMISE", "PROBS"),
+}
+
+
+def infer(grpc, model: str, inputs: dict[str, np.ndarray], output: str):
+    tensors = []
+    for name, array in inputs.items():
+        t = grpcclient.InferInput(name, list(array.shape), "BYTES")
+        t.set_data_from_numpy(array)
+        tensors.append(t)
+    try:
+        return grpc.infer(model, tensors, outputs=[grpcclient.InferRequestedOutput(output)]).as_numpy(output)
+    except InferenceServerException as exc:
+        return exc
+
+
+@pytest.mark.parametrize("case", list(ENSEMBLES))
+def test_bad_utf8_is_invalid_argument_and_the_batch_around_it_is_served(grpc, case):
+    model = case.split()[0]
+    build, name, output = ENSEMBLES[case]
+    alone = infer(grpc, model, build(b"a short text"), output)
+    assert isinstance(alone, np.ndarray), alone
+    # concurrent requests, so the dynamic batcher hands the bad one over with good ones
+    requests = [build(BAD if k % 4 == 1 else b"a short text") for k in range(8)]
+    with ThreadPoolExecutor(8) as pool:
+        results = list(pool.map(lambda inputs: infer(grpc, model, inputs, output), requests))
+    for k, res in enumerate(results):
+        if k % 4 == 1:
+            assert isinstance(res, InferenceServerException), res
+            assert res.status() == "StatusCode.INVALID_ARGUMENT", (res.status(), res.message())
+            assert name in res.message() and "UTF-8" in res.message(), res.message()
+        else:
+            assert isinstance(res, np.ndarray), res
+            np.testing.assert_allclose(res, alone, atol=1e-5)
+    after = infer(grpc, model, build(b"a short text"), output)
+    assert isinstance(after, np.ndarray) and np.allclose(after, alone, atol=1e-5)
