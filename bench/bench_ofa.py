@@ -38,6 +38,7 @@ import numpy as np  # noqa: E402
 from bench.bench_minilm import machine  # noqa: E402
 from search.config import PROJECT_ROOT, Settings  # noqa: E402
 from search.models import CLIP, ofa  # noqa: E402
+from search.models.export import ofa as ofa_export  # noqa: E402
 from search.models.ofa import OFA  # noqa: E402
 from search.service import SearchService  # noqa: E402
 from search.triton.client import TritonClient  # noqa: E402
@@ -65,7 +66,7 @@ def in_process(repo: Path):
     import onnxruntime as ort
     from tokenizers import Tokenizer
 
-    step = ofa.step_module()
+    step = ofa_export.step_module()
     import importlib.util
 
     spec = importlib.util.spec_from_file_location("ofa_post", repo / "ofa_ve_post/1/model.py")
@@ -112,7 +113,7 @@ def main() -> None:
         res["onnx_mb"] = (repo / "ofa_ve_onnx/1/model.onnx").stat().st_size / 1e6
         import torch
 
-        res["params_m"] = sum(p.numel() for p in ofa.load_model(folder).parameters()) / 1e6
+        res["params_m"] = sum(p.numel() for p in ofa_export.load_model(folder).parameters()) / 1e6
         del torch  # the model itself is not kept: the served and in-process copies need the memory
         print(f"OFA-base-size random model: {res['params_m']:.0f} M parameters, {res['model']}; checkpoint "
               f"{res['save_checkpoint_s']:.0f} s, export {res['export_s']:.0f} s, model.onnx {res['onnx_mb']:.0f} MB", flush=True)

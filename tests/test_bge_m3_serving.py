@@ -13,8 +13,8 @@ import numpy as np
 import pytest
 
 import tiny_bge_m3
-from search.models import bge_m3
 from search.models.bge_m3 import BGEM3, colbert_score, encode, sparse_score
+from search.models.export.bge_m3 import HEADS
 from search.triton.client import TritonClient, text_tensor
 
 TEXTS = [
@@ -183,7 +183,7 @@ def test_folder_without_heads_is_missing_weights(tmp_path, weights):
     folder = tmp_path / "no-heads"
     folder.mkdir()
     for f in weights.iterdir():
-        if f.name not in bge_m3.HEADS:
+        if f.name not in HEADS:
             (folder / f.name).write_bytes(f.read_bytes())
     report = BGEM3().build(tmp_path / "repo", str(folder))
     assert report.status == "missing weights" and "sparse_linear.pt" in report.detail

@@ -23,6 +23,7 @@ import tiny_clip
 from search.config import PROJECT_ROOT
 from search.models import clip
 from search.models.clip import CLIP
+from search.models.export import clip as clip_export
 from search.triton.client import TritonClient
 
 STEP = PROJECT_ROOT / "triton_repo" / "clip_image_preprocess" / "1" / "model.py"
@@ -144,17 +145,17 @@ def cosines(a: np.ndarray, b: np.ndarray) -> np.ndarray:
 def test_preprocess_json_records_clip_settings(cfg):
     assert cfg["resize"] == {"shortest_edge": 224} and cfg["crop"] == [224, 224] and cfg["image_size"] == 224
     assert cfg["resample"] == Image.Resampling.BICUBIC and cfg["rescale_factor"] == pytest.approx(1 / 255)
-    assert cfg["mean"] == pytest.approx(clip.OPENAI_MEAN) and cfg["std"] == pytest.approx(clip.OPENAI_STD)
+    assert cfg["mean"] == pytest.approx(clip_export.OPENAI_MEAN) and cfg["std"] == pytest.approx(clip_export.OPENAI_STD)
     assert cfg["do_convert_rgb"] and cfg["alpha"] == "white"
 
 
 def test_legacy_preprocessor_config_reads_the_same(cfg, tmp_path):
     # openai/clip-vit-base-patch32's file: ints for size and crop, no rescale or RGB keys.
     legacy = {"crop_size": 224, "do_center_crop": True, "do_normalize": True, "do_resize": True,
-              "feature_extractor_type": "CLIPFeatureExtractor", "image_mean": clip.OPENAI_MEAN,
-              "image_std": clip.OPENAI_STD, "resample": 3, "size": 224}
+              "feature_extractor_type": "CLIPFeatureExtractor", "image_mean": clip_export.OPENAI_MEAN,
+              "image_std": clip_export.OPENAI_STD, "resample": 3, "size": 224}
     (tmp_path / "preprocessor_config.json").write_text(json.dumps(legacy))
-    assert clip.hf_preprocess(tmp_path / "preprocessor_config.json", 224) == cfg
+    assert clip_export.hf_preprocess(tmp_path / "preprocessor_config.json", 224) == cfg
 
 
 def test_pixels_equal_the_reference_processor(cfg, reference):
@@ -266,8 +267,8 @@ def test_open_clip_tokenizer_pipeline_equals_transformers(weights, reference):
     # cannot be imported here): from the tiny model's files it must tokenize as transformers does.
     vocab = json.loads((weights / "vocab.json").read_text())
     merges = [line for line in (weights / "merges.txt").read_text().splitlines()[1:] if line]
-    tok = clip.clip_bpe_tokenizer(vocab, merges, tiny_clip.BOS, tiny_clip.EOS)
-    ids, mask = clip.tokenize(tok, {"context_length": 77, "pad_id": vocab[tiny_clip.EOS], "pad_token": tiny_clip.EOS}, texts())
+    tok = clip_export.clip_bpe_tokenizer(vocab, merges, tiny_clip.BOS, tiny_clip.EOS)
+    ids, mask = clip_export.tokenize(tok, {"context_length": 77, "pad_id": vocab[tiny_clip.EOS], "pad_token": tiny_clip.EOS}, texts())
     enc = reference.tokenizer(texts(), padding="max_length", max_length=77, truncation=True)
     assert ids.tolist() == enc["input_ids"] and mask.tolist() == enc["attention_mask"]
 

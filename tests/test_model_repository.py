@@ -13,7 +13,7 @@ from tritonclient.grpc import model_config_pb2 as mc
 
 from search.config import PROJECT_ROOT
 from search.models import FAMILIES, WeightsUnavailable
-from search.models.base import resolve_weights
+from search.models.export.common import resolve_weights
 
 REPO = PROJECT_ROOT / "triton_repo"
 CONFIGS = sorted(REPO.glob("*/config.pbtxt"))
