@@ -144,6 +144,17 @@ def test_colbert_can_be_skipped(client):
     assert raw["COLBERT"].shape == (2, 0, 1024)
 
 
+def test_family_encode_gives_the_store_vectors(client):
+    direct = encode(client, [TEXTS[0], LONG])
+    enc = BGEM3().encode(client, [TEXTS[0], LONG])
+    assert enc.truncated.tolist() == [o.truncated for o in direct] == [False, True]
+    for got, want in zip(enc.vectors, direct):
+        assert set(got) == set(BGEM3().vectors) and got["bge_sparse"] == want.sparse
+        np.testing.assert_array_equal(got["bge_dense"], want.dense)
+        np.testing.assert_array_equal(got["bge_colbert"], want.colbert)
+    assert set(BGEM3().encode(client, ["x"], colbert=False).vectors[0]) == {"bge_dense", "bge_sparse"}
+
+
 def test_optional_inputs_may_be_left_out(client):
     raw = client.infer("bge_m3", {"TEXT": text_tensor(["hello world", LONG])},
                        ["DENSE", "COLBERT", "SPARSE_INDICES", "SPARSE_VALUES", "NUM_TOKENS", "TRUNCATED"])

@@ -287,6 +287,16 @@ def test_bad_text_is_a_clear_error(client):
     assert clip.embed_texts(client, ["still serving"])[0].shape == (1, 512)
 
 
+def test_family_encode_takes_texts_or_images(client, model_repo):
+    jpeg = next(iter(photos().values()))
+    by_text, by_image = CLIP().encode(client, ["a cat", "two dogs"]), CLIP().encode(client, [jpeg])
+    np.testing.assert_array_equal(np.stack([v["clip"] for v in by_text.vectors]), clip.embed_texts(client, ["a cat", "two dogs"])[0])
+    np.testing.assert_array_equal(by_image.vectors[0]["clip"], clip.embed_images(client, [jpeg])[0])
+    assert by_image.truncated.tolist() == [False] and CLIP().vector_dims(model_repo) == {"clip": 512}
+    with pytest.raises(TypeError):
+        CLIP().encode(client, ["a cat", jpeg])
+
+
 def test_concurrent_mixed_sizes_equal_one_at_a_time(client, triton):
     files = list({**photos(), **odd_images()}.values())
     alone = np.concatenate([clip.embed_images(client, [f]) for f in files])
