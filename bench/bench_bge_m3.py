@@ -18,7 +18,7 @@ The exported model repository (BGE-M3 and MiniLM in a copy of triton_repo/) is c
 In one run:
 - per length: docs/s and tokens/s of `bge_m3.encode(client, docs, colbert=True, max_length=N)`
   through Triton (tokenize -> ONNX -> post, gRPC) versus `InferenceSession.run` in this process on
-  the same bge_m3_onnx/1/model.onnx, same tokenization (`bge_m3.tokenize`), same batches; one
+  the same bge_m3_onnx/1/model.onnx, same tokenization (`export.bge_m3.tokenize`), same batches; one
   warm-up batch per path and length first, then the two paths alternate batch by batch (so load
   from other work on a shared machine falls on both alike);
 - query latency p50/p99 of `SearchService.search_documents(q, top_k=5, mode=m)` for the modes
@@ -46,6 +46,7 @@ import numpy as np  # noqa: E402
 from bench.bench_minilm import machine  # noqa: E402
 from search.config import PROJECT_ROOT, Settings  # noqa: E402
 from search.models import BGEM3, MiniLM, bge_m3  # noqa: E402
+from search.models.export.bge_m3 import tokenize  # noqa: E402
 from search.triton.client import TritonClient  # noqa: E402
 from search.triton.local import LocalTriton, free_port  # noqa: E402
 
@@ -99,7 +100,7 @@ def save_random_bge_m3(folder: Path, layers: int, texts: list[str]) -> Path:
     config = XLMRobertaConfig(vocab_size=250002, hidden_size=1024, num_hidden_layers=layers, num_attention_heads=16,
                               intermediate_size=4096, max_position_embeddings=8194, type_vocab_size=1,
                               pad_token_id=1, bos_token_id=0, eos_token_id=2, layer_norm_eps=1e-5,
-                              attn_implementation="eager")  # as search/models/bge_m3.py loads it
+                              attn_implementation="eager")  # as search/models/export/bge_m3.py loads it
     torch.manual_seed(0)
     hf_logging.disable_progress_bar()
     model = XLMRobertaModel(config, add_pooling_layer=False).eval()
@@ -201,7 +202,7 @@ def throughput(repo: Path, url: str, texts: list[str], plan: dict[int, tuple[int
         assert all(o.n_tokens == n and not o.truncated for o in outs), [(o.n_tokens, o.truncated) for o in outs]
 
     def inprocess(batch: list[str], n: int) -> None:
-        ids, mask = bge_m3.tokenize(tok, text_cfg, batch, n)
+        ids, mask = tokenize(tok, text_cfg, batch, n)
         assert ids.shape == (len(batch), n) and mask.all(), ids.shape
         sess.run(None, {"input_ids": ids, "attention_mask": mask})
 

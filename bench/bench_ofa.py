@@ -38,6 +38,7 @@ import numpy as np  # noqa: E402
 from bench.bench_minilm import machine  # noqa: E402
 from search.config import PROJECT_ROOT, Settings  # noqa: E402
 from search.models import CLIP, ofa  # noqa: E402
+from search.models.export import ofa as ofa_export  # noqa: E402
 from search.models.ofa import OFA  # noqa: E402
 from indexer.service import IngestService  # noqa: E402
 from search.services import SearchService  # noqa: E402
@@ -108,7 +109,7 @@ def main() -> None:
         res["onnx_mb"] = (repo / "ofa_ve_onnx/1/model.onnx").stat().st_size / 1e6
         import torch
 
-        res["params_m"] = sum(p.numel() for p in ofa.load_model(folder).parameters()) / 1e6
+        res["params_m"] = sum(p.numel() for p in ofa_export.load_model(folder).parameters()) / 1e6
         del torch  # the model itself is not kept: the served and in-process copies need the memory
         print(f"OFA-base-size random model: {res['params_m']:.0f} M parameters, {res['model']}; checkpoint "
               f"{res['save_checkpoint_s']:.0f} s, export {res['export_s']:.0f} s, model.onnx {res['onnx_mb']:.0f} MB", flush=True)

@@ -13,8 +13,8 @@ import numpy as np
 import pytest
 
 import tiny_bge_m3
-from search.models import bge_m3
 from search.models.bge_m3 import BGEM3, colbert_score, encode, sparse_score
+from search.models.export.bge_m3 import HEADS
 from search.triton.client import TritonClient, text_tensor
 
 TEXTS = [
@@ -144,6 +144,17 @@ def test_colbert_can_be_skipped(client):
     assert raw["COLBERT"].shape == (2, 0, 1024)
 
 
+def test_family_encode_gives_the_store_vectors(client):
+    direct = encode(client, [TEXTS[0], LONG])
+    enc = BGEM3().encode(client, [TEXTS[0], LONG])
+    assert enc.truncated.tolist() == [o.truncated for o in direct] == [False, True]
+    for got, want in zip(enc.vectors, direct):
+        assert set(got) == set(BGEM3().vectors) and got["bge_sparse"] == want.sparse
+        np.testing.assert_array_equal(got["bge_dense"], want.dense)
+        np.testing.assert_array_equal(got["bge_colbert"], want.colbert)
+    assert set(BGEM3().encode(client, ["x"], colbert=False).vectors[0]) == {"bge_dense", "bge_sparse"}
+
+
 def test_optional_inputs_may_be_left_out(client):
     raw = client.infer("bge_m3", {"TEXT": text_tensor(["hello world", LONG])},
                        ["DENSE", "COLBERT", "SPARSE_INDICES", "SPARSE_VALUES", "NUM_TOKENS", "TRUNCATED"])
@@ -183,7 +194,7 @@ def test_folder_without_heads_is_missing_weights(tmp_path, weights):
     folder = tmp_path / "no-heads"
     folder.mkdir()
     for f in weights.iterdir():
-        if f.name not in bge_m3.HEADS:
+        if f.name not in HEADS:
             (folder / f.name).write_bytes(f.read_bytes())
     report = BGEM3().build(tmp_path / "repo", str(folder))
     assert report.status == "missing weights" and "sparse_linear.pt" in report.detail

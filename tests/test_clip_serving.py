@@ -22,6 +22,7 @@ import tiny_clip
 from search.config import PROJECT_ROOT
 from search.models import clip
 from search.models.clip import CLIP
+from search.models.export import clip as clip_export
 from search.triton.client import TritonClient
 from search.triton.steps import clip_image as step  # the Python step's code: pure functions, no Triton needed
 
@@ -132,17 +133,17 @@ def cosines(a: np.ndarray, b: np.ndarray) -> np.ndarray:
 def test_preprocess_json_records_clip_settings(cfg):
     assert cfg["resize"] == {"shortest_edge": 224} and cfg["crop"] == [224, 224] and cfg["image_size"] == 224
     assert cfg["resample"] == Image.Resampling.BICUBIC and cfg["rescale_factor"] == pytest.approx(1 / 255)
-    assert cfg["mean"] == pytest.approx(clip.OPENAI_MEAN) and cfg["std"] == pytest.approx(clip.OPENAI_STD)
+    assert cfg["mean"] == pytest.approx(clip_export.OPENAI_MEAN) and cfg["std"] == pytest.approx(clip_export.OPENAI_STD)
     assert cfg["do_convert_rgb"] and cfg["alpha"] == "white"
 
 
 def test_legacy_preprocessor_config_reads_the_same(cfg, tmp_path):
     # openai/clip-vit-base-patch32's file: ints for size and crop, no rescale or RGB keys.
     legacy = {"crop_size": 224, "do_center_crop": True, "do_normalize": True, "do_resize": True,
-              "feature_extractor_type": "CLIPFeatureExtractor", "image_mean": clip.OPENAI_MEAN,
-              "image_std": clip.OPENAI_STD, "resample": 3, "size": 224}
+              "feature_extractor_type": "CLIPFeatureExtractor", "image_mean": clip_export.OPENAI_MEAN,
+              "image_std": clip_export.OPENAI_STD, "resample": 3, "size": 224}
     (tmp_path / "preprocessor_config.json").write_text(json.dumps(legacy))
-    assert clip.hf_preprocess(tmp_path / "preprocessor_config.json", 224) == cfg
+    assert clip_export.hf_preprocess(tmp_path / "preprocessor_config.json", 224) == cfg
 
 
 def test_pixels_equal_the_reference_processor(cfg, reference):
@@ -254,8 +255,8 @@ def test_open_clip_tokenizer_pipeline_equals_transformers(weights, reference):
     # cannot be imported here): from the tiny model's files it must tokenize as transformers does.
     vocab = json.loads((weights / "vocab.json").read_text())
     merges = [line for line in (weights / "merges.txt").read_text().splitlines()[1:] if line]
-    tok = clip.clip_bpe_tokenizer(vocab, merges, tiny_clip.BOS, tiny_clip.EOS)
-    ids, mask = clip.tokenize(tok, {"context_length": 77, "pad_id": vocab[tiny_clip.EOS], "pad_token": tiny_clip.EOS}, texts())
+    tok = clip_export.clip_bpe_tokenizer(vocab, merges, tiny_clip.BOS, tiny_clip.EOS)
+    ids, mask = clip_export.tokenize(tok, {"context_length": 77, "pad_id": vocab[tiny_clip.EOS], "pad_token": tiny_clip.EOS}, texts())
     enc = reference.tokenizer(texts(), padding="max_length", max_length=77, truncation=True)
     assert ids.tolist() == enc["input_ids"] and mask.tolist() == enc["attention_mask"]
 
@@ -272,6 +273,16 @@ def test_bad_text_is_a_clear_error(client):
     with pytest.raises(Exception, match="INVALID_ARGUMENT.*UTF-8"):
         client.infer("clip_text", {"TEXT": bad}, ["EMBEDDING"])
     assert clip.embed_texts(client, ["still serving"])[0].shape == (1, 512)
+
+
+def test_family_encode_takes_texts_or_images(client, model_repo):
+    jpeg = next(iter(photos().values()))
+    by_text, by_image = CLIP().encode(client, ["a cat", "two dogs"]), CLIP().encode(client, [jpeg])
+    np.testing.assert_array_equal(np.stack([v["clip"] for v in by_text.vectors]), clip.embed_texts(client, ["a cat", "two dogs"])[0])
+    np.testing.assert_array_equal(by_image.vectors[0]["clip"], clip.embed_images(client, [jpeg])[0])
+    assert by_image.truncated.tolist() == [False] and CLIP().vector_dims(model_repo) == {"clip": 512}
+    with pytest.raises(TypeError):
+        CLIP().encode(client, ["a cat", jpeg])
 
 
 def test_concurrent_mixed_sizes_equal_one_at_a_time(client, triton):

@@ -89,6 +89,17 @@ def _batch_sizes(triton) -> dict[int, int]:
     return {int(b["batch_size"]): int(b["compute_infer"]["count"]) for b in stats.get("batch_stats", [])}
 
 
+def test_family_encode_gives_the_store_vectors(client, model_repo):
+    from search.models import family
+
+    texts = ["short", "word " * 300]
+    enc = family("minilm").encode(client, texts)
+    vectors, truncated = minilm.embed(client, texts)
+    assert [set(v) for v in enc.vectors] == [{"minilm"}] * 2 and enc.truncated.tolist() == truncated.tolist() == [False, True]
+    np.testing.assert_array_equal(np.stack([v["minilm"] for v in enc.vectors]), vectors)
+    assert family("minilm").vector_dims(model_repo) == {"minilm": 384}
+
+
 def test_bad_requests_do_not_break_the_model(client):
     bad = np.array([[b"\xff\xfe not utf-8"]], dtype=np.object_)
     with pytest.raises(Exception, match="UTF-8"):

@@ -3,6 +3,7 @@ ModelConfig, ensembles wire existing steps and tensors, ONNX models use the stan
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import subprocess
 import sys
@@ -11,9 +12,9 @@ import pytest
 from google.protobuf import text_format
 from tritonclient.grpc import model_config_pb2 as mc
 
-from search.config import PROJECT_ROOT
-from search.models import FAMILIES, WeightsUnavailable
-from search.models.base import resolve_weights
+from search.config import PROJECT_ROOT, Settings
+from search.models import FAMILIES, WeightsUnavailable, family, for_kind, ingest_kinds
+from search.models.export.common import resolve_weights
 
 REPO = PROJECT_ROOT / "triton_repo"
 CONFIGS = sorted(REPO.glob("*/config.pbtxt"))
@@ -75,6 +76,35 @@ def test_catalogue_matches_the_repository():
     names = {p.parent.name for p in CONFIGS}
     for fam in FAMILIES:
         assert set(fam.triton_models) <= names
+
+
+@pytest.mark.parametrize("fam", FAMILIES, ids=lambda f: f.family)
+def test_family_declares_what_its_consumers_iterate(fam):
+    assert family(fam.family) is fam
+    assert fam.source_setting in Settings.model_fields and fam.source(Settings()) == getattr(Settings(), fam.source_setting)
+    assert fam.cli_option == "--" + fam.source_setting.replace("_", "-") and fam.source_help and fam.display
+    assert set(fam.kinds) <= set(ingest_kinds()) and set(fam.kinds.values()) <= set(fam.ensembles)
+    assert all(v.kind in ("dense", "sparse", "multivector") and not (v.kind == "sparse" and v.dim)
+               for v in fam.vectors.values())
+    assert bool(fam.vectors) == bool(fam.kinds)  # vectors are stored by the ingest kinds that use the family
+    assert importlib.util.find_spec(fam.export_module) is not None
+
+
+def test_each_kind_has_one_family_it_needs():
+    for kind in ingest_kinds():
+        assert [f.optional for f in for_kind(kind)][:1] == [False]
+    assert [f.family for f in for_kind("documents")] == ["minilm", "bge_m3"]
+    assert [f.family for f in for_kind("images")] == ["clip"]
+
+
+def test_serving_code_does_not_import_the_export_stack():
+    """The family modules are client code: torch, transformers and onnx load only in a build."""
+    modules = ["search.models", *(f"search.models.{f.family}" for f in FAMILIES)]
+    code = f"import sys\nfor m in {modules!r}: __import__(m)\n" \
+           "print(sorted(m for m in ('torch', 'transformers', 'onnx') if m in sys.modules))"
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=PROJECT_ROOT)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == "[]"
 
 
 def test_weight_sources(tmp_path, monkeypatch):

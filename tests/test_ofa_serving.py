@@ -24,6 +24,8 @@ from tritonclient.utils import InferenceServerException
 
 from search.errors import BadRequest
 from search.models import ofa
+from search.models.base import image_tensor
+from search.models.export import ofa as ofa_export
 from search.models.ofa import OFA
 from search.services import SearchService
 from ingest_helper import ingest
@@ -159,7 +161,7 @@ def client(triton) -> TritonClient:
 
 def serve(client: TritonClient, items) -> dict[str, np.ndarray]:
     """Requests of up to 2 pairs (the configs' max_batch_size), outputs concatenated."""
-    outs = [client.infer("ofa_ve", {"IMAGE": ofa.image_tensor([d for d, _, _ in chunk]),
+    outs = [client.infer("ofa_ve", {"IMAGE": image_tensor([d for d, _, _ in chunk]),
                                     "HYPOTHESIS": text_tensor([h for _, h, _ in chunk]),
                                     "PREMISE": text_tensor([p or "" for _, _, p in chunk])},
                          ["PROBS", "LOGITS", "LABEL", "TRUNCATED"]) for chunk in (items[:2], items[2:4]) if chunk]
@@ -441,7 +443,7 @@ def test_weights_in_external_files_are_gathered_into_one(model_repo, ve, tmp_pat
     onnx.save(onnx.load(str(src)), str(tmp), save_as_external_data=True, all_tensors_to_one_file=False, size_threshold=0)
     scattered = set(p.name for p in tmp_path.iterdir()) - {tmp.name}
     assert len(scattered) > 10
-    ofa.fix_graph(tmp, dest)
+    ofa_export.fix_graph(tmp, dest)
     os.replace(tmp, dest)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["model.onnx", "model.onnx.data"]
     srcs = [step.encode_text(Tokenizer(model_repo), ve, "two dogs")[0]]

@@ -1,17 +1,46 @@
-"""The served model families: one module each, one catalogue here."""
+"""The served model families: one module each (client code; export code in ``export/``), one
+registry here. Adding a family = its module, its triton_repo/ folders and one line in FAMILIES."""
 
-from search.models.base import BuildReport, ServedModel, WeightsUnavailable
+from __future__ import annotations
+
+from pathlib import Path
+
+from search.models.base import BuildReport, Encoded, Family, Vector, WeightsUnavailable
 from search.models.bge_m3 import BGEM3
 from search.models.clip import CLIP
 from search.models.minilm import MiniLM
 from search.models.ofa import OFA
 
-FAMILIES: tuple[ServedModel, ...] = (MiniLM(), CLIP(), BGEM3(), OFA())
+FAMILIES: tuple[Family, ...] = (
+    MiniLM(),
+    CLIP(),
+    BGEM3(),
+    OFA(),
+)
 
 
-def built_triton_models(repo) -> list[str]:
+def family(name: str) -> Family:
+    """The family called ``name`` ("minilm", "clip", "bge_m3", "ofa")."""
+    for fam in FAMILIES:
+        if fam.family == name:
+            return fam
+    raise KeyError(f"no model family '{name}' (families: {', '.join(f.family for f in FAMILIES)})")
+
+
+def for_kind(kind: str) -> list[Family]:
+    """The families whose vectors an ingest kind stores, the one it needs first, optional ones after."""
+    return sorted((f for f in FAMILIES if kind in f.kinds), key=lambda f: f.optional)
+
+
+def ingest_kinds() -> list[str]:
+    """The ingest kinds some family embeds, in registry order."""
+    return list(dict.fromkeys(k for f in FAMILIES for k in f.kinds))
+
+
+def built_triton_models(repo: Path) -> list[str]:
     """Triton models whose generated files exist; the local server loads only these."""
     return [name for fam in FAMILIES if fam.is_built(repo) for name in fam.triton_models]
 
 
-__all__ = ["BGEM3", "CLIP", "FAMILIES", "BuildReport", "MiniLM", "OFA", "ServedModel", "WeightsUnavailable", "built_triton_models"]
+__all__ = ["BGEM3", "CLIP", "FAMILIES", "BuildReport", "Encoded", "Family", "MiniLM", "OFA", "Vector",
+           "WeightsUnavailable", "built_triton_models", "family", "for_kind", "ingest_kinds"]

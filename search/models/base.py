@@ -1,15 +1,19 @@
-"""What every served model family has in common: its Triton models, the files its export
-generates, and where its weights come from."""
+"""What a model family is: its name, the Triton models it serves, the store vectors it fills and
+the ingest kinds that use it, where its weights come from, how it is built and how it is called.
+
+Client side only (numpy, tritonclient): the export code lives in ``search.models.export`` and is
+imported by ``Family.build`` when a build runs, so serving never loads torch.
+"""
 
 from __future__ import annotations
 
-import hashlib
+import importlib
 import json
-import os
-import time
-import warnings
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Literal
+
+import numpy as np
 
 
 class WeightsUnavailable(Exception):
@@ -23,11 +27,36 @@ class BuildReport:
     detail: str
 
 
-class ServedModel:
-    family: str  # e.g. "minilm"; also the settings field prefix: <family>_source
+@dataclass(frozen=True)
+class Vector:
+    """One named vector a family stores per item."""
+
+    kind: Literal["dense", "sparse", "multivector"] = "dense"
+    dim: int | None = None  # None for dense: the built model's width (Family.dim); sparse has none
+    distance: Literal["cosine", "dot"] = "cosine"  # how the model's scores compare vectors
+
+
+@dataclass
+class Encoded:
+    """A family's vectors for a batch of items, keyed as ``Family.vectors``."""
+
+    vectors: list[dict[str, object]]  # per item: dense [D] / multivector [n, D] arrays, sparse {token id: weight}
+    truncated: np.ndarray = field(default_factory=lambda: np.zeros(0, bool))  # per item: cut to the model's length
+
+
+class Family:
+    family: str  # e.g. "minilm": the registry key, build reports, the "models" payload tag
+    display: str  # e.g. "MiniLM": in messages
     ensembles: tuple[str, ...]  # what callers ask Triton for
-    steps: tuple[str, ...]  # the ensembles' composing models
+    steps: tuple[str, ...]  # the ensembles' composing models; the last one holds the build manifest
+    kinds: dict[str, str] = {}  # ingest kind ("documents", "images") -> the ensemble that embeds its items
+    optional: bool = False  # adds vectors to a kind another family embeds; the kind works without it
+    vectors: dict[str, Vector] = {}  # store vector name -> what it holds
+    source_setting: str  # the Settings field naming the weights, e.g. "clip_source"
+    cli_option: str  # the `search models build` option overriding it, e.g. "--clip-source"
+    source_help: str  # that option's help: what a source may be
     hub_hint: str  # the hub id to suggest when weights are missing
+    export_module: str  # the module with build(family, repo, source): torch and co. live there
 
     @property
     def triton_models(self) -> tuple[str, ...]:
@@ -40,121 +69,44 @@ class ServedModel:
     def is_built(self, repo: Path) -> bool:
         return all(p.exists() for p in self.artifacts(repo))
 
-    def build(self, repo: Path, source: str, *, force: bool = False) -> BuildReport:
-        raise NotImplementedError
-
-    def built_from(self, repo: Path) -> str | None:
-        """The source the current build was exported from, if it is complete."""
-        if not self.is_built(repo):
-            return None
-        return json.loads(self.manifest_path(repo).read_text()).get("source")
-
     def manifest_path(self, repo: Path) -> Path:
         return repo / self.steps[-1] / "1" / "build.json"
 
-    def write_manifest(self, repo: Path, source: str, resolved: Path, **extra: object) -> None:
-        files = {str(p.relative_to(repo)): _sha256(p) for p in self.artifacts(repo) if p != self.manifest_path(repo)}
-        self.manifest_path(repo).write_text(json.dumps(
-            {"family": self.family, "source": source, "weights": str(resolved),
-             "built_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "files": files, **extra},
-            indent=2))
+    def manifest(self, repo: Path) -> dict | None:
+        """What the current build recorded (source, weights, checksums, ...), if it is complete."""
+        return json.loads(self.manifest_path(repo).read_text()) if self.is_built(repo) else None
+
+    def built_from(self, repo: Path) -> str | None:
+        """The source the current build was exported from, if it is complete."""
+        return (self.manifest(repo) or {}).get("source")
+
+    def dim(self, repo: Path) -> int:
+        """The embedding width the export recorded for the built model."""
+        return int(json.loads(self.manifest_path(repo).read_text())["dim"])
+
+    def vector_dims(self, repo: Path) -> dict[str, int | None]:
+        """Store vector name -> width (None: sparse), resolving built-model widths from ``repo``."""
+        return {name: v.dim if v.dim or v.kind == "sparse" else self.dim(repo) for name, v in self.vectors.items()}
+
+    def source(self, settings) -> str:
+        """The configured weight source."""
+        return getattr(settings, self.source_setting)
+
+    def build(self, repo: Path, source: str, *, force: bool = False) -> BuildReport:
+        """Export the weights at ``source`` into ``repo`` unless the files there already come from it."""
+        if not force and self.built_from(repo) == source:
+            return BuildReport(self.family, "up to date", f"from {source}")
+        export = importlib.import_module(self.export_module)  # here, not at import: it needs torch & co.
+        return export.build(self, repo, source)
+
+    def encode(self, client, items: list, **options) -> Encoded:
+        """The family's vectors for ``items`` from its served ensembles."""
+        raise NotImplementedError(f"{self.family} serves no vectors")
 
 
-def export_checked(module, feeds: dict, outputs: list[str], dynamic_axes: dict, dest: Path, family: str,
-                   fix=None) -> float:
-    """Export ``module`` to ONNX at ``dest`` and return the max |ONNX - PyTorch| over ``outputs``
-    on the check batch ``feeds`` (name -> tensor). The file only replaces ``dest`` when the graph
-    takes every input the config names and agrees with PyTorch within 1e-4. ``fix(tmp, dest)``, if
-    given, may rewrite the exported file before the check (graph-level workarounds)."""
-    import numpy as np  # noqa: PLC0415
-    import onnxruntime as ort  # noqa: PLC0415
-    import torch  # noqa: PLC0415
-
-    dest.parent.mkdir(parents=True, exist_ok=True)
-    tmp = dest.with_suffix(".onnx.tmp")
-    names = list(feeds)
-    fastpath = torch.backends.mha.get_fastpath_enabled()
-    # nn.MultiheadAttention (open_clip) would trace to its fused inference kernel, which ONNX lacks.
-    torch.backends.mha.set_fastpath_enabled(False)
-    try:
-        with torch.no_grad(), warnings.catch_warnings():
-            warnings.simplefilter("ignore")  # tracer warnings about shapes the dynamic axes already cover
-            torch.onnx.export(module, tuple(feeds.values()), str(tmp), input_names=names, output_names=outputs,
-                              dynamic_axes=dynamic_axes, opset_version=17, dynamo=False)
-            out = module(*feeds.values())
-            expected = [t.numpy() for t in (out if isinstance(out, (tuple, list)) else (out,))]
-    finally:
-        torch.backends.mha.set_fastpath_enabled(fastpath)
-    if fix is not None:
-        fix(tmp, dest)
-    sess = ort.InferenceSession(str(tmp), providers=["CPUExecutionProvider"])
-    graph_inputs = [i.name for i in sess.get_inputs()]
-    if graph_inputs != names:  # the exporter drops inputs the graph does not use; the config names them all
-        tmp.unlink(missing_ok=True)
-        raise RuntimeError(f"{family}: exported graph inputs {graph_inputs}, expected {names}")
-    got = sess.run(outputs, {k: v.numpy() for k, v in feeds.items()})
-    diff = max(float(np.abs(g - e).max()) for g, e in zip(got, expected))
-    if diff > 1e-4:
-        tmp.unlink(missing_ok=True)
-        raise RuntimeError(f"{family}: exported {dest.parent.parent.name} differs from PyTorch (max |Δ| {diff:.2e})")
-    os.replace(tmp, dest)
-    return diff
-
-
-def check_config_dims(repo: Path, family: str, wanted: dict[tuple[str, str], list[int]], model: str) -> None:
-    """Refuse a model whose tensor shapes differ from the committed configs' dims: Triton's
-    onnxruntime backend wants them equal to the graph's exactly, so exporting anyway would give
-    files the server refuses. ``wanted``: (triton model, tensor) -> dims; ``model`` describes it."""
-    from google.protobuf import text_format  # noqa: PLC0415
-    from tritonclient.grpc import model_config_pb2  # noqa: PLC0415
-
-    for (name, tensor), dims in wanted.items():
-        path = repo / name / "config.pbtxt"
-        if not path.exists():
-            continue
-        cfg = text_format.Parse(path.read_text(), model_config_pb2.ModelConfig())
-        declared = next((list(t.dims) for t in [*cfg.input, *cfg.output] if t.name == tensor), None)
-        if declared != dims:
-            raise WeightsUnavailable(
-                f"{family}: this model needs {tensor} dims {dims} but {path} declares {declared} ({model}): "
-                f"edit the dims of {', '.join(sorted({m for m, _ in wanted}))} to match")
-
-
-def resolve_weights(source: str, family: str, hub_hint: str) -> Path:
-    """A local directory as is; anything else is a Hugging Face id, downloaded when a hub answers."""
-    path = Path(source).expanduser()
-    if path.is_dir():
-        return path.resolve()
-    if path.exists() or source.startswith((".", "/", "~")):
-        raise WeightsUnavailable(f"{family}: '{source}' is not a model directory")
-    os.environ.setdefault("HF_HUB_ETAG_TIMEOUT", "5")
-    os.environ.setdefault("HF_HUB_DOWNLOAD_TIMEOUT", "10")
-    try:
-        from huggingface_hub import snapshot_download  # noqa: PLC0415
-
-        return Path(snapshot_download(source))
-    except Exception as exc:  # offline, unknown id, gated repo: all mean "not here"
-        reason = _hub_reason(exc)
-        raise WeightsUnavailable(
-            f"{family}: weights '{source}' could not be fetched ({reason}). Supply them with "
-            f"`search models build --{family.replace('_', '-')}-source /path/to/model-dir`, or run the build on a machine "
-            f"that reaches Hugging Face (hub id '{hub_hint}') and copy its triton_repo files here."
-        ) from exc
-
-
-def _hub_reason(exc: Exception) -> str:
-    name = type(exc).__name__
-    if os.environ.get("HF_HUB_OFFLINE") == "1" or name in ("LocalEntryNotFoundError", "OfflineModeIsEnabled") \
-            or isinstance(exc, (ConnectionError, TimeoutError)):
-        return "Hugging Face is not reachable from this machine"
-    if name in ("RepositoryNotFoundError", "GatedRepoError"):
-        return "no such model on Hugging Face, or it needs a login"
-    return (str(exc).splitlines() or [name])[0][:160]
-
-
-def _sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
+def image_tensor(images: list[bytes]) -> np.ndarray:
+    """A [batch, 1] BYTES tensor of encoded images (JPEG, PNG, ...)."""
+    arr = np.empty((len(images), 1), dtype=np.object_)
+    for i, data in enumerate(images):
+        arr[i, 0] = bytes(data)
+    return arr

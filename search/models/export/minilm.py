@@ -1,0 +1,74 @@
+"""all-MiniLM-L6-v2 to ONNX: the encoder with mean pooling + L2 norm in the graph, and its tokenizer."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+from search.models.base import BuildReport, WeightsUnavailable
+from search.models.export.common import export_checked, resolve_weights, write_manifest
+from search.models.minilm import MiniLM, package_weights
+
+
+def build(fam: MiniLM, repo: Path, source: str) -> BuildReport:
+    try:
+        weights = package_weights() if source == "package" else resolve_weights(source, fam.family, fam.hub_hint)
+    except WeightsUnavailable as exc:
+        return BuildReport(fam.family, "missing weights", str(exc))
+    _check_pooling(weights)
+    onnx_path = repo / "minilm_onnx/1/model.onnx"
+    max_diff = export_onnx(weights, onnx_path)
+    save_tokenizer(weights, fam.tokenizer_path(repo))
+    write_manifest(fam, repo, source, weights, max_abs_diff_vs_torch=max_diff)
+    return BuildReport(fam.family, "built", f"from {source} ({weights}); ONNX vs PyTorch max |Δ| {max_diff:.1e}")
+
+
+def _check_pooling(weights: Path) -> None:
+    cfg = weights / "1_Pooling" / "config.json"
+    if cfg.exists() and not json.loads(cfg.read_text()).get("pooling_mode_mean_tokens"):
+        raise WeightsUnavailable(f"minilm: {weights} is not a mean-pooled sentence-transformers model")
+
+
+def save_tokenizer(weights: Path, dest: Path) -> None:
+    src = weights / "tokenizer.json"
+    if src.exists():
+        shutil.copy2(src, dest)
+        return
+    from transformers import AutoTokenizer  # noqa: PLC0415  (only for folders without tokenizer.json)
+
+    AutoTokenizer.from_pretrained(weights).backend_tokenizer.save(str(dest))
+
+
+def export_onnx(weights: Path, dest: Path) -> float:
+    """Export encoder + mean pooling + L2 norm; returns the max |ONNX - PyTorch| on a check batch."""
+    import torch  # noqa: PLC0415
+    from transformers import AutoModel  # noqa: PLC0415
+
+    from transformers.utils import logging as hf_logging  # noqa: PLC0415
+
+    hf_logging.disable_progress_bar()
+    model = AutoModel.from_pretrained(str(weights), attn_implementation="eager").eval()
+
+    class MeanPooledEncoder(torch.nn.Module):
+        def __init__(self, encoder: torch.nn.Module) -> None:
+            super().__init__()
+            self.encoder = encoder
+
+        def forward(self, input_ids, attention_mask, token_type_ids):
+            # Keyword arguments: positional ones collide with newer transformers signatures.
+            hidden = self.encoder(input_ids=input_ids, attention_mask=attention_mask,
+                                  token_type_ids=token_type_ids).last_hidden_state
+            mask = attention_mask.unsqueeze(-1).to(hidden.dtype)
+            pooled = (hidden * mask).sum(1) / mask.sum(1).clamp(min=1e-9)
+            return torch.nn.functional.normalize(pooled, p=2, dim=1)
+
+    wrapper = MeanPooledEncoder(model).eval()
+    g = torch.Generator().manual_seed(0)
+    ids = torch.randint(1000, 2000, (3, 11), generator=g)
+    mask = torch.ones_like(ids)
+    mask[1, 7:] = 0
+    types = torch.zeros_like(ids)
+    feeds = {"input_ids": ids, "attention_mask": mask, "token_type_ids": types}
+    axes = {n: {0: "batch", 1: "sequence"} for n in feeds} | {"embedding": {0: "batch"}}
+    return export_checked(wrapper, feeds, ["embedding"], axes, dest, "minilm")
