@@ -20,7 +20,7 @@ from tritonclient.utils import InferenceServerException
 from indexer.chunking import Chunker
 from indexer.loaders import DOCUMENT_SUFFIXES, BadDocument, load_document
 from search.media.photos import IMAGE_SUFFIXES, BadImage, decode_photo, save_thumbnail
-from search.models import bge_m3, clip, minilm
+from search.models import Family
 from search.store import DOCUMENTS, CollectionSchema, images_schema
 from search.triton.client import TritonClient
 
@@ -63,11 +63,13 @@ class Documents:
     name, schema, suffixes = "documents", DOCUMENTS, DOCUMENT_SUFFIXES
     errors = (BadDocument,)
 
-    def __init__(self, triton: TritonClient, chunker: Chunker, max_bytes: int, *, bge_m3: bool = False) -> None:
-        self.triton, self.chunker, self.max_bytes, self.bge_m3 = triton, chunker, max_bytes, bge_m3
-        self.models = ["minilm", "bge_m3"] if bge_m3 else ["minilm"]
-        # Which models (and which BGE-M3 weights) made the vectors: a change re-embeds every file.
-        embedders = "minilm+bge_m3:" + probe_bge_m3(triton) if bge_m3 else "minilm"
+    def __init__(self, triton: TritonClient, chunker: Chunker, max_bytes: int, families: list[Family]) -> None:
+        """``families``: the served families that embed documents (registry order: the required one
+        first, then optional ones such as BGE-M3)."""
+        self.triton, self.chunker, self.max_bytes, self.families = triton, chunker, max_bytes, families
+        self.models = [f.family for f in families]
+        # Which models (and which weights of the optional ones) made the vectors: a change re-embeds every file.
+        embedders = "+".join(self.models) + "".join(f":{probe(triton, f)}" for f in families if f.optional)
         self.signature = f"{embedders}/v{chunker.VERSION}/{chunker.max_tokens}/{chunker.overlap}"
 
     def units(self, path: Path, data: bytes, sha256: str) -> list[Unit]:
@@ -86,16 +88,13 @@ class Documents:
         return units
 
     def embed(self, items: list[str]) -> Embedded:
-        vectors, truncated = minilm.embed(self.triton, items)
-        out = [{"minilm": v.tolist()} for v in vectors]
-        n_truncated = int(truncated.sum())
-        if self.bge_m3:
-            for vec, m in zip(out, bge_m3.encode(self.triton, items, colbert=True)):
-                vec["bge_dense"] = m.dense.tolist()
-                vec["bge_colbert"] = m.colbert.tolist()
-                if m.sparse:  # a passage of special tokens only has no sparse weights
-                    vec["bge_sparse"] = models.SparseVector(indices=list(m.sparse), values=list(m.sparse.values()))
-                n_truncated += m.truncated
+        out: list[dict] = [{} for _ in items]
+        n_truncated = 0
+        for fam in self.families:
+            encoded = fam.encode(self.triton, items)
+            for vec, got in zip(out, encoded.vectors):
+                vec.update(stored_vectors(fam, got))
+            n_truncated += int(np.sum(encoded.truncated))
         return Embedded(out, n_truncated)
 
     def sort_key(self, item: str) -> int:
@@ -107,17 +106,16 @@ class Documents:
 
 class Photos:
     """Image files -> one CLIP vector each, with EXIF metadata and a thumbnail."""
-    name = "images"
-    suffixes: frozenset[str]
+    name, suffixes = "images", IMAGE_SUFFIXES
+    errors = (BadDocument, BadImage)
 
-    def __init__(self, triton: TritonClient, thumbs: Path, *, max_bytes: int, max_pixels: int) -> None:
-        self.triton, self.thumbs, self.max_bytes, self.max_pixels = triton, thumbs, max_bytes, max_pixels
-        self.suffixes = IMAGE_SUFFIXES
-        self.errors = (BadDocument, BadImage)
-        probe = probe_clip(triton)
-        self.schema = images_schema(probe.shape[0])
+    def __init__(self, triton: TritonClient, thumbs: Path, family: Family, *, max_bytes: int, max_pixels: int) -> None:
+        self.triton, self.thumbs, self.family = triton, thumbs, family
+        self.max_bytes, self.max_pixels = max_bytes, max_pixels
+        vector = probe_image(triton, family)
+        self.schema = images_schema(vector.shape[0])
         # The probe vector identifies the served model: other weights give another signature.
-        self.signature = "clip/" + hashlib.sha1(np.round(probe, 4).tobytes()).hexdigest()[:12]
+        self.signature = f"{family.family}/{_digest(vector)}"
 
     def thumbnail_path(self, sha256: str) -> Path:
         return self.thumbs / sha256[:2] / f"{sha256}.jpg"
@@ -137,7 +135,7 @@ class Photos:
 
     def embed(self, items: list[bytes]) -> Embedded:
         try:
-            return Embedded([{"clip": v.tolist()} for v in clip.embed_images(self.triton, items)])
+            return Embedded([stored_vectors(self.family, v) for v in self.family.encode(self.triton, items).vectors])
         except InferenceServerException:
             if len(items) == 1:
                 raise
@@ -145,7 +143,7 @@ class Photos:
         out = Embedded([None] * len(items))
         for i, item in enumerate(items):
             try:
-                out.vectors[i] = {"clip": clip.embed_images(self.triton, [item])[0].tolist()}
+                out.vectors[i] = stored_vectors(self.family, self.family.encode(self.triton, [item]).vectors[0])
             except InferenceServerException as exc:
                 out.errors[i] = f"rejected by the model server: {(exc.message() or '').splitlines()[0][:160]}"
         return out
@@ -162,14 +160,30 @@ def camera_terms(camera: str | None) -> list[str]:
     return sorted(set(camera.lower().split())) if camera else []
 
 
-def probe_bge_m3(triton: TritonClient) -> str:
-    """A short hash of the served BGE-M3's dense vector for a fixed text: identifies its weights."""
-    dense = bge_m3.encode(triton, ["probe"], colbert=False)[0].dense
-    return hashlib.sha1(np.round(dense, 4).tobytes()).hexdigest()[:12]
+def stored_vectors(family: Family, vectors: dict) -> dict:
+    """A family's encoded vectors as the store takes them (an empty sparse vector is left out)."""
+    out = {}
+    for name, value in vectors.items():
+        if family.vectors[name].kind == "sparse":
+            if value:  # a passage of special tokens only has no sparse weights
+                out[name] = models.SparseVector(indices=list(value), values=list(value.values()))
+        else:
+            out[name] = np.asarray(value).tolist()
+    return out
 
 
-def probe_clip(triton: TritonClient) -> np.ndarray:
-    """The served CLIP's vector for a fixed tiny image: gives its dimension and identity."""
+def probe(triton: TritonClient, family: Family) -> str:
+    """A short hash of the family's first vector for a fixed text: identifies the served weights."""
+    first = next(iter(family.encode(triton, ["probe"]).vectors[0].values()))
+    return _digest(np.asarray(first))
+
+
+def probe_image(triton: TritonClient, family: Family) -> np.ndarray:
+    """The family's vector for a fixed tiny image: gives the served model's dimension and identity."""
     buf = io.BytesIO()
     Image.new("RGB", (8, 8), (127, 64, 200)).save(buf, "PNG")
-    return clip.embed_images(triton, [buf.getvalue()])[0]
+    return np.asarray(next(iter(family.encode(triton, [buf.getvalue()]).vectors[0].values())))
+
+
+def _digest(vector: np.ndarray) -> str:
+    return hashlib.sha1(np.round(vector, 4).tobytes()).hexdigest()[:12]

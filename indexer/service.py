@@ -10,13 +10,14 @@ from tokenizers import Tokenizer
 
 from indexer import pipeline
 from indexer.chunking import Chunker
-from indexer.kinds import Documents, Photos
-from indexer.loaders import DOCUMENT_SUFFIXES
+from indexer.kinds import Documents, Kind, Photos
 from search.config import Settings
 from search.errors import not_served
-from search.media.photos import IMAGE_SUFFIXES
-from search.models import minilm
+from search.models import Family, for_kind, ingest_kinds, minilm
 from search.resources import Resources
+
+
+SUFFIXES = {Documents.name: Documents.suffixes, Photos.name: Photos.suffixes}
 
 
 class IngestService:
@@ -34,19 +35,23 @@ class IngestService:
         not served is reported (with how to fix it) while the other kinds are indexed."""
         s, triton = self.settings, self.resources.triton
         kinds, unavailable = [], {}
-        if triton.model_ready("minilm"):
-            chunker = Chunker(self.chunk_tokenizer(), max_tokens=s.chunk_tokens, overlap=s.chunk_overlap)
-            kinds.append(Documents(triton, chunker, s.max_file_bytes, bge_m3=triton.model_ready("bge_m3")))
-        else:
-            unavailable["documents"] = (DOCUMENT_SUFFIXES, not_served("minilm", "MiniLM"))
-        if triton.model_ready("clip_image"):
-            kinds.append(Photos(triton, s.data_dir / "thumbnails", max_bytes=s.max_image_bytes,
-                                max_pixels=s.max_image_pixels))
-        else:
-            unavailable["images"] = (IMAGE_SUFFIXES, not_served("clip_image", "CLIP"))
+        for name in ingest_kinds():
+            needed, *optional = for_kind(name)
+            if not triton.model_ready(needed.kinds[name]):
+                unavailable[name] = (SUFFIXES[name], not_served(needed.kinds[name], needed.display))
+                continue
+            kinds.append(self._kind(name, [needed, *(f for f in optional if triton.model_ready(f.kinds[name]))]))
         return pipeline.ingest(self.resources.store, kinds, paths, prune=prune, unavailable=unavailable,
                                batch_size=s.embed_batch_size, concurrency=s.embed_concurrency,
                                on_start=on_start, on_file=on_file)
+
+    def _kind(self, name: str, families: list[Family]) -> Kind:
+        s, triton = self.settings, self.resources.triton
+        if name == "documents":
+            chunker = Chunker(self.chunk_tokenizer(), max_tokens=s.chunk_tokens, overlap=s.chunk_overlap)
+            return Documents(triton, chunker, s.max_file_bytes, families)
+        return Photos(triton, s.data_dir / "thumbnails", families[0], max_bytes=s.max_image_bytes,
+                      max_pixels=s.max_image_pixels)
 
     def chunk_tokenizer(self) -> Tokenizer:
         """The tokenizer the served model uses, so chunk budgets are counted in its tokens."""

@@ -21,7 +21,7 @@ from indexer import pipeline
 from indexer.chunking import Chunker
 from indexer.kinds import Documents
 from search.errors import BadRequest, EmptyCollection
-from search.models import bge_m3
+from search.models import bge_m3, family
 from search.services import SearchService
 from ingest_helper import ingest
 from search.store import DOCUMENTS
@@ -127,7 +127,7 @@ def test_auto_mode_falls_back_until_documents_have_bge_vectors(service, library,
     """Documents embedded while only MiniLM was served: auto = semantic, BGE modes say what to do;
     once BGE-M3 is served, the next ingest re-embeds them and auto becomes hybrid."""
     chunker = Chunker(service.chunk_tokenizer(), max_tokens=settings.chunk_tokens, overlap=settings.chunk_overlap)
-    minilm_only = Documents(service.triton, chunker, settings.max_file_bytes, bge_m3=False)
+    minilm_only = Documents(service.triton, chunker, settings.max_file_bytes, [family("minilm")])
     pipeline.ingest(service.store, [minilm_only], [library])
     assert all(p.payload["models"] == ["minilm"] for p in all_points(service))
     assert service.search_documents("reset password", mode="auto")[0].mode == "semantic"

@@ -8,9 +8,9 @@ from dataclasses import asdict
 from pathlib import Path
 
 from search.errors import BadRequest, EmptyCollection, ServiceError
-from search.models import FAMILIES
+from search.models import FAMILIES, family, for_kind
 from search.services.base import ServiceBase
-from search.store import COLLECTIONS, DOCUMENTS, Migrated, migrate, open_location, parse_spec
+from search.store import COLLECTIONS, DOCUMENTS, IMAGES, Migrated, migrate, open_location, parse_spec
 
 
 class Admin(ServiceBase):
@@ -38,7 +38,7 @@ class Admin(ServiceBase):
     def collections(self) -> dict:
         """Points per collection, and how many document chunks carry BGE-M3 vectors."""
         return {"collections": {name: self.store.count(name) for name in COLLECTIONS},
-                "documents_with_bge_m3": self.store.count_where(DOCUMENTS.name, "models", "bge_m3")}
+                "documents_with_bge_m3": self.store.count_where(DOCUMENTS.name, "models", family("bge_m3").family)}
 
     def readiness(self) -> dict:
         """Triton and the store, each reported on its own; ready when both answer and a model is served."""
@@ -62,26 +62,30 @@ class Admin(ServiceBase):
         if not t["live"]:
             return f"Triton is not reachable at {t['url']}: start it with `search triton up`"
         ready = {n for n, m in t["models"].items() if m["ready"]}
+        ofa, clip, bge_m3 = family("ofa"), family("clip"), family("bge_m3")
         if kind == "entail":
-            if "ofa_ve" not in ready:
-                return ("Entailment needs the OFA model, which is not built: run `search models build --ofa-source DIR` "
-                        "with a ModelScope OFA visual-entailment checkpoint (see docs/ofa.md), then restart Triton")
+            if not set(ofa.ensembles) <= ready:
+                return (f"Entailment needs the {ofa.display} model, which is not built: run `search models build "
+                        f"{ofa.cli_option} DIR` with a ModelScope OFA visual-entailment checkpoint (see docs/ofa.md), "
+                        "then restart Triton")
             return None
         if kind == "documents":
-            if not counts.get("documents"):
+            if not counts.get(DOCUMENTS.name):
                 return "Nothing indexed yet: run `indexer ingest PATH` (e.g. `indexer ingest samples/docs`)"
             if doc_mode in ("hybrid", "dense", "sparse"):
-                if "bge_m3" not in ready:
-                    return f"{doc_mode.capitalize()} search needs the BGE-M3 model: run `search models build`, then restart Triton"
+                if not set(bge_m3.ensembles) <= ready:
+                    return (f"{doc_mode.capitalize()} search needs the {bge_m3.display} model: run `search models build`, "
+                            "then restart Triton")
                 if not status["store"].get("documents_with_bge_m3"):
-                    return (f"No documents have BGE-M3 vectors yet (needed for {doc_mode} search): "
-                            "run `indexer ingest PATH` again now that BGE-M3 is served")
-            if "minilm" not in ready:
-                return "Document search needs the MiniLM model: run `search models build`, then restart Triton"
+                    return (f"No documents have {bge_m3.display} vectors yet (needed for {doc_mode} search): "
+                            f"run `indexer ingest PATH` again now that {bge_m3.display} is served")
+            needed = for_kind(DOCUMENTS.name)[0]
+            if needed.kinds[DOCUMENTS.name] not in ready:
+                return f"Document search needs the {needed.display} model: run `search models build`, then restart Triton"
             return None
-        if not {"clip_text", "clip_image"} <= ready:
-            return "Photos need the CLIP model: run `search models build`, then restart Triton"
-        if not counts.get("images"):
+        if not set(clip.ensembles) <= ready:
+            return f"Photos need the {clip.display} model: run `search models build`, then restart Triton"
+        if not counts.get(IMAGES):
             return "No photos indexed yet: run `indexer ingest ./photos`"
         return None
 
