@@ -21,8 +21,9 @@ import qdrant_edge as qe
 from qdrant_client import models
 
 from search.errors import StoreUnavailable
-from search.store import CollectionSchema, CollectionStats, Store
-from search.store_qdrant import _du
+from search.store.base import CollectionStats, Store
+from search.store.schema import CollectionSchema
+from search.store.util import disk_usage
 
 # HNSW for the dense vectors: Qdrant's defaults (m=16, ef_construct=100); collections whose
 # unindexed part is below full_scan_threshold (KB) are searched exactly, which is faster there.
@@ -167,7 +168,7 @@ class EdgeStore(Store):
                   "partly HNSW (run `search store optimize`)" if indexed else "exact search")
         return CollectionStats(points=info.points_count, segments=info.segments_count, indexed_vectors=indexed,
                                status=status, payload_indexes=sorted(info.payload_schema),
-                               disk_bytes=_du(self._dir(collection)))
+                               disk_bytes=disk_usage(self._dir(collection)))
 
 
 def _edge(fn, *args, where: str):
