@@ -10,8 +10,9 @@ translates them. Collections and payload indexes come only from the schemas in `
 
 Modules, imported one way (factory -> backends -> base -> schema; util beside them):
 ``schema`` (collection schemas, content-derived ids), ``base`` (the ``Store`` interface and the
-content-level operations written once), ``edge`` (the engine backend), ``qdrant`` (the
-qdrant-client backend), ``factory`` (picks a backend), ``migration`` (copies one store into another).
+content-level operations written once), ``edge`` (the engine backend) with ``edge_translate``
+(qdrant-client models -> the engine's), ``qdrant`` (the qdrant-client backend), ``factory`` (picks
+a backend), ``migration`` (copies one store into another), ``util`` (disk usage).
 """
 
 from search.store.base import BACKENDS, CollectionStats, Store, StoredFile, match
