@@ -40,7 +40,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from qdrant_client import models  # noqa: E402
 
 from search.store import images_schema, open_location  # noqa: E402
-from search.store_qdrant import _du  # noqa: E402
+from search.store.util import disk_usage  # noqa: E402
 
 DIM, CLUSTERS, LATENT, CHUNK, BATCH = 512, 200, 32, 10_000, 256
 SEED = 20261123
@@ -170,7 +170,7 @@ def query(backend: str, n: int, workdir: Path, n_queries: int) -> dict:
     stats = store.stats("images")
     result["segments"], result["status"] = stats.segments, stats.status
     store.close()
-    result["disk_mb"] = _du(path) / 2**20
+    result["disk_mb"] = disk_usage(path) / 2**20
     return result
 
 

@@ -66,7 +66,7 @@ def test_kill_9_mid_upsert_never_leaves_half_a_batch(tmp_path):
 KILLER = textwrap.dedent("""
     import os, signal, sys
     from indexer import pipeline
-    from search.store_edge import EdgeStore
+    from search.store.edge import EdgeStore
     k, calls, upsert, init = int(os.environ["KILL_AFTER_UPSERTS"]), [0], EdgeStore.upsert, pipeline.Ingestor.__init__
 
     def small_batches(self, *a, **kw):  # many write batches, so the kill lands mid-ingest

@@ -3,14 +3,15 @@
 
 from __future__ import annotations
 
-import os
 import warnings
 from pathlib import Path
 
 from qdrant_client import QdrantClient, models
 
 from search.errors import StoreUnavailable
-from search.store import CollectionSchema, CollectionStats, Store
+from search.store.base import CollectionStats, Store
+from search.store.schema import CollectionSchema
+from search.store.util import disk_usage
 
 
 class QdrantStore(Store):
@@ -113,21 +114,10 @@ class QdrantStore(Store):
         info = self._call(self.client.get_collection, self.name(collection))
         disk = None
         if self.backend == "local" and self.location != ":memory:":
-            disk = _du(Path(self.location) / "collection" / self.name(collection))
+            disk = disk_usage(Path(self.location) / "collection" / self.name(collection))
         status = {"green": "indexed", "yellow": "optimizing", "grey": "optimizations pending", "red": "failed"}
         return CollectionStats(
             points=info.points_count or 0, segments=info.segments_count,
             indexed_vectors=info.indexed_vectors_count,
             status="exact search (local mode has no indexes)" if self.backend == "local" else status.get(str(info.status.value), str(info.status.value)),
             payload_indexes=sorted(info.payload_schema or {}), disk_bytes=disk)
-
-
-def _du(path: Path) -> int:
-    total = 0
-    for root, _dirs, files in os.walk(path):
-        for f in files:
-            try:
-                total += os.stat(os.path.join(root, f)).st_blocks * 512
-            except OSError:
-                pass
-    return total

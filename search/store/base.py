@@ -1,0 +1,156 @@
+"""The store interface: the primitives every backend implements, and the content-level operations
+written once on top of them.
+
+Callers speak qdrant-client's models (PointStruct, Filter, Prefetch, ...) to every backend. The
+chunk-0 point of a file is written last and acts as the "file complete" record, so an interrupted
+ingest never looks finished.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+from qdrant_client import models
+
+from search.store.schema import CollectionSchema, folders_of
+
+BACKENDS = ("edge", "local", "server")
+
+
+@dataclass(frozen=True)
+class StoredFile:
+    """What the store knows about one piece of content (from its chunk-0 point)."""
+
+    sha256: str
+    paths: tuple[str, ...]
+    size: int
+    mtime: float
+    chunker: str
+    chunks: int
+
+
+@dataclass
+class CollectionStats:
+    points: int
+    segments: int | None
+    indexed_vectors: int | None  # vectors in an HNSW graph (all named dense vectors together)
+    status: str  # "indexed", "not indexed yet (exact search)", "optimizing", ...
+    payload_indexes: list[str]
+    disk_bytes: int | None  # None where the store is a server
+
+
+class Store(ABC):
+    """The operations the project uses. Backends implement the primitives; the content-level
+    operations (files, delete_content, set_paths) are written once, here."""
+
+    backend: str  # one of BACKENDS
+    location: str
+
+    def __init__(self, prefix: str = "") -> None:
+        self.prefix = prefix
+
+    def name(self, collection: str) -> str:
+        return f"{self.prefix}{collection}"
+
+    def describe(self) -> str:
+        return f"{self.backend} store at {self.location}"
+
+    # -- primitives
+    @abstractmethod
+    def close(self) -> None: ...
+
+    @abstractmethod
+    def ensure(self, schema: CollectionSchema) -> None:
+        """Create the collection and its payload indexes, or check that an existing one has the
+        schema's vectors (StoreUnavailable 'different vector layout' if not)."""
+
+    @abstractmethod
+    def exists(self, collection: str) -> bool: ...
+
+    @abstractmethod
+    def collections(self) -> list[str]:
+        """The collections this store holds (names without the prefix)."""
+
+    @abstractmethod
+    def count(self, collection: str, flt: models.Filter | None = None) -> int: ...
+
+    @abstractmethod
+    def upsert(self, collection: str, points: list[models.PointStruct]) -> None:
+        """One batch, applied whole (edge: one WAL record) and visible when this returns."""
+
+    @abstractmethod
+    def delete(self, collection: str, flt: models.Filter) -> None: ...
+
+    @abstractmethod
+    def set_payload(self, collection: str, payload: dict, flt: models.Filter) -> None: ...
+
+    @abstractmethod
+    def scroll(self, collection: str, flt: models.Filter | None = None, *, limit: int = 512, offset=None,
+               with_payload: bool | list[str] = True, with_vectors: bool | list[str] = False,
+               ) -> tuple[list[models.Record], object]: ...
+
+    @abstractmethod
+    def search(self, collection: str, vector_name: str | None, query, *, limit: int,
+               query_filter: models.Filter | None = None, score_threshold: float | None = None,
+               prefetch: list[models.Prefetch] | None = None,
+               params: models.SearchParams | None = None) -> list[models.ScoredPoint]:
+        """One query: a dense vector, a sparse vector, a multivector, or a fusion over ``prefetch``."""
+
+    @abstractmethod
+    def stats(self, collection: str) -> CollectionStats: ...
+
+    def optimize(self, collection: str) -> None:
+        """Build indexes after a bulk write (a server does this in the background)."""
+
+    # -- content-level operations, the same on every backend
+    def delete_content(self, collection: str, sha256: str, *, keep_chunker: str | None = None) -> None:
+        """Delete one content's points; with ``keep_chunker``, only those chunked differently."""
+        flt = match("sha256", sha256)
+        if keep_chunker is not None:
+            flt.must_not = [models.FieldCondition(key="chunker", match=models.MatchValue(value=keep_chunker))]
+        self.delete(collection, flt)
+
+    def set_paths(self, collection: str, sha256: str, paths: list[str], **extra: object) -> None:
+        """Re-point every chunk of one content at ``paths`` (rename, duplicate, removal)."""
+        payload = {"paths": paths, "path": paths[0], "folders": sorted({f for p in paths for f in folders_of(p)}), **extra}
+        self.set_payload(collection, payload, match("sha256", sha256))
+
+    def files(self, collection: str) -> Iterator[StoredFile]:
+        """Every completely written piece of content (its chunk-0 point exists)."""
+        if not self.exists(collection):
+            return
+        offset = None
+        while True:
+            points, offset = self.scroll(collection, match("chunk", 0), limit=512, offset=offset,
+                                         with_payload=["sha256", "paths", "size", "mtime", "chunker", "n_chunks"])
+            for p in points:
+                pl = p.payload or {}
+                yield StoredFile(pl["sha256"], tuple(pl.get("paths", ())), int(pl.get("size", -1)),
+                                 float(pl.get("mtime", -1)), pl.get("chunker", ""), int(pl.get("n_chunks", 0)))
+            if offset is None:
+                return
+
+    def count_where(self, collection: str, key: str, value: object) -> int:
+        if not self.exists(collection):
+            return 0
+        return self.count(collection, match(key, value))
+
+    def all_points(self, collection: str, *, with_vectors: bool = False, batch: int = 256) -> Iterator[models.Record]:
+        offset = None
+        while self.exists(collection):
+            points, offset = self.scroll(collection, limit=batch, offset=offset, with_vectors=with_vectors)
+            yield from points
+            if offset is None:
+                return
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+def match(key: str, value: object) -> models.Filter:
+    return models.Filter(must=[models.FieldCondition(key=key, match=models.MatchValue(value=value))])

@@ -1,0 +1,199 @@
+"""The embedded store on Qdrant's own engine (qdrant-edge-py): one EdgeShard per collection in
+``<root>/<collection>/``, with HNSW, payload indexes and a write-ahead log.
+
+Callers keep speaking qdrant-client's models; ``edge_translate`` turns them into the engine's. Every
+update is one WAL record, applied whole or not at all after a crash (kill -9), and visible once
+``update`` returns.
+The engine runs no background optimizer here: ``optimize()`` (called after each ingest and
+migration) merges segments and builds the HNSW graphs; until then new points are searched exactly.
+One process owns a store folder at a time (a lock file); a second one gets StoreUnavailable.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import threading
+from pathlib import Path
+
+import qdrant_edge as qe
+from qdrant_client import models
+
+from search.errors import StoreUnavailable
+from search.store.base import CollectionStats, Store
+from search.store.edge_translate import (
+    PAYLOAD_TYPES,
+    client_id,
+    client_vector,
+    edge_config,
+    edge_filter,
+    edge_id,
+    edge_params,
+    edge_prefetch,
+    edge_query,
+    edge_vector,
+)
+from search.store.schema import CollectionSchema
+from search.store.util import disk_usage
+
+CONFIG_FILE = "edge_config.json"
+
+
+class EdgeStore(Store):
+    backend = "edge"
+
+    def __init__(self, location: str, *, prefix: str = "") -> None:
+        super().__init__(prefix)
+        self.location = location
+        self.root = Path(location)
+        self._shards: dict[str, qe.EdgeShard] = {}
+        self._open_lock = threading.Lock()
+        try:
+            self.root.mkdir(parents=True, exist_ok=True)
+            self._lock_fd = os.open(self.root / ".lock", os.O_RDWR | os.O_CREAT, 0o644)
+        except OSError as exc:
+            raise StoreUnavailable(f"cannot open the embedded store at {location}: {exc.strerror}") from exc
+        try:
+            fcntl.flock(self._lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.pread(self._lock_fd, 32, 0).decode(errors="replace").strip()
+            os.close(self._lock_fd)
+            raise StoreUnavailable(f"the embedded store at {location} is in use by another process"
+                                   + (f" (pid {holder})" if holder else "")) from None
+        os.ftruncate(self._lock_fd, 0)
+        os.pwrite(self._lock_fd, str(os.getpid()).encode(), 0)
+
+    def close(self) -> None:
+        with self._open_lock:
+            for shard in self._shards.values():
+                shard.flush()
+                shard.close()
+            self._shards.clear()
+            if self._lock_fd is not None:
+                os.close(self._lock_fd)  # releases the lock
+                self._lock_fd = None
+
+    def _dir(self, collection: str) -> Path:
+        return self.root / self.name(collection)
+
+    def _shard(self, collection: str) -> qe.EdgeShard:
+        shard = self._shards.get(collection)
+        if shard is not None:
+            return shard
+        with self._open_lock:
+            if self._lock_fd is None:
+                raise StoreUnavailable(f"the embedded store at {self.location} is closed")
+            if collection not in self._shards:
+                if not self.exists(collection):
+                    raise StoreUnavailable(f"collection '{self.name(collection)}' not found in {self.location}")
+                self._shards[collection] = _edge(qe.EdgeShard.load, str(self._dir(collection)), where=self.location)
+            return self._shards[collection]
+
+    # -- schema
+    def ensure(self, schema: CollectionSchema) -> None:
+        path = self._dir(schema.name)
+        if not self.exists(schema.name):
+            with self._open_lock:
+                self._shards[schema.name] = _edge(qe.EdgeShard.create, str(path), edge_config(schema), where=self.location)
+        else:
+            _check_layout(path / CONFIG_FILE, schema, self.name(schema.name))
+        shard = self._shard(schema.name)
+        have = shard.info().payload_schema
+        for field_name, kind in schema.payload_indexes.items():
+            if field_name not in have:
+                _edge(shard.update, qe.UpdateOperation.create_field_index(field_name, PAYLOAD_TYPES[kind]),
+                      where=self.location)
+
+    def exists(self, collection: str) -> bool:
+        return (self._dir(collection) / CONFIG_FILE).exists()
+
+    def collections(self) -> list[str]:
+        return sorted(p.name[len(self.prefix):] for p in self.root.iterdir()
+                      if p.name.startswith(self.prefix) and (p / CONFIG_FILE).exists())
+
+    def count(self, collection: str, flt: models.Filter | None = None) -> int:
+        if not self.exists(collection):
+            return 0
+        return _edge(self._shard(collection).count, qe.CountRequest(exact=True, filter=edge_filter(flt)),
+                     where=self.location)
+
+    # -- writes
+    def _update(self, collection: str, op) -> None:
+        _edge(self._shard(collection).update, op, where=self.location)
+
+    def upsert(self, collection: str, points: list[models.PointStruct]) -> None:
+        if points:
+            self._update(collection, qe.UpdateOperation.upsert_points(
+                [qe.Point(edge_id(p.id), edge_vector(p.vector), p.payload) for p in points]))
+
+    def delete(self, collection: str, flt: models.Filter) -> None:
+        self._update(collection, qe.UpdateOperation.delete_points_by_filter(edge_filter(flt)))
+
+    def set_payload(self, collection: str, payload: dict, flt: models.Filter) -> None:
+        self._update(collection, qe.UpdateOperation.set_payload_by_filter(edge_filter(flt), payload))
+
+    def optimize(self, collection: str) -> None:
+        if self.exists(collection):
+            shard = self._shard(collection)
+            _edge(shard.optimize, where=self.location)
+            _edge(shard.flush, where=self.location)
+
+    # -- reads
+    def scroll(self, collection, flt=None, *, limit=512, offset=None, with_payload=True, with_vectors=False):
+        req = qe.ScrollRequest(offset=edge_id(offset) if offset is not None else None, limit=limit, filter=edge_filter(flt),
+                               with_payload=with_payload, with_vector=with_vectors)
+        records, nxt = _edge(self._shard(collection).scroll, req, where=self.location)
+        out = [models.Record.model_construct(id=client_id(r.id), payload=r.payload,
+                                             vector=client_vector(r.vector) if with_vectors else None,
+                                             shard_key=None, order_value=None) for r in records]
+        return out, (client_id(nxt) if nxt is not None else None)
+
+    def search(self, collection, vector_name, query, *, limit, query_filter=None, score_threshold=None,
+               prefetch=None, params=None):
+        req = qe.QueryRequest(limit=limit, query=edge_query(query, vector_name),
+                              prefetches=[edge_prefetch(p) for p in prefetch] if prefetch else None,
+                              filter=edge_filter(query_filter), score_threshold=score_threshold,
+                              params=edge_params(params), with_payload=True)
+        points = _edge(self._shard(collection).query, req, where=self.location)
+        return [models.ScoredPoint.model_construct(id=client_id(p.id), version=p.version, score=p.score, payload=p.payload,
+                                                   vector=None, shard_key=None, order_value=None) for p in points]
+
+    def stats(self, collection: str) -> CollectionStats:
+        info = self._shard(collection).info()
+        indexed = info.indexed_vectors_count
+        # Small collections stay unindexed on purpose: below the threshold exact search is faster.
+        status = ("HNSW" if indexed and indexed >= info.points_count else
+                  "partly HNSW (run `search store optimize`)" if indexed else "exact search")
+        return CollectionStats(points=info.points_count, segments=info.segments_count, indexed_vectors=indexed,
+                               status=status, payload_indexes=sorted(info.payload_schema),
+                               disk_bytes=disk_usage(self._dir(collection)))
+
+
+def _edge(fn, *args, where: str):
+    """Call the engine; its errors become one-line StoreUnavailable messages."""
+    try:
+        return fn(*args)
+    except StoreUnavailable:
+        raise
+    except Exception as exc:
+        msg = str(exc).splitlines()[0][:300] if str(exc) else type(exc).__name__
+        if "WouldBlock" in msg:
+            raise StoreUnavailable(f"the embedded store at {where} is in use by another process") from exc
+        raise StoreUnavailable(f"embedded store at {where}: {msg}") from exc
+
+
+def _check_layout(config_file: Path, schema: CollectionSchema, name: str) -> None:
+    try:
+        have = json.loads(config_file.read_text())
+    except (OSError, ValueError) as exc:
+        raise StoreUnavailable(f"collection '{name}': unreadable {config_file}: {exc}") from exc
+    dense, sparse = have.get("vectors") or {}, have.get("sparse_vectors") or {}
+    for vec, params in schema.vectors.items():
+        if vec not in dense or dense[vec].get("size") != params.size:
+            raise StoreUnavailable(f"collection '{name}' exists with a different vector layout ({vec}); "
+                                   "delete it or use another SEARCH_COLLECTION_PREFIX")
+    for vec in schema.sparse_vectors:
+        if vec not in sparse:
+            raise StoreUnavailable(f"collection '{name}' exists with a different vector layout ({vec}); "
+                                   "delete it or use another SEARCH_COLLECTION_PREFIX")

@@ -1,0 +1,82 @@
+"""Copying a store into another (any backend to any backend), and naming a store on the command line."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from qdrant_client import models
+
+from search.errors import StoreUnavailable
+from search.store.base import Store
+from search.store.schema import COLLECTIONS, DOCUMENTS, CollectionSchema, images_schema
+
+
+def parse_spec(spec: str, settings) -> tuple[str, str]:
+    """'edge', 'local', 'edge:PATH', 'local:PATH' or a server URL -> (backend, location); a bare
+    backend name means its default folder under the data dir."""
+    if spec.startswith(("http://", "https://")):
+        return "server", spec
+    backend, _, path = spec.partition(":")
+    if backend not in ("edge", "local"):
+        raise StoreUnavailable(f"store: expected edge[:PATH], local[:PATH] or http(s)://HOST:PORT, got {spec!r}")
+    return backend, path or str(settings.default_store_path(backend))
+
+
+def schema_for(store: Store, collection: str) -> CollectionSchema:
+    """The project's schema of a stored collection (the photo vector size is read from the store)."""
+    if collection == DOCUMENTS.name:
+        return DOCUMENTS
+    if collection == "images":
+        points, _ = store.scroll("images", limit=1, with_payload=False, with_vectors=["clip"])
+        if not points:
+            raise StoreUnavailable("the images collection has no points to take the vector size from")
+        vec = points[0].vector
+        return images_schema(len(vec["clip"] if isinstance(vec, dict) else vec))
+    raise StoreUnavailable(f"collection '{collection}' is not one of this project's ({', '.join(COLLECTIONS)})")
+
+
+@dataclass
+class Migrated:
+    collection: str
+    source: int
+    copied: int
+    target: int
+
+
+def migrate(src: Store, dst: Store, *, batch: int = 256,
+            progress: Callable[[str, int, int], None] | None = None) -> list[Migrated]:
+    """Copy every collection (ids, payload, all named/sparse/multi vectors) from ``src`` to ``dst``.
+
+    Point ids are kept, so running it again after an interruption resumes without duplicates.
+    Raises StoreUnavailable when the counts differ afterwards."""
+    done = []
+    for name in [c for c in COLLECTIONS if c in src.collections()]:
+        total = src.count(name)
+        if total == 0:
+            continue
+        dst.ensure(schema_for(src, name))
+        copied = 0
+        for chunk in _batches(src.all_points(name, with_vectors=True, batch=batch), batch):
+            dst.upsert(name, [models.PointStruct(id=p.id, vector=p.vector or {}, payload=p.payload) for p in chunk])
+            copied += len(chunk)
+            if progress:
+                progress(name, copied, total)
+        dst.optimize(name)
+        result = Migrated(name, total, copied, dst.count(name))
+        if result.target != total:
+            raise StoreUnavailable(f"migration of '{name}' did not verify: {total} points in the source, "
+                                   f"{result.target} in the target")
+        done.append(result)
+    return done
+
+
+def _batches(items, n):
+    chunk = []
+    for item in items:
+        chunk.append(item)
+        if len(chunk) == n:
+            yield chunk
+            chunk = []
+    if chunk:
+        yield chunk
