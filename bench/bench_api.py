@@ -87,7 +87,7 @@ def start_api(settings: Settings, port: int) -> subprocess.Popen:
            "SEARCH_TRITON_URL": settings.triton_url, "SEARCH_SEARCH_MODE": "semantic"}
     env.pop("QDRANT_URL", None)
     env.pop("SEARCH_QDRANT_URL", None)
-    code = "from search.api import serve; from search.config import Settings; serve(Settings(), '127.0.0.1', %d)" % port
+    code = f"from search.api import serve; from search.config import Settings; serve(Settings(), '127.0.0.1', {port})"
     proc = subprocess.Popen([sys.executable, "-c", code], env=env, cwd=PROJECT_ROOT,
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     deadline = time.monotonic() + 60

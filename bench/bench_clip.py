@@ -37,9 +37,9 @@ from PIL import Image  # noqa: E402
 from qdrant_client import models  # noqa: E402
 
 from bench.bench_minilm import machine  # noqa: E402
+from indexer.service import IngestService  # noqa: E402
 from search.config import PROJECT_ROOT, Settings  # noqa: E402
 from search.models.clip import CLIP  # noqa: E402
-from indexer.service import IngestService  # noqa: E402
 from search.services import SearchService  # noqa: E402
 from search.store import images_schema, point_id  # noqa: E402
 from search.triton.local import LocalTriton, free_port  # noqa: E402
@@ -129,7 +129,7 @@ def query_latency(svc: SearchService, sizes: list[int], clients: list[int], per_
             latencies: list[float] = []
             lock = threading.Lock()
 
-            def one(i: int) -> None:
+            def one(i: int, lock=lock, latencies=latencies) -> None:
                 t = time.perf_counter()
                 svc.search_images(QUERIES[i % len(QUERIES)], top_k=12)
                 with lock:

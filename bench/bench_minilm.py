@@ -25,9 +25,9 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 import numpy as np  # noqa: E402
 
+from indexer.service import IngestService  # noqa: E402
 from search.config import PROJECT_ROOT, Settings  # noqa: E402
 from search.models import MiniLM, built_triton_models, minilm  # noqa: E402
-from indexer.service import IngestService  # noqa: E402
 from search.services import SearchService  # noqa: E402
 from search.triton.client import TritonClient  # noqa: E402
 from search.triton.local import LocalTriton, free_port  # noqa: E402
@@ -142,7 +142,7 @@ def measure_ingest(settings: Settings, url: str, quick: bool, ort_embed) -> dict
     n_files = 300 if quick else 2000
     if corpus.exists():
         with corpus.open() as f:
-            for i, line in zip(range(n_files), f):
+            for _, line in zip(range(n_files), f):
                 d = json.loads(line)
                 (docs / f"{d['_id']}.txt").write_text(f"{d.get('title', '')}\n\n{d['text']}")
     else:

@@ -36,11 +36,11 @@ sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
 import numpy as np  # noqa: E402
 
 from bench.bench_minilm import machine  # noqa: E402
+from indexer.service import IngestService  # noqa: E402
 from search.config import PROJECT_ROOT, Settings  # noqa: E402
 from search.models import CLIP, ofa  # noqa: E402
 from search.models.export import ofa as ofa_export  # noqa: E402
 from search.models.ofa import OFA  # noqa: E402
-from indexer.service import IngestService  # noqa: E402
 from search.services import SearchService  # noqa: E402
 from search.triton.client import TritonClient  # noqa: E402
 from search.triton.local import LocalTriton, free_port  # noqa: E402

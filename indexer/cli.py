@@ -8,8 +8,8 @@ import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from indexer.service import IngestService
-from search.config import MAX_CHUNK_TOKENS
 from search.cli.support import DataDir, QdrantUrl, TritonUrl, display_path, err, guarded, make_settings, opened, out, to_json
+from search.config import MAX_CHUNK_TOKENS
 
 app = typer.Typer(no_args_is_help=True, add_completion=False, rich_markup_mode="rich",
                   help="Index documents and photos for `search`: embedded by models served by Triton, stored in Qdrant.")
@@ -24,7 +24,8 @@ def main_options(ctx: typer.Context, data_dir: Path = DataDir, triton_url: str =
 @guarded
 def ingest(
     ctx: typer.Context,
-    paths: list[Path] = typer.Argument(..., help="Files or folders (searched recursively): documents (.txt, .md, .html, .pdf, .docx) and photos (.jpg, .png, .webp, .gif, .bmp, .tiff; .heic with pillow-heif)."),
+    paths: list[Path] = typer.Argument(..., help="Files or folders (searched recursively): documents (.txt, .md, .html, "
+                                        ".pdf, .docx) and photos (.jpg, .png, .webp, .gif, .bmp, .tiff; .heic with pillow-heif)."),
     prune: bool = typer.Option(False, "--prune", help="Remove files under PATHS that are gone from disk from the index."),
     chunk_tokens: int = typer.Option(None, "--chunk-tokens", min=1, max=MAX_CHUNK_TOKENS,
                                      help="Tokens per chunk \\[default: 200; MiniLM reads 256 including two special tokens]."),

@@ -24,7 +24,6 @@ from search.models import Family
 from search.store import DOCUMENTS, CollectionSchema, images_schema
 from search.triton.client import TritonClient
 
-
 THUMBNAIL_SIZE = 320
 _HEADING = re.compile(r"^#{1,6}[ \t]+(.+)$", re.M)  # the loaders write headings as markdown lines
 

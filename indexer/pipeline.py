@@ -90,7 +90,10 @@ def discover(roots: Iterable[Path], suffixes: frozenset[str]) -> tuple[list[Path
             else:
                 bad.append(FileOutcome(str(root), FAILED, f"unsupported file type '{root.suffix or root.name}'"))
         elif root.is_dir():
-            for dirpath, dirnames, filenames in os.walk(root, onerror=lambda e: bad.append(FileOutcome(e.filename, FAILED, f"unreadable: {e.strerror}"))):
+            def unreadable(e: OSError) -> None:
+                bad.append(FileOutcome(e.filename, FAILED, f"unreadable: {e.strerror}"))
+
+            for dirpath, dirnames, filenames in os.walk(root, onerror=unreadable):
                 dirnames[:] = sorted(d for d in dirnames if d not in SKIP_DIRS and not d.startswith("."))
                 for name in sorted(filenames):
                     p = Path(dirpath) / name

@@ -16,7 +16,6 @@ from search.errors import not_served
 from search.models import Family, for_kind, ingest_kinds, minilm
 from search.resources import Resources
 
-
 SUFFIXES = {Documents.name: Documents.suffixes, Photos.name: Photos.suffixes}
 
 

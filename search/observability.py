@@ -21,8 +21,16 @@ import time
 import uuid
 from contextvars import ContextVar
 
-from prometheus_client import (CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Gauge, Histogram, PlatformCollector,
-                               ProcessCollector, generate_latest)
+from prometheus_client import (
+    CONTENT_TYPE_LATEST,
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+    PlatformCollector,
+    ProcessCollector,
+    generate_latest,
+)
 
 REQUEST_ID_HEADER = "X-Request-ID"
 request_id: ContextVar[str | None] = ContextVar("request_id", default=None)

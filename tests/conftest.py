@@ -12,13 +12,13 @@ import pytest
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
-from search.config import PROJECT_ROOT, Settings  # noqa: E402
-from search.models import MiniLM, built_triton_models  # noqa: E402
-from search.triton.local import LocalTriton, free_port  # noqa: E402
-
 import tiny_bge_m3  # noqa: E402  (tests/ is on sys.path: the tiny random BGE-M3 helper)
 import tiny_clip  # noqa: E402  (tests/ is on sys.path: the tiny random CLIP helper)
 import tiny_ofa  # noqa: E402  (tests/ is on sys.path: the tiny random OFA helper)
+
+from search.config import PROJECT_ROOT, Settings  # noqa: E402
+from search.models import MiniLM, built_triton_models  # noqa: E402
+from search.triton.local import LocalTriton, free_port  # noqa: E402
 
 SAMPLES = PROJECT_ROOT / "samples" / "docs"
 

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-
 import tiny_bge_m3
+
 from search.models.bge_m3 import BGEM3, colbert_score, encode, sparse_score
 from search.models.export.bge_m3 import HEADS
 from search.triton.client import TritonClient, text_tensor

@@ -114,9 +114,10 @@ def test_photo_search_from_the_command_line(env, tmp_path):
 
 def test_search_serve_answers_the_readme_example(env, docs):
     """`search serve` as a bot meets it: the README's curl body over real HTTP, then a clean stop."""
-    import httpx  # noqa: PLC0415
     import signal  # noqa: PLC0415
     import time  # noqa: PLC0415
+
+    import httpx  # noqa: PLC0415
 
     assert run(env, "ingest", str(docs), module="indexer").returncode == 0
     port = free_port()

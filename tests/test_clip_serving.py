@@ -14,11 +14,11 @@ from types import SimpleNamespace
 
 import numpy as np
 import pytest
+import tiny_clip
 import tritonclient.grpc as grpcclient
 from PIL import Image, ImageOps, ImageSequence
 from skimage import data as skdata
 
-import tiny_clip
 from search.config import PROJECT_ROOT
 from search.models import clip
 from search.models.clip import CLIP

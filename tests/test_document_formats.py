@@ -35,7 +35,7 @@ def test_document_suffixes():
 # --- text and markdown ---
 
 def test_plain_text_is_one_page_without_title():
-    assert load_document(".txt", "# not a title\n\nhello\r\n".encode()) == LoadedDocument(
+    assert load_document(".txt", b"# not a title\n\nhello\r\n") == LoadedDocument(
         None, [Page(None, "# not a title\n\nhello\n")])
 
 

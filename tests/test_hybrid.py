@@ -14,16 +14,16 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from doc_fixtures import make_docx, make_html, make_pdf, make_scanned_pdf
+from ingest_helper import ingest
 from qdrant_client import models
 
-from doc_fixtures import make_docx, make_html, make_pdf, make_scanned_pdf
 from indexer import pipeline
 from indexer.chunking import Chunker
 from indexer.kinds import Documents
 from search.errors import BadRequest, EmptyCollection
 from search.models import bge_m3, family
 from search.services import SearchService
-from ingest_helper import ingest
 from search.store import DOCUMENTS
 
 PDF_PAGES = [

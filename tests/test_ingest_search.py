@@ -8,13 +8,13 @@ import shutil
 from pathlib import Path
 
 import pytest
+from ingest_helper import ingest
 from qdrant_client import models
 
 from indexer.chunking import Chunker
 from search.config import PROJECT_ROOT
 from search.errors import BadRequest, EmptyCollection
 from search.services import SearchService
-from ingest_helper import ingest
 from search.store import DOCUMENTS
 
 QUERIES = json.loads((PROJECT_ROOT / "samples" / "queries.json").read_text())

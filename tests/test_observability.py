@@ -15,7 +15,6 @@ import time
 import urllib.request
 
 import pytest
-from fastapi import FastAPI
 from fastapi.testclient import TestClient
 from prometheus_client.parser import text_string_to_metric_families
 

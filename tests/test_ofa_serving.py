@@ -19,6 +19,7 @@ from types import SimpleNamespace
 
 import numpy as np
 import pytest
+from ingest_helper import ingest
 from PIL import Image, ImageOps
 from tritonclient.utils import InferenceServerException
 
@@ -28,7 +29,6 @@ from search.models.base import image_tensor
 from search.models.export import ofa as ofa_export
 from search.models.ofa import OFA
 from search.services import SearchService
-from ingest_helper import ingest
 from search.triton.client import TritonClient, text_tensor
 from search.triton.steps import ofa_ve as step  # the Python steps' code: pure functions, no Triton needed
 

@@ -10,12 +10,12 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from ingest_helper import ingest
 from PIL import Image
 
 from search.errors import BadRequest, EmptyCollection, ModelNotReady
 from search.models import MiniLM
 from search.services import ImageFilters, SearchService, parse_date, parse_near
-from ingest_helper import ingest
 from search.triton.local import LocalTriton, free_port
 
 RNG = np.random.default_rng(3)

@@ -13,10 +13,10 @@ import textwrap
 import time
 
 from qdrant_client import models
+from test_cli import env, run  # noqa: F401
 
 from search.config import PROJECT_ROOT
 from search.store import DOCUMENTS, open_location
-from test_cli import env, run  # noqa: F401
 
 BATCH = 2000
 

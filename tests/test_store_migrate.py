@@ -8,11 +8,14 @@ import json
 import numpy as np
 import pytest
 from qdrant_client import models
+from test_cli import (  # noqa: F401  (the env fixture is imported below)
+    env,  # noqa: F401
+    one_line_error,
+    run,
+)
+from test_store_contract import IDS, MINILM, SPARSE, N, fill, unit
 
 from search.store import DOCUMENTS, images_schema, migrate, open_location, point_id
-from test_cli import one_line_error, run  # noqa: F401  (the env fixture is imported below)
-from test_cli import env  # noqa: F401
-from test_store_contract import IDS, MINILM, N, SPARSE, fill, unit
 
 
 @pytest.mark.parametrize("src_kind,dst_kind", [("edge", "local"), ("local", "edge")])

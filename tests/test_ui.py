@@ -15,11 +15,11 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from ingest_helper import ingest
 from PIL import Image
 
 from search.config import PROJECT_ROOT
 from search.services import SearchService
-from ingest_helper import ingest
 from search.triton.local import free_port
 
 pytest.importorskip("playwright.sync_api")

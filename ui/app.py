@@ -16,10 +16,10 @@ from pathlib import Path
 
 import streamlit as st
 
-from search.media.photos import IMAGE_SUFFIXES
 from indexer.loaders import DOCUMENT_SUFFIXES
 from search.config import Settings
 from search.errors import ServiceError
+from search.media.photos import IMAGE_SUFFIXES
 from search.services import MAX_TOP_K, ImageFilters, SearchService
 
 
@@ -71,7 +71,7 @@ def main() -> None:
         elif mode.kind == "entail":
             entail_page(svc)
         else:
-            photos_page(svc, mode, opts, ofa_ready=status["triton"]["models"].get("ofa_ve", {}).get("ready", False))
+            photos_page(svc, mode, opts, ofa_ready=svc.blocker(status, "entail") is None)
     except ServiceError as exc:  # one line that says what to do, never a traceback
         st.error(str(exc))
 

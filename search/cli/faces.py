@@ -11,6 +11,7 @@ import typer
 from search.cli.support import guarded, out
 from search.config import PROJECT_ROOT, Settings
 
+
 def _child_env(settings: Settings) -> dict[str, str]:
     """The parent's settings for a child process that reads them from the environment."""
     env = dict(os.environ)

@@ -10,14 +10,23 @@ import re
 import stat
 import tempfile
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta, timezone
 from pathlib import Path
 
-from PIL import Image, ImageOps, UnidentifiedImageError
 # Import the plugins we accept explicitly: they register their openers, and Image.open(formats=...)
 # then never has to load (or try) Pillow's other plugins, e.g. EPS, which shells out to Ghostscript.
-from PIL import (BmpImagePlugin, GifImagePlugin, JpegImagePlugin, MpoImagePlugin,  # noqa: F401
-                 PngImagePlugin, TiffImagePlugin, WebPImagePlugin)
+from PIL import (  # noqa: F401
+    BmpImagePlugin,
+    GifImagePlugin,
+    Image,
+    ImageOps,
+    JpegImagePlugin,
+    MpoImagePlugin,
+    PngImagePlugin,
+    TiffImagePlugin,
+    UnidentifiedImageError,
+    WebPImagePlugin,
+)
 
 try:
     import pillow_heif
@@ -250,7 +259,7 @@ def _timestamp(value: str, offset: str | None) -> float | None:
     m = _EXIF_DATETIME.match(value)
     if not m:
         return None
-    tz = timezone.utc
+    tz = UTC
     if offset and (o := _EXIF_OFFSET.fullmatch(offset)):
         try:
             delta = timedelta(hours=int(o[2]), minutes=int(o[3]))

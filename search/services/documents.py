@@ -5,12 +5,13 @@ from __future__ import annotations
 from qdrant_client import models
 
 from search.errors import BadRequest, EmptyCollection, ModelNotReady, not_served
-from search.models import bge_m3, minilm
+from search.models import bge_m3, family, minilm
 from search.services.base import ServiceBase
 from search.services.filters import MODES, check_top_k, document_filter
 from search.services.results import DocumentHit
 from search.store import DOCUMENTS
 
+BGE_M3 = family("bge_m3")
 HYBRID_CANDIDATES = 50  # per prefetch (dense, sparse) before fusion and the ColBERT re-rank
 
 
@@ -44,15 +45,15 @@ class DocumentSearch(ServiceBase):
         the model is served, else semantic. A BGE-M3 mode that cannot run raises, saying why."""
         if mode == "semantic":
             return mode
-        served = self.triton.model_ready("bge_m3")
-        indexed = self.store.count_where(DOCUMENTS.name, "models", "bge_m3") > 0
+        served = self.triton.model_ready(BGE_M3.ensembles[0])
+        indexed = self.store.count_where(DOCUMENTS.name, "models", BGE_M3.family) > 0
         if mode == "auto":
             return "hybrid" if served and indexed else "semantic"
         if not served:
-            raise ModelNotReady(not_served("bge_m3", "BGE-M3") + " (or use --mode semantic)")
+            raise ModelNotReady(not_served(BGE_M3.ensembles[0], BGE_M3.display) + " (or use --mode semantic)")
         if not indexed:
-            raise EmptyCollection(f"no documents have BGE-M3 vectors yet (needed for --mode {mode}): "
-                                  "run `indexer ingest PATH` again now that BGE-M3 is served, or use --mode semantic")
+            raise EmptyCollection(f"no documents have {BGE_M3.display} vectors yet (needed for --mode {mode}): "
+                                  f"run `indexer ingest PATH` again now that {BGE_M3.display} is served, or use --mode semantic")
         return mode
 
     def _search_bge_m3(self, query: str, mode: str, *, top_k: int, min_score: float | None,

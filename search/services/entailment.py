@@ -8,8 +8,10 @@ from pathlib import Path
 from tritonclient.utils import InferenceServerException
 
 from search.errors import BadRequest
-from search.models import ofa
+from search.models import family, ofa
 from search.services.base import ServiceBase
+
+OFA = family("ofa")
 
 
 class Entailment(ServiceBase):
@@ -25,7 +27,7 @@ class Entailment(ServiceBase):
             raise BadRequest("image: the image is empty (0 bytes)")
         if len(data) > self.settings.max_image_bytes:
             raise BadRequest(f"image: too large: {len(data) / 1e6:.1f} MB > {self.settings.max_image_bytes / 1e6:.1f} MB limit")
-        self._require("ofa_ve", "OFA")
+        self._require(OFA.ensembles[0], OFA.display)
         try:
             return ofa.entail(self.triton, [data], [hypothesis], [premise])[0]
         except InferenceServerException as exc:

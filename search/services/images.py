@@ -7,10 +7,13 @@ from pathlib import Path
 
 from search.errors import BadRequest, EmptyCollection
 from search.media.photos import BadImage, decode_photo, open_photo
-from search.models import clip
+from search.models import clip, family
 from search.services.entailment import Entailment
 from search.services.filters import SORTS, ImageFilters, check_top_k
 from search.services.results import ImageHit
+from search.store import IMAGES, image_vector
+
+CLIP, OFA = family("clip"), family("ofa")
 
 
 class ImageSearch(Entailment):
@@ -33,15 +36,15 @@ class ImageSearch(Entailment):
         check_top_k(top_k)
         if sort not in SORTS:
             raise BadRequest(f"sort: must be one of {', '.join(SORTS)}, got {sort!r}")
-        if self.store.count("images") == 0:
+        if self.store.count(IMAGES) == 0:
             raise EmptyCollection("no photos indexed yet: run `indexer ingest ./photos`" + self._legacy_hint())
         model = "clip_text" if text else "clip_image"
-        self._require(model, "CLIP")
+        self._require(model, CLIP.display)
         if text:
             vector = clip.embed_texts(self.triton, [text])[0][0]
         else:
             vector = clip.embed_images(self.triton, [self._example_image(like)])[0]
-        points = self.store.search("images", "clip", vector.tolist(), limit=top_k,
+        points = self.store.search(IMAGES, image_vector(), vector.tolist(), limit=top_k,
                                    query_filter=filters.to_qdrant(), score_threshold=min_score)
         hits = [ImageHit.from_point(p) for p in points]
         if verify:
@@ -54,7 +57,7 @@ class ImageSearch(Entailment):
     def _verify(self, text: str, hits: list[ImageHit], min_entailment: float | None) -> list[ImageHit]:
         """Re-rank by P(entailment) of ``text`` per photo (OFA). A photo whose file can no longer be
         read or decoded is kept last, unverified (dropped under a threshold)."""
-        self._require("ofa_ve", "OFA")
+        self._require(OFA.ensembles[0], OFA.display)
         readable = {}
         for i, h in enumerate(hits):
             try:

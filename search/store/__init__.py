@@ -19,18 +19,19 @@ from search.store.base import BACKENDS, CollectionStats, Store, StoredFile, matc
 from search.store.factory import open_location, open_store
 from search.store.migration import Migrated, migrate, parse_spec, schema_for
 from search.store.schema import (
-    BGE_DIM,
     COLLECTIONS,
     DOCUMENTS,
     ID_NAMESPACE,
+    IMAGES,
     CollectionSchema,
     folders_of,
+    image_vector,
     images_schema,
     point_id,
 )
 
 __all__ = [
-    "BACKENDS", "BGE_DIM", "COLLECTIONS", "DOCUMENTS", "ID_NAMESPACE", "CollectionSchema", "CollectionStats",
-    "Migrated", "Store", "StoredFile", "folders_of", "images_schema", "match", "migrate", "open_location",
+    "BACKENDS", "COLLECTIONS", "DOCUMENTS", "IMAGES", "ID_NAMESPACE", "CollectionSchema", "CollectionStats",
+    "Migrated", "Store", "StoredFile", "folders_of", "image_vector", "images_schema", "match", "migrate", "open_location",
     "open_store", "parse_spec", "point_id", "schema_for",
 ]

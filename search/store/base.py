@@ -101,7 +101,7 @@ class Store(ABC):
     @abstractmethod
     def stats(self, collection: str) -> CollectionStats: ...
 
-    def optimize(self, collection: str) -> None:
+    def optimize(self, collection: str) -> None:  # noqa: B027  (a no-op where the backend indexes by itself)
         """Build indexes after a bulk write (a server does this in the background)."""
 
     # -- content-level operations, the same on every backend

@@ -9,7 +9,7 @@ from qdrant_client import models
 
 from search.errors import StoreUnavailable
 from search.store.base import Store
-from search.store.schema import COLLECTIONS, DOCUMENTS, CollectionSchema, images_schema
+from search.store.schema import COLLECTIONS, DOCUMENTS, IMAGES, CollectionSchema, image_vector, images_schema
 
 
 def parse_spec(spec: str, settings) -> tuple[str, str]:
@@ -27,12 +27,13 @@ def schema_for(store: Store, collection: str) -> CollectionSchema:
     """The project's schema of a stored collection (the photo vector size is read from the store)."""
     if collection == DOCUMENTS.name:
         return DOCUMENTS
-    if collection == "images":
-        points, _ = store.scroll("images", limit=1, with_payload=False, with_vectors=["clip"])
+    if collection == IMAGES:
+        name = image_vector()
+        points, _ = store.scroll(IMAGES, limit=1, with_payload=False, with_vectors=[name])
         if not points:
             raise StoreUnavailable("the images collection has no points to take the vector size from")
         vec = points[0].vector
-        return images_schema(len(vec["clip"] if isinstance(vec, dict) else vec))
+        return images_schema(len(vec[name] if isinstance(vec, dict) else vec))
     raise StoreUnavailable(f"collection '{collection}' is not one of this project's ({', '.join(COLLECTIONS)})")
 
 

@@ -119,5 +119,6 @@ class QdrantStore(Store):
         return CollectionStats(
             points=info.points_count or 0, segments=info.segments_count,
             indexed_vectors=info.indexed_vectors_count,
-            status="exact search (local mode has no indexes)" if self.backend == "local" else status.get(str(info.status.value), str(info.status.value)),
+            status=("exact search (local mode has no indexes)" if self.backend == "local"
+                    else status.get(str(info.status.value), str(info.status.value))),
             payload_indexes=sorted(info.payload_schema or {}), disk_bytes=disk)

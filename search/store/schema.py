@@ -15,6 +15,8 @@ from pathlib import Path
 
 from qdrant_client import models
 
+from search.models import for_kind
+
 ID_NAMESPACE = uuid.UUID("6f1c1f3e-3b7a-4c1e-9a57-4d0c2e8b9a11")
 
 
@@ -26,55 +28,60 @@ class CollectionSchema:
     sparse_vectors: dict[str, models.SparseVectorParams] = field(default_factory=dict)
 
 
-BGE_DIM = 1024
+DOCUMENTS_NAME, IMAGES = "documents", "images"
+_DISTANCE = {"cosine": models.Distance.COSINE, "dot": models.Distance.DOT}
+# Every field the code filters on (folders, suffix, sha256, chunk, chunker, models, ...) or may order by.
+_COMMON_INDEXES = {
+    "paths": models.PayloadSchemaType.KEYWORD,
+    "folders": models.PayloadSchemaType.KEYWORD,
+    "sha256": models.PayloadSchemaType.KEYWORD,
+    "chunk": models.PayloadSchemaType.INTEGER,
+    "chunker": models.PayloadSchemaType.KEYWORD,
+    "suffix": models.PayloadSchemaType.KEYWORD,
+}
+_PAYLOAD_INDEXES = {
+    DOCUMENTS_NAME: {**_COMMON_INDEXES, "mtime": models.PayloadSchemaType.FLOAT,
+                     "models": models.PayloadSchemaType.KEYWORD, "page": models.PayloadSchemaType.INTEGER},
+    IMAGES: {**_COMMON_INDEXES, "taken_at": models.PayloadSchemaType.FLOAT,
+             "camera_terms": models.PayloadSchemaType.KEYWORD, "location": models.PayloadSchemaType.GEO},
+}
+
+
+def schema(kind: str, dim: int | None = None) -> CollectionSchema:
+    """The collection of an ingest kind: the named vectors of every family that embeds it (the model
+    registry), and the kind's payload indexes. ``dim``: the width of a vector whose family declares
+    none (CLIP's is the built model's)."""
+    vectors, sparse = {}, {}
+    for fam in for_kind(kind):
+        for name, v in fam.vectors.items():
+            if v.kind == "sparse":
+                sparse[name] = models.SparseVectorParams(modifier=models.Modifier.IDF)
+            elif v.kind == "multivector":
+                # Only used to re-rank what the other vectors found: no HNSW graph (m=0), kept on disk.
+                vectors[name] = models.VectorParams(
+                    size=v.dim, distance=_DISTANCE[v.distance], on_disk=True, hnsw_config=models.HnswConfigDiff(m=0),
+                    multivector_config=models.MultiVectorConfig(comparator=models.MultiVectorComparator.MAX_SIM))
+            else:
+                vectors[name] = models.VectorParams(size=v.dim or dim, distance=_DISTANCE[v.distance])
+    return CollectionSchema(name=kind, vectors=vectors, payload_indexes=_PAYLOAD_INDEXES[kind], sparse_vectors=sparse)
+
+
 # Documents: every chunk has a MiniLM vector; chunks embedded while BGE-M3 is served also have its
 # three (a point may lack named vectors, so one collection serves both set-ups).
-DOCUMENTS = CollectionSchema(
-    name="documents",
-    vectors={
-        "minilm": models.VectorParams(size=384, distance=models.Distance.COSINE),
-        "bge_dense": models.VectorParams(size=BGE_DIM, distance=models.Distance.COSINE),
-        # Only used to re-rank what the other vectors found: no HNSW graph (m=0), kept on disk.
-        "bge_colbert": models.VectorParams(
-            size=BGE_DIM, distance=models.Distance.DOT, on_disk=True, hnsw_config=models.HnswConfigDiff(m=0),
-            multivector_config=models.MultiVectorConfig(comparator=models.MultiVectorComparator.MAX_SIM)),
-    },
-    sparse_vectors={"bge_sparse": models.SparseVectorParams(modifier=models.Modifier.IDF)},
-    # Every field the code filters on (folders, suffix, sha256, chunk, chunker, models) or may order by.
-    payload_indexes={
-        "paths": models.PayloadSchemaType.KEYWORD,
-        "folders": models.PayloadSchemaType.KEYWORD,
-        "sha256": models.PayloadSchemaType.KEYWORD,
-        "chunk": models.PayloadSchemaType.INTEGER,
-        "suffix": models.PayloadSchemaType.KEYWORD,
-        "mtime": models.PayloadSchemaType.FLOAT,
-        "chunker": models.PayloadSchemaType.KEYWORD,
-        "models": models.PayloadSchemaType.KEYWORD,
-        "page": models.PayloadSchemaType.INTEGER,
-    },
-)
+DOCUMENTS = schema(DOCUMENTS_NAME)
 
 
 def images_schema(dim: int) -> CollectionSchema:
     """Photos: one CLIP vector each; the dimension is the served model's."""
-    return CollectionSchema(
-        name="images",
-        vectors={"clip": models.VectorParams(size=dim, distance=models.Distance.COSINE)},
-        payload_indexes={
-            "paths": models.PayloadSchemaType.KEYWORD,
-            "folders": models.PayloadSchemaType.KEYWORD,
-            "sha256": models.PayloadSchemaType.KEYWORD,
-            "chunk": models.PayloadSchemaType.INTEGER,
-            "chunker": models.PayloadSchemaType.KEYWORD,
-            "suffix": models.PayloadSchemaType.KEYWORD,
-            "taken_at": models.PayloadSchemaType.FLOAT,
-            "camera_terms": models.PayloadSchemaType.KEYWORD,
-            "location": models.PayloadSchemaType.GEO,
-        },
-    )
+    return schema(IMAGES, dim)
 
 
-COLLECTIONS = (DOCUMENTS.name, "images")
+def image_vector() -> str:
+    """The name of the photos' vector."""
+    return next(iter(for_kind(IMAGES)[0].vectors))
+
+
+COLLECTIONS = (DOCUMENTS_NAME, IMAGES)
 
 
 def point_id(sha256: str, chunker: str, chunk: int) -> str:

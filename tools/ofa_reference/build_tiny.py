@@ -8,6 +8,7 @@ import time
 import numpy as np
 import torch
 from transformers.utils import logging as hf_logging
+
 hf_logging.set_verbosity_error()
 
 import ofa_common as C
@@ -50,8 +51,8 @@ json.dump(C.ANS2LABEL, open(os.path.join(OUT, "answer2label.json"), "w"))
 t_build = time.time()
 
 # one VE forward: encoder + one decoder step
-from PIL import Image  # noqa: E402
 from modelscope.models.multi_modal.ofa.utils.utils import expand_mask  # noqa: E402
+from PIL import Image  # noqa: E402
 
 img = Image.fromarray(np.random.RandomState(0).randint(0, 255, (90, 140, 3), dtype=np.uint8))
 src = C.tokenize_text(tok, C.build_prompt("Two dogs run on the beach."), 80)

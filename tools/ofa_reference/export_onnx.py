@@ -19,9 +19,10 @@ hf_logging.set_verbosity_error()
 if os.environ.get("OFA_IMPL", "modelscope") == "vendored":
     # project-venv path (transformers 5.x): the project's vendored copy of modelscope's modeling
     sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
+    import json as _j
+
     from search.models.ofa_arch.modeling_ofa import OFAModel  # noqa: E402
     from search.models.ofa_arch.utils.utils import expand_mask  # noqa: E402
-    import json as _j
 
     class _Tok:  # answer ids / special ids straight from vocab.json (no transformers tokenizer needed)
         def __init__(self, d):

@@ -75,8 +75,8 @@ def load_ofa_tokenizer(model_dir):
     """modelscope's OFATokenizer exactly as OfaBasePreprocessor/OfaForAllTasks build it (base.py:42-50)."""
     from modelscope.models.multi_modal.ofa import OFATokenizer
     tok = OFATokenizer.from_pretrained(model_dir)
-    tok.add_tokens(['<code_{}>'.format(i) for i in range(8192)])
-    tok.add_tokens(['<bin_{}>'.format(i) for i in range(1000)])
+    tok.add_tokens([f'<code_{i}>' for i in range(8192)])
+    tok.add_tokens([f'<bin_{i}>' for i in range(1000)])
     return tok
 
 

@@ -9,11 +9,10 @@ import sys
 import time
 
 import numpy as np
+import ofa_common as C
 import torch
 from PIL import Image
 from transformers.utils import logging as hf_logging
-
-import ofa_common as C
 
 hf_logging.set_verbosity_error()
 from modelscope.models.multi_modal.ofa import OFAModel  # noqa: E402

@@ -17,16 +17,16 @@ import os
 import sys
 
 import numpy as np
+import ofa_common as C  # noqa: E402  (puts third_party/ on sys.path)
 import torch
 from PIL import Image
 
-import ofa_common as C  # noqa: E402  (puts third_party/ on sys.path)
-
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))  # the project root
-from search.triton.steps import ofa_ve  # noqa: E402  (numpy and Pillow only)
 from modelscope.models.multi_modal.ofa import OFAModel  # noqa: E402
 from modelscope.models.multi_modal.ofa.utils.utils import expand_mask  # noqa: E402
 from modelscope.utils.trie import Trie  # noqa: E402
+
+from search.triton.steps import ofa_ve  # noqa: E402  (numpy and Pillow only)
 
 MD, REPO = sys.argv[1], sys.argv[2]
 cfg = json.load(open(os.path.join(MD, "configuration.json")))["model"]

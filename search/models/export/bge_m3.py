@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 
 from search.models.base import BuildReport, WeightsUnavailable
-from search.models.bge_m3 import MAX_LENGTH, BGEM3
+from search.models.bge_m3 import BGEM3, MAX_LENGTH
 from search.models.export.common import check_config_dims, export_checked, resolve_weights, write_manifest
 from search.triton.steps import bge_m3 as steps  # the served tokenizer step, which the export runs too
 

@@ -44,7 +44,6 @@ def export_onnx(weights: Path, dest: Path) -> float:
     """Export encoder + mean pooling + L2 norm; returns the max |ONNX - PyTorch| on a check batch."""
     import torch  # noqa: PLC0415
     from transformers import AutoModel  # noqa: PLC0415
-
     from transformers.utils import logging as hf_logging  # noqa: PLC0415
 
     hf_logging.disable_progress_bar()
