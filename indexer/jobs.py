@@ -1,0 +1,115 @@
+"""Ingest jobs that outlive the process running them: one SQLite table in the data dir.
+
+A job is recorded when it is submitted and updated as it runs, so a server restarted after a
+crash finds the jobs it had not finished and runs them again (content-derived ids make the redo
+exact: what was written is recognised, what was not is written). SQLite, not a JSON file: the API's
+threads, a CLI following a job and a restart all read and write it, and SQLite makes each update
+atomic.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import threading
+import time
+import uuid
+from collections import Counter
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+QUEUED, RUNNING, DONE, FAILED, CANCELLED = "queued", "running", "done", "failed", "cancelled"
+FINISHED = (DONE, FAILED, CANCELLED)
+MAX_FAILURES_KEPT = 1000  # per job: the first ones, enough to act on, bounded for a folder of bad files
+
+
+@dataclass
+class Job:
+    id: str
+    paths: list[str]
+    prune: bool = False
+    source: str = "rest"  # rest | cli | watch: who asked
+    state: str = QUEUED
+    total: int | None = None
+    done: int = 0
+    counts: Counter = field(default_factory=Counter)
+    failures: list[dict] = field(default_factory=list)
+    report: dict | None = None
+    error: str | None = None
+    created: float = field(default_factory=time.time)
+    started: float | None = None
+    finished: float | None = None
+    resumed: int = 0  # times it was started again after the server stopped mid-run
+    cancel_requested: bool = False
+    request_id: str | None = None  # the request that submitted it, for the logs
+
+    @classmethod
+    def new(cls, paths: list[str], *, prune: bool = False, source: str = "rest", request_id: str | None = None) -> Job:
+        return cls(uuid.uuid4().hex, [str(p) for p in paths], prune=prune, source=source, request_id=request_id)
+
+    def as_dict(self) -> dict:
+        return {"id": self.id, "state": self.state, "paths": self.paths, "prune": self.prune, "source": self.source,
+                "files_done": self.done, "files_total": self.total, "counts": dict(self.counts),
+                "failures": list(self.failures), "report": self.report, "error": self.error,
+                "created": self.created, "started": self.started, "finished": self.finished,
+                "resumed": self.resumed, "cancel_requested": self.cancel_requested}
+
+    def note_file(self, status: str, path: str, reason: str | None) -> None:
+        self.done += 1
+        self.counts[status] += 1
+        if reason and status == "failed" and len(self.failures) < MAX_FAILURES_KEPT:
+            self.failures.append({"path": path, "reason": reason})
+
+
+class JobStore:
+    """The job table. Thread-safe; every write is its own transaction."""
+
+    def __init__(self, path: Path) -> None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self.path = path
+        self._lock = threading.Lock()
+        self._db = sqlite3.connect(str(path), check_same_thread=False, isolation_level=None, timeout=10)
+        self._db.execute("PRAGMA journal_mode=WAL")
+        self._db.execute("CREATE TABLE IF NOT EXISTS jobs (id TEXT PRIMARY KEY, created REAL, state TEXT, body TEXT)")
+
+    def save(self, job: Job) -> None:
+        body = json.dumps({**asdict(job), "counts": dict(job.counts)}, ensure_ascii=False)
+        with self._lock:
+            self._db.execute("INSERT INTO jobs (id, created, state, body) VALUES (?, ?, ?, ?) "
+                             "ON CONFLICT(id) DO UPDATE SET state = excluded.state, body = excluded.body",
+                             (job.id, job.created, job.state, body))
+
+    def get(self, job_id: str) -> Job | None:
+        with self._lock:
+            row = self._db.execute("SELECT body FROM jobs WHERE id = ?", (job_id,)).fetchone()
+        return _load(row[0]) if row else None
+
+    def newest_first(self, limit: int = 200) -> list[Job]:
+        with self._lock:
+            rows = self._db.execute("SELECT body FROM jobs ORDER BY created DESC LIMIT ?", (limit,)).fetchall()
+        return [_load(r[0]) for r in rows]
+
+    def unfinished(self) -> list[Job]:
+        """Queued or running jobs, oldest first: what a restarted server picks up."""
+        with self._lock:
+            rows = self._db.execute("SELECT body FROM jobs WHERE state IN (?, ?) ORDER BY created",
+                                    (QUEUED, RUNNING)).fetchall()
+        return [_load(r[0]) for r in rows]
+
+    def forget_finished(self, keep: int) -> None:
+        """Drop finished jobs beyond the newest ``keep``."""
+        with self._lock:
+            self._db.execute(
+                f"DELETE FROM jobs WHERE state IN ({','.join('?' * len(FINISHED))}) AND id NOT IN "
+                f"(SELECT id FROM jobs WHERE state IN ({','.join('?' * len(FINISHED))}) ORDER BY created DESC LIMIT ?)",
+                (*FINISHED, *FINISHED, keep))
+
+    def close(self) -> None:
+        with self._lock:
+            self._db.close()
+
+
+def _load(body: str) -> Job:
+    data = json.loads(body)
+    data["counts"] = Counter(data.get("counts") or {})
+    return Job(**data)

@@ -1,0 +1,83 @@
+"""Who owns the embedded store of a data dir.
+
+The embedded store admits one process. A running `search serve` is that process: it records its
+address, pid and a local access token in ``<data dir>/server.json`` (readable by the user only),
+and every other face on the same data dir — `search …`, `indexer ingest`, `indexer watch`, the
+page — finds it there and works through its REST API instead of opening the store. A record whose
+pid is gone (a crash, kill -9) is stale: it is ignored and replaced by the next server.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+FILE = "server.json"
+
+
+@dataclass(frozen=True)
+class Owner:
+    url: str  # http://host:port of the REST API
+    pid: int
+    token: str  # sent as X-API-Key by local faces; accepted next to the configured API key
+    data_dir: str
+
+    def alive(self) -> bool:
+        return _alive(self.pid)
+
+    def describe(self) -> str:
+        return f"pid {self.pid}, {self.url}"
+
+
+def record_path(data_dir: Path) -> Path:
+    return Path(data_dir) / FILE
+
+
+def find(data_dir: Path) -> Owner | None:
+    """The live server that owns ``data_dir``'s store, if any (a stale record is ignored)."""
+    try:
+        data = json.loads(record_path(data_dir).read_text())
+        owner = Owner(**{k: data[k] for k in ("url", "pid", "token", "data_dir")})
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    return owner if owner.alive() else None
+
+
+def claim(data_dir: Path, url: str) -> Owner:
+    """Record this process as the owner (after its store opened, so two servers cannot both get here)."""
+    owner = Owner(url=url, pid=os.getpid(), token=secrets.token_urlsafe(24), data_dir=str(data_dir))
+    path = record_path(data_dir)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(f".{os.getpid()}.tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)  # the token is a credential
+    with os.fdopen(fd, "w") as f:
+        json.dump(asdict(owner), f)
+    os.replace(tmp, path)
+    return owner
+
+
+def release(data_dir: Path) -> None:
+    """Remove the record if it is this process's."""
+    path = record_path(data_dir)
+    try:
+        if json.loads(path.read_text()).get("pid") == os.getpid():
+            path.unlink()
+    except (OSError, ValueError):
+        pass
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    try:  # a zombie (killed, not yet reaped by its parent) is not a server
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[-1].split()[0] != "Z"
+    except OSError:
+        return True
