@@ -210,6 +210,13 @@ class LocalTriton:
         with urllib.request.urlopen(req, timeout=5) as r:
             return json.loads(r.read())
 
+    def health(self, timeout_s: float = 10.0) -> dict:
+        """Model name -> ``Health`` from a tiny inference per served ensemble: a model whose
+        backend process died still reads READY in ``model_status``."""
+        from search.triton.client import TritonClient  # noqa: PLC0415
+
+        return TritonClient(f"{self.host}:{self.grpc_port}", heal=False).health(timeout_s=timeout_s)
+
     def stop(self, timeout: float = 20.0) -> None:
         """SIGTERM (Triton drains and unloads), then SIGKILL the whole process group, then any
         stub still holding our shm prefix, then the shm regions themselves. Safe to call twice."""
