@@ -9,6 +9,7 @@ import hashlib
 import io
 import re
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -62,9 +63,13 @@ class Documents:
     def __init__(self, triton: TritonClient, chunker: Chunker, max_bytes: int, *, bge_m3: bool = False) -> None:
         self.triton, self.chunker, self.max_bytes, self.bge_m3 = triton, chunker, max_bytes, bge_m3
         self.models = ["minilm", "bge_m3"] if bge_m3 else ["minilm"]
+
+    @cached_property
+    def signature(self) -> str:
         # Which models (and which BGE-M3 weights) made the vectors: a change re-embeds every file.
-        embedders = "minilm+bge_m3:" + probe_bge_m3(triton) if bge_m3 else "minilm"
-        self.signature = f"{embedders}/v{chunker.VERSION}/{chunker.max_tokens}/{chunker.overlap}"
+        # Lazy, so a dead model surfaces inside the pipeline, which stops just this kind.
+        embedders = "minilm+bge_m3:" + probe_bge_m3(self.triton) if self.bge_m3 else "minilm"
+        return f"{embedders}/v{self.chunker.VERSION}/{self.chunker.max_tokens}/{self.chunker.overlap}"
 
     def units(self, path: Path, data: bytes, sha256: str) -> list[Unit]:
         doc = load_document(path.suffix.lower(), data)
@@ -115,10 +120,20 @@ class Photos:
         self.triton, self.thumbs, self.max_bytes, self.max_pixels = triton, thumbs, max_bytes, max_pixels
         self.suffixes = IMAGE_SUFFIXES
         self.errors = (BadDocument, BadImage)
-        probe = probe_clip(triton)
-        self.schema = images_schema(probe.shape[0])
+
+    # Lazy, so a dead model surfaces inside the pipeline, which stops just this kind.
+    @cached_property
+    def _probe(self) -> np.ndarray:
+        return probe_clip(self.triton)
+
+    @cached_property
+    def schema(self) -> CollectionSchema:
+        return images_schema(self._probe.shape[0])
+
+    @cached_property
+    def signature(self) -> str:
         # The probe vector identifies the served model: other weights give another signature.
-        self.signature = "clip/" + hashlib.sha1(np.round(probe, 4).tobytes()).hexdigest()[:12]
+        return "clip/" + hashlib.sha1(np.round(self._probe, 4).tobytes()).hexdigest()[:12]
 
     def thumbnail_path(self, sha256: str) -> Path:
         return self.thumbs / sha256[:2] / f"{sha256}.jpg"
