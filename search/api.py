@@ -328,6 +328,10 @@ def create_app(settings: Settings) -> FastAPI:
         if triton["live"]:
             try:
                 triton["models"] = {n: svc.triton.model_ready(n) for fam in FAMILIES for n in fam.ensembles}
+                # READY stays true when a model's process died: probe the ready ones with a tiny inference
+                health = svc.triton.health([n for n, ok in triton["models"].items() if ok])
+                triton["models"].update({n: h.healthy for n, h in health.items()})
+                triton["unhealthy"] = {n: h.reason for n, h in health.items() if not h.healthy}
             except ServiceError:
                 triton["live"] = False
         qdrant: dict = {"backend": settings.store_backend, "location": settings.qdrant_location, "reachable": True}

@@ -171,7 +171,8 @@ def status(ctx: typer.Context, as_json: bool = typer.Option(False, "--json")) ->
     t = st["triton"]
     out.print(f"Triton  {t['url']}: " + ("[green]live[/]" if t["live"] else "[red]not reachable[/] (start it: search triton up)"))
     for name, m in t["models"].items():
-        out.print(f"  {name}: built={'yes' if m['built'] else 'no'} ready={'yes' if m['ready'] else 'no'}")
+        out.print(f"  {name}: built={'yes' if m['built'] else 'no'} ready={'yes' if m['ready'] else 'no'}"
+                  + ("" if m.get("healthy", True) else f" [red]unhealthy[/]: {m['reason']}"), highlight=False, soft_wrap=True)
     out.print(f"Store   {st['store']['backend']} at {st['store']['location']}")
     for name, n in st["store"]["collections"].items():
         out.print(f"  {name}: {n} points")
@@ -330,8 +331,14 @@ def triton_status(ctx: typer.Context) -> None:
     out.print(f"Triton pid {server.state.pid}: {'ready' if ready else 'not ready'}; gRPC {server.host}:{server.grpc_port}, "
               f"HTTP {server.http_port}, metrics {server.metrics_port}; log {server.state.log}")
     if ready:
+        health = server.health()  # READY stays true when a model's process died: probe each ensemble
         for m in server.model_status():
-            out.print(f"  {m['name']} v{m.get('version', '?')}: {m.get('state', '?')} {m.get('reason', '')}")
+            h = health.get(m["name"])
+            sick = f" [red]unhealthy[/]: {h.reason}" if h and not h.healthy else ""
+            out.print(f"  {m['name']} v{m.get('version', '?')}: {m.get('state', '?')} {m.get('reason', '')}{sick}",
+                      highlight=False, soft_wrap=True)
+        if not all(h.healthy for h in health.values()):
+            raise typer.Exit(1)
 
 
 # -- models

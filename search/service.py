@@ -464,6 +464,8 @@ class SearchService:
             for name in fam.ensembles:
                 ready = out["triton"]["live"] and self.triton.model_ready(name)
                 out["triton"]["models"][name] = {"built": built, "ready": bool(ready)}
+                if ready:  # READY stays true when the model's process died: probe with a tiny inference
+                    out["triton"]["models"][name].update(self.triton.probe(name).as_dict())
         out["store"]["collections"] = {name: self.store.count(name) for name in COLLECTIONS}
         out["store"]["documents_with_bge_m3"] = self.store.count_where(DOCUMENTS.name, "models", "bge_m3")
         if hint := self._legacy_hint().strip(" ;"):
