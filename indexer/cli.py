@@ -57,6 +57,8 @@ def ingest(
         _print_summary(report)
     if report.outcomes and len(report.failures) == len(report.outcomes):
         raise typer.Exit(1)
+    if report.stopped:  # a model failed mid-run: its kind was stopped (reason printed above)
+        raise typer.Exit(4)
 
 
 def _print_summary(report) -> None:

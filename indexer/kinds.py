@@ -9,6 +9,7 @@ import hashlib
 import io
 import re
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -67,9 +68,13 @@ class Documents:
         first, then optional ones such as BGE-M3)."""
         self.triton, self.chunker, self.max_bytes, self.families = triton, chunker, max_bytes, families
         self.models = [f.family for f in families]
+
+    @cached_property
+    def signature(self) -> str:
         # Which models (and which weights of the optional ones) made the vectors: a change re-embeds every file.
-        embedders = "+".join(self.models) + "".join(f":{probe(triton, f)}" for f in families if f.optional)
-        self.signature = f"{embedders}/v{chunker.VERSION}/{chunker.max_tokens}/{chunker.overlap}"
+        # Lazy, so a dead model surfaces inside the pipeline, which stops just this kind.
+        embedders = "+".join(self.models) + "".join(f":{probe(self.triton, f)}" for f in self.families if f.optional)
+        return f"{embedders}/v{self.chunker.VERSION}/{self.chunker.max_tokens}/{self.chunker.overlap}"
 
     def units(self, path: Path, data: bytes, sha256: str) -> list[Unit]:
         doc = load_document(path.suffix.lower(), data)
@@ -111,10 +116,20 @@ class Photos:
     def __init__(self, triton: TritonClient, thumbs: Path, family: Family, *, max_bytes: int, max_pixels: int) -> None:
         self.triton, self.thumbs, self.family = triton, thumbs, family
         self.max_bytes, self.max_pixels = max_bytes, max_pixels
-        vector = probe_image(triton, family)
-        self.schema = images_schema(vector.shape[0])
+
+    # Lazy, so a dead model surfaces inside the pipeline, which stops just this kind.
+    @cached_property
+    def _probe(self) -> np.ndarray:
+        return probe_image(self.triton, self.family)
+
+    @cached_property
+    def schema(self) -> CollectionSchema:
+        return images_schema(self._probe.shape[0])
+
+    @cached_property
+    def signature(self) -> str:
         # The probe vector identifies the served model: other weights give another signature.
-        self.signature = f"{family.family}/{_digest(vector)}"
+        return f"{self.family.family}/{_digest(self._probe)}"
 
     def thumbnail_path(self, sha256: str) -> Path:
         return self.thumbs / sha256[:2] / f"{sha256}.jpg"

@@ -30,6 +30,7 @@ from qdrant_client import models
 
 from indexer.kinds import Kind, Unit
 from indexer.loaders import read_bytes
+from search.errors import ModelNotReady
 from search.store import Store, StoredFile, folders_of, point_id
 
 INDEXED, UNCHANGED, UPDATED, FAILED, PRUNED = "indexed", "unchanged", "updated", "failed", "pruned"
@@ -52,6 +53,7 @@ class IngestReport:
     outcomes: list[FileOutcome] = field(default_factory=list)
     skipped: int = 0  # files that are neither documents nor photos
     unavailable: dict[str, tuple[int, str]] = field(default_factory=dict)  # kind -> (files, why)
+    stopped: dict[str, str] = field(default_factory=dict)  # kind -> why its model failed mid-run
     seconds: float = 0.0
     truncated_chunks: int = 0
 
@@ -76,6 +78,7 @@ class IngestReport:
             "truncated_chunks": self.truncated_chunks, "seconds": round(self.seconds, 3),
             "by_kind": dict(by_kind),
             "unavailable": {k: {"files": n, "reason": why} for k, (n, why) in self.unavailable.items()},
+            "stopped": dict(self.stopped),
             "failures": [{"path": o.path, "reason": o.reason} for o in self.failures],
         }
 
@@ -133,11 +136,41 @@ class Ingestor:
         self._inflight: dict[str, _Job] = {}
         self.by_sha: dict[str, StoredFile] = {}
         self.by_path: dict[str, str] = {}
+        self._opened = False
 
     def run(self, files: list[Path], roots: list[Path], report: IngestReport, done: Callable[[FileOutcome], None],
             *, prune: bool = False) -> None:
+        """Ingest ``files``. A model that fails as a whole (ModelNotReady: not loaded, or its process
+        died and could not be reloaded) stops this kind: its remaining files are reported as not
+        indexed with the reason, not each as failed, and the files already written stay."""
+        seen: set[str] = set()
+
+        def emit(outcome: FileOutcome) -> None:
+            seen.add(outcome.path)
+            done(outcome)
+
+        try:
+            self._run(files, report, emit)
+        except ModelNotReady as exc:
+            for job in self._inflight.values():
+                if job.sha256 not in self.by_sha:
+                    self.kind.forget(job.sha256)  # e.g. the thumbnail of a photo that is not indexed
+            self._inflight.clear()
+            left = sum(str(f) not in seen for f in files)
+            report.stopped[self.kind.name] = str(exc)
+            report.unavailable[self.kind.name] = (left, f"stopped: {exc}")
+            if not self._opened:
+                return  # the model failed before the collection was opened: nothing to write
+        self._flush()
+        if prune:
+            for outcome in self._prune(roots, {str(p) for p in files}):
+                emit(outcome)
+        self.store.optimize(self.kind.schema.name)  # edge: merge segments, build HNSW (a server does it itself)
+
+    def _run(self, files: list[Path], report: IngestReport, done: Callable[[FileOutcome], None]) -> None:
         kind = self.kind
-        self.store.ensure(kind.schema)
+        self.store.ensure(kind.schema)  # a photo kind's first inference: its dimension
+        self._opened = True
         for f in self.store.files(kind.schema.name):
             self.by_sha[f.sha256] = f
             for p in f.paths:
@@ -170,28 +203,28 @@ class Ingestor:
                             for outcome in self._write(job) if not job.error else self._reject(job):
                                 done(outcome)
 
-            for path in files:
-                job = self._prepare(path)
-                if job is None:
-                    continue
-                if isinstance(job, FileOutcome):
-                    done(replace(job, kind=kind.name))
-                    continue
-                self._inflight[job.sha256] = job
-                job.vectors = [None] * len(job.units)
-                job.remaining = len(job.units)
-                for i in range(len(job.units)):
-                    batch.append((job, i))
-                    if len(batch) >= self.batch_size * SORT_WINDOW:
-                        submit()
-                        drain(keep=self.concurrency)
-            submit()
-            drain(keep=0)
-        self._flush()
-        if prune:
-            for outcome in self._prune(roots, {str(p) for p in files}):
-                done(outcome)
-        self.store.optimize(kind.schema.name)  # edge: merge segments, build HNSW (a server does it itself)
+            try:
+                for path in files:
+                    job = self._prepare(path)
+                    if job is None:
+                        continue
+                    if isinstance(job, FileOutcome):
+                        done(replace(job, kind=kind.name))
+                        continue
+                    self._inflight[job.sha256] = job
+                    job.vectors = [None] * len(job.units)
+                    job.remaining = len(job.units)
+                    for i in range(len(job.units)):
+                        batch.append((job, i))
+                        if len(batch) >= self.batch_size * SORT_WINDOW:
+                            submit()
+                            drain(keep=self.concurrency)
+                submit()
+                drain(keep=0)
+            except BaseException:
+                for fut, _ in pending:  # queued requests would only meet the same dead model
+                    fut.cancel()
+                raise
 
     def _prepare(self, path: Path) -> _Job | FileOutcome | None:
         key, kind = str(path), self.kind

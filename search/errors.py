@@ -15,6 +15,10 @@ class ModelNotReady(ServiceError):
     exit_code = 4
 
 
+class ModelUnhealthy(ModelNotReady):
+    """Loaded, but its backend process in Triton died (the model-ready flag still says READY)."""
+
+
 class StoreUnavailable(ServiceError):
     exit_code = 5
 

@@ -106,7 +106,8 @@ def status(ctx: typer.Context, as_json: bool = typer.Option(False, "--json")) ->
     t = st["triton"]
     out.print(f"Triton  {t['url']}: " + ("[green]live[/]" if t["live"] else "[red]not reachable[/] (start it: search triton up)"))
     for name, m in t["models"].items():
-        out.print(f"  {name}: built={'yes' if m['built'] else 'no'} ready={'yes' if m['ready'] else 'no'}")
+        out.print(f"  {name}: built={'yes' if m['built'] else 'no'} ready={'yes' if m['ready'] else 'no'}"
+                  + ("" if m.get("healthy", True) else f" [red]unhealthy[/]: {m['reason']}"), highlight=False, soft_wrap=True)
     out.print(f"Store   {st['store']['backend']} at {st['store']['location']}")
     for name, n in st["store"]["collections"].items():
         out.print(f"  {name}: {n} points")

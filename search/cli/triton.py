@@ -68,5 +68,11 @@ def triton_status(ctx: typer.Context) -> None:
     out.print(f"Triton pid {server.state.pid}: {'ready' if ready else 'not ready'}; gRPC {server.host}:{server.grpc_port}, "
               f"HTTP {server.http_port}, metrics {server.metrics_port}; log {server.state.log}")
     if ready:
+        health = server.health()  # READY stays true when a model's process died: probe each ensemble
         for m in server.model_status():
-            out.print(f"  {m['name']} v{m.get('version', '?')}: {m.get('state', '?')} {m.get('reason', '')}")
+            h = health.get(m["name"])
+            sick = f" [red]unhealthy[/]: {h.reason}" if h and not h.healthy else ""
+            out.print(f"  {m['name']} v{m.get('version', '?')}: {m.get('state', '?')} {m.get('reason', '')}{sick}",
+                      highlight=False, soft_wrap=True)
+        if not all(h.healthy for h in health.values()):
+            raise typer.Exit(1)

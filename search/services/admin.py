@@ -30,6 +30,8 @@ class Admin(ServiceBase):
             built = fam.is_built(self.settings.triton_repo)
             for name in fam.ensembles:
                 models[name] = {"built": built, "ready": bool(live and self.triton.model_ready(name))}
+                if models[name]["ready"]:  # READY stays true when the model's process died: probe with a tiny inference
+                    models[name].update(self.triton.probe(name).as_dict())
         return {"url": self.triton_url(), "live": live, "models": models}
 
     def store_location(self) -> dict:
@@ -46,7 +48,9 @@ class Admin(ServiceBase):
             triton = self.triton_status()
         except ServiceError:
             triton = {"url": self.triton_url(), "live": False, "models": {}}
-        triton["models"] = {name: m["ready"] for name, m in triton["models"].items()}
+        detail = triton["models"]
+        triton["models"] = {name: m["ready"] and m.get("healthy", True) for name, m in detail.items()}
+        triton["unhealthy"] = {name: m["reason"] for name, m in detail.items() if m["ready"] and not m.get("healthy", True)}
         store: dict = {**self.store_location(), "reachable": True}
         try:
             self.store.exists(DOCUMENTS.name)

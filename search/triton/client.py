@@ -1,21 +1,55 @@
-"""A thin gRPC client for the served models, mapping transport failures to ServiceErrors."""
+"""A thin gRPC client for the served models, mapping transport failures to ServiceErrors.
+
+A model can be loaded (READY) yet dead: every model here runs in a Python-backend stub process,
+and when that process dies Triton keeps the model READY and fails each request with INTERNAL
+"Stub process '<instance>' is not healthy". The client turns that into ``ModelUnhealthy``, and
+(``heal``) first reloads the dead step through Triton's model-control API and retries once, so
+a crash costs one slow request instead of a manual `search triton down && search triton up`.
+``probe`` tells such a model apart from a healthy one with a tiny real inference.
+"""
 
 from __future__ import annotations
 
+import io
+import json
+import logging
+import re
 import threading
+import time
+from dataclasses import asdict, dataclass
 
 import numpy as np
 import tritonclient.grpc as grpcclient
 from tritonclient.utils import InferenceServerException, np_to_triton_dtype
 
-from search.errors import ModelNotReady, TritonUnavailable
+from search.errors import ModelNotReady, ModelUnhealthy, TritonUnavailable
+
+log = logging.getLogger(__name__)
+
+PROBE_TTL_S = 10.0  # a healthy probe is reused this long: the page and /readyz ask often, OFA is slow on CPU
+RESTART_HINT = "restart Triton (`search triton down && search triton up`, or restart the Triton container)"
+_STUB_DEAD = re.compile(r"Stub process(?: '([^']+)')? is not healthy")
+_ENSEMBLE = re.compile(r"in ensemble '([^']+)'")
+
+
+@dataclass(frozen=True)
+class Health:
+    healthy: bool
+    reason: str = ""  # why not, in a few words
+
+    def as_dict(self) -> dict:
+        return asdict(self)
 
 
 class TritonClient:
-    def __init__(self, url: str, timeout_s: float = 30.0) -> None:
+    def __init__(self, url: str, timeout_s: float = 30.0, *, heal: bool = True, heal_timeout_s: float = 180.0) -> None:
         self.url = url
         self.timeout_s = timeout_s
+        self.heal_enabled, self.heal_timeout_s = heal, heal_timeout_s
         self._local = threading.local()  # one channel per thread: ingest embeds from a pool
+        self._heal_lock = threading.Lock()
+        self._healed_at: dict[str, float] = {}  # step -> monotonic time of its last reload
+        self._healthy_at: dict[str, float] = {}  # model -> monotonic time of its last healthy probe
 
     @property
     def _client(self) -> grpcclient.InferenceServerClient:
@@ -51,15 +85,26 @@ class TritonClient:
             )
 
     def infer(self, model: str, inputs: dict[str, np.ndarray], outputs: list[str]) -> dict[str, np.ndarray]:
-        tensors = []
-        for name, array in inputs.items():
-            t = grpcclient.InferInput(name, list(array.shape), np_to_triton_dtype(array.dtype))
-            t.set_data_from_numpy(array)
-            tensors.append(t)
+        tensors = _tensors(inputs)
+        started = time.monotonic()
+        try:
+            return self._infer(model, tensors, outputs, self.timeout_s)
+        except _StubDied as dead:
+            self._healthy_at.pop(model, None)
+            if not self.heal_enabled:
+                raise dead.error(model, f"its backend process died: {RESTART_HINT}") from None
+            self._recover(model, dead, started)
+        try:  # once: a step that dies on every request must not loop
+            return self._infer(model, tensors, outputs, self.timeout_s)
+        except _StubDied as again:
+            raise again.error(model, "it died again right after a reload (see Triton's log for why): "
+                                     + RESTART_HINT) from None
+
+    def _infer(self, model: str, tensors: list, outputs: list[str] | None, timeout: float) -> dict[str, np.ndarray]:
         try:
             result = self._client.infer(
-                model, tensors, outputs=[grpcclient.InferRequestedOutput(o) for o in outputs],
-                client_timeout=self.timeout_s,
+                model, tensors, outputs=[grpcclient.InferRequestedOutput(o) for o in outputs] if outputs else None,
+                client_timeout=timeout,
             )
         except InferenceServerException as exc:
             status = str(exc.status() or "")
@@ -67,13 +112,157 @@ class TritonClient:
                 raise self._unreachable(exc) from exc
             if "NOT_FOUND" in status or "unknown model" in str(exc) or "not ready" in str(exc):
                 raise ModelNotReady(f"model '{model}' is not available in Triton ({_short(exc)})") from exc
+            if m := _STUB_DEAD.search(exc.message() or ""):
+                ens = _ENSEMBLE.search(exc.message() or "")
+                raise _StubDied(m.group(1), ens.group(1) if ens else None, exc) from exc
             raise
-        return {o: result.as_numpy(o) for o in outputs}
+        names = outputs or [o.name for o in result.get_response().outputs]
+        return {o: result.as_numpy(o) for o in names}
+
+    # -- recovery
+    def _recover(self, model: str, dead: _StubDied, started: float) -> None:
+        """Reload the dead step, unless another thread already did since our request started."""
+        step = self._dead_step(dead, model)
+        key = step or model
+        with self._heal_lock:
+            if self._healed_at.get(key, float("-inf")) > started:
+                return
+            try:
+                reloaded = self.heal(model, step)
+            except InferenceServerException as exc:
+                raise dead.error(model, f"reloading it failed ({_load_error(exc)}): fix that, then {RESTART_HINT}") from None
+            self._healed_at[key] = time.monotonic()
+        log.warning("Triton model '%s': the backend process of %s had died; reloaded it", model, ", ".join(reloaded))
+
+    def heal(self, model: str, step: str | None = None) -> list[str]:
+        """Reload ``step`` (unknown: every step of the ensemble ``model``, or ``model`` itself) through
+        model control. Triton starts a fresh backend process and swaps it in; the ensemble keeps
+        serving. Raises InferenceServerException when the server refuses or the load fails."""
+        targets = [step] if step else (self._steps(model) or [model])
+        for name in targets:
+            cfg = self._client.get_model_config(name, as_json=True, client_timeout=10)["config"]
+            # Passing the config forces the reload: an unchanged model is otherwise left as it is.
+            self._client.load_model(name, config=json.dumps(cfg), client_timeout=self.heal_timeout_s)
+        return targets
+
+    def _steps(self, model: str) -> list[str]:
+        try:
+            cfg = self._client.get_model_config(model, as_json=True, client_timeout=10)["config"]
+        except InferenceServerException:
+            return []
+        return [s["model_name"] for s in cfg.get("ensemble_scheduling", {}).get("step", [])]
+
+    def _dead_step(self, dead: _StubDied, model: str) -> str | None:
+        """The model behind a stub instance name: '<model>_<group>_<n>' unless the group is named."""
+        if not dead.instance:
+            return None
+        name = re.sub(r"_\d+_\d+$", "", dead.instance)
+        steps = self._steps(dead.ensemble or model)
+        if name in steps or (not steps and name == model):
+            return name
+        return None
+
+    # -- health
+    def probe(self, model: str, timeout_s: float = 10.0, max_age_s: float = PROBE_TTL_S) -> Health:
+        """A tiny real inference: the model-ready flag stays true when a model's process has died.
+        A healthy answer younger than ``max_age_s`` is reused; an unhealthy one never is."""
+        if time.monotonic() - self._healthy_at.get(model, float("-inf")) < max_age_s:
+            return Health(True)
+        try:
+            cfg = self._client.get_model_config(model, as_json=True, client_timeout=timeout_s)["config"]
+            self._infer(model, _tensors(_probe_inputs(cfg)), None, timeout_s)
+        except _StubDied as dead:
+            step = self._dead_step(dead, model)
+            return Health(False, f"the backend process of {f'its step {step!r}' if step else repr(model)} died")
+        except TritonUnavailable as exc:
+            cause = exc.__cause__
+            if isinstance(cause, InferenceServerException) and "DEADLINE" in str(cause.status() or ""):
+                return Health(False, f"no answer to a tiny request within {timeout_s:g} s")
+            return Health(False, "Triton is not reachable")
+        except (ModelNotReady, InferenceServerException) as exc:
+            msg = exc.message() if isinstance(exc, InferenceServerException) else str(exc)
+            return Health(False, (msg or type(exc).__name__).splitlines()[0][:200])
+        self._healthy_at[model] = time.monotonic()
+        return Health(True)
+
+    def health(self, models: list[str] | None = None, timeout_s: float = 10.0) -> dict[str, Health]:
+        """``probe`` for each of ``models`` (default: every READY ensemble and standalone model)."""
+        if models is None:
+            try:
+                models = self._entry_models()
+            except InferenceServerException as exc:
+                raise self._unreachable(exc) from exc
+        return {m: self.probe(m, timeout_s) for m in models}
+
+    def _entry_models(self) -> list[str]:
+        """READY models that callers use: ensembles, and models that are no ensemble's step."""
+        index = self._client.get_model_repository_index(as_json=True, client_timeout=5).get("models", [])
+        ready = [m["name"] for m in index if m.get("state") == "READY"]
+        steps = {s for m in ready for s in self._steps(m)}
+        return [m for m in ready if m not in steps]
+
+
+class _StubDied(Exception):
+    def __init__(self, instance: str | None, ensemble: str | None, cause: InferenceServerException) -> None:
+        super().__init__(cause.message())
+        self.instance, self.ensemble, self.cause = instance, ensemble, cause
+
+    def error(self, model: str, fix: str) -> ModelUnhealthy:
+        where = f"the process of its step '{re.sub(r'_[0-9]+_[0-9]+$', '', self.instance)}'" if self.instance else "its process"
+        return ModelUnhealthy(f"model '{model}' crashed in Triton ({where} is gone): {fix}")
+
+
+def _tensors(inputs: dict[str, np.ndarray]) -> list:
+    tensors = []
+    for name, array in inputs.items():
+        t = grpcclient.InferInput(name, list(array.shape), np_to_triton_dtype(array.dtype))
+        t.set_data_from_numpy(array)
+        tensors.append(t)
+    return tensors
+
+
+_NUMPY = {"TYPE_BOOL": np.bool_, "TYPE_INT8": np.int8, "TYPE_INT16": np.int16, "TYPE_INT32": np.int32,
+          "TYPE_INT64": np.int64, "TYPE_UINT8": np.uint8, "TYPE_FP16": np.float16, "TYPE_FP32": np.float32,
+          "TYPE_FP64": np.float64}
+
+
+def _probe_inputs(cfg: dict) -> dict[str, np.ndarray]:
+    """One item for every required input of the model's config: a short text, a tiny PNG for image
+    inputs, zeros for numbers (variable dimensions of length 1)."""
+    batched = int(cfg.get("max_batch_size", 0)) > 0
+    out = {}
+    for spec in cfg.get("input", []):
+        if spec.get("optional"):
+            continue
+        shape = ([1] if batched else []) + [max(int(d), 1) for d in spec.get("dims", [])]
+        if spec["data_type"] == "TYPE_STRING":
+            value = _tiny_png() if "IMAGE" in spec["name"].upper() else b"probe"
+            arr = np.empty(shape, dtype=np.object_)
+            arr.fill(value)
+        else:
+            arr = np.zeros(shape, dtype=_NUMPY.get(spec["data_type"], np.float32))
+        out[spec["name"]] = arr
+    return out
+
+
+def _tiny_png() -> bytes:
+    from PIL import Image  # noqa: PLC0415
+
+    buf = io.BytesIO()
+    Image.new("RGB", (32, 32), (127, 64, 200)).save(buf, "PNG")
+    return buf.getvalue()
 
 
 def text_tensor(texts: list[str]) -> np.ndarray:
     """A [batch, 1] BYTES tensor, the input shape every text model here takes."""
     return np.array([t.encode("utf-8") for t in texts], dtype=np.object_).reshape(-1, 1)
+
+
+def _load_error(exc: InferenceServerException) -> str:
+    """The cause of a failed load, without Triton's "load failed for model ...: version N is at ..." lead."""
+    lines = (exc.message() or str(exc)).strip().splitlines() or [type(exc).__name__]
+    msg = re.sub(r"^load failed for model '[^']+': (version \d+ is at \w+ state: )?", "", lines[0])
+    return msg if len(msg) <= 160 else msg[:159] + "…"
 
 
 def _short(exc: Exception) -> str:

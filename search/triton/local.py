@@ -22,6 +22,8 @@ import uuid
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from search.triton.client import TritonClient
+
 STANDIN_BACKENDS = Path(__file__).parent / "backends"
 
 
@@ -209,6 +211,11 @@ class LocalTriton:
         req = urllib.request.Request(self.url("/v2/repository/index"), data=b"{}", method="POST")
         with urllib.request.urlopen(req, timeout=5) as r:
             return json.loads(r.read())
+
+    def health(self, timeout_s: float = 10.0) -> dict:
+        """Model name -> ``Health`` from a tiny inference per served ensemble: a model whose
+        backend process died still reads READY in ``model_status``."""
+        return TritonClient(f"{self.host}:{self.grpc_port}", heal=False).health(timeout_s=timeout_s)
 
     def stop(self, timeout: float = 20.0) -> None:
         """SIGTERM (Triton drains and unloads), then SIGKILL the whole process group, then any
