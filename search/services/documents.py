@@ -7,7 +7,8 @@ from qdrant_client import models
 from search.errors import BadRequest, EmptyCollection, ModelNotReady, not_served
 from search.models import bge_m3, family, minilm
 from search.services.base import ServiceBase
-from search.services.filters import MODES, check_top_k, document_filter
+from search.services.filters import document_filter
+from search.services.options import MODES, check_top_k
 from search.services.results import DocumentHit
 from search.store import DOCUMENTS
 

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
+from typing import TYPE_CHECKING
 
-from qdrant_client import models
+if TYPE_CHECKING:  # hits are also built from REST answers, without qdrant-client
+    from qdrant_client import models
 
 
 @dataclass(frozen=True)
@@ -79,6 +81,18 @@ class ImageHit:
                    paths=list(pl.get("paths", [])), width=pl.get("width"), height=pl.get("height"),
                    taken_at=pl.get("taken_at"), camera=pl.get("camera"), latitude=loc.get("lat"),
                    longitude=loc.get("lon"), thumbnail=pl.get("thumbnail"))
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """OFA visual entailment of one photo and hypothesis."""
+
+    label: str  # entailment | neutral | contradiction
+    probs: dict[str, float]  # the three, summing to 1
+    truncated: bool = False  # the hypothesis (or premise) was cut to the model's length
+
+    def as_dict(self) -> dict:
+        return asdict(self)
 
 
 def prompt_context(hits: list[DocumentHit]) -> str:
