@@ -11,6 +11,12 @@ class TritonUnavailable(ServiceError):
     exit_code = 3
 
 
+class TritonError(ServiceError):
+    """The local Triton server could not be started, stopped or found."""
+
+    exit_code = 3
+
+
 class ModelNotReady(ServiceError):
     exit_code = 4
 

@@ -6,8 +6,9 @@ from pathlib import Path
 
 import typer
 
-from search.cli.support import display_path, err, guarded, opened, out, to_json
-from search.services import ImageFilters, SearchService, check_query_options
+from search.cli.connect import query_service
+from search.cli.support import display_path, err, guarded, out, to_json
+from search.services.options import ImageFilters, check_query_options
 
 
 @guarded
@@ -42,7 +43,7 @@ def query(
                         min_entailment=min_entailment,
                         photo_only={"--after": after, "--before": before, "--camera": camera, "--near": near,
                                     "--sort": sort != "score"})
-    with opened(SearchService, ctx) as svc:
+    with query_service(ctx) as svc:
         if photos:
             filters = ImageFilters.parse(after=after, before=before, camera=camera, near=near, folder=folder,
                                          suffixes=file_type)
@@ -83,7 +84,7 @@ def entail(
 ) -> None:
     """Does PHOTO support HYPOTHESIS? OFA visual entailment: entailment, neutral or contradiction,
     with the three probabilities."""
-    with opened(SearchService, ctx) as svc:
+    with query_service(ctx) as svc:
         verdict = svc.entail(photo, hypothesis, premise)
     if as_json:
         print(to_json({"photo": str(photo), "hypothesis": hypothesis, "premise": premise, **verdict.as_dict()}))
@@ -98,7 +99,7 @@ def entail(
 @guarded
 def status(ctx: typer.Context, as_json: bool = typer.Option(False, "--json")) -> None:
     """Show whether Triton and the store are reachable, which models are served, and counts."""
-    with opened(SearchService, ctx) as svc:
+    with query_service(ctx) as svc:
         st = svc.status()
     if as_json:
         print(to_json(st))

@@ -8,7 +8,8 @@ import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from search.cli.support import err, guarded, opened, out, to_json
+from search.cli.connect import owner_of, query_service
+from search.cli.support import err, fail, guarded, opened, out, to_json
 from search.services import SearchService
 
 app = typer.Typer(no_args_is_help=True, help="The vector store: size and index status, optimize, migrate between backends.")
@@ -20,7 +21,7 @@ STORE_SPEC = "edge[:PATH] (Qdrant's engine embedded), local[:PATH] (qdrant-clien
 @guarded
 def store_stats(ctx: typer.Context, as_json: bool = typer.Option(False, "--json", help="Print machine-readable JSON.")) -> None:
     """Points, segments, index status, payload indexes and disk size of each collection."""
-    with opened(SearchService, ctx) as svc:
+    with query_service(ctx) as svc:
         st = svc.store_stats()
     if as_json:
         print(to_json(st))
@@ -40,7 +41,7 @@ def store_stats(ctx: typer.Context, as_json: bool = typer.Option(False, "--json"
 @guarded
 def store_optimize(ctx: typer.Context) -> None:
     """Merge segments and build the HNSW indexes now (ingest does this when it ends)."""
-    with opened(SearchService, ctx) as svc:
+    with query_service(ctx) as svc:
         svc.optimize_store()
     out.print("optimized")
 
@@ -65,6 +66,8 @@ def store_migrate(
             tasks[name] = progress.add_task(name, total=total)
         progress.update(tasks[name], completed=done)
 
+    if (running := owner_of(ctx.obj)) is not None:
+        fail(f"the search server ({running.describe()}) has this store open: stop it, then migrate", 5)
     with opened(SearchService, ctx) as svc, progress:
         done = svc.migrate_store(to, source, progress=step)
     if as_json:

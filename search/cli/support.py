@@ -15,7 +15,6 @@ from rich.console import Console
 
 from search.config import Settings, load_settings
 from search.errors import ServiceError
-from search.triton.local import TritonError
 
 out = Console()
 err = Console(stderr=True)
@@ -47,8 +46,6 @@ def guarded(fn):
             return fn(*args, **kwargs)
         except ServiceError as exc:
             fail(str(exc), exc.exit_code)
-        except TritonError as exc:
-            fail(str(exc), 3)
         except KeyboardInterrupt:
             fail("interrupted", 130)
 

@@ -22,13 +22,10 @@ import uuid
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from search.errors import TritonError
 from search.triton.client import TritonClient
 
 STANDIN_BACKENDS = Path(__file__).parent / "backends"
-
-
-class TritonError(RuntimeError):
-    """Raised with a one-line, user-facing message."""
 
 
 def _pytriton_dir() -> Path:
