@@ -5,7 +5,7 @@ from __future__ import annotations
 import typer
 from rich.table import Table
 
-from search.cli.support import err, guarded, out
+from search.cli.support import err, guarded, out, say
 from search.config import Settings
 from search.models import FAMILIES
 
@@ -40,7 +40,7 @@ def models_build(
         with err.status(f"exporting {fam.family}…"):
             report = fam.build(settings.triton_repo, sources[fam.family], force=force)
         colour = {"built": "green", "up to date": "green"}.get(report.status, "yellow")
-        out.print(f"[bold]{fam.family}[/]: [{colour}]{report.status}[/] — {report.detail}", highlight=False, soft_wrap=True)
+        say("[bold]{}[/]: [" + colour + "]{}[/] — {}", fam.family, report.status, report.detail)
         missing += report.status == "missing weights"
         explicit_missing += report.status == "missing weights" and explicit[fam.family]
     if missing:

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import typer
 
-from search.cli.support import display_path, err, guarded, opened, out, to_json
+from search.cli.support import display_path, err, guarded, opened, out, say, to_json
 from search.services import ImageFilters, SearchService, check_query_options
 
 
@@ -58,18 +58,20 @@ def query(
                   + (f" with entailment ≥ {min_entailment}" if min_entailment is not None else ""))
         raise typer.Exit(1)
     for rank, h in enumerate(hits, 1):
-        head = f"[bold]{rank}.[/] [green]{h.score:.3f}[/]  [cyan]{display_path(h.path)}[/]"
+        head = "[bold]{rank}.[/] [green]{score:.3f}[/]  [cyan]{path}[/]"
         if images or like:
             facts = [h.taken, h.camera, f"{h.width}×{h.height}" if h.width else None,
                      f"{h.latitude:.5f},{h.longitude:.5f}" if h.latitude is not None else None]
             if verify:
-                head += (f"  [magenta]entails {h.entailment:.3f}[/] [dim]({h.entailment_label})[/]"
-                         if h.entailment is not None else "  [yellow]not verified (file unreadable)[/]")
-            out.print(head + "  [dim]" + " · ".join(f for f in facts if f) + "[/]", highlight=False, soft_wrap=True)
+                head += ("  [magenta]entails {entails:.3f}[/] [dim]({label})[/]" if h.entailment is not None
+                         else "  [yellow]not verified (file unreadable)[/]")
+            say(head + "  [dim]{facts}[/]", rank=rank, score=h.score, path=display_path(h.path), entails=h.entailment,
+                label=h.entailment_label, facts=" · ".join(f for f in facts if f))
         else:
             where = [f"p. {h.page}" if h.page else None, f"§ {h.section}" if h.section else None, f"chunk {h.chunk}", h.mode]
-            out.print(f"{head} [dim]({', '.join(w for w in where if w)})[/]", highlight=False, soft_wrap=True)
-            out.print(f"   {h.snippet()}", highlight=False, soft_wrap=True)
+            say(head + " [dim]({where})[/]", rank=rank, score=h.score, path=display_path(h.path),
+                where=", ".join(w for w in where if w))
+            say("   {}", h.snippet())
 
 
 @guarded
@@ -103,11 +105,11 @@ def status(ctx: typer.Context, as_json: bool = typer.Option(False, "--json")) ->
         print(to_json(st))
         return
     t = st["triton"]
-    out.print(f"Triton  {t['url']}: " + ("[green]live[/]" if t["live"] else "[red]not reachable[/] (start it: search triton up)"))
+    say("Triton  {}: " + ("[green]live[/]" if t["live"] else "[red]not reachable[/] (start it: search triton up)"), t["url"])
     for name, m in t["models"].items():
-        out.print(f"  {name}: built={'yes' if m['built'] else 'no'} ready={'yes' if m['ready'] else 'no'}")
-    out.print(f"Store   {st['store']['backend']} at {st['store']['location']}")
+        say("  {}: built={} ready={}", name, "yes" if m["built"] else "no", "yes" if m["ready"] else "no")
+    say("Store   {} at {}", st["store"]["backend"], st["store"]["location"])
     for name, n in st["store"]["collections"].items():
-        out.print(f"  {name}: {n} points")
+        say("  {}: {} points", name, n)
     if "note" in st["store"]:
-        out.print(f"  [yellow]note[/]: {st['store']['note']}", highlight=False, soft_wrap=True)
+        say("  [yellow]note[/]: {}", st["store"]["note"])
