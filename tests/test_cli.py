@@ -8,7 +8,9 @@ import subprocess
 import sys
 
 import pytest
+from ingest_helper import long_passage
 
+from search.services import HIT_CHARS, SearchService
 from search.triton.local import free_port
 
 
@@ -202,3 +204,23 @@ def test_status_and_errors_echo_user_text_inert(env, tmp_path):
     no_raw_controls(missing.stderr)
     assert "no\\x1b[31m[red]such\\u202e.jpg: no such file" in missing.stderr.decode()
 
+
+def test_hit_text_is_bounded_unless_full_text(env, settings, tmp_path):
+    word = "Reset your password: " + "x" * 2_000_000  # a 2 MB "word" stored whole, before chunks were bounded
+    svc = SearchService(settings)
+    try:
+        long_passage(svc, tmp_path / "long", word)
+    finally:
+        svc.close()  # the embedded store admits one process at a time
+    bounded = run(env, "reset password", "--json")
+    assert bounded.returncode == 0 and len(bounded.stdout) < 3 * HIT_CHARS, bounded.stderr
+    [hit] = json.loads(bounded.stdout)["hits"]
+    assert hit["truncated"] is True and hit["length"] == len(word) and hit["text"] == word[:HIT_CHARS]
+    [whole] = json.loads(run(env, "reset password", "--json", "--full-text").stdout)["hits"]
+    assert whole["text"] == word and whole["truncated"] is False
+    shown = run(env, "reset password")
+    assert shown.returncode == 0 and len(shown.stdout) < 1000
+    everything = run(env, "reset password", "--full-text")
+    assert everything.returncode == 0 and word in everything.stdout
+    proc = run(env, "--images", "a dog", "--full-text")
+    assert proc.returncode == 2 and "--full-text applies to document search" in proc.stderr

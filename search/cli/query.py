@@ -7,7 +7,7 @@ from pathlib import Path
 import typer
 
 from search.cli.support import display_path, err, guarded, opened, out, say, to_json
-from search.services import ImageFilters, SearchService, check_query_options
+from search.services import HIT_CHARS, ImageFilters, SearchService, check_query_options
 
 
 @guarded
@@ -33,12 +33,14 @@ def query(
                                 "that each one entails TEXT (visual entailment), and show it."),
     min_entailment: float = typer.Option(None, "--min-entailment", min=0.0, max=1.0,
                                          help="With --verify: hide photos whose entailment probability is below this."),
+    full_text: bool = typer.Option(False, "--full-text", help="Documents: each passage's whole text; without it a hit's text "
+                                   f"stops near {HIT_CHARS:,} characters (JSON: truncated and length say so)."),
     as_json: bool = typer.Option(False, "--json", help="Print machine-readable JSON."),
 ) -> None:
     """Find the passages that best match TEXT, or photos with --images / --like."""
     photos = bool(images or like)
     check_query_options(photos=photos, text=bool(text), like=like is not None, mode=mode, verify=verify,
-                        min_entailment=min_entailment,
+                        min_entailment=min_entailment, full_text=full_text,
                         photo_only={"--after": after, "--before": before, "--camera": camera, "--near": near,
                                     "--sort": sort != "score"})
     with opened(SearchService, ctx) as svc:
@@ -49,7 +51,8 @@ def query(
                                      verify=verify, min_entailment=min_entailment)
         else:
             hits = svc.search_documents(text, top_k=top_k or 5, min_score=min_score,
-                                        folder=str(folder) if folder else None, mode=mode, suffixes=file_type or ())
+                                        folder=str(folder) if folder else None, mode=mode, suffixes=file_type or (),
+                                        full_text=full_text)
     if as_json:
         print(to_json({"query": text, "like": str(like) if like else None, "hits": [h.as_dict() for h in hits]}))
         return
@@ -71,7 +74,7 @@ def query(
             where = [f"p. {h.page}" if h.page else None, f"§ {h.section}" if h.section else None, f"chunk {h.chunk}", h.mode]
             say(head + " [dim]({where})[/]", rank=rank, score=h.score, path=display_path(h.path),
                 where=", ".join(w for w in where if w))
-            say("   {}", h.snippet())
+            say("   {}", h.text.strip().replace("\n", "\n   ") if full_text else h.snippet())
 
 
 @guarded

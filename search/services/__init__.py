@@ -3,7 +3,17 @@ call. Ingest is the indexer's service (``indexer.service``); both share ``search
 
 from search.services.admin import Admin
 from search.services.documents import DocumentSearch
-from search.services.filters import MAX_TOP_K, MODES, SORTS, ImageFilters, check_query_options, parse_date, parse_near
+from search.services.filters import (
+    HIT_CHARS,
+    HIT_CHARS_LIMIT,
+    MAX_TOP_K,
+    MODES,
+    SORTS,
+    ImageFilters,
+    check_query_options,
+    parse_date,
+    parse_near,
+)
 from search.services.images import ImageSearch
 from search.services.results import DocumentHit, ImageHit, prompt_context
 
@@ -12,5 +22,5 @@ class SearchService(DocumentSearch, ImageSearch, Admin):
     """Every query a face can ask, over one store and one Triton client."""
 
 
-__all__ = ["MAX_TOP_K", "MODES", "SORTS", "DocumentHit", "ImageFilters", "ImageHit", "SearchService",
-           "check_query_options", "parse_date", "parse_near", "prompt_context"]
+__all__ = ["HIT_CHARS", "HIT_CHARS_LIMIT", "MAX_TOP_K", "MODES", "SORTS", "DocumentHit", "ImageFilters", "ImageHit",
+           "SearchService", "check_query_options", "parse_date", "parse_near", "prompt_context"]
