@@ -8,7 +8,20 @@ import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from indexer.service import IngestService
-from search.cli.support import DataDir, QdrantUrl, TritonUrl, display_path, err, guarded, make_settings, opened, out, to_json
+from search.cli.support import (
+    DataDir,
+    QdrantUrl,
+    TritonUrl,
+    display_path,
+    err,
+    guarded,
+    make_settings,
+    opened,
+    out,
+    printable,
+    say,
+    to_json,
+)
 from search.config import MAX_CHUNK_TOKENS
 
 app = typer.Typer(no_args_is_help=True, add_completion=False, rich_markup_mode="rich",
@@ -38,7 +51,7 @@ def ingest(
     chunking = {k: v for k, v in {"chunk_tokens": chunk_tokens, "chunk_overlap": overlap}.items() if v is not None}
     ctx.obj = ctx.obj.model_copy(update=chunking)
     progress = Progress(TextColumn("[bold]indexing"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                        TextColumn("{task.fields[current]}"), console=err, transient=True,
+                        TextColumn("{task.fields[current]}", markup=False), console=err, transient=True,
                         disable=as_json or not err.is_terminal)  # a bar only helps on a terminal
     task = progress.add_task("files", total=None, current="")
     try:
@@ -47,7 +60,7 @@ def ingest(
                 paths, prune=prune,
                 on_start=lambda n: progress.update(task, total=n),
                 on_file=lambda o: progress.update(task, advance=0 if o.status == "pruned" else 1,
-                                                  current=display_path(o.path)[-50:]),
+                                                  current=printable(display_path(o.path))[-50:]),
             )
     except ValueError as exc:  # chunker arguments
         raise typer.BadParameter(str(exc)) from exc
@@ -74,9 +87,9 @@ def _print_summary(report) -> None:
         highlight=False,
     )
     for kind, info in d["unavailable"].items():
-        out.print(f"  [yellow]not indexed[/] {info['files']} {kind}: {info['reason']}", highlight=False, soft_wrap=True)
+        say("  [yellow]not indexed[/] {} {}: {}", info["files"], kind, info["reason"])
     for f in report.failures:
-        out.print(f"  [red]failed[/] {display_path(f.path)}: {f.reason}", highlight=False, soft_wrap=True)
+        say("  [red]failed[/] {}: {}", display_path(f.path), f.reason)
 
 
 def main() -> None:

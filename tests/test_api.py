@@ -15,11 +15,13 @@ import schemathesis
 from fastapi.testclient import TestClient
 from hypothesis import HealthCheck
 from hypothesis import settings as fuzz_settings
+from ingest_helper import long_passage
 from PIL import Image
 from schemathesis.checks import not_a_server_error
 from starlette_testclient import TestClient as RequestsTestClient  # the requests-based client schemathesis sends with
 
 from search.api import create_app
+from search.services import HIT_CHARS, HIT_CHARS_LIMIT, SearchService
 from search.triton.local import free_port
 
 KEY = "s3cret-key"
@@ -119,6 +121,25 @@ def test_ingest_a_folder_then_search_documents(settings, docs):
         assert elsewhere.status_code == 200 and elsewhere.json()["hits"] == []
 
 
+def test_document_hits_carry_bounded_text(settings, tmp_path):
+    word = "Reset your password: " + "x" * 2_000_000  # a 2 MB "word" stored whole, before chunks were bounded
+    svc = SearchService(settings)
+    try:
+        long_passage(svc, tmp_path / "long", word)
+    finally:
+        svc.close()  # the app opens the store itself
+    with make_client(settings) as c:
+        r = c.post("/search/documents", json={"query": "reset password", "top_k": 1})
+        assert r.status_code == 200 and len(r.content) < 3 * HIT_CHARS, r.text[:500]
+        [hit], context = r.json()["hits"], r.json()["context"]
+        assert hit["truncated"] is True and hit["length"] == len(word) and hit["text"] == word[:HIT_CHARS]
+        assert context.startswith(f"[1] {hit['citation']}\nReset your password: xxx") and context.endswith("x …")
+        [small] = c.post("/search/documents", json={"query": "reset password", "max_chars": 100}).json()["hits"]
+        assert small["text"] == word[:100] and small["truncated"] is True
+        [whole] = c.post("/search/documents", json={"query": "reset password", "full_text": True}).json()["hits"]
+        assert whole["text"] == word and whole["truncated"] is False
+
+
 def test_search_before_anything_is_indexed_is_409(client):
     fails(client.post("/search/documents", json={"query": "reset password"}), 409, "nothing indexed yet")
     fails(client.post("/search/images", json={"text": "a dog"}), 409, "no photos indexed yet")
@@ -134,6 +155,9 @@ def test_search_before_anything_is_indexed_is_409(client):
     ({"top_k": 3}, 422, "query"),
     ({"query": "x", "mode": "telepathy"}, 422, "mode"),
     ({"query": "x", "min_score": "high"}, 422, "min_score"),
+    ({"query": "x", "max_chars": 0}, 422, "max_chars"),
+    ({"query": "x", "max_chars": HIT_CHARS_LIMIT + 1}, 422, "max_chars"),
+    ({"query": "x", "max_chars": 10, "full_text": True}, 422, "max_chars"),
     (b'{"query": "\\ud800"}', 422, "query"),  # a lone surrogate (valid JSON, not valid text)
     (None, 422, "body"),
 ])

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from pydantic import AfterValidator, BaseModel, Field
+from pydantic import AfterValidator, BaseModel, Field, model_validator
 
-from search.services import MAX_TOP_K, MODES, SORTS, ImageFilters
+from search.services import HIT_CHARS, HIT_CHARS_LIMIT, MAX_TOP_K, MODES, SORTS, ImageFilters
 
 MAX_PATHS = 100  # per ingest request
 
@@ -30,6 +30,16 @@ class DocumentQuery(BaseModel):
     mode: Literal[MODES] | None = Field(None, description="default: the server's search_mode (auto)")
     min_score: Score | None = None
     folder: Text | None = Field(None, max_length=4096, description="only files under this folder")
+    max_chars: Annotated[int, Field(ge=1, le=HIT_CHARS_LIMIT)] | None = Field(
+        None, description=f"characters of text per hit, cut at a word boundary when there is one (the hit then says "
+                          f"truncated and its whole length); null: {HIT_CHARS}")
+    full_text: bool = Field(False, description="each hit's whole text, however long (leave max_chars out)")
+
+    @model_validator(mode="after")
+    def _one_bound(self) -> DocumentQuery:
+        if self.full_text and self.max_chars is not None:
+            raise ValueError("max_chars and full_text: give one or the other")
+        return self
 
 
 class PhotoFilters(BaseModel):

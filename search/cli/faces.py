@@ -8,7 +8,7 @@ import sys
 
 import typer
 
-from search.cli.support import guarded, out
+from search.cli.support import guarded, say
 from search.config import PROJECT_ROOT, Settings
 
 
@@ -32,8 +32,8 @@ def serve(
     from search.api import serve as run_api  # noqa: PLC0415  (FastAPI and uvicorn load only for this command)
 
     settings: Settings = ctx.obj
-    out.print(f"REST API on http://{host or settings.api_host}:{port or settings.api_port} "
-              "(OpenAPI docs at /docs; Ctrl+C stops it)")
+    say("REST API on http://{}:{} (OpenAPI docs at /docs; Ctrl+C stops it)", host or settings.api_host,
+        port or settings.api_port)
     try:
         run_api(settings, host, port)
     except KeyboardInterrupt:
@@ -51,7 +51,7 @@ def ui(
     cmd = [sys.executable, "-m", "streamlit", "run", str(PROJECT_ROOT / "ui" / "app.py"),
            "--server.address", host or settings.api_host, "--server.port", str(port or settings.ui_port),
            "--server.headless", "true", "--client.toolbarMode", "viewer", "--browser.gatherUsageStats", "false"]
-    out.print(f"search page on http://{host or settings.api_host}:{port or settings.ui_port} (Ctrl+C stops it)")
+    say("search page on http://{}:{} (Ctrl+C stops it)", host or settings.api_host, port or settings.ui_port)
     try:
         raise typer.Exit(subprocess.call(cmd, env=_child_env(settings)))
     except KeyboardInterrupt:

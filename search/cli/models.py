@@ -7,7 +7,7 @@ import inspect
 import typer
 from rich.table import Table
 
-from search.cli.support import err, guarded, out
+from search.cli.support import err, guarded, out, say
 from search.config import Settings
 from search.models import FAMILIES
 
@@ -22,7 +22,7 @@ def models_build(ctx: typer.Context, force: bool = False, **given: str | None) -
         with err.status(f"exporting {fam.family}…"):
             report = fam.build(settings.triton_repo, named or fam.source(settings), force=force)
         colour = {"built": "green", "up to date": "green"}.get(report.status, "yellow")
-        out.print(f"[bold]{fam.family}[/]: [{colour}]{report.status}[/] — {report.detail}", highlight=False, soft_wrap=True)
+        say("[bold]{}[/]: [" + colour + "]{}[/] — {}", fam.family, report.status, report.detail)
         missing += report.status == "missing weights"
         explicit_missing += report.status == "missing weights" and named is not None
     if missing:

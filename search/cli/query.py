@@ -7,8 +7,8 @@ from pathlib import Path
 import typer
 
 from search.cli.connect import query_service
-from search.cli.support import display_path, err, guarded, out, to_json
-from search.services.options import ImageFilters, check_query_options
+from search.cli.support import display_path, err, guarded, out, say, to_json
+from search.services.options import HIT_CHARS, ImageFilters, check_query_options
 
 
 @guarded
@@ -35,12 +35,14 @@ def query(
                                 "that each one entails TEXT (visual entailment), and show it."),
     min_entailment: float = typer.Option(None, "--min-entailment", min=0.0, max=1.0,
                                          help="With --verify: hide photos whose entailment probability is below this."),
+    full_text: bool = typer.Option(False, "--full-text", help="Documents: each passage's whole text; without it a hit's text "
+                                   f"stops near {HIT_CHARS:,} characters (JSON: truncated and length say so)."),
     as_json: bool = typer.Option(False, "--json", help="Print machine-readable JSON."),
 ) -> None:
     """Find the passages that best match TEXT, or photos with --images / --like."""
     photos = bool(images or like)
     check_query_options(photos=photos, text=bool(text), like=like is not None, mode=mode, verify=verify,
-                        min_entailment=min_entailment,
+                        min_entailment=min_entailment, full_text=full_text,
                         photo_only={"--after": after, "--before": before, "--camera": camera, "--near": near,
                                     "--sort": sort != "score"})
     with query_service(ctx) as svc:
@@ -51,7 +53,8 @@ def query(
                                      verify=verify, min_entailment=min_entailment)
         else:
             hits = svc.search_documents(text, top_k=top_k or 5, min_score=min_score,
-                                        folder=str(folder) if folder else None, mode=mode, suffixes=file_type or ())
+                                        folder=str(folder) if folder else None, mode=mode, suffixes=file_type or (),
+                                        full_text=full_text)
     if as_json:
         print(to_json({"query": text, "like": str(like) if like else None, "hits": [h.as_dict() for h in hits]}))
         return
@@ -60,18 +63,20 @@ def query(
                   + (f" with entailment ≥ {min_entailment}" if min_entailment is not None else ""))
         raise typer.Exit(1)
     for rank, h in enumerate(hits, 1):
-        head = f"[bold]{rank}.[/] [green]{h.score:.3f}[/]  [cyan]{display_path(h.path)}[/]"
+        head = "[bold]{rank}.[/] [green]{score:.3f}[/]  [cyan]{path}[/]"
         if images or like:
             facts = [h.taken, h.camera, f"{h.width}×{h.height}" if h.width else None,
                      f"{h.latitude:.5f},{h.longitude:.5f}" if h.latitude is not None else None]
             if verify:
-                head += (f"  [magenta]entails {h.entailment:.3f}[/] [dim]({h.entailment_label})[/]"
-                         if h.entailment is not None else "  [yellow]not verified (file unreadable)[/]")
-            out.print(head + "  [dim]" + " · ".join(f for f in facts if f) + "[/]", highlight=False, soft_wrap=True)
+                head += ("  [magenta]entails {entails:.3f}[/] [dim]({label})[/]" if h.entailment is not None
+                         else "  [yellow]not verified (file unreadable)[/]")
+            say(head + "  [dim]{facts}[/]", rank=rank, score=h.score, path=display_path(h.path), entails=h.entailment,
+                label=h.entailment_label, facts=" · ".join(f for f in facts if f))
         else:
             where = [f"p. {h.page}" if h.page else None, f"§ {h.section}" if h.section else None, f"chunk {h.chunk}", h.mode]
-            out.print(f"{head} [dim]({', '.join(w for w in where if w)})[/]", highlight=False, soft_wrap=True)
-            out.print(f"   {h.snippet()}", highlight=False, soft_wrap=True)
+            say(head + " [dim]({where})[/]", rank=rank, score=h.score, path=display_path(h.path),
+                where=", ".join(w for w in where if w))
+            say("   {}", h.text.strip().replace("\n", "\n   ") if full_text else h.snippet())
 
 
 @guarded
@@ -105,12 +110,12 @@ def status(ctx: typer.Context, as_json: bool = typer.Option(False, "--json")) ->
         print(to_json(st))
         return
     t = st["triton"]
-    out.print(f"Triton  {t['url']}: " + ("[green]live[/]" if t["live"] else "[red]not reachable[/] (start it: search triton up)"))
+    say("Triton  {}: " + ("[green]live[/]" if t["live"] else "[red]not reachable[/] (start it: search triton up)"), t["url"])
     for name, m in t["models"].items():
-        out.print(f"  {name}: built={'yes' if m['built'] else 'no'} ready={'yes' if m['ready'] else 'no'}"
-                  + ("" if m.get("healthy", True) else f" [red]unhealthy[/]: {m['reason']}"), highlight=False, soft_wrap=True)
-    out.print(f"Store   {st['store']['backend']} at {st['store']['location']}")
+        say("  {}: built={} ready={}" + ("" if m.get("healthy", True) else " [red]unhealthy[/]: {}"), name,
+            "yes" if m["built"] else "no", "yes" if m["ready"] else "no", *([] if m.get("healthy", True) else [m["reason"]]))
+    say("Store   {} at {}", st["store"]["backend"], st["store"]["location"])
     for name, n in st["store"]["collections"].items():
-        out.print(f"  {name}: {n} points")
+        say("  {}: {} points", name, n)
     if "note" in st["store"]:
-        out.print(f"  [yellow]note[/]: {st['store']['note']}", highlight=False, soft_wrap=True)
+        say("  [yellow]note[/]: {}", st["store"]["note"])

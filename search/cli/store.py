@@ -9,7 +9,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from search.cli.connect import owner_of, query_service
-from search.cli.support import err, fail, guarded, opened, out, to_json
+from search.cli.support import err, fail, guarded, opened, out, say, to_json
 from search.services import SearchService
 
 app = typer.Typer(no_args_is_help=True, help="The vector store: size and index status, optimize, migrate between backends.")
@@ -26,7 +26,7 @@ def store_stats(ctx: typer.Context, as_json: bool = typer.Option(False, "--json"
     if as_json:
         print(to_json(st))
         return
-    out.print(f"Store {st['backend']} at {st['location']}" + (f" — {_size(st['disk_bytes'])} on disk" if st["disk_bytes"] else ""))
+    say("Store {} at {}" + (" — {} on disk" if st["disk_bytes"] else ""), st["backend"], st["location"], _size(st["disk_bytes"]))
     table = Table("collection", "points", "segments", "in HNSW", "status", "payload indexes", "disk")
     for name, c in st["collections"].items():
         table.add_row(name, f"{c['points']:,}", str(c["segments"] if c["segments"] is not None else "-"),
@@ -34,7 +34,7 @@ def store_stats(ctx: typer.Context, as_json: bool = typer.Option(False, "--json"
                       str(len(c["payload_indexes"])), _size(c["disk_bytes"]))  # names: --json
     out.print(table if st["collections"] else "  no collections yet: run `indexer ingest PATH`")
     if "note" in st:
-        out.print(f"[yellow]note[/]: {st['note']}", highlight=False, soft_wrap=True)
+        say("[yellow]note[/]: {}", st["note"])
 
 
 @app.command("optimize")
@@ -74,7 +74,7 @@ def store_migrate(
         print(to_json([asdict(m) for m in done]))
         return
     for m in done:
-        out.print(f"{m.collection}: {m.copied:,} points copied, {m.target:,} in the target (verified)")
+        say("{}: {:,} points copied, {:,} in the target (verified)", m.collection, m.copied, m.target)
 
 
 def _size(n: int | None) -> str:

@@ -6,18 +6,47 @@ from __future__ import annotations
 import functools
 import json
 import os
+import re
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
 import typer
 from rich.console import Console
+from rich.text import Text
 
 from search.config import Settings, load_settings
 from search.errors import ServiceError
 
-out = Console()
-err = Console(stderr=True)
+# What a terminal acts on instead of showing: C0 controls but newline and tab (ESC starts colour, cursor
+# and title sequences), DEL, C1 (\x9b is a CSI on some terminals), the bidi embeddings, overrides and
+# isolates (they reorder what follows, so a name can pose as another), lone surrogates (unencodable).
+_UNSAFE = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069\ud800-\udfff]")
+
+
+def _escaped(m: re.Match) -> str:
+    c = ord(m.group())
+    if 0xDC80 <= c <= 0xDCFF:  # a byte that was not UTF-8 (surrogateescape): show the byte
+        c -= 0xDC00
+    return f"\\x{c:02x}" if c < 0x100 else f"\\u{c:04x}"
+
+
+def printable(text: str) -> str:
+    """``text`` with every character a terminal would act on written as an escape (\\x1b, \\u202e)."""
+    return _UNSAFE.sub(_escaped, text)
+
+
+class SafeConsole(Console):
+    """A console that prints no control character: every string it renders (what a face prints other
+    than through say(): its own messages, table cells) goes through printable() first."""
+
+    def render_str(self, text: str, **kwargs) -> Text:
+        return super().render_str(printable(text), **kwargs)
+
+
+_HOLE = re.compile("\ue000([0-9]+)\ue001")  # private-use marks: where say() puts each value
+out = SafeConsole()
+err = SafeConsole(stderr=True)
 
 DataDir = typer.Option(None, "--data-dir", help="Where the embedded store and Triton's run state live \\[env: SEARCH_DATA_DIR].")
 TritonUrl = typer.Option(None, "--triton-url", help="gRPC address of a Triton server, e.g. triton:8001 \\[env: SEARCH_TRITON_URL].")
@@ -32,8 +61,32 @@ def make_settings(data_dir: Path | None, triton_url: str | None, qdrant_url: str
         fail(f"invalid setting: {exc}", 2)
 
 
+def say(template: str, /, *values: object, console: Console = out, **named: object) -> None:
+    """Print ``template`` (rich markup with str.format fields) with ``values`` in it as plain text: their
+    brackets, backslashes and :emoji: codes are not markup, their control characters are escapes. The
+    one way a face prints text it did not write (indexed text, paths, EXIF, messages that echo input).
+    Numbers keep their format specs."""
+    held: list[str] = []
+
+    def hold(value: object) -> object:
+        if isinstance(value, int | float):
+            return value
+        held.append(printable(str(value)))
+        return f"\ue000{len(held) - 1}\ue001"
+
+    # Parse the template's markup with a mark in place of each value, then put the values in as text.
+    marked = Text.from_markup(template.format(*map(hold, values), **{k: hold(v) for k, v in named.items()}))
+    line, pos = Text(), 0
+    for m in _HOLE.finditer(marked.plain):
+        line.append_text(marked[pos:m.start()])
+        line.append(held[int(m[1])], style=marked.get_style_at_offset(console, m.start()))
+        pos = m.end()
+    line.append_text(marked[pos:])
+    console.print(line, highlight=False, soft_wrap=True)
+
+
 def fail(message: str, code: int = 1) -> None:
-    err.print(f"[bold red]error:[/] {message}", highlight=False, soft_wrap=True)
+    say("[bold red]error:[/] {}", message, console=err)
     raise typer.Exit(code)
 
 
@@ -59,8 +112,6 @@ def display_path(path: str) -> str:
         return path
 
 
-
-
 @contextmanager
 def opened(service_cls, ctx: typer.Context) -> Iterator:
     """A service on the command's settings, closed (its store released) when the command is done."""
@@ -72,4 +123,6 @@ def opened(service_cls, ctx: typer.Context) -> Iterator:
 
 
 def to_json(obj) -> str:
-    return json.dumps(obj, ensure_ascii=False, indent=2)
+    # json.dumps escapes C0 controls but writes DEL, C1, bidi controls and lone surrogates as they are;
+    # those only occur inside strings, where \\uXXXX stands for the same character.
+    return _UNSAFE.sub(lambda m: f"\\u{ord(m.group()):04x}", json.dumps(obj, ensure_ascii=False, indent=2))

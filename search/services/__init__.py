@@ -15,12 +15,23 @@ _WHERE = {
     "MAX_TOP_K": "search.services.options", "MODES": "search.services.options", "SORTS": "search.services.options",
     "ImageFilters": "search.services.options", "check_query_options": "search.services.options",
     "parse_date": "search.services.options", "parse_near": "search.services.options",
+    "HIT_CHARS": "search.services.options", "HIT_CHARS_LIMIT": "search.services.options",
     "DocumentHit": "search.services.results", "ImageHit": "search.services.results",
     "prompt_context": "search.services.results",
 }
 
 if TYPE_CHECKING:
-    from search.services.options import MAX_TOP_K, MODES, SORTS, ImageFilters, check_query_options, parse_date, parse_near
+    from search.services.options import (
+        HIT_CHARS,
+        HIT_CHARS_LIMIT,
+        MAX_TOP_K,
+        MODES,
+        SORTS,
+        ImageFilters,
+        check_query_options,
+        parse_date,
+        parse_near,
+    )
     from search.services.query import SearchService
     from search.services.results import DocumentHit, ImageHit, prompt_context
 
@@ -31,5 +42,5 @@ def __getattr__(name: str):
     return getattr(importlib.import_module(_WHERE[name]), name)
 
 
-__all__ = ["MAX_TOP_K", "MODES", "SORTS", "DocumentHit", "ImageFilters", "ImageHit", "SearchService",
+__all__ = ["HIT_CHARS", "HIT_CHARS_LIMIT", "MAX_TOP_K", "MODES", "SORTS", "DocumentHit", "ImageFilters", "ImageHit", "SearchService",
            "check_query_options", "parse_date", "parse_near", "prompt_context"]

@@ -11,6 +11,11 @@ from datetime import UTC, datetime
 from search.errors import BadRequest
 
 MAX_TOP_K = 100
+# Characters of text per document hit unless the caller asks for more: about twice the longest chunk the
+# chunker makes of prose (254 tokens ~ 1,100 characters), so an ordinary passage comes back whole and only
+# pathological ones (a long "word" is one [UNK] token) are cut; 100 hits stay near 200,000 characters.
+HIT_CHARS = 2_000
+HIT_CHARS_LIMIT = 100_000  # the most a request may ask for; the whole text is full_text
 SORTS = ("score", "newest", "oldest")
 # Document search modes: semantic = MiniLM; dense / sparse = one BGE-M3 vector kind; hybrid = BGE-M3
 # dense + sparse fused (RRF), re-ranked by ColBERT; auto = hybrid when BGE-M3 is served, else semantic.
@@ -72,9 +77,12 @@ def check_top_k(top_k: int) -> None:
 
 
 def check_query_options(*, photos: bool, text: bool, like: bool, mode: str | None = None, verify: bool = False,
-                        min_entailment: float | None = None, photo_only: dict[str, object] | None = None) -> None:
+                        min_entailment: float | None = None, full_text: bool = False,
+                        photo_only: dict[str, object] | None = None) -> None:
     """Which options go together, named as the caller names them (``photo_only``: option name -> value;
     for the CLI the names are its flags). Raises BadRequest naming what is wrong."""
+    if photos and full_text:
+        raise BadRequest("--full-text applies to document search; photo hits carry no text")
     if photos and mode:
         raise BadRequest("--mode applies to document search; photos are always searched with CLIP")
     if (verify or min_entailment is not None) and not (photos and text):
@@ -87,3 +95,16 @@ def check_query_options(*, photos: bool, text: bool, like: bool, mode: str | Non
             raise BadRequest(f"{', '.join(used)} only apply to photo search: add --images (text) or --like PHOTO")
         if not text:
             raise BadRequest('give a query, e.g. search "reset password" (or --like PHOTO for photos)')
+
+
+def check_max_chars(max_chars: int | None, full_text: bool) -> int | None:
+    """The characters of text a document hit may carry: None for the whole text."""
+    if full_text:
+        if max_chars is not None:
+            raise BadRequest("max_chars: leave it out with full_text, which returns the whole text")
+        return None
+    if max_chars is None:
+        return HIT_CHARS
+    if not 1 <= max_chars <= HIT_CHARS_LIMIT:
+        raise BadRequest(f"max_chars: must be between 1 and {HIT_CHARS_LIMIT}, got {max_chars} (or ask for full_text)")
+    return max_chars

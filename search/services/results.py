@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
@@ -26,6 +26,8 @@ class DocumentHit:
     title: str | None = None
     section: str | None = None  # the nearest heading above the passage
     mode: str = "semantic"  # how it was found (the score's meaning depends on it)
+    length: int = 0  # characters in the whole passage; text may hold fewer (truncated)
+    truncated: bool = False
 
     @property
     def citation(self) -> str:
@@ -40,13 +42,26 @@ class DocumentHit:
     def as_dict(self) -> dict:
         return {**asdict(self), "citation": self.citation}
 
+    def bounded(self, max_chars: int | None) -> DocumentHit:
+        """This hit with at most ``max_chars`` characters of text (None: all of it), cut at a word
+        boundary when there is one in the second half."""
+        if max_chars is None or len(self.text) <= max_chars:
+            return self
+        head = self.text[:max_chars]
+        if not self.text[max_chars].isspace():  # mid-word: drop the word's start, unless that loses over half
+            before = head.rsplit(None, 1)
+            if len(before) == 2 and len(before[0]) >= max_chars // 2:
+                head = before[0]
+        return replace(self, text=head.rstrip(), truncated=True)
+
     @classmethod
     def from_point(cls, p: models.ScoredPoint, mode: str, scale: float = 1.0) -> DocumentHit:
         pl = p.payload or {}
+        text = pl.get("text", "")
         return cls(score=float(p.score) * scale, path=pl.get("path", ""), chunk=int(pl.get("chunk", 0)),
-                   text=pl.get("text", ""), sha256=pl.get("sha256", ""), paths=list(pl.get("paths", [])),
+                   text=text, sha256=pl.get("sha256", ""), paths=list(pl.get("paths", [])),
                    start=pl.get("start"), end=pl.get("end"), page=pl.get("page"), title=pl.get("title"),
-                   section=pl.get("section"), mode=mode)
+                   section=pl.get("section"), mode=mode, length=len(text))
 
 
 @dataclass(frozen=True)
@@ -96,6 +111,7 @@ class Verdict:
 
 
 def prompt_context(hits: list[DocumentHit]) -> str:
-    """Numbered passages with their citations, ready to paste into a bot's prompt."""
-    return "\n\n".join(f"[{i}] {h.citation}\n{h.text.strip()}" for i, h in enumerate(hits, 1))
+    """Numbered passages with their citations, ready to paste into a bot's prompt (a cut passage ends in …)."""
+    return "\n\n".join(f"[{i}] {h.citation}\n{h.text.strip()}" + (" …" if h.truncated else "")
+                       for i, h in enumerate(hits, 1))
 
