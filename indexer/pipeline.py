@@ -30,6 +30,7 @@ from qdrant_client import models
 
 from indexer.kinds import Kind, Unit
 from indexer.loaders import read_bytes
+from search.paths import from_stored, path_bytes, readable, stored
 from search.store import Store, StoredFile, folders_of, point_id
 
 INDEXED, UNCHANGED, UPDATED, FAILED, PRUNED = "indexed", "unchanged", "updated", "failed", "pruned"
@@ -76,7 +77,8 @@ class IngestReport:
             "truncated_chunks": self.truncated_chunks, "seconds": round(self.seconds, 3),
             "by_kind": dict(by_kind),
             "unavailable": {k: {"files": n, "reason": why} for k, (n, why) in self.unavailable.items()},
-            "failures": [{"path": o.path, "reason": o.reason} for o in self.failures],
+            "failures": [{"path": readable(o.path), "path_bytes": path_bytes(o.path), "reason": o.reason}
+                         for o in self.failures],
         }
 
 
@@ -90,7 +92,10 @@ def discover(roots: Iterable[Path], suffixes: frozenset[str]) -> tuple[list[Path
             else:
                 bad.append(FileOutcome(str(root), FAILED, f"unsupported file type '{root.suffix or root.name}'"))
         elif root.is_dir():
-            for dirpath, dirnames, filenames in os.walk(root, onerror=lambda e: bad.append(FileOutcome(e.filename, FAILED, f"unreadable: {e.strerror}"))):
+            def unreadable(e: OSError) -> None:
+                bad.append(FileOutcome(e.filename, FAILED, f"unreadable: {e.strerror}"))
+
+            for dirpath, dirnames, filenames in os.walk(root, onerror=unreadable):
                 dirnames[:] = sorted(d for d in dirnames if d not in SKIP_DIRS and not d.startswith("."))
                 for name in sorted(filenames):
                     p = Path(dirpath) / name
@@ -136,6 +141,7 @@ class Ingestor:
         kind = self.kind
         self.store.ensure(kind.schema)
         for f in self.store.files(kind.schema.name):
+            f = replace(f, paths=tuple(from_stored(p) for p in f.paths))  # paths are OS strings here
             self.by_sha[f.sha256] = f
             for p in f.paths:
                 self.by_path[p] = f.sha256
@@ -218,7 +224,7 @@ class Ingestor:
                 self._repoint(sha, [*_existing(same.paths), key], size=st.st_size, mtime=st.st_mtime)
             else:
                 self._flush()
-                self.store.set_paths(kind.schema.name, sha, list(same.paths), mtime=st.st_mtime)
+                self._set_paths(sha, list(same.paths), mtime=st.st_mtime)
                 self.by_sha[sha] = replace(same, mtime=st.st_mtime)
                 status = UNCHANGED
             self._leave_old(key, sha)
@@ -237,13 +243,14 @@ class Ingestor:
         paths = list(dict.fromkeys([job.path, *(p for p, _ in job.copies), *_existing(previous.paths if previous else ())]))
         suffix = Path(job.path).suffix.lower()
         n = len(job.units)
-        common = {"path": job.path, "paths": paths, "folders": sorted({f for p in paths for f in folders_of(p)}),
+        kept = [stored(p) for p in paths]  # names that are not UTF-8 kept losslessly (search/paths.py)
+        common = {"path": kept[0], "paths": kept, "folders": sorted({f for p in kept for f in folders_of(p)}),
                   "suffix": suffix, "n_chunks": n, "sha256": job.sha256, "size": job.size, "mtime": job.mtime,
                   "chunker": kind.signature}
         points = [
             models.PointStruct(id=point_id(job.sha256, kind.signature, i), vector=vec,
                                payload={**common, "chunk": i, **unit.payload})
-            for i, (unit, vec) in enumerate(zip(job.units, job.vectors))
+            for i, (unit, vec) in enumerate(zip(job.units, job.vectors, strict=True))
         ]
         self._rest += points[1:]
         self._heads += points[:1]
@@ -271,9 +278,12 @@ class Ingestor:
         self.store.upsert(self.kind.schema.name, rest)
         self.store.upsert(self.kind.schema.name, heads)
 
+    def _set_paths(self, sha: str, paths: list[str], **extra) -> None:
+        self.store.set_paths(self.kind.schema.name, sha, [stored(p) for p in paths], **extra)
+
     def _repoint(self, sha: str, paths: list[str], **extra) -> None:
         self._flush()
-        self.store.set_paths(self.kind.schema.name, sha, paths, **extra)
+        self._set_paths(sha, paths, **extra)
         for p in set(self.by_sha[sha].paths) - set(paths):
             self.by_path.pop(p, None)
         self.by_sha[sha] = replace(self.by_sha[sha], paths=tuple(paths), **extra)
@@ -291,7 +301,7 @@ class Ingestor:
         remaining = [p for p in self.by_sha[sha].paths if p != path]
         self._flush()
         if remaining:
-            self.store.set_paths(self.kind.schema.name, sha, remaining)
+            self._set_paths(sha, remaining)
             self.by_sha[sha] = replace(self.by_sha[sha], paths=tuple(remaining))
         else:
             self.store.delete_content(self.kind.schema.name, sha)

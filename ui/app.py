@@ -16,10 +16,10 @@ from pathlib import Path
 
 import streamlit as st
 
-from search.media.photos import IMAGE_SUFFIXES
 from indexer.loaders import DOCUMENT_SUFFIXES
 from search.config import Settings
 from search.errors import ServiceError
+from search.media.photos import IMAGE_SUFFIXES
 from search.services import MAX_TOP_K, ImageFilters, SearchService
 
 
@@ -123,11 +123,11 @@ def documents_page(svc: SearchService, mode: Mode, opts: dict) -> None:
     for i, hit in enumerate(hits):
         with st.container(border=True):
             head, button = st.columns([5, 1])
-            head.markdown(f"**{Path(hit.path).name}** · score {hit.score:.3f}")
+            head.markdown(f"**{Path(hit.display_path).name}** · score {hit.score:.3f}")
             head.caption(hit.citation)
             source = Path(hit.path)
             if source.is_file():  # a browser cannot open file:// links from a page, so serve the file
-                button.download_button("Open source", partial(source.read_bytes), file_name=source.name,
+                button.download_button("Open source", partial(source.read_bytes), file_name=Path(hit.display_path).name,
                                        key=f"src{i}")
             st.html(f'<div style="line-height:1.5">{highlight(hit.text, query)}</div>')
 
@@ -185,13 +185,13 @@ def photos_page(svc: SearchService, mode: Mode, opts: dict, ofa_ready: bool = Fa
             with col.container(border=True):
                 picture = hit.thumbnail if hit.thumbnail and Path(hit.thumbnail).is_file() else hit.path
                 st.image(picture, width="stretch")
-                st.markdown(f"**{Path(hit.path).name}** · {hit.score:.3f}")
+                st.markdown(f"**{Path(hit.display_path).name}** · {hit.score:.3f}")
                 if hit.entailment is not None:
                     st.caption(f"entails {hit.entailment:.3f} ({hit.entailment_label})")
                 meta = [hit.taken, hit.camera, f"{hit.width}×{hit.height}" if hit.width else None,
                         f"{hit.latitude:.4f}, {hit.longitude:.4f}" if hit.latitude is not None else None]
                 st.caption(" · ".join(m for m in meta if m) or "no EXIF")
-                st.caption(hit.path)
+                st.caption(hit.display_path)
 
 
 if __name__ == "__main__":  # streamlit runs the file as __main__; tests import highlight()

@@ -7,6 +7,7 @@ from pathlib import Path
 import typer
 
 from search.cli.support import display_path, err, guarded, opened, out, to_json
+from search.paths import readable
 from search.services import ImageFilters, SearchService, check_query_options
 
 
@@ -16,10 +17,13 @@ def query(
     text: str = typer.Argument(None, help="What you are looking for, in your own words."),
     images: bool = typer.Option(False, "--images", help="Search photos by TEXT (CLIP) instead of documents."),
     like: Path = typer.Option(None, "--like", help="Find photos that look like this one (image-to-image)."),
-    top_k: int = typer.Option(None, "--top-k", "-k", min=1, max=100, help="How many hits to show \\[default: 5 passages, 12 photos]."),
-    min_score: float = typer.Option(None, "--min-score", help="Hide hits scoring below this (cosine, -1..1, except --mode sparse: unbounded lexical weights)."),
+    top_k: int = typer.Option(None, "--top-k", "-k", min=1, max=100,
+                              help="How many hits to show \\[default: 5 passages, 12 photos]."),
+    min_score: float = typer.Option(None, "--min-score", help="Hide hits scoring below this (cosine, -1..1, "
+                                    "except --mode sparse: unbounded lexical weights)."),
     folder: Path = typer.Option(None, "--folder", help="Only files under this folder."),
-    file_type: list[str] = typer.Option(None, "--type", help="Only files of this type, e.g. --type pdf --type docx (repeatable)."),
+    file_type: list[str] = typer.Option(None, "--type",
+                                        help="Only files of this type, e.g. --type pdf --type docx (repeatable)."),
     after: str = typer.Option(None, "--after", help="Photos taken on or after this date (2021-07-14 or 2021-07-14T09:30, UTC)."),
     before: str = typer.Option(None, "--before", help="Photos taken before this date."),
     camera: str = typer.Option(None, "--camera", help="Photos from this camera (words of make and model, e.g. 'canon 5d')."),
@@ -51,7 +55,7 @@ def query(
             hits = svc.search_documents(text, top_k=top_k or 5, min_score=min_score,
                                         folder=str(folder) if folder else None, mode=mode, suffixes=file_type or ())
     if as_json:
-        print(to_json({"query": text, "like": str(like) if like else None, "hits": [h.as_dict() for h in hits]}))
+        print(to_json({"query": text, "like": readable(str(like)) if like else None, "hits": [h.as_dict() for h in hits]}))
         return
     if not hits:
         err.print("nothing matched" + (f" above --min-score {min_score}" if min_score is not None else "")

@@ -15,13 +15,15 @@ from rich.console import Console
 
 from search.config import Settings, load_settings
 from search.errors import ServiceError
+from search.paths import readable
 from search.triton.local import TritonError
 
 out = Console()
 err = Console(stderr=True)
 
 DataDir = typer.Option(None, "--data-dir", help="Where the embedded store and Triton's run state live \\[env: SEARCH_DATA_DIR].")
-TritonUrl = typer.Option(None, "--triton-url", help="gRPC address of a Triton server, e.g. triton:8001 \\[env: SEARCH_TRITON_URL].")
+TritonUrl = typer.Option(None, "--triton-url",
+                         help="gRPC address of a Triton server, e.g. triton:8001 \\[env: SEARCH_TRITON_URL].")
 QdrantUrl = typer.Option(None, "--qdrant-url", help="URL of a Qdrant server; default is the embedded store \\[env: QDRANT_URL].")
 
 
@@ -56,10 +58,12 @@ def guarded(fn):
 
 
 def display_path(path: str) -> str:
+    """Relative to the working folder when near it; bytes that are not UTF-8 shown as \\xff."""
     try:
-        return os.path.relpath(path) if not os.path.relpath(path).startswith("../..") else path
+        shown = os.path.relpath(path) if not os.path.relpath(path).startswith("../..") else path
     except ValueError:
-        return path
+        shown = path
+    return readable(shown)
 
 
 
