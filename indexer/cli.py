@@ -8,8 +8,9 @@ import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from indexer.service import IngestService
-from search.config import MAX_CHUNK_TOKENS
 from search.cli.support import DataDir, QdrantUrl, TritonUrl, display_path, err, guarded, make_settings, opened, out, to_json
+from search.config import MAX_CHUNK_TOKENS
+from search.paths import readable
 
 app = typer.Typer(no_args_is_help=True, add_completion=False, rich_markup_mode="rich",
                   help="Index documents and photos for `search`: embedded by models served by Triton, stored in Qdrant.")
@@ -20,20 +21,36 @@ def main_options(ctx: typer.Context, data_dir: Path = DataDir, triton_url: str =
     ctx.obj = make_settings(data_dir, triton_url, qdrant_url)
 
 
+# Exit status of `indexer ingest` (also in the README): a script can tell "some files failed" apart
+# from "nothing worked" and from the errors every command shares (2 usage, 3 Triton, 4 model, 5 store).
+EXIT_ALL_FAILED = 1
+EXIT_SOME_FAILED = 7
+
+
 @app.command()
 @guarded
 def ingest(
     ctx: typer.Context,
-    paths: list[Path] = typer.Argument(..., help="Files or folders (searched recursively): documents (.txt, .md, .html, .pdf, .docx) and photos (.jpg, .png, .webp, .gif, .bmp, .tiff; .heic with pillow-heif)."),
+    paths: list[Path] = typer.Argument(..., help="Files or folders (searched recursively): documents (.txt, .md, .html, "
+                                       ".pdf, .docx) and photos (.jpg, .png, .webp, .gif, .bmp, .tiff; .heic with pillow-heif)."),
     prune: bool = typer.Option(False, "--prune", help="Remove files under PATHS that are gone from disk from the index."),
     chunk_tokens: int = typer.Option(None, "--chunk-tokens", min=1, max=MAX_CHUNK_TOKENS,
                                      help="Tokens per chunk \\[default: 200; MiniLM reads 256 including two special tokens]."),
     overlap: int = typer.Option(None, "--overlap", min=0, help="Tokens shared by consecutive chunks \\[default: 40]."),
+    verbose: bool = typer.Option(False, "--verbose", "-v", help="Also list each skipped file (and why) and the files "
+                                 "still failing as in the last run."),
     as_json: bool = typer.Option(False, "--json", help="Print the summary as JSON."),
 ) -> None:
     """Index PATHS. Unchanged files are skipped, changed files re-indexed, bad files reported.
 
-    Documents go to the document collection, photos to the image collection, in one run."""
+    Documents go to the document collection, photos to the image collection, in one run.
+    Hidden files and folders and files of other types are skipped (counted by reason; --verbose lists them).
+
+    [bold]Exit status[/]:
+      0  every file was indexed, updated or unchanged
+      7  some files failed (listed with their reasons); the others were indexed
+      1  every file failed (e.g. a PATH that does not exist), or another error
+      2  bad option · 3 Triton not reachable · 4 model not served · 5 store unavailable · 130 interrupted"""
     chunking = {k: v for k, v in {"chunk_tokens": chunk_tokens, "chunk_overlap": overlap}.items() if v is not None}
     ctx.obj = ctx.obj.model_copy(update=chunking)
     progress = Progress(TextColumn("[bold]indexing"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
@@ -51,20 +68,25 @@ def ingest(
     except ValueError as exc:  # chunker arguments
         raise typer.BadParameter(str(exc)) from exc
     if as_json:
-        print(to_json(report.as_dict()))
+        d = report.as_dict()
+        if verbose:
+            d["skipped_files"] = [{"path": readable(p), "reason": why} for p, why in report.skipped_files]
+        print(to_json(d))
     else:
-        _print_summary(report)
-    if report.outcomes and len(report.failures) == len(report.outcomes):
-        raise typer.Exit(1)
+        _print_summary(report, verbose)
+    failed = len(report.failures)
+    if failed:
+        raise typer.Exit(EXIT_ALL_FAILED if failed == len(report.outcomes) else EXIT_SOME_FAILED)
 
 
-def _print_summary(report) -> None:
+def _print_summary(report, verbose: bool) -> None:
     d = report.as_dict()
+    skipped = ", ".join(f"{why}: {n}" for why, n in d["skipped_by_reason"].items())
     out.print(
         f"[bold]{d['indexed']}[/] indexed, [bold]{d['updated']}[/] updated, {d['unchanged']} unchanged, "
         f"[{'red' if d['failed'] else 'default'}]{d['failed']} failed[/]"
         + (f", {d['pruned']} pruned" if d["pruned"] else "")
-        + (f", {d['skipped']} other files skipped" if d["skipped"] else "")
+        + (f", {d['skipped']} skipped ({skipped})" if d["skipped"] else "")
         + (" (" + ", ".join(f"{n} {k}" for k, n in sorted(d["by_kind"].items())) + ")" if len(d["by_kind"]) > 1 else "")
         + f" — {d['embedded_chunks']} chunks embedded in {d['seconds']:.1f} s"
         + (f" ({d['truncated_chunks']} truncated to the model's 256 tokens)" if d["truncated_chunks"] else ""),
@@ -73,7 +95,19 @@ def _print_summary(report) -> None:
     for kind, info in d["unavailable"].items():
         out.print(f"  [yellow]not indexed[/] {info['files']} {kind}: {info['reason']}", highlight=False, soft_wrap=True)
     for f in report.failures:
-        out.print(f"  [red]failed[/] {display_path(f.path)}: {f.reason}", highlight=False, soft_wrap=True)
+        if not f.still_failing:
+            out.print(f"  [red]failed[/] {display_path(f.path)}: {f.reason}", highlight=False, soft_wrap=True)
+    if d["still_failing"]:
+        n = d["still_failing"]
+        out.print(f"  [red]{n} file{'s' if n > 1 else ''} still failing[/] (unchanged since last run"
+                  + ("" if verbose else "; --verbose lists them") + ")", highlight=False, soft_wrap=True)
+        if verbose:
+            for f in report.failures:
+                if f.still_failing:
+                    out.print(f"  [red]still failing[/] {display_path(f.path)}: {f.reason}", highlight=False, soft_wrap=True)
+    if verbose:
+        for path, why in report.skipped_files:
+            out.print(f"  [dim]skipped[/] {display_path(path)} ({why})", highlight=False, soft_wrap=True)
 
 
 def main() -> None:

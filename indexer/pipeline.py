@@ -16,6 +16,7 @@ interrupted ingest never leaves a file that looks indexed but is not.
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import os
 import stat
@@ -46,12 +47,13 @@ class FileOutcome:
     chunks: int = 0
     embedded: int = 0  # units sent through the model (0 when vectors were reused)
     kind: str = ""
+    still_failing: bool = False  # failed the same way in the last run, and the file is unchanged since
 
 
 @dataclass
 class IngestReport:
     outcomes: list[FileOutcome] = field(default_factory=list)
-    skipped: int = 0  # files that are neither documents nor photos
+    skipped_files: list[tuple[str, str]] = field(default_factory=list)  # (path, why): not read at all
     unavailable: dict[str, tuple[int, str]] = field(default_factory=dict)  # kind -> (files, why)
     seconds: float = 0.0
     truncated_chunks: int = 0
@@ -65,6 +67,18 @@ class IngestReport:
         return [o for o in self.outcomes if o.status == FAILED]
 
     @property
+    def skipped(self) -> int:
+        return len(self.skipped_files)
+
+    @property
+    def skipped_by_reason(self) -> dict[str, int]:
+        return dict(Counter(why for _, why in self.skipped_files).most_common())
+
+    @property
+    def still_failing(self) -> int:
+        return sum(o.still_failing for o in self.failures)
+
+    @property
     def embedded_chunks(self) -> int:
         return sum(o.embedded for o in self.outcomes)
 
@@ -73,39 +87,69 @@ class IngestReport:
         by_kind = Counter(o.kind for o in self.outcomes if o.status in (INDEXED, UPDATED, UNCHANGED))
         return {
             **{k: c.get(k, 0) for k in (INDEXED, UNCHANGED, UPDATED, FAILED, PRUNED)},
-            "skipped": self.skipped, "embedded_chunks": self.embedded_chunks,
+            "skipped": self.skipped, "skipped_by_reason": self.skipped_by_reason, "still_failing": self.still_failing,
+            "embedded_chunks": self.embedded_chunks,
             "truncated_chunks": self.truncated_chunks, "seconds": round(self.seconds, 3),
             "by_kind": dict(by_kind),
             "unavailable": {k: {"files": n, "reason": why} for k, (n, why) in self.unavailable.items()},
-            "failures": [{"path": readable(o.path), "path_bytes": path_bytes(o.path), "reason": o.reason}
-                         for o in self.failures],
+            "failures": [{"path": readable(o.path), "path_bytes": path_bytes(o.path), "reason": o.reason,
+                          "still_failing": o.still_failing} for o in self.failures],
         }
 
 
-def discover(roots: Iterable[Path], suffixes: frozenset[str]) -> tuple[list[Path], list[FileOutcome], int]:
-    """Files to ingest, outcomes for roots that cannot be read, and the count of other files skipped."""
-    files, bad, skipped = [], [], 0
+def discover(roots: Iterable[Path], suffixes: frozenset[str]
+             ) -> tuple[list[Path], list[FileOutcome], list[tuple[str, str]]]:
+    """Files to ingest, outcomes for roots that cannot be read, and what was skipped: (path, why)."""
+    files: list[Path] = []
+    bad: list[FileOutcome] = []
+    skipped: list[tuple[str, str]] = []
     for root in roots:
-        if root.is_file():
-            if root.suffix.lower() in suffixes:
+        try:
+            mode = root.stat().st_mode
+        except OSError as exc:
+            if exc.errno in (errno.ENOENT, errno.ENOTDIR):
+                why = "broken symbolic link" if root.is_symlink() else "no such file or folder"
+            else:
+                why = f"unreadable: {exc.strerror}"
+            bad.append(FileOutcome(str(root), FAILED, why))
+        else:
+            if stat.S_ISDIR(mode):
+                _walk(root, suffixes, files, bad, skipped)
+            elif not stat.S_ISREG(mode):  # a FIFO, socket or device: reading it could block forever
+                bad.append(FileOutcome(str(root), FAILED, "not a regular file"))
+            elif root.suffix.lower() in suffixes:
                 files.append(root)
             else:
                 bad.append(FileOutcome(str(root), FAILED, f"unsupported file type '{root.suffix or root.name}'"))
-        elif root.is_dir():
-            def unreadable(e: OSError) -> None:
-                bad.append(FileOutcome(e.filename, FAILED, f"unreadable: {e.strerror}"))
-
-            for dirpath, dirnames, filenames in os.walk(root, onerror=unreadable):
-                dirnames[:] = sorted(d for d in dirnames if d not in SKIP_DIRS and not d.startswith("."))
-                for name in sorted(filenames):
-                    p = Path(dirpath) / name
-                    if p.suffix.lower() in suffixes and not name.startswith("."):
-                        files.append(p)
-                    else:
-                        skipped += 1
-        else:
-            bad.append(FileOutcome(str(root), FAILED, "no such file or folder"))
     return files, bad, skipped
+
+
+def _walk(root: Path, suffixes: frozenset[str], files: list[Path], bad: list[FileOutcome],
+          skipped: list[tuple[str, str]]) -> None:
+    def unreadable(e: OSError) -> None:
+        bad.append(FileOutcome(e.filename, FAILED, f"unreadable: {e.strerror}"))
+
+    for dirpath, dirnames, filenames in os.walk(root, onerror=unreadable):
+        keep = []
+        for d in sorted(dirnames):
+            full = os.path.join(dirpath, d)
+            if d.startswith("."):
+                skipped.append((full, "hidden folder"))
+            elif d in SKIP_DIRS:
+                skipped.append((full, "tool folder"))
+            elif os.path.islink(full):  # os.walk lists it but does not go in
+                skipped.append((full, "link to a folder"))
+            else:
+                keep.append(d)
+        dirnames[:] = keep
+        for name in sorted(filenames):
+            p = Path(dirpath) / name
+            if name.startswith("."):
+                skipped.append((str(p), "hidden file"))
+            elif p.suffix.lower() not in suffixes:
+                skipped.append((str(p), "unsupported type"))
+            else:
+                files.append(p)
 
 
 @dataclass
@@ -335,7 +379,7 @@ def ingest(store: Store, kinds: list[Kind], roots: list[Path], *, prune: bool = 
     roots = [Path(r).expanduser().absolute() for r in roots]
     unavailable = unavailable or {}
     suffixes = frozenset().union(*(k.suffixes for k in kinds), *(s for s, _ in unavailable.values()))
-    files, bad, report.skipped = discover(roots, suffixes)
+    files, bad, report.skipped_files = discover(roots, suffixes)
     by_kind = {k.name: [f for f in files if f.suffix.lower() in k.suffixes] for k in kinds}
     for name, (sfx, why) in unavailable.items():
         n = sum(f.suffix.lower() in sfx for f in files)

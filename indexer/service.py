@@ -10,6 +10,7 @@ from tokenizers import Tokenizer
 
 from indexer import pipeline
 from indexer.chunking import Chunker
+from indexer.failures import FailureMemory
 from indexer.kinds import Documents, Photos
 from indexer.loaders import DOCUMENT_SUFFIXES
 from search.config import Settings
@@ -17,6 +18,8 @@ from search.errors import not_served
 from search.media.photos import IMAGE_SUFFIXES
 from search.models import minilm
 from search.resources import Resources
+
+FAILURES_FILE = "ingest-failures.json"  # in the data dir: see indexer/failures.py
 
 
 class IngestService:
@@ -31,7 +34,8 @@ class IngestService:
                on_start: Callable[[int], None] | None = None,
                on_file: Callable[[pipeline.FileOutcome], None] | None = None) -> pipeline.IngestReport:
         """Documents and photos under ``paths``, each into its collection. A kind whose model is
-        not served is reported (with how to fix it) while the other kinds are indexed."""
+        not served is reported (with how to fix it) while the other kinds are indexed. Failures
+        that repeat on unchanged files are marked ``still_failing``."""
         s, triton = self.settings, self.resources.triton
         kinds, unavailable = [], {}
         if triton.model_ready("minilm"):
@@ -44,9 +48,11 @@ class IngestService:
                                 max_pixels=s.max_image_pixels))
         else:
             unavailable["images"] = (IMAGE_SUFFIXES, not_served("clip_image", "CLIP"))
-        return pipeline.ingest(self.resources.store, kinds, paths, prune=prune, unavailable=unavailable,
-                               batch_size=s.embed_batch_size, concurrency=s.embed_concurrency,
-                               on_start=on_start, on_file=on_file)
+        report = pipeline.ingest(self.resources.store, kinds, paths, prune=prune, unavailable=unavailable,
+                                 batch_size=s.embed_batch_size, concurrency=s.embed_concurrency,
+                                 on_start=on_start, on_file=on_file)
+        FailureMemory(s.data_dir / FAILURES_FILE).update(report)
+        return report
 
     def chunk_tokenizer(self) -> Tokenizer:
         """The tokenizer the served model uses, so chunk budgets are counted in its tokens."""

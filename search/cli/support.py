@@ -18,8 +18,15 @@ from search.errors import ServiceError
 from search.paths import readable
 from search.triton.local import TritonError
 
-out = Console()
-err = Console(stderr=True)
+
+def _console(stderr: bool = False) -> Console:
+    console = Console(stderr=stderr)
+    console.soft_wrap = not console.is_terminal  # a log file or pipe gets whole lines, not 80 columns
+    return console
+
+
+out = _console()
+err = _console(stderr=True)
 
 DataDir = typer.Option(None, "--data-dir", help="Where the embedded store and Triton's run state live \\[env: SEARCH_DATA_DIR].")
 TritonUrl = typer.Option(None, "--triton-url",

@@ -1,0 +1,78 @@
+"""What `indexer ingest`, `search status` and `search triton status` tell a user or a script:
+exit codes, skipped files and why, failures remembered across runs, one-line reasons, whole
+lines in logs. Real processes, real Triton, real files."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+
+import pytest
+
+SOME_FAILED = 7
+
+
+@pytest.fixture
+def env(settings):
+    env = {**os.environ, "SEARCH_DATA_DIR": str(settings.data_dir), "SEARCH_TRITON_REPO": str(settings.triton_repo),
+           "SEARCH_TRITON_URL": settings.triton_url, "HF_HUB_OFFLINE": "1", "SEARCH_SEARCH_MODE": settings.search_mode}
+    env.pop("COLUMNS", None)  # rich would take the width from it
+    return env
+
+
+def run(env, *args, module="indexer") -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", module, *args], env=env, capture_output=True, text=True, timeout=300)
+
+
+def test_exit_status_skips_and_failures_remembered(env, tmp_path):
+    kb = tmp_path / "kb"
+    for d in (".git", "node_modules", "sub"):
+        (kb / d).mkdir(parents=True)
+    (kb / "ok.md").write_text("# Fine\n\nThis one is fine.\n")
+    (kb / "bad.txt").write_bytes(b"\x00\x01\x02binary")
+    (kb / ".draft.md").write_text("# Hidden\n")
+    (kb / "table.csv").write_text("a,b\n1,2\n")
+    (kb / ".git" / "HEAD.md").write_text("# not mine\n")
+    (kb / "node_modules" / "readme.md").write_text("# a dependency\n")
+
+    first = run(env, "ingest", str(kb))
+    assert first.returncode == SOME_FAILED, first.stdout + first.stderr
+    summary = first.stdout.splitlines()[0]
+    # Whole, unwrapped line off a terminal (a pipe here; a log file alike).
+    assert re.fullmatch(r"1 indexed, .* chunks embedded in [\d.]+ s", summary) and len(summary) > 80, first.stdout
+    assert "4 skipped (" in summary
+    for why in ("unsupported type: 1", "hidden file: 1", "hidden folder: 1", "tool folder: 1"):
+        assert why in summary
+    assert "failed " in first.stdout and "bad.txt: binary content" in first.stdout
+    assert "table.csv" not in first.stdout  # skipped files are listed only with --verbose
+
+    again = run(env, "ingest", str(kb), "--verbose")
+    assert again.returncode == SOME_FAILED
+    assert "1 file still failing (unchanged since last run)" in again.stdout
+    assert not any(line.strip().startswith("failed ") for line in again.stdout.splitlines()[1:]), again.stdout
+    assert "still failing " in again.stdout and "bad.txt: binary content" in again.stdout
+    assert "table.csv (unsupported type)" in again.stdout and ".git (hidden folder)" in again.stdout
+    assert "node_modules (tool folder)" in again.stdout and ".draft.md (hidden file)" in again.stdout
+
+    (kb / "bad.txt").write_bytes(b"\x00\x01\x02still binary")  # changed: a new failure again
+    as_json = json.loads(run(env, "ingest", str(kb), "--json").stdout)
+    assert as_json["failed"] == 1 and as_json["still_failing"] == 0
+    assert as_json["skipped"] == 4 and as_json["skipped_by_reason"]["unsupported type"] == 1
+
+    (kb / "bad.txt").write_text("Now it is text.\n")
+    fixed = run(env, "ingest", str(kb))
+    assert fixed.returncode == 0 and "0 failed" in fixed.stdout, fixed.stdout
+
+    assert run(env, "ingest", str(kb / "nope")).returncode == 1  # nothing could be indexed
+    help_text = run(env, "ingest", "--help", module="indexer").stdout
+    assert "Exit status" in help_text and "7  some files failed" in help_text
+
+
+def test_fifo_argument_is_not_a_regular_file(env, tmp_path):
+    fifo = tmp_path / "notes.txt"
+    os.mkfifo(fifo)
+    proc = run(env, "ingest", str(fifo))
+    assert proc.returncode == 1 and "notes.txt: not a regular file" in proc.stdout, proc.stdout
