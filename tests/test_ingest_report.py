@@ -11,6 +11,7 @@ import subprocess
 import sys
 
 import pytest
+from test_images import bomb_png
 
 SOME_FAILED = 7
 
@@ -76,3 +77,12 @@ def test_fifo_argument_is_not_a_regular_file(env, tmp_path):
     os.mkfifo(fifo)
     proc = run(env, "ingest", str(fifo))
     assert proc.returncode == 1 and "notes.txt: not a regular file" in proc.stdout, proc.stdout
+
+
+def test_pillow_bomb_warning_is_a_one_line_reason(env, tmp_path):
+    # 108 MP: over our 100 MP limit and over Pillow's warning threshold (89.5 MP).
+    bomb_png(tmp_path / "big.png", 12000, 9000)
+    proc = run(env, "ingest", str(tmp_path / "big.png"))
+    assert proc.returncode == 1
+    assert "big.png: too many pixels: 12000×9000 = 108 MP > 100 MP limit" in proc.stdout
+    assert "DecompressionBombWarning" not in proc.stderr and "warn" not in proc.stderr, proc.stderr

@@ -9,15 +9,25 @@ import os
 import re
 import stat
 import tempfile
+import warnings
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta, timezone
 from pathlib import Path
 
 from PIL import Image, ImageOps, UnidentifiedImageError
+
+# isort: split
 # Import the plugins we accept explicitly: they register their openers, and Image.open(formats=...)
 # then never has to load (or try) Pillow's other plugins, e.g. EPS, which shells out to Ghostscript.
-from PIL import (BmpImagePlugin, GifImagePlugin, JpegImagePlugin, MpoImagePlugin,  # noqa: F401
-                 PngImagePlugin, TiffImagePlugin, WebPImagePlugin)
+from PIL import (  # noqa: F401
+    BmpImagePlugin,
+    GifImagePlugin,
+    JpegImagePlugin,
+    MpoImagePlugin,
+    PngImagePlugin,
+    TiffImagePlugin,
+    WebPImagePlugin,
+)
 
 try:
     import pillow_heif
@@ -25,6 +35,12 @@ except (ImportError, OSError):  # optional; OSError: installed but its shared li
     pillow_heif = None
 else:
     pillow_heif.register_heif_opener()  # module import runs once, so this registers once
+
+
+# Pillow warns on stderr (a raw multi-line warning) above its MAX_IMAGE_PIXELS (89.5 MP). Our own
+# limit (max_pixels, checked from the header before decoding) decides instead, and a file over it
+# fails with a one-line reason; Pillow's error at twice its limit stays on.
+warnings.filterwarnings("ignore", category=Image.DecompressionBombWarning)
 
 
 class BadImage(Exception):
@@ -250,7 +266,7 @@ def _timestamp(value: str, offset: str | None) -> float | None:
     m = _EXIF_DATETIME.match(value)
     if not m:
         return None
-    tz = timezone.utc
+    tz = UTC
     if offset and (o := _EXIF_OFFSET.fullmatch(offset)):
         try:
             delta = timedelta(hours=int(o[2]), minutes=int(o[3]))
