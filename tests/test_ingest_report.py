@@ -13,6 +13,8 @@ import sys
 import pytest
 from test_images import bomb_png
 
+from search.store import open_store
+
 SOME_FAILED = 7
 
 
@@ -86,3 +88,16 @@ def test_pillow_bomb_warning_is_a_one_line_reason(env, tmp_path):
     assert proc.returncode == 1
     assert "big.png: too many pixels: 12000×9000 = 108 MP > 100 MP limit" in proc.stdout
     assert "DecompressionBombWarning" not in proc.stderr and "warn" not in proc.stderr, proc.stderr
+
+
+def test_status_while_another_process_holds_the_store(env, settings):
+    holder = open_store(settings)
+    try:
+        proc = run(env, "status", module="search")
+        assert proc.returncode == 0 and "Traceback" not in proc.stderr, proc.stderr
+        assert "live" in proc.stdout and "minilm: built=yes ready=yes" in proc.stdout
+        assert f"in use by another process (pid {os.getpid()})" in proc.stdout, proc.stdout
+        store = json.loads(run(env, "status", "--json", module="search").stdout)["store"]
+        assert store["available"] is False and store["in_use"] is True and store["holder_pid"] == os.getpid()
+    finally:
+        holder.close()

@@ -63,7 +63,7 @@ def main() -> None:
     mode = st.radio("Mode", MODES, format_func=lambda m: m.label, horizontal=True)
     blocker = svc.blocker(status, mode.kind, mode.doc_mode)
     if blocker:
-        (st.error if blocker.startswith("Triton") else st.info)(blocker)
+        (st.error if blocker.startswith("Triton") or blocker == status["store"].get("error") else st.info)(blocker)
         return
     try:
         if mode.kind == "documents":
@@ -91,7 +91,7 @@ def sidebar(status: dict) -> dict:
         t, s = status["triton"], status["store"]
         st.caption(f"Triton {t['url']}: {'live' if t['live'] else 'down'}")
         st.caption("Models: " + ", ".join(f"{n} {'✓' if m['ready'] else '✗'}" for n, m in t["models"].items()))
-        st.caption(f"Store {s['location']}")
+        st.caption(f"Store {s['location']}" + ("" if s.get("available", True) else f": {s['error']}"))
         st.caption(", ".join(f"{n}: {c}" for n, c in s["collections"].items()))
     after, before = _date_range(dates)
     return {"folder": folder.strip() or None, "types": tuple(types), "min_score": min_score or None,

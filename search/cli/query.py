@@ -110,8 +110,16 @@ def status(ctx: typer.Context, as_json: bool = typer.Option(False, "--json")) ->
     out.print(f"Triton  {t['url']}: " + ("[green]live[/]" if t["live"] else "[red]not reachable[/] (start it: search triton up)"))
     for name, m in t["models"].items():
         out.print(f"  {name}: built={'yes' if m['built'] else 'no'} ready={'yes' if m['ready'] else 'no'}")
-    out.print(f"Store   {st['store']['backend']} at {st['store']['location']}")
-    for name, n in st["store"]["collections"].items():
+    s = st["store"]
+    where = f"Store   {s['backend']} at {s['location']}"
+    if s.get("in_use"):
+        pid = f" (pid {s['holder_pid']})" if s.get("holder_pid") else ""
+        out.print(f"{where}: [yellow]in use by another process{pid}[/]", highlight=False, soft_wrap=True)
+    elif not s["available"]:
+        out.print(f"{where}: [red]not available[/]: {s['error']}", highlight=False, soft_wrap=True)
+    else:
+        out.print(where, highlight=False, soft_wrap=True)
+    for name, n in s["collections"].items():
         out.print(f"  {name}: {n} points")
     if "note" in st["store"]:
         out.print(f"  [yellow]note[/]: {st['store']['note']}", highlight=False, soft_wrap=True)
