@@ -12,6 +12,7 @@ import sys
 
 import pytest
 from test_images import bomb_png
+from test_triton_lifecycle import python_model, server
 
 from search.store import open_store
 
@@ -101,3 +102,17 @@ def test_status_while_another_process_holds_the_store(env, settings):
         assert store["available"] is False and store["in_use"] is True and store["holder_pid"] == os.getpid()
     finally:
         holder.close()
+
+
+def test_triton_status_finds_a_server_of_another_data_dir(tmp_path):
+    repo = tmp_path / "repo"
+    python_model(repo, "echo")
+    other = server(repo, tmp_path / "a" / "triton", ["echo"]).start()  # <data dir a>/triton, as `triton up` does
+    try:
+        env = {**os.environ, "SEARCH_DATA_DIR": str(tmp_path / "b")}
+        env.pop("SEARCH_TRITON_URL", None)
+        proc = run(env, "triton", "status", module="search")
+        assert proc.returncode == 1 and "not running" in proc.stdout
+        assert f"with the data dir {tmp_path / 'a'}: pid {other.state.pid}, gRPC 127.0.0.1:{other.grpc_port}" in proc.stdout
+    finally:
+        other.stop()
