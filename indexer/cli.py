@@ -23,6 +23,7 @@ from search.cli.support import (
     to_json,
 )
 from search.config import MAX_CHUNK_TOKENS
+from search.paths import readable
 
 app = typer.Typer(no_args_is_help=True, add_completion=False, rich_markup_mode="rich",
                   help="Index documents and photos for `search`: embedded by models served by Triton, stored in Qdrant.")
@@ -31,6 +32,13 @@ app = typer.Typer(no_args_is_help=True, add_completion=False, rich_markup_mode="
 @app.callback()
 def main_options(ctx: typer.Context, data_dir: Path = DataDir, triton_url: str = TritonUrl, qdrant_url: str = QdrantUrl) -> None:
     ctx.obj = make_settings(data_dir, triton_url, qdrant_url)
+
+
+# Exit status of `indexer ingest` (also in the README): a script can tell "some files failed" apart
+# from "nothing worked" and from the errors every command shares (2 usage, 3 Triton, 4 model, 5 store).
+EXIT_ALL_FAILED = 1
+EXIT_MODEL_STOPPED = 4  # a model failed mid-run: the kind it embeds was stopped, the others indexed
+EXIT_SOME_FAILED = 7
 
 
 @app.command()
@@ -43,11 +51,21 @@ def ingest(
     chunk_tokens: int = typer.Option(None, "--chunk-tokens", min=1, max=MAX_CHUNK_TOKENS,
                                      help="Tokens per chunk \\[default: 200; MiniLM reads 256 including two special tokens]."),
     overlap: int = typer.Option(None, "--overlap", min=0, help="Tokens shared by consecutive chunks \\[default: 40]."),
+    verbose: bool = typer.Option(False, "--verbose", "-v", help="Also list each skipped file (and why) and the files "
+                                 "still failing as in the last run."),
     as_json: bool = typer.Option(False, "--json", help="Print the summary as JSON."),
 ) -> None:
     """Index PATHS. Unchanged files are skipped, changed files re-indexed, bad files reported.
 
-    Documents go to the document collection, photos to the image collection, in one run."""
+    Documents go to the document collection, photos to the image collection, in one run.
+    Hidden files and folders and files of other types are skipped (counted by reason; --verbose lists them).
+
+    [bold]Exit status[/]:
+      0  every file was indexed, updated or unchanged
+      7  some files failed (listed with their reasons); the others were indexed
+      1  every file failed (e.g. a PATH that does not exist), or another error
+      4  a model failed mid-run: the files of its kind were not indexed (the reason says how to fix it)
+      2  bad option · 3 Triton not reachable · 5 store unavailable · 130 interrupted"""
     chunking = {k: v for k, v in {"chunk_tokens": chunk_tokens, "chunk_overlap": overlap}.items() if v is not None}
     ctx.obj = ctx.obj.model_copy(update=chunking)
     progress = Progress(TextColumn("[bold]indexing"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
@@ -65,22 +83,29 @@ def ingest(
     except ValueError as exc:  # chunker arguments
         raise typer.BadParameter(str(exc)) from exc
     if as_json:
-        print(to_json(report.as_dict()))
+        d = report.as_dict()
+        if verbose:
+            d["skipped_files"] = [{"path": readable(p), "reason": why} for p, why in report.skipped_files]
+        print(to_json(d))
     else:
-        _print_summary(report)
-    if report.outcomes and len(report.failures) == len(report.outcomes):
-        raise typer.Exit(1)
+        _print_summary(report, verbose)
+    failed = len(report.failures)
+    if failed and failed == len(report.outcomes):
+        raise typer.Exit(EXIT_ALL_FAILED)
     if report.stopped:  # a model failed mid-run: its kind was stopped (reason printed above)
-        raise typer.Exit(4)
+        raise typer.Exit(EXIT_MODEL_STOPPED)
+    if failed:
+        raise typer.Exit(EXIT_SOME_FAILED)
 
 
-def _print_summary(report) -> None:
+def _print_summary(report, verbose: bool) -> None:
     d = report.as_dict()
+    skipped = ", ".join(f"{why}: {n}" for why, n in d["skipped_by_reason"].items())
     out.print(
         f"[bold]{d['indexed']}[/] indexed, [bold]{d['updated']}[/] updated, {d['unchanged']} unchanged, "
         f"[{'red' if d['failed'] else 'default'}]{d['failed']} failed[/]"
         + (f", {d['pruned']} pruned" if d["pruned"] else "")
-        + (f", {d['skipped']} other files skipped" if d["skipped"] else "")
+        + (f", {d['skipped']} skipped ({skipped})" if d["skipped"] else "")
         + (" (" + ", ".join(f"{n} {k}" for k, n in sorted(d["by_kind"].items())) + ")" if len(d["by_kind"]) > 1 else "")
         + f" — {d['embedded_chunks']} chunks embedded in {d['seconds']:.1f} s"
         + (f" ({d['truncated_chunks']} truncated to the model's 256 tokens)" if d["truncated_chunks"] else ""),
@@ -89,7 +114,19 @@ def _print_summary(report) -> None:
     for kind, info in d["unavailable"].items():
         say("  [yellow]not indexed[/] {} {}: {}", info["files"], kind, info["reason"])
     for f in report.failures:
-        say("  [red]failed[/] {}: {}", display_path(f.path), f.reason)
+        if not f.still_failing:
+            say("  [red]failed[/] {}: {}", display_path(f.path), f.reason)
+    if d["still_failing"]:
+        n = d["still_failing"]
+        say("  [red]{} file{} still failing[/] (unchanged since last run" + ("" if verbose else "; --verbose lists them") + ")",
+            n, "s" if n > 1 else "")
+        if verbose:
+            for f in report.failures:
+                if f.still_failing:
+                    say("  [red]still failing[/] {}: {}", display_path(f.path), f.reason)
+    if verbose:
+        for path, why in report.skipped_files:
+            say("  [dim]skipped[/] {} ({})", display_path(path), why)
 
 
 def main() -> None:

@@ -16,6 +16,7 @@ interrupted ingest never leaves a file that looks indexed but is not.
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import os
 import stat
@@ -31,6 +32,7 @@ from qdrant_client import models
 from indexer.kinds import Kind, Unit
 from indexer.loaders import read_bytes
 from search.errors import ModelNotReady
+from search.paths import from_stored, path_bytes, readable, stored
 from search.store import Store, StoredFile, folders_of, point_id
 
 INDEXED, UNCHANGED, UPDATED, FAILED, PRUNED = "indexed", "unchanged", "updated", "failed", "pruned"
@@ -46,12 +48,13 @@ class FileOutcome:
     chunks: int = 0
     embedded: int = 0  # units sent through the model (0 when vectors were reused)
     kind: str = ""
+    still_failing: bool = False  # failed the same way in the last run, and the file is unchanged since
 
 
 @dataclass
 class IngestReport:
     outcomes: list[FileOutcome] = field(default_factory=list)
-    skipped: int = 0  # files that are neither documents nor photos
+    skipped_files: list[tuple[str, str]] = field(default_factory=list)  # (path, why): not read at all
     unavailable: dict[str, tuple[int, str]] = field(default_factory=dict)  # kind -> (files, why)
     stopped: dict[str, str] = field(default_factory=dict)  # kind -> why its model failed mid-run
     seconds: float = 0.0
@@ -66,6 +69,18 @@ class IngestReport:
         return [o for o in self.outcomes if o.status == FAILED]
 
     @property
+    def skipped(self) -> int:
+        return len(self.skipped_files)
+
+    @property
+    def skipped_by_reason(self) -> dict[str, int]:
+        return dict(Counter(why for _, why in self.skipped_files).most_common())
+
+    @property
+    def still_failing(self) -> int:
+        return sum(o.still_failing for o in self.failures)
+
+    @property
     def embedded_chunks(self) -> int:
         return sum(o.embedded for o in self.outcomes)
 
@@ -74,39 +89,70 @@ class IngestReport:
         by_kind = Counter(o.kind for o in self.outcomes if o.status in (INDEXED, UPDATED, UNCHANGED))
         return {
             **{k: c.get(k, 0) for k in (INDEXED, UNCHANGED, UPDATED, FAILED, PRUNED)},
-            "skipped": self.skipped, "embedded_chunks": self.embedded_chunks,
+            "skipped": self.skipped, "skipped_by_reason": self.skipped_by_reason, "still_failing": self.still_failing,
+            "embedded_chunks": self.embedded_chunks,
             "truncated_chunks": self.truncated_chunks, "seconds": round(self.seconds, 3),
             "by_kind": dict(by_kind),
             "unavailable": {k: {"files": n, "reason": why} for k, (n, why) in self.unavailable.items()},
             "stopped": dict(self.stopped),
-            "failures": [{"path": o.path, "reason": o.reason} for o in self.failures],
+            "failures": [{"path": readable(o.path), "path_bytes": path_bytes(o.path), "reason": o.reason,
+                          "still_failing": o.still_failing} for o in self.failures],
         }
 
 
-def discover(roots: Iterable[Path], suffixes: frozenset[str]) -> tuple[list[Path], list[FileOutcome], int]:
-    """Files to ingest, outcomes for roots that cannot be read, and the count of other files skipped."""
-    files, bad, skipped = [], [], 0
+def discover(roots: Iterable[Path], suffixes: frozenset[str]
+             ) -> tuple[list[Path], list[FileOutcome], list[tuple[str, str]]]:
+    """Files to ingest, outcomes for roots that cannot be read, and what was skipped: (path, why)."""
+    files: list[Path] = []
+    bad: list[FileOutcome] = []
+    skipped: list[tuple[str, str]] = []
     for root in roots:
-        if root.is_file():
-            if root.suffix.lower() in suffixes:
+        try:
+            mode = root.stat().st_mode
+        except OSError as exc:
+            if exc.errno in (errno.ENOENT, errno.ENOTDIR):
+                why = "broken symbolic link" if root.is_symlink() else "no such file or folder"
+            else:
+                why = f"unreadable: {exc.strerror}"
+            bad.append(FileOutcome(str(root), FAILED, why))
+        else:
+            if stat.S_ISDIR(mode):
+                _walk(root, suffixes, files, bad, skipped)
+            elif not stat.S_ISREG(mode):  # a FIFO, socket or device: reading it could block forever
+                bad.append(FileOutcome(str(root), FAILED, "not a regular file"))
+            elif root.suffix.lower() in suffixes:
                 files.append(root)
             else:
                 bad.append(FileOutcome(str(root), FAILED, f"unsupported file type '{root.suffix or root.name}'"))
-        elif root.is_dir():
-            def unreadable(e: OSError) -> None:
-                bad.append(FileOutcome(e.filename, FAILED, f"unreadable: {e.strerror}"))
-
-            for dirpath, dirnames, filenames in os.walk(root, onerror=unreadable):
-                dirnames[:] = sorted(d for d in dirnames if d not in SKIP_DIRS and not d.startswith("."))
-                for name in sorted(filenames):
-                    p = Path(dirpath) / name
-                    if p.suffix.lower() in suffixes and not name.startswith("."):
-                        files.append(p)
-                    else:
-                        skipped += 1
-        else:
-            bad.append(FileOutcome(str(root), FAILED, "no such file or folder"))
     return files, bad, skipped
+
+
+def _walk(root: Path, suffixes: frozenset[str], files: list[Path], bad: list[FileOutcome],
+          skipped: list[tuple[str, str]]) -> None:
+    def unreadable(e: OSError) -> None:
+        bad.append(FileOutcome(e.filename, FAILED, f"unreadable: {e.strerror}"))
+
+    for dirpath, dirnames, filenames in os.walk(root, onerror=unreadable):
+        keep = []
+        for d in sorted(dirnames):
+            full = os.path.join(dirpath, d)
+            if d.startswith("."):
+                skipped.append((full, "hidden folder"))
+            elif d in SKIP_DIRS:
+                skipped.append((full, "tool folder"))
+            elif os.path.islink(full):  # os.walk lists it but does not go in
+                skipped.append((full, "link to a folder"))
+            else:
+                keep.append(d)
+        dirnames[:] = keep
+        for name in sorted(filenames):
+            p = Path(dirpath) / name
+            if name.startswith("."):
+                skipped.append((str(p), "hidden file"))
+            elif p.suffix.lower() not in suffixes:
+                skipped.append((str(p), "unsupported type"))
+            else:
+                files.append(p)
 
 
 @dataclass
@@ -172,6 +218,7 @@ class Ingestor:
         self.store.ensure(kind.schema)  # a photo kind's first inference: its dimension
         self._opened = True
         for f in self.store.files(kind.schema.name):
+            f = replace(f, paths=tuple(from_stored(p) for p in f.paths))  # paths are OS strings here
             self.by_sha[f.sha256] = f
             for p in f.paths:
                 self.by_path[p] = f.sha256
@@ -254,7 +301,7 @@ class Ingestor:
                 self._repoint(sha, [*_existing(same.paths), key], size=st.st_size, mtime=st.st_mtime)
             else:
                 self._flush()
-                self.store.set_paths(kind.schema.name, sha, list(same.paths), mtime=st.st_mtime)
+                self._set_paths(sha, list(same.paths), mtime=st.st_mtime)
                 self.by_sha[sha] = replace(same, mtime=st.st_mtime)
                 status = UNCHANGED
             self._leave_old(key, sha)
@@ -273,13 +320,14 @@ class Ingestor:
         paths = list(dict.fromkeys([job.path, *(p for p, _ in job.copies), *_existing(previous.paths if previous else ())]))
         suffix = Path(job.path).suffix.lower()
         n = len(job.units)
-        common = {"path": job.path, "paths": paths, "folders": sorted({f for p in paths for f in folders_of(p)}),
+        kept = [stored(p) for p in paths]  # names that are not UTF-8 kept losslessly (search/paths.py)
+        common = {"path": kept[0], "paths": kept, "folders": sorted({f for p in kept for f in folders_of(p)}),
                   "suffix": suffix, "n_chunks": n, "sha256": job.sha256, "size": job.size, "mtime": job.mtime,
                   "chunker": kind.signature}
         points = [
             models.PointStruct(id=point_id(job.sha256, kind.signature, i), vector=vec,
                                payload={**common, "chunk": i, **unit.payload})
-            for i, (unit, vec) in enumerate(zip(job.units, job.vectors))
+            for i, (unit, vec) in enumerate(zip(job.units, job.vectors, strict=True))
         ]
         self._rest += points[1:]
         self._heads += points[:1]
@@ -307,9 +355,12 @@ class Ingestor:
         self.store.upsert(self.kind.schema.name, rest)
         self.store.upsert(self.kind.schema.name, heads)
 
+    def _set_paths(self, sha: str, paths: list[str], **extra) -> None:
+        self.store.set_paths(self.kind.schema.name, sha, [stored(p) for p in paths], **extra)
+
     def _repoint(self, sha: str, paths: list[str], **extra) -> None:
         self._flush()
-        self.store.set_paths(self.kind.schema.name, sha, paths, **extra)
+        self._set_paths(sha, paths, **extra)
         for p in set(self.by_sha[sha].paths) - set(paths):
             self.by_path.pop(p, None)
         self.by_sha[sha] = replace(self.by_sha[sha], paths=tuple(paths), **extra)
@@ -327,7 +378,7 @@ class Ingestor:
         remaining = [p for p in self.by_sha[sha].paths if p != path]
         self._flush()
         if remaining:
-            self.store.set_paths(self.kind.schema.name, sha, remaining)
+            self._set_paths(sha, remaining)
             self.by_sha[sha] = replace(self.by_sha[sha], paths=tuple(remaining))
         else:
             self.store.delete_content(self.kind.schema.name, sha)
@@ -361,7 +412,7 @@ def ingest(store: Store, kinds: list[Kind], roots: list[Path], *, prune: bool = 
     roots = [Path(r).expanduser().absolute() for r in roots]
     unavailable = unavailable or {}
     suffixes = frozenset().union(*(k.suffixes for k in kinds), *(s for s, _ in unavailable.values()))
-    files, bad, report.skipped = discover(roots, suffixes)
+    files, bad, report.skipped_files = discover(roots, suffixes)
     by_kind = {k.name: [f for f in files if f.suffix.lower() in k.suffixes] for k in kinds}
     for name, (sfx, why) in unavailable.items():
         n = sum(f.suffix.lower() in sfx for f in files)

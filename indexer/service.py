@@ -10,6 +10,7 @@ from tokenizers import Tokenizer
 
 from indexer import pipeline
 from indexer.chunking import Chunker
+from indexer.failures import FailureMemory
 from indexer.kinds import Documents, Kind, Photos
 from search.config import Settings
 from search.errors import not_served
@@ -17,6 +18,7 @@ from search.models import Family, for_kind, ingest_kinds, minilm
 from search.resources import Resources
 
 SUFFIXES = {Documents.name: Documents.suffixes, Photos.name: Photos.suffixes}
+FAILURES_FILE = "ingest-failures.json"  # in the data dir: see indexer/failures.py
 
 
 class IngestService:
@@ -31,7 +33,8 @@ class IngestService:
                on_start: Callable[[int], None] | None = None,
                on_file: Callable[[pipeline.FileOutcome], None] | None = None) -> pipeline.IngestReport:
         """Documents and photos under ``paths``, each into its collection. A kind whose model is
-        not served is reported (with how to fix it) while the other kinds are indexed."""
+        not served is reported (with how to fix it) while the other kinds are indexed. Failures
+        that repeat on unchanged files are marked ``still_failing``."""
         s, triton = self.settings, self.resources.triton
         kinds, unavailable = [], {}
         for name in ingest_kinds():
@@ -40,9 +43,11 @@ class IngestService:
                 unavailable[name] = (SUFFIXES[name], not_served(needed.kinds[name], needed.display))
                 continue
             kinds.append(self._kind(name, [needed, *(f for f in optional if triton.model_ready(f.kinds[name]))]))
-        return pipeline.ingest(self.resources.store, kinds, paths, prune=prune, unavailable=unavailable,
-                               batch_size=s.embed_batch_size, concurrency=s.embed_concurrency,
-                               on_start=on_start, on_file=on_file)
+        report = pipeline.ingest(self.resources.store, kinds, paths, prune=prune, unavailable=unavailable,
+                                 batch_size=s.embed_batch_size, concurrency=s.embed_concurrency,
+                                 on_start=on_start, on_file=on_file)
+        FailureMemory(s.data_dir / FAILURES_FILE).update(report)
+        return report
 
     def _kind(self, name: str, families: list[Family]) -> Kind:
         s, triton = self.settings, self.resources.triton

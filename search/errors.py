@@ -29,6 +29,14 @@ class StoreUnavailable(ServiceError):
     exit_code = 5
 
 
+class StoreInUse(StoreUnavailable):
+    """An embedded store that another process holds; ``pid`` when it is known."""
+
+    def __init__(self, message: str, pid: int | None = None) -> None:
+        super().__init__(message)
+        self.pid = pid
+
+
 class EmptyCollection(ServiceError):
     exit_code = 6
 

@@ -63,7 +63,7 @@ def main() -> None:
     mode = st.radio("Mode", MODES, format_func=lambda m: m.label, horizontal=True)
     blocker = svc.blocker(status, mode.kind, mode.doc_mode)
     if blocker:
-        (st.error if blocker.startswith("Triton") else st.info)(blocker)
+        (st.error if blocker.startswith("Triton") or blocker == status["store"].get("error") else st.info)(blocker)
         return
     try:
         if mode.kind == "documents":
@@ -91,7 +91,7 @@ def sidebar(status: dict) -> dict:
         t, s = status["triton"], status["store"]
         st.caption(f"Triton {t['url']}: {'live' if t['live'] else 'down'}")
         st.caption("Models: " + ", ".join(f"{n} {'✓' if m['ready'] else '✗'}" for n, m in t["models"].items()))
-        st.caption(f"Store {s['location']}")
+        st.caption(f"Store {s['location']}" + ("" if s.get("available", True) else f": {s['error']}"))
         st.caption(", ".join(f"{n}: {c}" for n, c in s["collections"].items()))
     after, before = _date_range(dates)
     return {"folder": folder.strip() or None, "types": tuple(types), "min_score": min_score or None,
@@ -123,11 +123,11 @@ def documents_page(svc: SearchService, mode: Mode, opts: dict) -> None:
     for i, hit in enumerate(hits):
         with st.container(border=True):
             head, button = st.columns([5, 1])
-            head.markdown(f"**{Path(hit.path).name}** · score {hit.score:.3f}")
+            head.markdown(f"**{Path(hit.display_path).name}** · score {hit.score:.3f}")
             head.caption(hit.citation)
             source = Path(hit.path)
             if source.is_file():  # a browser cannot open file:// links from a page, so serve the file
-                button.download_button("Open source", partial(source.read_bytes), file_name=source.name,
+                button.download_button("Open source", partial(source.read_bytes), file_name=Path(hit.display_path).name,
                                        key=f"src{i}")
             st.html(f'<div style="line-height:1.5">{highlight(hit.text, query)}</div>')
 
@@ -185,13 +185,13 @@ def photos_page(svc: SearchService, mode: Mode, opts: dict, ofa_ready: bool = Fa
             with col.container(border=True):
                 picture = hit.thumbnail if hit.thumbnail and Path(hit.thumbnail).is_file() else hit.path
                 st.image(picture, width="stretch")
-                st.markdown(f"**{Path(hit.path).name}** · {hit.score:.3f}")
+                st.markdown(f"**{Path(hit.display_path).name}** · {hit.score:.3f}")
                 if hit.entailment is not None:
                     st.caption(f"entails {hit.entailment:.3f} ({hit.entailment_label})")
                 meta = [hit.taken, hit.camera, f"{hit.width}×{hit.height}" if hit.width else None,
                         f"{hit.latitude:.4f}, {hit.longitude:.4f}" if hit.latitude is not None else None]
                 st.caption(" · ".join(m for m in meta if m) or "no EXIF")
-                st.caption(hit.path)
+                st.caption(hit.display_path)
 
 
 if __name__ == "__main__":  # streamlit runs the file as __main__; tests import highlight()

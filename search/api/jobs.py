@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from search.observability import ApiMetrics, job_id, request_id
+from search.paths import path_bytes, readable
 
 log = logging.getLogger("search.api")
 
@@ -80,15 +81,17 @@ class Jobs:
             if self.metrics:
                 self.metrics.ingest_files.labels(outcome.status).inc()
             if outcome.reason and outcome.status == "failed":
-                job.failures.append({"path": outcome.path, "reason": outcome.reason})
-                log.warning("ingest job %s: %s: %s", job.id, outcome.path, outcome.reason)
+                shown = readable(outcome.path)  # a name that is not UTF-8 cannot go into JSON or a log as is
+                job.failures.append({"path": shown, "path_bytes": path_bytes(outcome.path), "reason": outcome.reason})
+                log.warning("ingest job %s: %s: %s", job.id, shown, outcome.reason)
 
         try:
             report = self._ingest(paths, prune=prune, on_start=lambda n: setattr(job, "total", n), on_file=on_file)
             job.report, job.state = report.as_dict(), "done"
         except Exception as exc:  # the job's status is the only place left to report it
             log.exception("ingest job %s failed", job.id)
-            job.error, job.state = str(exc) or type(exc).__name__, "failed"
+            first = (str(exc).strip().splitlines() or [""])[0]  # the whole message is in the log
+            job.error, job.state = first or type(exc).__name__, "failed"
         job.finished = time.time()
         if self.metrics:
             self.metrics.ingest_jobs.labels(job.state).inc()

@@ -8,6 +8,7 @@ import typer
 
 from search.cli.connect import query_service
 from search.cli.support import display_path, err, guarded, out, say, to_json
+from search.paths import readable
 from search.services.options import HIT_CHARS, ImageFilters, check_query_options
 
 
@@ -21,7 +22,8 @@ def query(
     min_score: float = typer.Option(None, "--min-score", help="Hide hits scoring below this (cosine, -1..1, except --mode sparse: "
                                    "unbounded lexical weights)."),
     folder: Path = typer.Option(None, "--folder", help="Only files under this folder."),
-    file_type: list[str] = typer.Option(None, "--type", help="Only files of this type, e.g. --type pdf --type docx (repeatable)."),
+    file_type: list[str] = typer.Option(None, "--type",
+                                        help="Only files of this type, e.g. --type pdf --type docx (repeatable)."),
     after: str = typer.Option(None, "--after", help="Photos taken on or after this date (2021-07-14 or 2021-07-14T09:30, UTC)."),
     before: str = typer.Option(None, "--before", help="Photos taken before this date."),
     camera: str = typer.Option(None, "--camera", help="Photos from this camera (words of make and model, e.g. 'canon 5d')."),
@@ -56,7 +58,7 @@ def query(
                                         folder=str(folder) if folder else None, mode=mode, suffixes=file_type or (),
                                         full_text=full_text)
     if as_json:
-        print(to_json({"query": text, "like": str(like) if like else None, "hits": [h.as_dict() for h in hits]}))
+        print(to_json({"query": text, "like": readable(str(like)) if like else None, "hits": [h.as_dict() for h in hits]}))
         return
     if not hits:
         err.print("nothing matched" + (f" above --min-score {min_score}" if min_score is not None else "")
@@ -114,8 +116,15 @@ def status(ctx: typer.Context, as_json: bool = typer.Option(False, "--json")) ->
     for name, m in t["models"].items():
         say("  {}: built={} ready={}" + ("" if m.get("healthy", True) else " [red]unhealthy[/]: {}"), name,
             "yes" if m["built"] else "no", "yes" if m["ready"] else "no", *([] if m.get("healthy", True) else [m["reason"]]))
-    say("Store   {} at {}", st["store"]["backend"], st["store"]["location"])
-    for name, n in st["store"]["collections"].items():
+    s = st["store"]
+    if s.get("in_use"):
+        say("Store   {} at {}: [yellow]in use by another process{}[/]", s["backend"], s["location"],
+            f" (pid {s['holder_pid']})" if s.get("holder_pid") else "")
+    elif not s.get("available", True):
+        say("Store   {} at {}: [red]not available[/]: {}", s["backend"], s["location"], s["error"])
+    else:
+        say("Store   {} at {}", s["backend"], s["location"])
+    for name, n in s["collections"].items():
         say("  {}: {} points", name, n)
     if "note" in st["store"]:
         say("  [yellow]note[/]: {}", st["store"]["note"])

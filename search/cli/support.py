@@ -17,6 +17,7 @@ from rich.text import Text
 
 from search.config import Settings, load_settings
 from search.errors import ServiceError
+from search.paths import readable
 
 # What a terminal acts on instead of showing: C0 controls but newline and tab (ESC starts colour, cursor
 # and title sequences), DEL, C1 (\x9b is a CSI on some terminals), the bidi embeddings, overrides and
@@ -45,11 +46,20 @@ class SafeConsole(Console):
 
 
 _HOLE = re.compile("\ue000([0-9]+)\ue001")  # private-use marks: where say() puts each value
-out = SafeConsole()
-err = SafeConsole(stderr=True)
+
+
+def _console(stderr: bool = False) -> SafeConsole:
+    console = SafeConsole(stderr=stderr)
+    console.soft_wrap = not console.is_terminal  # a log file or pipe gets whole lines, not 80 columns
+    return console
+
+
+out = _console()
+err = _console(stderr=True)
 
 DataDir = typer.Option(None, "--data-dir", help="Where the embedded store and Triton's run state live \\[env: SEARCH_DATA_DIR].")
-TritonUrl = typer.Option(None, "--triton-url", help="gRPC address of a Triton server, e.g. triton:8001 \\[env: SEARCH_TRITON_URL].")
+TritonUrl = typer.Option(None, "--triton-url",
+                         help="gRPC address of a Triton server, e.g. triton:8001 \\[env: SEARCH_TRITON_URL].")
 QdrantUrl = typer.Option(None, "--qdrant-url", help="URL of a Qdrant server; default is the embedded store \\[env: QDRANT_URL].")
 
 
@@ -106,10 +116,12 @@ def guarded(fn):
 
 
 def display_path(path: str) -> str:
+    """Relative to the working folder when near it; bytes that are not UTF-8 shown as \\xff."""
     try:
-        return os.path.relpath(path) if not os.path.relpath(path).startswith("../..") else path
+        shown = os.path.relpath(path) if not os.path.relpath(path).startswith("../..") else path
     except ValueError:
-        return path
+        shown = path
+    return readable(shown)
 
 
 @contextmanager

@@ -60,9 +60,19 @@ def triton_down(ctx: typer.Context) -> None:
 @guarded
 def triton_status(ctx: typer.Context) -> None:
     """Say whether the local server runs and which models it has loaded."""
-    server = LocalTriton.attach(ctx.obj.triton_run_dir)
+    run_dir = ctx.obj.triton_run_dir
+    server = LocalTriton.attach(run_dir)
     if server is None or not server.is_running():
-        out.print("Triton is not running (start it: search triton up)")
+        out.print(f"Triton is not running for the data dir {ctx.obj.data_dir} (start it: search triton up)", soft_wrap=True)
+        for other in LocalTriton.running():  # started with another --data-dir / SEARCH_DATA_DIR
+            url = f"{other.host}:{other.grpc_port}"
+            if other.run_dir.name == run_dir.name:  # <data dir>/triton
+                data_dir = other.run_dir.parent
+                where, see = f"with the data dir {data_dir}", f"search --data-dir {data_dir} triton status, or "
+            else:
+                where, see = f"from {other.run_dir}", ""
+            out.print(f"  running {where}: pid {other.state.pid}, gRPC {url} ({see}SEARCH_TRITON_URL={url})",
+                      highlight=False, soft_wrap=True)
         raise typer.Exit(1)
     ready = server.is_ready()
     say("Triton pid {}: {}; gRPC {}:{}, HTTP {}, metrics {}; log {}", server.state.pid, "ready" if ready else "not ready",

@@ -7,7 +7,7 @@ from collections.abc import Callable
 from dataclasses import asdict
 from pathlib import Path
 
-from search.errors import BadRequest, EmptyCollection, ServiceError
+from search.errors import BadRequest, EmptyCollection, ServiceError, StoreInUse, StoreUnavailable
 from search.models import FAMILIES, family, for_kind
 from search.services.base import ServiceBase
 from search.store import COLLECTIONS, DOCUMENTS, IMAGES, Migrated, migrate, open_location, parse_spec
@@ -16,8 +16,15 @@ from search.store import COLLECTIONS, DOCUMENTS, IMAGES, Migrated, migrate, open
 class Admin(ServiceBase):
     # -- status
     def status(self) -> dict:
-        out: dict = {"triton": self.triton_status(), "store": self.store_location()}
-        out["store"].update(self.collections())
+        """Triton's part and the store's, each on its own: a store that another process holds (or
+        a server that does not answer) is reported as such, with Triton's part still shown."""
+        out: dict = {"triton": self.triton_status(), "store": {**self.store_location(), "available": True}}
+        try:
+            out["store"].update(self.collections())
+        except StoreUnavailable as exc:
+            in_use = isinstance(exc, StoreInUse)
+            out["store"].update(available=False, error=str(exc), in_use=in_use,
+                                holder_pid=exc.pid if in_use else None, collections={})
         if hint := self._legacy_hint().strip(" ;"):
             out["store"]["note"] = hint
         return out
@@ -65,6 +72,8 @@ class Admin(ServiceBase):
         t, counts = status["triton"], status["store"]["collections"]
         if not t["live"]:
             return f"Triton is not reachable at {t['url']}: start it with `search triton up`"
+        if not status["store"].get("available", True) and kind != "entail":
+            return status["store"]["error"]
         ready = {n for n, m in t["models"].items() if m["ready"]}
         ofa, clip, bge_m3 = family("ofa"), family("clip"), family("bge_m3")
         if kind == "entail":

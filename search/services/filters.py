@@ -7,6 +7,7 @@ from pathlib import Path
 from qdrant_client import models
 
 from search.errors import BadRequest
+from search.paths import stored
 from search.services.options import ImageFilters
 
 
@@ -34,7 +35,7 @@ def document_filter(folder: str | None, suffixes) -> models.Filter | None:
 
 def folder_condition(folder: str) -> models.FieldCondition:
     folder = str(Path(folder).expanduser().absolute()).rstrip("/") or "/"
-    return models.FieldCondition(key="folders", match=models.MatchValue(value=folder))
+    return models.FieldCondition(key="folders", match=models.MatchValue(value=stored(folder)))
 
 
 def suffix_condition(suffixes) -> models.FieldCondition:

@@ -139,6 +139,23 @@ class LocalTriton:
         inst.state = st
         return inst
 
+    @classmethod
+    def running(cls) -> list[LocalTriton]:
+        """Every live server this project started, whatever its data dir: found by its process
+        (its command line names ``<run dir>/backends``) and confirmed by that run dir's state file."""
+        found = []
+        for pid, args in _tritonserver_processes():
+            for arg in args:
+                if arg.startswith("--backend-directory="):
+                    run_dir = Path(arg.split("=", 1)[1]).parent
+                    try:
+                        server = cls.attach(run_dir)
+                    except (OSError, ValueError, TypeError):  # an unreadable or foreign state file
+                        server = None
+                    if server is not None and server.state.pid == pid:
+                        found.append(server)
+        return found
+
     # -- lifecycle
     def command(self, backends: Path, shm_prefix: str) -> list[str]:
         cmd = [
@@ -288,6 +305,19 @@ def _pids_with_arg(needle: str) -> list[int]:
             except OSError:
                 continue
     return pids
+
+
+def _tritonserver_processes() -> list[tuple[int, list[str]]]:
+    procs = []
+    for p in Path("/proc").iterdir():
+        if p.name.isdigit():
+            try:
+                args = [os.fsdecode(a) for a in (p / "cmdline").read_bytes().split(b"\0") if a]
+            except OSError:
+                continue
+            if args and Path(args[0]).name == "tritonserver":
+                procs.append((int(p.name), args))
+    return procs
 
 
 def _failure_summary(log: Path) -> str:
