@@ -18,6 +18,9 @@ from collections import Counter
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from search.paths import path_bytes, readable
+
+JOBS_FILE = "jobs.sqlite"  # in the data dir
 QUEUED, RUNNING, DONE, FAILED, CANCELLED = "queued", "running", "done", "failed", "cancelled"
 FINISHED = (DONE, FAILED, CANCELLED)
 MAX_FAILURES_KEPT = 1000  # per job: the first ones, enough to act on, bounded for a folder of bad files
@@ -55,10 +58,11 @@ class Job:
                 "resumed": self.resumed, "cancel_requested": self.cancel_requested}
 
     def note_file(self, status: str, path: str, reason: str | None) -> None:
+        """One file's outcome (``path`` as the OS gives it)."""
         self.done += 1
         self.counts[status] += 1
         if reason and status == "failed" and len(self.failures) < MAX_FAILURES_KEPT:
-            self.failures.append({"path": path, "reason": reason})
+            self.failures.append({"path": readable(path), "path_bytes": path_bytes(path), "reason": reason})
 
 
 class JobStore:
@@ -68,9 +72,16 @@ class JobStore:
         path.parent.mkdir(parents=True, exist_ok=True)
         self.path = path
         self._lock = threading.Lock()
-        self._db = sqlite3.connect(str(path), check_same_thread=False, isolation_level=None, timeout=10)
-        self._db.execute("PRAGMA journal_mode=WAL")
-        self._db.execute("CREATE TABLE IF NOT EXISTS jobs (id TEXT PRIMARY KEY, created REAL, state TEXT, body TEXT)")
+        self._conn: sqlite3.Connection | None = None
+
+    @property
+    def _db(self) -> sqlite3.Connection:
+        """The connection, opened on first use (and again after close(): an app may start twice)."""
+        if self._conn is None:
+            self._conn = sqlite3.connect(str(self.path), check_same_thread=False, isolation_level=None, timeout=10)
+            self._conn.execute("PRAGMA journal_mode=WAL")
+            self._conn.execute("CREATE TABLE IF NOT EXISTS jobs (id TEXT PRIMARY KEY, created REAL, state TEXT, body TEXT)")
+        return self._conn
 
     def save(self, job: Job) -> None:
         body = json.dumps({**asdict(job), "counts": dict(job.counts)}, ensure_ascii=False)
@@ -106,7 +117,9 @@ class JobStore:
 
     def close(self) -> None:
         with self._lock:
-            self._db.close()
+            if self._conn is not None:
+                self._conn.close()
+                self._conn = None
 
 
 def _load(body: str) -> Job:

@@ -57,6 +57,7 @@ class IngestReport:
     skipped_files: list[tuple[str, str]] = field(default_factory=list)  # (path, why): not read at all
     unavailable: dict[str, tuple[int, str]] = field(default_factory=dict)  # kind -> (files, why)
     stopped: dict[str, str] = field(default_factory=dict)  # kind -> why its model failed mid-run
+    cancelled: bool = False  # stopped on request between two files: what was written is whole
     seconds: float = 0.0
     truncated_chunks: int = 0
 
@@ -94,7 +95,7 @@ class IngestReport:
             "truncated_chunks": self.truncated_chunks, "seconds": round(self.seconds, 3),
             "by_kind": dict(by_kind),
             "unavailable": {k: {"files": n, "reason": why} for k, (n, why) in self.unavailable.items()},
-            "stopped": dict(self.stopped),
+            "stopped": dict(self.stopped), "cancelled": self.cancelled,
             "failures": [{"path": readable(o.path), "path_bytes": path_bytes(o.path), "reason": o.reason,
                           "still_failing": o.still_failing} for o in self.failures],
         }
@@ -173,8 +174,9 @@ class _Job:
 class Ingestor:
     """Ingests the files of one kind into that kind's collection."""
 
-    def __init__(self, store: Store, kind: Kind, *, batch_size: int = 16, concurrency: int = 2) -> None:
-        self.store, self.kind = store, kind
+    def __init__(self, store: Store, kind: Kind, *, batch_size: int = 16, concurrency: int = 2,
+                 stop: Callable[[], bool] | None = None) -> None:
+        self.store, self.kind, self.stop = store, kind, stop
         self.batch_size, self.concurrency = batch_size, concurrency
         self.write_batch = 256
         self._rest: list[models.PointStruct] = []
@@ -208,7 +210,7 @@ class Ingestor:
             if not self._opened:
                 return  # the model failed before the collection was opened: nothing to write
         self._flush()
-        if prune:
+        if prune and not report.cancelled:
             for outcome in self._prune(roots, {str(p) for p in files}):
                 emit(outcome)
         self.store.optimize(self.kind.schema.name)  # edge: merge segments, build HNSW (a server does it itself)
@@ -252,6 +254,9 @@ class Ingestor:
 
             try:
                 for path in files:
+                    if self.stop is not None and self.stop():
+                        report.cancelled = True
+                        break
                     job = self._prepare(path)
                     if job is None:
                         continue
@@ -402,17 +407,22 @@ def ingest(store: Store, kinds: list[Kind], roots: list[Path], *, prune: bool = 
            unavailable: dict[str, tuple[frozenset[str], str]] | None = None,
            batch_size: int = 16, concurrency: int = 2,
            on_start: Callable[[int], None] | None = None,
-           on_file: Callable[[FileOutcome], None] | None = None) -> IngestReport:
+           on_file: Callable[[FileOutcome], None] | None = None,
+           stop: Callable[[], bool] | None = None, gone_ok: bool = False) -> IngestReport:
     """Ingest every file under ``roots`` with the kind its suffix belongs to.
 
     ``unavailable``: kinds whose model is not served (name -> (suffixes, why)); their files are
-    counted and reported, nothing else is held up."""
+    counted and reported, nothing else is held up. ``stop``: asked between files; when it says so
+    the run ends after the files in flight are written (``report.cancelled``). ``gone_ok``: a root
+    that no longer exists is not an error (with ``prune`` its indexed files are removed)."""
     started = time.perf_counter()
     report = IngestReport()
     roots = [Path(r).expanduser().absolute() for r in roots]
     unavailable = unavailable or {}
     suffixes = frozenset().union(*(k.suffixes for k in kinds), *(s for s, _ in unavailable.values()))
     files, bad, report.skipped_files = discover(roots, suffixes)
+    if gone_ok:
+        bad = [b for b in bad if not (b.reason == "no such file or folder" and not os.path.lexists(b.path))]
     by_kind = {k.name: [f for f in files if f.suffix.lower() in k.suffixes] for k in kinds}
     for name, (sfx, why) in unavailable.items():
         n = sum(f.suffix.lower() in sfx for f in files)
@@ -429,9 +439,11 @@ def ingest(store: Store, kinds: list[Kind], roots: list[Path], *, prune: bool = 
     for outcome in bad:
         done(outcome)
     for kind in kinds:
+        if report.cancelled:
+            break
         if by_kind[kind.name] or prune:
-            Ingestor(store, kind, batch_size=batch_size, concurrency=concurrency).run(
-                by_kind[kind.name], roots, report, done, prune=prune)
+            Ingestor(store, kind, batch_size=batch_size, concurrency=concurrency, stop=stop).run(
+                by_kind[kind.name], roots, report, done, prune=prune and not report.cancelled)
     report.seconds = time.perf_counter() - started
     return report
 

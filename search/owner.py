@@ -32,6 +32,12 @@ class Owner:
         return f"pid {self.pid}, {self.url}"
 
 
+def serving(settings) -> Owner | None:
+    """The server that owns ``settings``' embedded store, if one runs. With a Qdrant server
+    (QDRANT_URL) there is no owner: every process opens the store itself."""
+    return None if settings.qdrant_url else find(settings.data_dir)
+
+
 def record_path(data_dir: Path) -> Path:
     return Path(data_dir) / FILE
 

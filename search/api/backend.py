@@ -13,10 +13,12 @@ import functools
 import threading
 from pathlib import Path
 
+from indexer.jobs import JOBS_FILE, JobStore
 from indexer.service import IngestService
 from search.api.jobs import Jobs
 from search.config import Settings
 from search.observability import ApiMetrics
+from search.owner import Owner
 from search.resources import Resources
 from search.services import SearchService
 
@@ -49,7 +51,8 @@ class Backend:
         self.uploads = (settings.data_dir / "uploads").resolve()
         self.roots = [Path(r).expanduser().resolve() for r in settings.api_roots] + [self.uploads]
         self.metrics = metrics
-        self.jobs = Jobs(lambda *a, **kw: self.indexer().ingest(*a, **kw), metrics)
+        self.owner: Owner | None = None  # set by `search serve` when it owns the embedded store
+        self.jobs = Jobs(lambda *a, **kw: self.indexer().ingest(*a, **kw), JobStore(settings.data_dir / JOBS_FILE), metrics)
 
     def _open(self) -> None:
         """Open the store on first use, so a busy or absent store is a 503 for that request (and
@@ -76,6 +79,10 @@ class Backend:
         """The query service without opening the store: for reporting on a store that may be busy."""
         return SearchService(self.settings, self.resources)
 
+    def open_store(self) -> None:
+        """Open the store now: `search serve` takes the embedded store's lock before it says it owns it."""
+        self._open()
+
     def inside_roots(self, path: Path) -> bool:
         return any(path.is_relative_to(root) for root in self.roots)
 
@@ -83,6 +90,7 @@ class Backend:
         """Finish the running job, then release the store. The app may start again after this
         (test clients run the lifespan per request): the next call opens the store again."""
         self.jobs.close()
+        self.jobs.store.close()
         with self._open_lock:
             self.resources.close()  # the store's close() takes the store lock like every other call
             self._opened = False

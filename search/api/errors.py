@@ -17,7 +17,7 @@ def add_error_handlers(app: FastAPI) -> None:
     async def service_error(request: Request, exc: ServiceError) -> JSONResponse:
         status = next((code for cls, code in STATUS.items() if isinstance(exc, cls)), 500)
         note_error(request, exc)
-        return JSONResponse({"detail": str(exc)}, status_code=status)
+        return JSONResponse({"detail": str(exc), "error": type(exc).__name__}, status_code=status)
 
     @app.exception_handler(RequestValidationError)
     async def invalid(_request: Request, exc: RequestValidationError) -> JSONResponse:

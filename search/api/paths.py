@@ -10,10 +10,17 @@ from fastapi import HTTPException
 from search.api.backend import Backend
 
 
-def allowed_path(backend: Backend, raw: str, name: str) -> Path:
-    """The resolved path if it lies inside a root (after following symlinks), else a 4xx naming the field."""
+def allowed_path(backend: Backend, raw: str, name: str, *, local: bool = False) -> Path:
+    """The resolved path if it lies inside a root (after following symlinks), else a 4xx naming the
+    field. ``local``: the request comes from the owner's user on this machine (search/owner.py), who
+    may ingest any path it can read, as `indexer ingest` without a server would."""
     if not os.path.isabs(raw):
         raise HTTPException(400, f"{name}: must be an absolute path, got {raw!r}")
+    if local:
+        path = Path(raw)
+        if not os.path.lexists(path):
+            raise HTTPException(404, f"{name}: {raw} does not exist")
+        return path
     try:
         path = Path(raw).resolve()  # follows every symlink and '..'; the roots check comes before existence,
         inside = backend.inside_roots(path)  # so nothing outside the roots can be probed

@@ -24,12 +24,16 @@ TopK = Annotated[int, Field(ge=1, le=MAX_TOP_K)]
 Score = Annotated[float, Field(allow_inf_nan=False)]
 
 
+FileTypes = Annotated[list[Annotated[Text, Field(min_length=1, max_length=16)]], Field(max_length=32)]
+
+
 class DocumentQuery(BaseModel):
     query: Text = Field(min_length=1, max_length=2000, examples=["reset password"])
     top_k: TopK = 5
     mode: Literal[MODES] | None = Field(None, description="default: the server's search_mode (auto)")
     min_score: Score | None = None
     folder: Text | None = Field(None, max_length=4096, description="only files under this folder")
+    types: FileTypes | None = Field(None, description="only files of these types, e.g. [\"pdf\", \"docx\"]")
     max_chars: Annotated[int, Field(ge=1, le=HIT_CHARS_LIMIT)] | None = Field(
         None, description=f"characters of text per hit, cut at a word boundary when there is one (the hit then says "
                           f"truncated and its whole length); null: {HIT_CHARS}")
@@ -48,10 +52,11 @@ class PhotoFilters(BaseModel):
     camera: Text | None = Field(None, max_length=200)
     near: Text | None = Field(None, max_length=100, description="LAT,LON,KM", examples=["51.5,-0.12,10"])
     folder: Text | None = Field(None, max_length=4096)
+    types: FileTypes | None = Field(None, description="only files of these types, e.g. [\"jpg\", \"png\"]")
 
     def to_filters(self) -> ImageFilters:
         return ImageFilters.parse(after=self.after, before=self.before, camera=self.camera, near=self.near,
-                                  folder=self.folder)
+                                  folder=self.folder, suffixes=self.types or ())
 
 
 class ImageQuery(PhotoFilters):

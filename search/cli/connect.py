@@ -16,9 +16,8 @@ from search.services.remote import RemoteService
 
 
 def owner_of(settings: Settings) -> Owner | None:
-    """The running `search serve` that owns this data dir's embedded store, if any. With a Qdrant
-    server (QDRANT_URL) every process opens the store itself."""
-    return None if settings.qdrant_url else owner.find(settings.data_dir)
+    """The running `search serve` that owns this data dir's embedded store, if any."""
+    return owner.serving(settings)
 
 
 @contextmanager

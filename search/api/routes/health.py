@@ -12,6 +12,7 @@ from search.errors import ServiceError
 
 public = APIRouter(tags=["health"])
 reads = APIRouter(dependencies=[Depends(require_key(writes=False))])
+writes = APIRouter(dependencies=[Depends(require_key(writes=True))])
 
 
 @public.get("/metrics", include_in_schema=False, dependencies=[Depends(check_metrics_key)])
@@ -39,3 +40,23 @@ def readyz(backend: Backend = Depends(get_backend)) -> JSONResponse:
 @reads.get("/collections", tags=["index"], summary="Points per collection")
 def collections(backend: Backend = Depends(get_backend)) -> dict:
     return backend.service().collections()
+
+
+@reads.get("/status", tags=["health"], summary="What `search status` shows: Triton, its models, the store and its counts")
+def status(backend: Backend = Depends(get_backend)) -> dict:
+    try:
+        svc = backend.service()
+    except ServiceError:  # a busy or absent store: status() reports it
+        svc = backend.unopened_service()
+    return svc.status()
+
+
+@reads.get("/store/stats", tags=["index"], summary="Points, segments, index status and disk size per collection")
+def store_stats(backend: Backend = Depends(get_backend)) -> dict:
+    return backend.service().store_stats()
+
+
+@writes.post("/store/optimize", tags=["index"], summary="Build the HNSW indexes now (ingest does this when it ends)")
+def store_optimize(backend: Backend = Depends(get_backend)) -> dict:
+    backend.service().optimize_store()
+    return {"optimized": True}

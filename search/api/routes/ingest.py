@@ -7,9 +7,9 @@ import uuid
 
 from fastapi import APIRouter, Depends, File, HTTPException, Request, UploadFile
 
+from indexer.jobs import Job
 from search.api.backend import Backend
 from search.api.deps import get_backend
-from search.api.jobs import Job
 from search.api.limits import MAX_FILES, read_limited, upload_name
 from search.api.paths import allowed_path
 from search.api.schemas import IngestPaths
@@ -20,8 +20,9 @@ router = APIRouter(dependencies=[Depends(require_key(writes=True))], tags=["inge
 
 @router.post("/ingest", status_code=202, summary="Index server-side files or folders inside the configured roots")
 def ingest_paths(body: IngestPaths, request: Request, backend: Backend = Depends(get_backend)) -> dict:
-    paths = [allowed_path(backend, raw, f"paths[{i}]") for i, raw in enumerate(body.paths)]
-    return _accepted(request, backend.jobs.submit(paths, body.prune))
+    local = request.state.local  # a face of the owner's user on this machine: any path it can read
+    paths = [allowed_path(backend, raw, f"paths[{i}]", local=local) for i, raw in enumerate(body.paths)]
+    return _accepted(request, backend.jobs.submit(paths, body.prune, source="cli" if local else "rest"))
 
 
 @router.post("/ingest/upload", status_code=202, summary="Upload documents or photos and index them")
@@ -48,7 +49,15 @@ async def ingest_upload(request: Request, files: list[UploadFile] = File(descrip
 def ingest_job(job_id: str, backend: Backend = Depends(get_backend)) -> dict:
     job = backend.jobs.get(job_id)
     if job is None:
-        raise HTTPException(404, f"job_id: no ingest job {job_id!r} (jobs are kept in memory until restart)")
+        raise HTTPException(404, f"job_id: no ingest job {job_id!r}")
+    return job.as_dict()
+
+
+@router.delete("/ingest/jobs/{job_id}", summary="Cancel an ingest job (what it wrote stays whole)")
+def cancel_ingest_job(job_id: str, backend: Backend = Depends(get_backend)) -> dict:
+    job = backend.jobs.cancel(job_id)
+    if job is None:
+        raise HTTPException(404, f"job_id: no ingest job {job_id!r}")
     return job.as_dict()
 
 

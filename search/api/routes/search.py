@@ -20,7 +20,8 @@ router = APIRouter(dependencies=[Depends(require_key(writes=False))], tags=["sea
 @router.post("/search/documents", summary="Passages with citations, ready for a prompt")
 def search_documents(body: DocumentQuery, backend: Backend = Depends(get_backend)) -> dict:
     hits = backend.service().search_documents(body.query, top_k=body.top_k, min_score=body.min_score,
-                                              folder=body.folder, mode=body.mode, max_chars=body.max_chars,
+                                              folder=body.folder, mode=body.mode, suffixes=body.types or (),
+                                              max_chars=body.max_chars,
                                               full_text=body.full_text)
     return {"query": body.query, "hits": [h.as_dict() for h in hits], "context": prompt_context(hits)}
 
