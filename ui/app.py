@@ -17,10 +17,12 @@ from pathlib import Path
 import streamlit as st
 
 from indexer.loaders import DOCUMENT_SUFFIXES
+from search import owner
 from search.config import Settings
 from search.errors import ServiceError
 from search.media.photos import IMAGE_SUFFIXES
-from search.services import MAX_TOP_K, ImageFilters, SearchService
+from search.services import MAX_TOP_K, ImageFilters, SearchService, admin
+from search.services.remote import RemoteService
 
 
 @dataclass(frozen=True)
@@ -44,16 +46,29 @@ GRID_COLUMNS = 4
 _MARKUP = re.compile(r"^#{1,6}[ \t]+", re.M)
 
 
+def service() -> RemoteService | None:
+    """The search server that owns the data dir (`search ui` starts one when none runs): the page never
+    opens the store itself, so the server, the page and `indexer ingest` run side by side."""
+    settings = Settings()
+    if settings.qdrant_url:  # a Qdrant server: no owner, every process opens the store
+        return _direct(settings)
+    running = owner.serving(settings)
+    return RemoteService(running) if running else None
+
+
 @st.cache_resource
-def service() -> SearchService:
-    # One per process: the embedded Qdrant store can be opened by only one client at a time.
-    return SearchService(Settings())
+def _direct(settings: Settings) -> SearchService:
+    return SearchService(settings)
 
 
 def main() -> None:
     st.set_page_config(page_title="Search", page_icon=":mag:", layout="wide")
     st.title("Search")
     svc = service()
+    if svc is None:
+        st.error("The search server is not running for this data dir: start it with `search serve` "
+                 "(or open the page with `search ui`, which starts it)")
+        return
     try:
         status = svc.status()
     except ServiceError as exc:
@@ -61,7 +76,7 @@ def main() -> None:
         return
     opts = sidebar(status)
     mode = st.radio("Mode", MODES, format_func=lambda m: m.label, horizontal=True)
-    blocker = svc.blocker(status, mode.kind, mode.doc_mode)
+    blocker = admin.blocker(status, mode.kind, mode.doc_mode)
     if blocker:
         (st.error if blocker.startswith("Triton") or blocker == status["store"].get("error") else st.info)(blocker)
         return
@@ -71,7 +86,7 @@ def main() -> None:
         elif mode.kind == "entail":
             entail_page(svc)
         else:
-            photos_page(svc, mode, opts, ofa_ready=svc.blocker(status, "entail") is None)
+            photos_page(svc, mode, opts, ofa_ready=admin.blocker(status, "entail") is None)
     except ServiceError as exc:  # one line that says what to do, never a traceback
         st.error(str(exc))
 
@@ -110,7 +125,7 @@ def _date_range(dates) -> tuple[float | None, float | None]:
     return None, None
 
 
-def documents_page(svc: SearchService, mode: Mode, opts: dict) -> None:
+def documents_page(svc: SearchService | RemoteService, mode: Mode, opts: dict) -> None:
     query = st.text_input("Query", placeholder="e.g. reset password", key="doc_query")
     if not query.strip():
         return
@@ -143,7 +158,7 @@ def highlight(text: str, query: str) -> str:
     return pattern.sub(lambda m: f"<mark>{m.group(0)}</mark>", safe)
 
 
-def entail_page(svc: SearchService) -> None:
+def entail_page(svc: SearchService | RemoteService) -> None:
     upload = st.file_uploader("Photo", type=[t.lstrip(".") for t in PHOTO_TYPES], key="entail_photo")
     hypothesis = st.text_input("Hypothesis", placeholder="e.g. there are two dogs", key="entail_hypothesis")
     premise = st.text_input("Premise (optional)", placeholder="a text given with the photo", key="entail_premise")
@@ -158,7 +173,7 @@ def entail_page(svc: SearchService) -> None:
         st.caption("The text was longer than the model takes and was truncated.")
 
 
-def photos_page(svc: SearchService, mode: Mode, opts: dict, ofa_ready: bool = False) -> None:
+def photos_page(svc: SearchService | RemoteService, mode: Mode, opts: dict, ofa_ready: bool = False) -> None:
     kwargs = {"top_k": opts["top_k"], "min_score": opts["min_score"], "filters": opts["filters"]}
     if mode.kind == "text2image":
         text = st.text_input("Describe the photo", placeholder="e.g. a beach at sunset", key="photo_query")

@@ -7,6 +7,7 @@ jobs and maps errors."""
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from contextlib import asynccontextmanager
 
 import uvicorn
@@ -49,7 +50,8 @@ def create_app(settings: Settings) -> FastAPI:
     return app
 
 
-def serve(settings: Settings, host: str | None = None, port: int | None = None) -> None:
+def serve(settings: Settings, host: str | None = None, port: int | None = None,
+          announce: Callable[[str], None] | None = None) -> None:
     """Run the API with uvicorn (one process). With the embedded store, this server is its owner: it
     opens the store before it starts, records its address in the data dir (search/owner.py) so the
     CLI and the page work through it, and refuses to start when another server owns the data dir.
@@ -66,6 +68,8 @@ def serve(settings: Settings, host: str | None = None, port: int | None = None) 
             raise StoreInUse(f"another search server owns {settings.data_dir}: {running.describe()}", running.pid)
         backend.open_store()  # the embedded store's lock: a CLI holding it is named here
         backend.owner = owner.claim(settings.data_dir, _local_url(host, port))
+    if announce:
+        announce(_local_url(host, port) if host in ("127.0.0.1", "localhost", "::1") else f"http://{host}:{port}")
     try:
         uvicorn.run(app, host=host, port=port, log_config=log_config, access_log=False)
     finally:
