@@ -118,6 +118,7 @@ def test_ingest_a_folder_then_search_documents(settings, docs):
         assert c.post("/search/documents", json={"query": "reset password", "min_score": 0.999}).json()["hits"] == []
         elsewhere = c.post("/search/documents", json={"query": "reset password", "folder": str(docs / "none")})
         assert elsewhere.status_code == 200 and elsewhere.json()["hits"] == []
+        fails(c.post("/search/documents", json={"query": "x", "folder": "~0"}), 400, "folder")  # no such user: was a 500
 
 
 def test_search_before_anything_is_indexed_is_409(client):
@@ -254,6 +255,7 @@ def test_photo_search_by_text_and_by_upload(settings, tmp_path):
 
         fails(c.post("/search/images", json={"text": "x", "after": "last tuesday"}), 400, "after")
         fails(c.post("/search/images", json={"text": "x", "near": "51.5,-0.1"}), 400, "near")
+        fails(c.post("/search/images", json={"text": "x", "folder": "~nosuchuser/x"}), 400, "folder")
         fails(c.post("/search/images", json={"text": "x", "sort": "random"}), 422, "sort")
         fails(c.post("/search/images", json={"text": ""}), 422, "text")
         fails(c.post("/search/images/like", files={"image": ("q.png", b"not an image", "image/png")}), 400, "like")

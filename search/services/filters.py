@@ -70,7 +70,8 @@ def parse_near(value: str) -> tuple[float, float, float]:
     except ValueError as exc:
         raise BadRequest(f"near: expected LAT,LON,KM such as 51.5,-0.12,10, got {value!r}") from exc
     if not (-90 <= lat <= 90 and -180 <= lon <= 180 and 0 < km <= 20_000) or any(map(math.isnan, (lat, lon, km))):
-        raise BadRequest(f"near: latitude must be in -90..90, longitude in -180..180 and the radius in 0..20000 km, got {value!r}")
+        raise BadRequest("near: latitude must be in -90..90, longitude in -180..180 and the radius in 0..20000 km, "
+                         f"got {value!r}")
     return lat, lon, km
 
 
@@ -80,7 +81,11 @@ def document_filter(folder: str | None, suffixes) -> models.Filter | None:
 
 
 def folder_condition(folder: str) -> models.FieldCondition:
-    folder = str(Path(folder).expanduser().absolute()).rstrip("/") or "/"
+    try:
+        path = Path(folder).expanduser()
+    except RuntimeError as exc:  # '~name' where no user has that name
+        raise BadRequest(f"folder: no home folder for {folder.split('/', 1)[0]!r}") from exc
+    folder = str(path.absolute()).rstrip("/") or "/"
     return models.FieldCondition(key="folders", match=models.MatchValue(value=folder))
 
 
