@@ -16,6 +16,7 @@ interrupted ingest never leaves a file that looks indexed but is not.
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import os
 import stat
@@ -28,6 +29,7 @@ from pathlib import Path
 
 from qdrant_client import models
 
+from indexer.confine import OUTSIDE, Confinement, Refused, unreadable
 from indexer.kinds import Kind, Unit
 from indexer.loaders import read_bytes
 from search.store import Store, StoredFile, folders_of, point_id
@@ -80,18 +82,26 @@ class IngestReport:
         }
 
 
-def discover(roots: Iterable[Path], suffixes: frozenset[str]) -> tuple[list[Path], list[FileOutcome], int]:
-    """Files to ingest, outcomes for roots that cannot be read, and the count of other files skipped."""
+def discover(roots: Iterable[Path], suffixes: frozenset[str],
+             confine: Confinement | None = None) -> tuple[list[Path], list[FileOutcome], int]:
+    """Files to ingest, outcomes for roots that cannot be read, and the count of other files skipped.
+    With ``confine``, a root or folder that leads out of its roots is reported, not listed."""
     files, bad, skipped = [], [], 0
     for root in roots:
-        if root.is_file():
+        if confine and confine.outside(root):
+            bad.append(FileOutcome(str(root), FAILED, OUTSIDE))
+        elif root.is_file():
             if root.suffix.lower() in suffixes:
                 files.append(root)
             else:
                 bad.append(FileOutcome(str(root), FAILED, f"unsupported file type '{root.suffix or root.name}'"))
         elif root.is_dir():
-            for dirpath, dirnames, filenames in os.walk(root, onerror=lambda e: bad.append(FileOutcome(e.filename, FAILED, f"unreadable: {e.strerror}"))):
+            walk = os.walk(root, onerror=lambda e: bad.append(FileOutcome(e.filename, FAILED, unreadable(e))))
+            for dirpath, dirnames, filenames in walk:
                 dirnames[:] = sorted(d for d in dirnames if d not in SKIP_DIRS and not d.startswith("."))
+                if confine and dirpath != str(root) and confine.outside(dirpath):  # swapped for a symlink mid-walk
+                    bad.append(FileOutcome(dirpath, FAILED, OUTSIDE))
+                    dirnames[:], filenames = [], []
                 for name in sorted(filenames):
                     p = Path(dirpath) / name
                     if p.suffix.lower() in suffixes and not name.startswith("."):
@@ -99,7 +109,7 @@ def discover(roots: Iterable[Path], suffixes: frozenset[str]) -> tuple[list[Path
                     else:
                         skipped += 1
         else:
-            bad.append(FileOutcome(str(root), FAILED, "no such file or folder"))
+            bad.append(FileOutcome(str(root), FAILED, _missing(root)))
     return files, bad, skipped
 
 
@@ -121,8 +131,9 @@ class _Job:
 class Ingestor:
     """Ingests the files of one kind into that kind's collection."""
 
-    def __init__(self, store: Store, kind: Kind, *, batch_size: int = 16, concurrency: int = 2) -> None:
-        self.store, self.kind = store, kind
+    def __init__(self, store: Store, kind: Kind, *, batch_size: int = 16, concurrency: int = 2,
+                 confine: Confinement | None = None) -> None:
+        self.store, self.kind, self.confine = store, kind, confine
         self.batch_size, self.concurrency = batch_size, concurrency
         self.write_batch = 256
         self._rest: list[models.PointStruct] = []
@@ -192,18 +203,20 @@ class Ingestor:
 
     def _prepare(self, path: Path) -> _Job | FileOutcome | None:
         key, kind = str(path), self.kind
+        if self.confine and self.confine.outside(path):  # not even stat()ed
+            return FileOutcome(key, FAILED, OUTSIDE)
         try:
             st = path.stat()
         except OSError as exc:
-            return FileOutcome(key, FAILED, f"unreadable: {exc.strerror}")
+            return FileOutcome(key, FAILED, unreadable(exc))
         if not stat.S_ISREG(st.st_mode):
             return FileOutcome(key, FAILED, "not a regular file")
         known = self.by_sha.get(self.by_path.get(key, ""))
         if known and known.size == st.st_size and known.mtime == st.st_mtime and known.chunker == kind.signature:
             return FileOutcome(key, UNCHANGED, chunks=known.chunks)
-        try:
-            data = read_bytes(path, kind.max_bytes)
-        except kind.errors as exc:
+        try:  # confined: the opened file is checked again, so a symlink swapped in since cannot lead out
+            data = self.confine.read(path, kind.max_bytes) if self.confine else read_bytes(path, kind.max_bytes)
+        except (*kind.errors, Refused) as exc:
             return FileOutcome(key, FAILED, str(exc))
         sha = hashlib.sha256(data).hexdigest()
         status = UPDATED if key in self.by_path else INDEXED
@@ -243,7 +256,7 @@ class Ingestor:
         points = [
             models.PointStruct(id=point_id(job.sha256, kind.signature, i), vector=vec,
                                payload={**common, "chunk": i, **unit.payload})
-            for i, (unit, vec) in enumerate(zip(job.units, job.vectors))
+            for i, (unit, vec) in enumerate(zip(job.units, job.vectors, strict=True))
         ]
         self._rest += points[1:]
         self._heads += points[:1]
@@ -315,17 +328,20 @@ def ingest(store: Store, kinds: list[Kind], roots: list[Path], *, prune: bool = 
            unavailable: dict[str, tuple[frozenset[str], str]] | None = None,
            batch_size: int = 16, concurrency: int = 2,
            on_start: Callable[[int], None] | None = None,
-           on_file: Callable[[FileOutcome], None] | None = None) -> IngestReport:
+           on_file: Callable[[FileOutcome], None] | None = None,
+           confine_to: list[Path] | None = None) -> IngestReport:
     """Ingest every file under ``roots`` with the kind its suffix belongs to.
 
     ``unavailable``: kinds whose model is not served (name -> (suffixes, why)); their files are
-    counted and reported, nothing else is held up."""
+    counted and reported, nothing else is held up. ``confine_to``: folders every file read must
+    lie in, checked on each opened file (the REST API's roots); others are reported, never read."""
     started = time.perf_counter()
     report = IngestReport()
     roots = [Path(r).expanduser().absolute() for r in roots]
     unavailable = unavailable or {}
     suffixes = frozenset().union(*(k.suffixes for k in kinds), *(s for s, _ in unavailable.values()))
-    files, bad, report.skipped = discover(roots, suffixes)
+    confine = Confinement(confine_to) if confine_to is not None else None
+    files, bad, report.skipped = discover(roots, suffixes, confine)
     by_kind = {k.name: [f for f in files if f.suffix.lower() in k.suffixes] for k in kinds}
     for name, (sfx, why) in unavailable.items():
         n = sum(f.suffix.lower() in sfx for f in files)
@@ -343,10 +359,19 @@ def ingest(store: Store, kinds: list[Kind], roots: list[Path], *, prune: bool = 
         done(outcome)
     for kind in kinds:
         if by_kind[kind.name] or prune:
-            Ingestor(store, kind, batch_size=batch_size, concurrency=concurrency).run(
+            Ingestor(store, kind, batch_size=batch_size, concurrency=concurrency, confine=confine).run(
                 by_kind[kind.name], roots, report, done, prune=prune)
     report.seconds = time.perf_counter() - started
     return report
+
+
+def _missing(path: Path) -> str:
+    try:
+        os.stat(path)
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            return unreadable(exc)
+    return "no such file or folder"
 
 
 def _existing(paths: Iterable[str]) -> list[str]:

@@ -29,9 +29,11 @@ class IngestService:
 
     def ingest(self, paths: list[Path], *, prune: bool = False,
                on_start: Callable[[int], None] | None = None,
-               on_file: Callable[[pipeline.FileOutcome], None] | None = None) -> pipeline.IngestReport:
+               on_file: Callable[[pipeline.FileOutcome], None] | None = None,
+               confine_to: list[Path] | None = None) -> pipeline.IngestReport:
         """Documents and photos under ``paths``, each into its collection. A kind whose model is
-        not served is reported (with how to fix it) while the other kinds are indexed."""
+        not served is reported (with how to fix it) while the other kinds are indexed. With
+        ``confine_to``, only files that lie inside those folders when opened are read."""
         s, triton = self.settings, self.resources.triton
         kinds, unavailable = [], {}
         if triton.model_ready("minilm"):
@@ -46,7 +48,7 @@ class IngestService:
             unavailable["images"] = (IMAGE_SUFFIXES, not_served("clip_image", "CLIP"))
         return pipeline.ingest(self.resources.store, kinds, paths, prune=prune, unavailable=unavailable,
                                batch_size=s.embed_batch_size, concurrency=s.embed_concurrency,
-                               on_start=on_start, on_file=on_file)
+                               on_start=on_start, on_file=on_file, confine_to=confine_to)
 
     def chunk_tokenizer(self) -> Tokenizer:
         """The tokenizer the served model uses, so chunk budgets are counted in its tokens."""

@@ -49,7 +49,8 @@ class Backend:
         self.uploads = (settings.data_dir / "uploads").resolve()
         self.roots = [Path(r).expanduser().resolve() for r in settings.api_roots] + [self.uploads]
         self.metrics = metrics
-        self.jobs = Jobs(lambda *a, **kw: self.indexer().ingest(*a, **kw), metrics)
+        # The roots are checked again as each file is opened: a path allowed now may be a symlink out by then.
+        self.jobs = Jobs(lambda *a, **kw: self.indexer().ingest(*a, confine_to=self.roots, **kw), metrics)
 
     def _open(self) -> None:
         """Open the store on first use, so a busy or absent store is a 503 for that request (and
