@@ -32,6 +32,7 @@ class Job:
     paths: list[str]
     prune: bool = False
     source: str = "rest"  # rest | cli | watch: who asked
+    local: bool = False  # asked by the owner's user on this machine: any path it can read, no roots
     state: str = QUEUED
     total: int | None = None
     done: int = 0
@@ -47,8 +48,10 @@ class Job:
     request_id: str | None = None  # the request that submitted it, for the logs
 
     @classmethod
-    def new(cls, paths: list[str], *, prune: bool = False, source: str = "rest", request_id: str | None = None) -> Job:
-        return cls(uuid.uuid4().hex, [str(p) for p in paths], prune=prune, source=source, request_id=request_id)
+    def new(cls, paths: list[str], *, prune: bool = False, source: str = "rest", local: bool = False,
+            request_id: str | None = None) -> Job:
+        return cls(uuid.uuid4().hex, [str(p) for p in paths], prune=prune, source=source, local=local,
+                   request_id=request_id)
 
     def as_dict(self) -> dict:
         return {"id": self.id, "state": self.state, "paths": self.paths, "prune": self.prune, "source": self.source,

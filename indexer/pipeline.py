@@ -29,6 +29,7 @@ from pathlib import Path
 
 from qdrant_client import models
 
+from indexer.confine import OUTSIDE, Confinement, Refused, unreadable
 from indexer.kinds import Kind, Unit
 from indexer.loaders import read_bytes
 from search.errors import ModelNotReady
@@ -101,24 +102,28 @@ class IngestReport:
         }
 
 
-def discover(roots: Iterable[Path], suffixes: frozenset[str]
+def discover(roots: Iterable[Path], suffixes: frozenset[str], confine: Confinement | None = None
              ) -> tuple[list[Path], list[FileOutcome], list[tuple[str, str]]]:
-    """Files to ingest, outcomes for roots that cannot be read, and what was skipped: (path, why)."""
+    """Files to ingest, outcomes for roots that cannot be read, and what was skipped: (path, why).
+    With ``confine``, a root or folder that leads out of its roots is reported, not listed."""
     files: list[Path] = []
     bad: list[FileOutcome] = []
     skipped: list[tuple[str, str]] = []
     for root in roots:
+        if confine and confine.outside(root):
+            bad.append(FileOutcome(str(root), FAILED, OUTSIDE))
+            continue
         try:
             mode = root.stat().st_mode
         except OSError as exc:
             if exc.errno in (errno.ENOENT, errno.ENOTDIR):
                 why = "broken symbolic link" if root.is_symlink() else "no such file or folder"
             else:
-                why = f"unreadable: {exc.strerror}"
+                why = unreadable(exc)
             bad.append(FileOutcome(str(root), FAILED, why))
         else:
             if stat.S_ISDIR(mode):
-                _walk(root, suffixes, files, bad, skipped)
+                _walk(root, suffixes, files, bad, skipped, confine)
             elif not stat.S_ISREG(mode):  # a FIFO, socket or device: reading it could block forever
                 bad.append(FileOutcome(str(root), FAILED, "not a regular file"))
             elif root.suffix.lower() in suffixes:
@@ -129,11 +134,15 @@ def discover(roots: Iterable[Path], suffixes: frozenset[str]
 
 
 def _walk(root: Path, suffixes: frozenset[str], files: list[Path], bad: list[FileOutcome],
-          skipped: list[tuple[str, str]]) -> None:
-    def unreadable(e: OSError) -> None:
-        bad.append(FileOutcome(e.filename, FAILED, f"unreadable: {e.strerror}"))
+          skipped: list[tuple[str, str]], confine: Confinement | None = None) -> None:
+    def failed(e: OSError) -> None:
+        bad.append(FileOutcome(e.filename, FAILED, unreadable(e)))
 
-    for dirpath, dirnames, filenames in os.walk(root, onerror=unreadable):
+    for dirpath, dirnames, filenames in os.walk(root, onerror=failed):
+        if confine and dirpath != str(root) and confine.outside(dirpath):  # swapped for a symlink mid-walk
+            bad.append(FileOutcome(dirpath, FAILED, OUTSIDE))
+            dirnames[:] = []
+            continue
         keep = []
         for d in sorted(dirnames):
             full = os.path.join(dirpath, d)
@@ -175,8 +184,8 @@ class Ingestor:
     """Ingests the files of one kind into that kind's collection."""
 
     def __init__(self, store: Store, kind: Kind, *, batch_size: int = 16, concurrency: int = 2,
-                 stop: Callable[[], bool] | None = None) -> None:
-        self.store, self.kind, self.stop = store, kind, stop
+                 stop: Callable[[], bool] | None = None, confine: Confinement | None = None) -> None:
+        self.store, self.kind, self.stop, self.confine = store, kind, stop, confine
         self.batch_size, self.concurrency = batch_size, concurrency
         self.write_batch = 256
         self._rest: list[models.PointStruct] = []
@@ -280,18 +289,20 @@ class Ingestor:
 
     def _prepare(self, path: Path) -> _Job | FileOutcome | None:
         key, kind = str(path), self.kind
+        if self.confine and self.confine.outside(path):  # not even stat()ed
+            return FileOutcome(key, FAILED, OUTSIDE)
         try:
             st = path.stat()
         except OSError as exc:
-            return FileOutcome(key, FAILED, f"unreadable: {exc.strerror}")
+            return FileOutcome(key, FAILED, unreadable(exc))
         if not stat.S_ISREG(st.st_mode):
             return FileOutcome(key, FAILED, "not a regular file")
         known = self.by_sha.get(self.by_path.get(key, ""))
         if known and known.size == st.st_size and known.mtime == st.st_mtime and known.chunker == kind.signature:
             return FileOutcome(key, UNCHANGED, chunks=known.chunks)
-        try:
-            data = read_bytes(path, kind.max_bytes)
-        except kind.errors as exc:
+        try:  # confined: the opened file is checked again, so a symlink swapped in since cannot lead out
+            data = self.confine.read(path, kind.max_bytes) if self.confine else read_bytes(path, kind.max_bytes)
+        except (*kind.errors, Refused) as exc:
             return FileOutcome(key, FAILED, str(exc))
         sha = hashlib.sha256(data).hexdigest()
         status = UPDATED if key in self.by_path else INDEXED
@@ -408,19 +419,23 @@ def ingest(store: Store, kinds: list[Kind], roots: list[Path], *, prune: bool = 
            batch_size: int = 16, concurrency: int = 2,
            on_start: Callable[[int], None] | None = None,
            on_file: Callable[[FileOutcome], None] | None = None,
-           stop: Callable[[], bool] | None = None, gone_ok: bool = False) -> IngestReport:
+           stop: Callable[[], bool] | None = None, gone_ok: bool = False,
+           confine_to: list[Path] | None = None) -> IngestReport:
     """Ingest every file under ``roots`` with the kind its suffix belongs to.
 
     ``unavailable``: kinds whose model is not served (name -> (suffixes, why)); their files are
     counted and reported, nothing else is held up. ``stop``: asked between files; when it says so
     the run ends after the files in flight are written (``report.cancelled``). ``gone_ok``: a root
-    that no longer exists is not an error (with ``prune`` its indexed files are removed)."""
+    that no longer exists is not an error (with ``prune`` its indexed files are removed).
+    ``confine_to``: folders every file read must lie in, checked on each opened file (the REST
+    API's roots); others are reported, never read."""
     started = time.perf_counter()
     report = IngestReport()
     roots = [Path(r).expanduser().absolute() for r in roots]
     unavailable = unavailable or {}
     suffixes = frozenset().union(*(k.suffixes for k in kinds), *(s for s, _ in unavailable.values()))
-    files, bad, report.skipped_files = discover(roots, suffixes)
+    confine = Confinement(confine_to) if confine_to is not None else None
+    files, bad, report.skipped_files = discover(roots, suffixes, confine)
     if gone_ok:
         bad = [b for b in bad if not (b.reason == "no such file or folder" and not os.path.lexists(b.path))]
     by_kind = {k.name: [f for f in files if f.suffix.lower() in k.suffixes] for k in kinds}
@@ -442,10 +457,19 @@ def ingest(store: Store, kinds: list[Kind], roots: list[Path], *, prune: bool = 
         if report.cancelled:
             break
         if by_kind[kind.name] or prune:
-            Ingestor(store, kind, batch_size=batch_size, concurrency=concurrency, stop=stop).run(
+            Ingestor(store, kind, batch_size=batch_size, concurrency=concurrency, stop=stop, confine=confine).run(
                 by_kind[kind.name], roots, report, done, prune=prune and not report.cancelled)
     report.seconds = time.perf_counter() - started
     return report
+
+
+def _missing(path: Path) -> str:
+    try:
+        os.stat(path)
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            return unreadable(exc)
+    return "no such file or folder"
 
 
 def _existing(paths: Iterable[str]) -> list[str]:

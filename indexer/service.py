@@ -32,10 +32,12 @@ class IngestService:
     def ingest(self, paths: list[Path], *, prune: bool = False,
                on_start: Callable[[int], None] | None = None,
                on_file: Callable[[pipeline.FileOutcome], None] | None = None,
-               stop: Callable[[], bool] | None = None, gone_ok: bool = False) -> pipeline.IngestReport:
+               stop: Callable[[], bool] | None = None, gone_ok: bool = False,
+               confine_to: list[Path] | None = None) -> pipeline.IngestReport:
         """Documents and photos under ``paths``, each into its collection. A kind whose model is
         not served is reported (with how to fix it) while the other kinds are indexed. Failures
-        that repeat on unchanged files are marked ``still_failing``."""
+        that repeat on unchanged files are marked ``still_failing``. With ``confine_to``, only
+        files that lie inside those folders when opened are read."""
         s, triton = self.settings, self.resources.triton
         kinds, unavailable = [], {}
         for name in ingest_kinds():
@@ -46,7 +48,8 @@ class IngestService:
             kinds.append(self._kind(name, [needed, *(f for f in optional if triton.model_ready(f.kinds[name]))]))
         report = pipeline.ingest(self.resources.store, kinds, paths, prune=prune, unavailable=unavailable,
                                  batch_size=s.embed_batch_size, concurrency=s.embed_concurrency,
-                                 on_start=on_start, on_file=on_file, stop=stop, gone_ok=gone_ok)
+                                 on_start=on_start, on_file=on_file, stop=stop, gone_ok=gone_ok,
+                                 confine_to=confine_to)
         FailureMemory(s.data_dir / FAILURES_FILE).update(report)
         return report
 

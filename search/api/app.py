@@ -18,6 +18,7 @@ from search.api.backend import Backend
 from search.api.errors import add_error_handlers
 from search.api.limits import LimitRequestSize
 from search.api.routes import health, ingest, search
+from search.api.schemas import errors
 from search.api.security import SCOPES
 from search.config import Settings
 from search.errors import StoreInUse
@@ -39,6 +40,7 @@ def create_app(settings: Settings) -> FastAPI:
         backend.close()
 
     app = FastAPI(title="Multimodal search API", version="1.0", lifespan=lifespan,
+                  responses=errors(413, 500),  # any request may carry a body over the limit, or fail unexpectedly
                   description="Document search with citations, photo search (text and example image), "
                               "ingest jobs and health. Send the key in the X-API-Key header when one is configured.")
     app.state.backend, app.state.metrics = backend, metrics

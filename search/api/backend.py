@@ -52,7 +52,12 @@ class Backend:
         self.roots = [Path(r).expanduser().resolve() for r in settings.api_roots] + [self.uploads]
         self.metrics = metrics
         self.owner: Owner | None = None  # set by `search serve` when it owns the embedded store
-        self.jobs = Jobs(lambda *a, **kw: self.indexer().ingest(*a, **kw), JobStore(settings.data_dir / JOBS_FILE), metrics)
+        self.jobs = Jobs(self._ingest, JobStore(settings.data_dir / JOBS_FILE), metrics)
+
+    def _ingest(self, paths: list[Path], *, local: bool = False, **options):
+        """A job's run. The roots are checked again as each file is opened (a path allowed when the
+        job was submitted may be a symlink out by then); the owner's local faces read any path."""
+        return self.indexer().ingest(paths, confine_to=None if local else self.roots, **options)
 
     def _open(self) -> None:
         """Open the store on first use, so a busy or absent store is a 503 for that request (and

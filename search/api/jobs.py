@@ -36,8 +36,8 @@ class Jobs:
     def newest_first(self) -> list[Job]:
         return self.store.newest_first(MAX_JOBS_KEPT)
 
-    def submit(self, paths: list[Path], prune: bool, source: str = "rest") -> Job:
-        job = Job.new([str(p) for p in paths], prune=prune, source=source, request_id=request_id.get())
+    def submit(self, paths: list[Path], prune: bool, source: str = "rest", local: bool = False) -> Job:
+        job = Job.new([str(p) for p in paths], prune=prune, source=source, local=local, request_id=request_id.get())
         self.store.save(job)
         self._start(job)
         log.info("ingest job %s queued", job.id, extra={"job_id": job.id, "paths": len(paths)})
@@ -107,7 +107,7 @@ class Jobs:
 
         try:
             report = self._ingest([Path(p) for p in job.paths], prune=job.prune, on_start=on_start, on_file=on_file,
-                                  stop=lambda: self._cancelled(job))
+                                  stop=lambda: self._cancelled(job), local=job.local)
             job.report = report.as_dict()
             job.state = CANCELLED if report.cancelled else DONE
         except Exception as exc:  # the job's status is the only place left to report it

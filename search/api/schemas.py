@@ -1,10 +1,11 @@
-"""Request bodies: pydantic models, so a bad field is a 422 that names it."""
+"""Request bodies (pydantic models, so a bad field is a 422 that names it), and the bodies of the
+error and readiness answers, so the OpenAPI document shows every status a route can answer with."""
 
 from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from pydantic import AfterValidator, BaseModel, Field, model_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
 
 from search.services import HIT_CHARS, HIT_CHARS_LIMIT, MAX_TOP_K, MODES, SORTS, ImageFilters
 
@@ -73,3 +74,64 @@ class IngestPaths(BaseModel):
     paths: list[Text] = Field(min_length=1, max_length=MAX_PATHS,
                               description="absolute server-side paths inside the configured roots")
     prune: bool = Field(False, description="also remove indexed files under these paths that are gone from disk")
+
+
+# -- answers other than a route's success
+
+
+class ErrorBody(BaseModel):
+    detail: str = Field(description="one line; it starts with the field or header at fault when there is one")
+    error: str | None = Field(None, description="the kind of error (e.g. ModelNotReady, EmptyCollection), "
+                                                "when the service raised it: what the CLI maps to its exit codes")
+
+
+class ValidationIssue(BaseModel):
+    loc: list[str | int] = Field(description="where: 'body', 'query', 'header' or 'path', then the field")
+    msg: str
+    type: str
+
+
+class ValidationErrorBody(ErrorBody):
+    errors: list[ValidationIssue] = Field(description="pydantic's findings, for programs")
+
+
+class TritonReadiness(BaseModel):
+    model_config = ConfigDict(extra="allow")
+    url: str
+    live: bool
+    models: dict[str, bool] = Field(description="model name -> ready")
+
+
+class StoreReadiness(BaseModel):
+    model_config = ConfigDict(extra="allow")
+    backend: str
+    location: str
+    reachable: bool
+    error: str | None = None
+
+
+class Readiness(BaseModel):
+    ready: bool
+    triton: TritonReadiness
+    qdrant: StoreReadiness
+
+
+_ERRORS = {
+    400: "A value that cannot be used (a blank query, a bad date or image, a relative path); the message names the field",
+    401: "The X-API-Key header is missing or wrong (only when the server has an API key)",
+    403: "A path outside the folders this server may ingest from",
+    404: "No such path or job",
+    409: "Nothing is indexed yet in the collection searched",
+    413: "The request body, or one uploaded file, is over the server's size limit",
+    422: "The request does not match this schema; `detail` names each field, `errors` lists pydantic's findings",
+    500: "An unexpected error; the server log has the details",
+    503: "Triton, a model or the store is not available",
+}
+_AUTH_HEADER = {"WWW-Authenticate": {"description": "the scheme to authenticate with", "required": True,
+                                     "schema": {"type": "string"}}}
+
+
+def errors(*codes: int) -> dict[int | str, dict]:
+    """The ``responses=`` of a route or router: these statuses, each with the project's error body."""
+    return {code: {"model": ValidationErrorBody if code == 422 else ErrorBody, "description": _ERRORS[code],
+                   **({"headers": _AUTH_HEADER} if code == 401 else {})} for code in codes}

@@ -34,7 +34,11 @@ def document_filter(folder: str | None, suffixes) -> models.Filter | None:
 
 
 def folder_condition(folder: str) -> models.FieldCondition:
-    folder = str(Path(folder).expanduser().absolute()).rstrip("/") or "/"
+    try:
+        path = Path(folder).expanduser()
+    except RuntimeError as exc:  # '~name' where no user has that name
+        raise BadRequest(f"folder: no home folder for {folder.split('/', 1)[0]!r}") from exc
+    folder = str(path.absolute()).rstrip("/") or "/"
     return models.FieldCondition(key="folders", match=models.MatchValue(value=stored(folder)))
 
 
