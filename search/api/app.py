@@ -74,7 +74,7 @@ def serve(settings: Settings, host: str | None = None, port: int | None = None,
         announce(_local_url(host, port) if host in ("127.0.0.1", "localhost", "::1") else f"http://{host}:{port}")
     try:
         uvicorn.run(app, host=host, port=port, log_config=log_config, access_log=False)
-    finally:
+    finally:  # a server that failed to start (a busy port) still gives the data dir back
         if backend.owner is not None:
             owner.release(settings.data_dir)
 

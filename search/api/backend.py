@@ -15,6 +15,7 @@ from pathlib import Path
 
 from indexer.jobs import JOBS_FILE, JobStore
 from indexer.service import IngestService
+from search import owner
 from search.api.jobs import Jobs
 from search.config import Settings
 from search.observability import ApiMetrics
@@ -96,6 +97,9 @@ class Backend:
         (test clients run the lifespan per request): the next call opens the store again."""
         self.jobs.close()
         self.jobs.store.close()
+        if self.owner is not None:  # here, not after uvicorn.run: uvicorn re-raises SIGTERM once it has shut down
+            owner.release(self.settings.data_dir)
+            self.owner = None
         with self._open_lock:
             self.resources.close()  # the store's close() takes the store lock like every other call
             self._opened = False
