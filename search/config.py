@@ -13,7 +13,8 @@ from typing import Annotated, Literal
 from pydantic import AliasChoices, Field, PositiveInt, ValidationError, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-PROJECT_ROOT = Path(__file__).resolve().parent.parent
+from search.locations import DEFAULT_DATA_DIR, PROJECT_ROOT
+
 Port = Annotated[int, Field(ge=1, le=65535)]
 # MiniLM's tokenizer step reads 256 tokens (triton_repo/minilm_tokenize): 254 plus [CLS] and [SEP].
 MAX_CHUNK_TOKENS = 254
@@ -23,7 +24,7 @@ class Settings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="SEARCH_", extra="ignore")
 
     # Where everything the project writes lives: the embedded store, Triton's run state, logs.
-    data_dir: Path = PROJECT_ROOT / ".data"
+    data_dir: Path = DEFAULT_DATA_DIR
 
     # Triton
     triton_repo: Path = PROJECT_ROOT / "triton_repo"

@@ -10,12 +10,11 @@ import typer
 
 from search import owner
 from search.cli.support import opened
-from search.config import Settings
 from search.owner import Owner
 from search.services.remote import RemoteService
 
 
-def owner_of(settings: Settings) -> Owner | None:
+def owner_of(settings) -> Owner | None:
     """The running `search serve` that owns this data dir's embedded store, if any."""
     return owner.serving(settings)
 

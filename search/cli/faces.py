@@ -11,13 +11,13 @@ import time
 import typer
 
 from search import owner
-from search.cli.support import fail, guarded, say
-from search.config import PROJECT_ROOT, Settings
+from search.cli.support import fail, guarded, say, settings_of
+from search.locations import PROJECT_ROOT
 
 STARTUP_S = 120  # loading the store and reaching Triton
 
 
-def _child_env(settings: Settings) -> dict[str, str]:
+def _child_env(settings) -> dict[str, str]:
     """The parent's settings for a child process that reads them from the environment."""
     env = dict(os.environ)
     for name, value in (("SEARCH_DATA_DIR", settings.data_dir), ("SEARCH_TRITON_URL", settings.triton_url),
@@ -36,7 +36,7 @@ def serve(
     """Start the REST API for bots (FastAPI + uvicorn): search, ingest jobs, health; docs at /docs."""
     from search.api import serve as run_api  # noqa: PLC0415  (FastAPI and uvicorn load only for this command)
 
-    settings: Settings = ctx.obj
+    settings = settings_of(ctx)
     try:
         run_api(settings, host, port, announce=lambda url: say("REST API on {} (OpenAPI docs at /docs; Ctrl+C stops it)", url))
     except KeyboardInterrupt:
@@ -52,7 +52,7 @@ def ui(
     """Open the search page (Streamlit): documents and photos, filters, thumbnails, citations. The page
     works through the search server that owns the data dir: a running `search serve`, or one started
     here for as long as the page runs."""
-    settings: Settings = ctx.obj
+    settings = settings_of(ctx)
     env = _child_env(settings)
     server = None
     if not settings.qdrant_url and (running := owner.serving(settings)) is not None:
@@ -73,7 +73,7 @@ def ui(
             server.wait(timeout=30)
 
 
-def _start_server(settings: Settings, env: dict[str, str]) -> subprocess.Popen:
+def _start_server(settings, env: dict[str, str]) -> subprocess.Popen:
     """`search serve` as a child, until it owns the data dir (its record names it)."""
     settings.data_dir.mkdir(parents=True, exist_ok=True)
     server = subprocess.Popen([sys.executable, "-m", "search", "serve"], env=env, stdout=subprocess.DEVNULL,

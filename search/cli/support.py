@@ -10,12 +10,16 @@ import re
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import typer
 from rich.console import Console
 from rich.text import Text
 
-from search.config import Settings, load_settings
+from search import locations
+
+if TYPE_CHECKING:
+    from search.config import Settings
 from search.errors import ServiceError
 from search.paths import readable
 
@@ -63,12 +67,37 @@ TritonUrl = typer.Option(None, "--triton-url",
 QdrantUrl = typer.Option(None, "--qdrant-url", help="URL of a Qdrant server; default is the embedded store \\[env: QDRANT_URL].")
 
 
-def make_settings(data_dir: Path | None, triton_url: str | None, qdrant_url: str | None) -> Settings:
-    overrides = {k: v for k, v in {"data_dir": data_dir, "triton_url": triton_url, "qdrant_url": qdrant_url}.items() if v}
-    try:
-        return load_settings(**overrides)
-    except ValueError as exc:  # a bad environment variable, named in the message
-        fail(f"invalid setting: {exc}", 2)
+class CliSettings:
+    """A command's settings, built on first use: the fast path through a running server (search/owner.py)
+    needs only where the data dir is, and pydantic-settings costs ~0.1 s to import. Attributes read
+    through to the real ``Settings``; ``resolve()`` returns them (a bad value fails the command in one
+    line naming the variable)."""
+
+    def __init__(self, data_dir: Path | None, triton_url: str | None, qdrant_url: str | None) -> None:
+        self._overrides = {k: v for k, v in {"data_dir": data_dir, "triton_url": triton_url,
+                                             "qdrant_url": qdrant_url}.items() if v}
+        self._settings = None
+        self.data_dir = locations.data_dir(data_dir)
+        self.qdrant_url = locations.qdrant_url(qdrant_url)
+
+    def resolve(self) -> Settings:
+        if self._settings is None:
+            from search.config import load_settings  # noqa: PLC0415  (pydantic-settings: only a command that needs it pays)
+
+            try:
+                self._settings = load_settings(**self._overrides)
+            except ValueError as exc:  # a bad environment variable, named in the message
+                fail(f"invalid setting: {exc}", 2)
+        return self._settings
+
+    def __getattr__(self, name: str):
+        return getattr(self.resolve(), name)
+
+
+def make_settings(data_dir: Path | None, triton_url: str | None, qdrant_url: str | None) -> CliSettings:
+    return CliSettings(data_dir, triton_url, qdrant_url)
+
+
 
 
 def say(template: str, /, *values: object, console: Console = out, **named: object) -> None:
@@ -127,7 +156,7 @@ def display_path(path: str) -> str:
 @contextmanager
 def opened(service_cls, ctx: typer.Context) -> Iterator:
     """A service on the command's settings, closed (its store released) when the command is done."""
-    svc = service_cls(ctx.obj)
+    svc = service_cls(settings_of(ctx))
     try:
         yield svc
     finally:
@@ -138,3 +167,9 @@ def to_json(obj) -> str:
     # json.dumps escapes C0 controls but writes DEL, C1, bidi controls and lone surrogates as they are;
     # those only occur inside strings, where \\uXXXX stands for the same character.
     return _UNSAFE.sub(lambda m: f"\\u{ord(m.group()):04x}", json.dumps(obj, ensure_ascii=False, indent=2))
+
+
+def settings_of(ctx: typer.Context) -> Settings:
+    """The command's real Settings (built now if they were not yet)."""
+    obj = ctx.obj
+    return obj.resolve() if isinstance(obj, CliSettings) else obj
