@@ -59,15 +59,17 @@ class Documents:
     name, schema, suffixes = "documents", DOCUMENTS, DOCUMENT_SUFFIXES
     errors = (BadDocument,)
 
-    def __init__(self, triton: TritonClient, chunker: Chunker, max_bytes: int, *, bge_m3: bool = False) -> None:
+    def __init__(self, triton: TritonClient, chunker: Chunker, max_bytes: int, *, bge_m3: bool = False,
+                 **limits: float) -> None:
         self.triton, self.chunker, self.max_bytes, self.bge_m3 = triton, chunker, max_bytes, bge_m3
+        self.limits = limits  # load_document's parse budget: max_seconds, max_elements, max_pages
         self.models = ["minilm", "bge_m3"] if bge_m3 else ["minilm"]
         # Which models (and which BGE-M3 weights) made the vectors: a change re-embeds every file.
         embedders = "minilm+bge_m3:" + probe_bge_m3(triton) if bge_m3 else "minilm"
         self.signature = f"{embedders}/v{chunker.VERSION}/{chunker.max_tokens}/{chunker.overlap}"
 
     def units(self, path: Path, data: bytes, sha256: str) -> list[Unit]:
-        doc = load_document(path.suffix.lower(), data)
+        doc = load_document(path.suffix.lower(), data, **self.limits)
         units, section = [], None
         for page in doc.pages:
             headings = [(m.start(), m.group(1).strip()) for m in _HEADING.finditer(page.text)]
@@ -76,7 +78,7 @@ class Documents:
                 before = [h for at, h in headings if at <= c.start]
                 units.append(Unit(c.text, {
                     "text": c.text, "start": c.start, "end": c.end, "page": page.number, "title": doc.title,
-                    "section": before[-1] if before else section, "models": self.models}))
+                    "section": before[-1] if before else section, "models": self.models, "encoding": doc.encoding}))
             if headings:
                 section = headings[-1][1]
         return units

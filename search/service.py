@@ -386,7 +386,7 @@ class SearchService:
         kinds, unavailable = [], {}
         if self.triton.model_ready("minilm"):
             chunker = Chunker(self.chunk_tokenizer(), max_tokens=s.chunk_tokens, overlap=s.chunk_overlap)
-            kinds.append(Documents(self.triton, chunker, s.max_file_bytes, bge_m3=self.triton.model_ready("bge_m3")))
+            kinds.append(Documents(self.triton, chunker, s.max_file_bytes, bge_m3=self.triton.model_ready("bge_m3"), max_seconds=s.max_parse_seconds, max_elements=s.max_parse_elements, max_pages=s.max_pdf_pages))
         else:
             unavailable["documents"] = (DOCUMENT_SUFFIXES, _not_served("minilm", "MiniLM"))
         if self.triton.model_ready("clip_image"):
