@@ -57,7 +57,8 @@ class IngestService:
         s, triton = self.settings, self.resources.triton
         if name == "documents":
             chunker = Chunker(self.chunk_tokenizer(), max_tokens=s.chunk_tokens, overlap=s.chunk_overlap)
-            return Documents(triton, chunker, s.max_file_bytes, families)
+            return Documents(triton, chunker, s.max_file_bytes, families, max_seconds=s.max_parse_seconds,
+                             max_elements=s.max_parse_elements, max_pages=s.max_pdf_pages)
         return Photos(triton, s.data_dir / "thumbnails", families[0], max_bytes=s.max_image_bytes,
                       max_pixels=s.max_image_pixels)
 

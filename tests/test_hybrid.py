@@ -162,7 +162,8 @@ def test_bad_documents_are_reported_and_the_rest_indexed(service, tmp_path):
     (kb / "broken.pdf").write_bytes(make_pdf(["cut short " * 200])[:300])
     (kb / "notes.pdf").write_text("just text with the wrong extension")
     (kb / "memo.docx").write_text("not a word document")
-    (kb / "latin1.md").write_bytes("caf\xe9 menu".encode("latin-1"))
+    # A UTF-8 BOM, then Latin-1: refused (without the BOM the encoding is detected and it is indexed).
+    (kb / "latin1.md").write_bytes(b"\xef\xbb\xbf" + "caf\xe9 menu".encode("latin-1"))
     (kb / "page.html").write_bytes(make_html("<p>Visible text survives.</p>", title="A page"))
     report = ingest(service, [kb])
     failed = {Path(o.path).name: o.reason for o in report.failures}
