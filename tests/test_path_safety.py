@@ -164,7 +164,8 @@ def test_a_symlink_loop_is_a_4xx_naming_the_path(settings, outside, tmp_path):
         assert r.status_code == 403 and "outside the folders" in r.json()["detail"], r.text
         job = wait(c, accepted(c.post("/ingest", json={"paths": [str(folder)]})))
         assert job["counts"] == {"indexed": 1, "failed": 1}, job
-        assert job["failures"] == [{"path": str(folder / "loop.md"), "reason": job["failures"][0]["reason"]}]
+        assert job["failures"] == [{"path": str(folder / "loop.md"), "path_bytes": None,
+                                    "reason": job["failures"][0]["reason"]}]
         assert LOOP in job["failures"][0]["reason"]
 
 
