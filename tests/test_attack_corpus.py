@@ -9,8 +9,9 @@ from pathlib import Path
 import pytest
 from attack_corpus import GIANT_WORD_CHARS, docx_with_empty_paragraphs, html_with_elements, pdf_with_pages, write_corpus
 from doc_fixtures import make_docx
+from ingest_helper import ingest
 
-from search.service import SearchService
+from search.services import SearchService
 from search.store import DOCUMENTS
 
 
@@ -45,7 +46,7 @@ def test_bombs_are_too_complex_and_do_not_hold_up_the_rest(settings, tmp_path):
     svc = SearchService(settings)
     try:
         started = time.perf_counter()
-        report = svc.ingest([folder])
+        report = ingest(svc, [folder])
         elapsed = time.perf_counter() - started
         reasons = {Path(f.path).name: f.reason for f in report.failures}
         assert reasons["a-bomb.docx"].startswith("too complex: more than 500,000 XML elements")
@@ -66,7 +67,7 @@ def test_attack_corpus(service, tmp_path):
     corpus = write_corpus(tmp_path / "attack")
     outcomes: list = []
     started = time.perf_counter()
-    report = service.ingest([tmp_path / "attack"], on_file=outcomes.append)  # a traceback fails the test
+    report = ingest(service, [tmp_path / "attack"], on_file=outcomes.append)  # a traceback fails the test
     elapsed = time.perf_counter() - started
     by_name = {Path(o.path).name: o for o in outcomes}
     assert set(by_name) == set(corpus.good) | set(corpus.bad)  # every file has an outcome, none twice
