@@ -14,7 +14,7 @@ import os
 from dataclasses import replace
 from pathlib import Path
 
-from indexer.pipeline import FAILED, IngestReport
+from indexer.report import FAILED, IngestReport
 from search.paths import from_stored, stored
 
 

@@ -21,7 +21,7 @@ import hashlib
 import os
 import stat
 import time
-from collections import Counter, deque
+from collections import deque
 from collections.abc import Callable, Iterable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
@@ -30,139 +30,16 @@ from pathlib import Path
 from qdrant_client import models
 
 from indexer.confine import OUTSIDE, Confinement, Refused, unreadable
+from indexer.discover import discover
 from indexer.kinds import Kind, Unit
 from indexer.loaders import read_bytes
+from indexer.report import FAILED, INDEXED, PRUNED, UNCHANGED, UPDATED, FileOutcome, IngestReport
 from search.errors import ModelNotReady
-from search.paths import from_stored, path_bytes, readable, stored
+from search.paths import from_stored, stored
 from search.store import Store, StoredFile, folders_of, point_id
 
-INDEXED, UNCHANGED, UPDATED, FAILED, PRUNED = "indexed", "unchanged", "updated", "failed", "pruned"
+# discover (indexer/discover.py) and the report types (indexer/report.py) stay importable from here.
 SORT_WINDOW = 4  # batches whose units are sorted by size together
-SKIP_DIRS = {".git", ".hg", ".svn", "__pycache__", "node_modules", ".venv"}
-
-
-@dataclass(frozen=True)
-class FileOutcome:
-    path: str
-    status: str
-    reason: str = ""
-    chunks: int = 0
-    embedded: int = 0  # units sent through the model (0 when vectors were reused)
-    kind: str = ""
-    still_failing: bool = False  # failed the same way in the last run, and the file is unchanged since
-
-
-@dataclass
-class IngestReport:
-    outcomes: list[FileOutcome] = field(default_factory=list)
-    skipped_files: list[tuple[str, str]] = field(default_factory=list)  # (path, why): not read at all
-    unavailable: dict[str, tuple[int, str]] = field(default_factory=dict)  # kind -> (files, why)
-    stopped: dict[str, str] = field(default_factory=dict)  # kind -> why its model failed mid-run
-    cancelled: bool = False  # stopped on request between two files: what was written is whole
-    seconds: float = 0.0
-    truncated_chunks: int = 0
-
-    @property
-    def counts(self) -> Counter:
-        return Counter(o.status for o in self.outcomes)
-
-    @property
-    def failures(self) -> list[FileOutcome]:
-        return [o for o in self.outcomes if o.status == FAILED]
-
-    @property
-    def skipped(self) -> int:
-        return len(self.skipped_files)
-
-    @property
-    def skipped_by_reason(self) -> dict[str, int]:
-        return dict(Counter(why for _, why in self.skipped_files).most_common())
-
-    @property
-    def still_failing(self) -> int:
-        return sum(o.still_failing for o in self.failures)
-
-    @property
-    def embedded_chunks(self) -> int:
-        return sum(o.embedded for o in self.outcomes)
-
-    def as_dict(self) -> dict:
-        c = self.counts
-        by_kind = Counter(o.kind for o in self.outcomes if o.status in (INDEXED, UPDATED, UNCHANGED))
-        return {
-            **{k: c.get(k, 0) for k in (INDEXED, UNCHANGED, UPDATED, FAILED, PRUNED)},
-            "skipped": self.skipped, "skipped_by_reason": self.skipped_by_reason, "still_failing": self.still_failing,
-            "embedded_chunks": self.embedded_chunks,
-            "truncated_chunks": self.truncated_chunks, "seconds": round(self.seconds, 3),
-            "by_kind": dict(by_kind),
-            "unavailable": {k: {"files": n, "reason": why} for k, (n, why) in self.unavailable.items()},
-            "stopped": dict(self.stopped), "cancelled": self.cancelled,
-            "failures": [{"path": readable(o.path), "path_bytes": path_bytes(o.path), "reason": o.reason,
-                          "still_failing": o.still_failing} for o in self.failures],
-        }
-
-
-def discover(roots: Iterable[Path], suffixes: frozenset[str], confine: Confinement | None = None
-             ) -> tuple[list[Path], list[FileOutcome], list[tuple[str, str]]]:
-    """Files to ingest, outcomes for roots that cannot be read, and what was skipped: (path, why).
-    With ``confine``, a root or folder that leads out of its roots is reported, not listed."""
-    files: list[Path] = []
-    bad: list[FileOutcome] = []
-    skipped: list[tuple[str, str]] = []
-    for root in roots:
-        if confine and confine.outside(root):
-            bad.append(FileOutcome(str(root), FAILED, OUTSIDE))
-            continue
-        try:
-            mode = root.stat().st_mode
-        except OSError as exc:
-            if exc.errno in (errno.ENOENT, errno.ENOTDIR):
-                why = "broken symbolic link" if root.is_symlink() else "no such file or folder"
-            else:
-                why = unreadable(exc)
-            bad.append(FileOutcome(str(root), FAILED, why))
-        else:
-            if stat.S_ISDIR(mode):
-                _walk(root, suffixes, files, bad, skipped, confine)
-            elif not stat.S_ISREG(mode):  # a FIFO, socket or device: reading it could block forever
-                bad.append(FileOutcome(str(root), FAILED, "not a regular file"))
-            elif root.suffix.lower() in suffixes:
-                files.append(root)
-            else:
-                bad.append(FileOutcome(str(root), FAILED, f"unsupported file type '{root.suffix or root.name}'"))
-    return files, bad, skipped
-
-
-def _walk(root: Path, suffixes: frozenset[str], files: list[Path], bad: list[FileOutcome],
-          skipped: list[tuple[str, str]], confine: Confinement | None = None) -> None:
-    def failed(e: OSError) -> None:
-        bad.append(FileOutcome(e.filename, FAILED, unreadable(e)))
-
-    for dirpath, dirnames, filenames in os.walk(root, onerror=failed):
-        if confine and dirpath != str(root) and confine.outside(dirpath):  # swapped for a symlink mid-walk
-            bad.append(FileOutcome(dirpath, FAILED, OUTSIDE))
-            dirnames[:] = []
-            continue
-        keep = []
-        for d in sorted(dirnames):
-            full = os.path.join(dirpath, d)
-            if d.startswith("."):
-                skipped.append((full, "hidden folder"))
-            elif d in SKIP_DIRS:
-                skipped.append((full, "tool folder"))
-            elif os.path.islink(full):  # os.walk lists it but does not go in
-                skipped.append((full, "link to a folder"))
-            else:
-                keep.append(d)
-        dirnames[:] = keep
-        for name in sorted(filenames):
-            p = Path(dirpath) / name
-            if name.startswith("."):
-                skipped.append((str(p), "hidden file"))
-            elif p.suffix.lower() not in suffixes:
-                skipped.append((str(p), "unsupported type"))
-            else:
-                files.append(p)
 
 
 @dataclass

@@ -12,6 +12,7 @@ from indexer import pipeline
 from indexer.chunking import Chunker
 from indexer.failures import FailureMemory
 from indexer.kinds import Documents, Kind, Photos
+from indexer.report import FileOutcome, IngestReport
 from search.config import Settings
 from search.errors import not_served
 from search.models import Family, for_kind, ingest_kinds, minilm
@@ -31,9 +32,9 @@ class IngestService:
 
     def ingest(self, paths: list[Path], *, prune: bool = False,
                on_start: Callable[[int], None] | None = None,
-               on_file: Callable[[pipeline.FileOutcome], None] | None = None,
+               on_file: Callable[[FileOutcome], None] | None = None,
                stop: Callable[[], bool] | None = None, gone_ok: bool = False,
-               confine_to: list[Path] | None = None) -> pipeline.IngestReport:
+               confine_to: list[Path] | None = None) -> IngestReport:
         """Documents and photos under ``paths``, each into its collection. A kind whose model is
         not served is reported (with how to fix it) while the other kinds are indexed. Failures
         that repeat on unchanged files are marked ``still_failing``. With ``confine_to``, only

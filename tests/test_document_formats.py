@@ -14,8 +14,8 @@ import pytest
 from attack_corpus import docx_with_body, docx_with_empty_paragraphs, docx_with_wide_cell, html_with_elements, pdf_with_pages
 from doc_fixtures import UNICODE_FONT, make_docx, make_html, make_pdf, make_scanned_pdf
 
-from indexer import loaders
 from indexer.loaders import DOCUMENT_SUFFIXES, BadDocument, LoadedDocument, Page, load_document
+from indexer.loaders import docx as docx_loader
 
 
 def reason(suffix: str, data: bytes, **kw) -> str:
@@ -302,7 +302,7 @@ def test_zip_that_is_not_a_docx():
 
 
 def test_docx_that_would_inflate_too_far(monkeypatch):
-    monkeypatch.setattr(loaders, "MAX_DOCX_XML_BYTES", 1000)
+    monkeypatch.setattr(docx_loader, "MAX_DOCX_XML_BYTES", 1000)  # read where _check_unpacked reads it
     data = make_docx([("p", "x" * 5000)])
     assert reason(".docx", data).startswith("too large unpacked: ")
 
