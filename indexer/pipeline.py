@@ -16,7 +16,6 @@ interrupted ingest never leaves a file that looks indexed but is not.
 
 from __future__ import annotations
 
-import errno
 import hashlib
 import os
 import stat
@@ -338,15 +337,6 @@ def ingest(store: Store, kinds: list[Kind], roots: list[Path], *, prune: bool = 
                 by_kind[kind.name], roots, report, done, prune=prune and not report.cancelled)
     report.seconds = time.perf_counter() - started
     return report
-
-
-def _missing(path: Path) -> str:
-    try:
-        os.stat(path)
-    except OSError as exc:
-        if exc.errno == errno.ELOOP:
-            return unreadable(exc)
-    return "no such file or folder"
 
 
 def _existing(paths: Iterable[str]) -> list[str]:
