@@ -23,6 +23,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from search.errors import TritonError
+from search.process import alive
 from search.triton.client import TritonClient
 
 STANDIN_BACKENDS = Path(__file__).parent / "backends"
@@ -274,19 +275,7 @@ class LocalTriton:
 
 
 def _alive(pid: int, proc: subprocess.Popen | None = None) -> bool:
-    if proc is not None:
-        return proc.poll() is None
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    # A zombie counts as gone.
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().split(") ", 1)[1][0] != "Z"
-    except OSError:
-        return False
+    return proc.poll() is None if proc is not None else alive(pid)
 
 
 def _port_in_use(host: str, port: int) -> bool:
