@@ -32,10 +32,6 @@ def allowed_path(backend: Backend, raw: str, name: str, *, local: bool = False) 
         raise HTTPException(403, f"{name}: {raw} is outside the folders this server may ingest from ({roots})")
     if not exists:
         raise HTTPException(404, f"{name}: {raw} does not exist")
-    if path.is_dir():  # the indexer reads symlinked files it finds in folders: none may lead out
-        for dirpath, _dirs, files in os.walk(path):
-            for f in files:
-                p = Path(dirpath, f)
-                if p.is_symlink() and not backend.inside_roots(p.resolve()):
-                    raise HTTPException(403, f"{name}: {p} is a symlink to a file outside the allowed folders")
+    if path.is_dir() and (link := backend.outside_link(path)) is not None:  # the indexer reads symlinked files in folders
+        raise HTTPException(403, f"{name}: {link} is a symlink to a file outside the allowed folders")
     return path

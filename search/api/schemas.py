@@ -73,3 +73,10 @@ class IngestPaths(BaseModel):
     paths: list[Text] = Field(min_length=1, max_length=MAX_PATHS,
                               description="absolute server-side paths inside the configured roots")
     prune: bool = Field(False, description="also remove indexed files under these paths that are gone from disk")
+
+
+class WatchPaths(BaseModel):
+    paths: list[Text] = Field(min_length=1, max_length=MAX_PATHS,
+                              description="absolute server-side folders inside the configured roots")
+    quiet_ms: int = Field(500, ge=50, le=60_000,
+                          description="how long the folders must be quiet before a batch of changes is indexed")
