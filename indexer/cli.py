@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shlex
 import signal
 import time
 from pathlib import Path
@@ -223,7 +224,7 @@ def watch(
         say("{} {} in the search server ({}), watch {}", "watching" if w.get("new") else "already watching", shown,
             running.describe(), w["id"][:12])
         say("it runs while the server runs and again when it restarts; stop it with `indexer watch --stop {}` "
-            "(`indexer watches` lists them, `indexer jobs` shows its batches)", " ".join(display_path(p) for p in w["paths"]))
+            "(`indexer watches` lists them, `indexer jobs` shows its batches)", " ".join(shlex.quote(readable(p)) for p in w["paths"]))
         return
     _watch_here(ctx.obj, folders, quiet_ms)
 
