@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import shlex
+import signal
 import time
 from pathlib import Path
 
@@ -11,6 +13,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from indexer.jobs import JOBS_FILE, JobStore
 from indexer.remote import RemoteIngest
 from indexer.service import IngestService
+from indexer.watch import Watcher
 from search import owner
 from search.cli.support import (
     DataDir,
@@ -179,6 +182,153 @@ def jobs(ctx: typer.Context, as_json: bool = typer.Option(False, "--json", help=
         done = f"{j['files_done']}/{j['files_total']}" if j["files_total"] is not None else str(j["files_done"])
         say("{}  {}  {} files  {}  {}", j["id"][:12], j["state"], done, ", ".join(j["paths"])[:80],
             time.strftime("%Y-%m-%d %H:%M", time.localtime(j["created"])))
+
+
+@app.command()
+@guarded
+def watch(
+    ctx: typer.Context,
+    paths: list[Path] = typer.Argument(..., help="Folders to keep indexed (searched recursively); with --stop, "
+                                        "watched folders or watch ids."),
+    quiet_ms: int = typer.Option(500, "--quiet-ms", min=50, max=60_000,
+                                 help="How long the folders must be quiet before a batch of changes is indexed "
+                                      "(a batch also starts once its oldest change has waited 3 s)."),
+    stop: bool = typer.Option(False, "--stop", help="Stop the server's watches of PATHS (or with these ids)."),
+) -> None:
+    """Keep the index of folders current: created, changed, renamed and deleted files are indexed as
+    they happen, with the rules of `indexer ingest --prune` (a rename keeps its vectors, a delete
+    removes its points and thumbnails). A rescan first catches up with what changed while nothing
+    was watching.
+
+    [bold]Without a server[/], the watch runs here, in the foreground: one line per batch of changes,
+    Ctrl-C stops it. It holds the store while it runs, so searches from another terminal need a
+    server: start `search serve` first.
+
+    [bold]With `search serve` running[/] on this data dir, the watch is registered in that server and the
+    command returns at once: the server owns the store, runs the watch and starts it again (with
+    its catch-up rescan) whenever it restarts, so the index stays current without a terminal left
+    open, which is what a watch is for. `indexer watches` lists the watches; `indexer watch --stop
+    PATH` ends one."""
+    if stop:
+        _stop_watches(ctx.obj, paths)
+        return
+    folders = [p.expanduser().absolute() for p in paths]
+    for given, folder in zip(paths, folders):
+        if not folder.is_dir():
+            fail(f"{display_path(str(given))}: " + ("not a folder (watch the folder that holds it)" if folder.exists()
+                                                    else "no such folder"), 2)
+    running = owner.serving(ctx.obj)
+    if running is not None:
+        w = RemoteIngest(running).watch(folders, quiet_ms=quiet_ms)
+        shown = ", ".join(display_path(p) for p in w["paths"])
+        say("{} {} in the search server ({}), watch {}", "watching" if w.get("new") else "already watching", shown,
+            running.describe(), w["id"][:12])
+        say("it runs while the server runs and again when it restarts; stop it with `indexer watch --stop {}` "
+            "(`indexer watches` lists them, `indexer jobs` shows its batches)", " ".join(shlex.quote(readable(p)) for p in w["paths"]))
+        return
+    _watch_here(ctx.obj, folders, quiet_ms)
+
+
+def _watch_here(settings, folders: list[Path], quiet_ms: int) -> None:
+    svc = IngestService(settings)
+    svc.resources.store  # noqa: B018  (open it now: a store another process holds is this command's one-line error)
+    started = time.monotonic()
+
+    def ingest(paths: list[Path]):
+        return svc.ingest(paths, prune=True, gone_ok=True, stop=watcher.stopping)
+
+    def on_batch(paths: list[Path], report) -> None:
+        _print_batch(report.as_dict(), paths, caught_up=watcher.batches == 1)
+
+    def on_error(paths: list[Path], exc: Exception, retry_s: float) -> None:
+        say("{}  [yellow]not indexed yet[/] ({} path{}): {} — retrying in {:.0f} s", time.strftime("%H:%M:%S"),
+            len(paths), "" if len(paths) == 1 else "s", (str(exc).strip().splitlines() or [type(exc).__name__])[0], retry_s)
+
+    watcher = Watcher(folders, ingest, quiet_s=quiet_ms / 1000, on_batch=on_batch, on_error=on_error,
+                      ignore=[settings.data_dir])
+    previous = signal.signal(signal.SIGTERM, _interrupt)  # a service manager's stop is a Ctrl-C: a clean one
+    try:
+        say("watching {} (Ctrl-C stops); catching up first…", ", ".join(display_path(str(f)) for f in folders), console=err)
+        watcher.start()
+        while watcher.alive():
+            time.sleep(0.2)
+        fail("the watch stopped unexpectedly (see the log above)", 1)
+    except KeyboardInterrupt:
+        say("stopping…", console=err)
+    finally:
+        watcher.stop()
+        svc.close()
+        signal.signal(signal.SIGTERM, previous)
+    say("stopped after {:.0f} s, {} batch{}", time.monotonic() - started, watcher.batches,
+        "" if watcher.batches == 1 else "es", console=err)
+
+
+def _interrupt(_signum, _frame) -> None:
+    raise KeyboardInterrupt
+
+
+def _print_batch(d: dict, paths: list[Path], caught_up: bool) -> None:
+    """One line per batch: when, what, the counts and how long it took; then its failures."""
+    what = "caught up" if caught_up else display_path(str(paths[0])) + (f" (+{len(paths) - 1})" if len(paths) > 1 else "")
+    failed = "[red]{} failed[/]" if d["failed"] else "{} failed"
+    unchanged = f", {d['unchanged']} unchanged" if caught_up else ""
+    cancelled = " (cancelled)" if d["cancelled"] else ""
+    say("{}  {}: {} indexed, {} updated, {} pruned, " + failed + unchanged + " — {:.1f} s" + cancelled,
+        time.strftime("%H:%M:%S"), what, d["indexed"], d["updated"], d["pruned"], d["failed"], d["seconds"])
+    for f in d["failures"]:
+        if not f.get("still_failing"):
+            say("  [red]failed[/] {}: {}", display_path(f["path"]), f["reason"])
+    for kind, info in d["unavailable"].items():
+        say("  [yellow]not indexed[/] {} {}: {}", info["files"], kind, info["reason"])
+
+
+def _stop_watches(settings, names: list[Path]) -> None:
+    running = owner.serving(settings)
+    client = RemoteIngest(running) if running is not None else None
+    if client is not None:
+        listed = client.watches()
+    else:
+        store = JobStore(settings.data_dir / JOBS_FILE)
+        listed = [w.as_dict() for w in store.watches()]
+    wanted = {str(n.expanduser().absolute()) for n in names}
+    ids = {str(n) for n in names if len(str(n)) >= 4}
+    chosen = [w for w in listed if wanted & set(w["paths"]) or any(w["id"].startswith(i) for i in ids)]
+    for w in chosen:
+        if client is not None:
+            client.unwatch(w["id"])
+        else:
+            store.delete_watch(w["id"])
+        say("stopped watch {} ({})", w["id"][:12], ", ".join(display_path(p) for p in w["paths"]))
+    if client is None:
+        store.close()
+    if not chosen:
+        fail("no watch of " + ", ".join(display_path(str(n)) for n in names) + " (`indexer watches` lists them; "
+             "a watch running in a terminal stops with Ctrl-C)", 1)
+
+
+@app.command()
+@guarded
+def watches(ctx: typer.Context, as_json: bool = typer.Option(False, "--json", help="Print machine-readable JSON.")) -> None:
+    """The folder watches `search serve` runs (`indexer watch` with a server, POST /watches), oldest first.
+    They are kept in the data dir: the server starts them again, with a catch-up rescan, when it starts."""
+    running = owner.serving(ctx.obj)
+    if running is not None:
+        listed = RemoteIngest(running).watches()
+    else:
+        store = JobStore(ctx.obj.data_dir / JOBS_FILE)
+        listed = [{**w.as_dict(), "state": "not running (no server)", "batches": 0, "last_batch": None, "last_job": None,
+                   "error": None} for w in store.watches()]
+        store.close()
+    if as_json:
+        print(to_json(listed))
+        return
+    if not listed:
+        out.print("no watches (`indexer watch PATH` adds one)")
+        return
+    for w in listed:
+        last = time.strftime("%H:%M:%S", time.localtime(w["last_batch"])) if w["last_batch"] else "-"
+        say("{}  {}  {}  {} batches, last {}" + ("  {}" if w["error"] else "{}"), w["id"][:12], w["state"],
+            ", ".join(display_path(p) for p in w["paths"]), w["batches"], last, w["error"] or "")
 
 
 def main() -> None:

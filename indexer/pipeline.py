@@ -279,8 +279,9 @@ class Ingestor:
 
     def _prune(self, roots: list[Path], seen: set[str]) -> list[FileOutcome]:
         outcomes = []
+        under = {str(r) for r in roots}  # a set, not a scan of the roots: a watch's batch may name thousands of files
         for path, sha in sorted(self.by_path.items()):
-            if path in seen or not any(_is_under(path, r) for r in roots) or Path(path).exists():
+            if path in seen or not _under_any(path, under) or Path(path).exists():
                 continue
             if sha in self.by_sha:
                 self._drop_path(sha, path)
@@ -343,5 +344,13 @@ def _existing(paths: Iterable[str]) -> list[str]:
     return [p for p in paths if os.path.exists(p)]
 
 
-def _is_under(path: str, root: Path) -> bool:
-    return path == str(root) or path.startswith(str(root).rstrip("/") + "/")
+def _under_any(path: str, roots: set[str]) -> bool:
+    """``path`` is one of ``roots`` (absolute, as str(Path) writes them) or lies below one."""
+    p = path
+    while True:
+        if p in roots:
+            return True
+        cut = p.rfind("/")
+        if cut <= 0:
+            return cut == 0 and "/" in roots
+        p = p[:cut]

@@ -1,5 +1,6 @@
 """Ingest through the running `search serve` that owns the store (see search/owner.py): the paths go
-to the server as a job; its progress comes back by polling; Ctrl-C cancels it there."""
+to the server as a job; its progress comes back by polling; Ctrl-C cancels it there. Folder watches
+are registered in the server the same way (it runs them, and again after a restart)."""
 
 from __future__ import annotations
 
@@ -26,6 +27,17 @@ class RemoteIngest(RestClient):
 
     def jobs(self) -> list[dict]:
         return self.call("GET", "/ingest/jobs")["jobs"]
+
+    def watch(self, paths: list[Path], *, quiet_ms: int | None = None) -> dict:
+        """Register a watch of these folders (or get the one that exists)."""
+        body = {"paths": [str(Path(p).expanduser().absolute()) for p in paths], "quiet_ms": quiet_ms}
+        return self.call("POST", "/watches", body)
+
+    def watches(self) -> list[dict]:
+        return self.call("GET", "/watches")["watches"]
+
+    def unwatch(self, watch_id: str) -> dict:
+        return self.call("DELETE", f"/watches/{watch_id}")
 
     def follow(self, job_id: str, on_progress: Callable[[dict], None] | None = None) -> dict:
         """Poll until the job ends; Ctrl-C asks the server to cancel it and waits for that."""

@@ -17,7 +17,7 @@ from search import owner
 from search.api.backend import Backend
 from search.api.errors import add_error_handlers
 from search.api.limits import LimitRequestSize
-from search.api.routes import health, ingest, search
+from search.api.routes import health, ingest, search, watches
 from search.api.schemas import errors
 from search.api.security import SCOPES
 from search.config import Settings
@@ -36,18 +36,19 @@ def create_app(settings: Settings) -> FastAPI:
     @asynccontextmanager
     async def lifespan(_app: FastAPI):
         backend.jobs.resume()  # jobs a previous run did not finish (a crash, kill -9) run again
+        backend.watches.start()  # the recorded folder watches, each catching up with a rescan first
         yield
         backend.close()
 
     app = FastAPI(title="Multimodal search API", version="1.0", lifespan=lifespan,
                   responses=errors(413, 500),  # any request may carry a body over the limit, or fail unexpectedly
                   description="Document search with citations, photo search (text and example image), "
-                              "ingest jobs and health. Send the key in the X-API-Key header when one is configured.")
+                              "ingest jobs, folder watches and health. Send the key in the X-API-Key header when one is configured.")
     app.state.backend, app.state.metrics = backend, metrics
     app.add_middleware(LimitRequestSize, limit=settings.max_request_bytes)
     app.add_middleware(RequestObserver, metrics=metrics)  # outermost: sees 413s and every error too
     add_error_handlers(app)
-    for router in (health.public, health.reads, health.writes, search.router, ingest.router):
+    for router in (health.public, health.reads, health.writes, search.router, ingest.router, watches.router):
         app.include_router(router)
     return app
 

@@ -10,6 +10,7 @@ request or job: a search issued while a job runs waits at most for one upsert ba
 from __future__ import annotations
 
 import functools
+import os
 import threading
 from pathlib import Path
 
@@ -17,6 +18,7 @@ from indexer.jobs import JOBS_FILE, JobStore
 from indexer.service import IngestService
 from search import owner
 from search.api.jobs import Jobs
+from search.api.watches import Watches
 from search.config import Settings
 from search.observability import ApiMetrics
 from search.owner import Owner
@@ -54,6 +56,7 @@ class Backend:
         self.metrics = metrics
         self.owner: Owner | None = None  # set by `search serve` when it owns the embedded store
         self.jobs = Jobs(self._ingest, JobStore(settings.data_dir / JOBS_FILE), metrics)
+        self.watches = Watches(self.jobs, self.jobs.store, ignore=[settings.data_dir], outside_link=self.outside_link)
 
     def _ingest(self, paths: list[Path], *, local: bool = False, **options):
         """A job's run. The roots are checked again as each file is opened (a path allowed when the
@@ -92,9 +95,23 @@ class Backend:
     def inside_roots(self, path: Path) -> bool:
         return any(path.is_relative_to(root) for root in self.roots)
 
+    def outside_link(self, path: Path) -> Path | None:
+        """The first symbolic link at or under ``path`` that leads out of the roots (the indexer reads
+        the symlinked files it finds in folders), or None."""
+        if path.is_symlink():  # a file, or a folder a batch would walk
+            return None if self.inside_roots(path.resolve()) else path
+        if path.is_dir():
+            for dirpath, _dirs, files in os.walk(path):
+                for f in files:
+                    p = Path(dirpath, f)
+                    if p.is_symlink() and not self.inside_roots(p.resolve()):
+                        return p
+        return None
+
     def close(self) -> None:
-        """Finish the running job, then release the store. The app may start again after this
-        (test clients run the lifespan per request): the next call opens the store again."""
+        """Stop the watches, finish the running job, then release the store. The app may start again
+        after this (test clients run the lifespan per request): the next call opens the store again."""
+        self.watches.close()
         self.jobs.close()
         self.jobs.store.close()
         if self.owner is not None:  # here, not after uvicorn.run: uvicorn re-raises SIGTERM once it has shut down

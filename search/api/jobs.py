@@ -1,5 +1,6 @@
 """Ingest jobs of the REST API: recorded in the data dir (indexer/jobs.py), run one at a time in a
-background thread, resumed when the server starts again after stopping mid-job, cancelled on request."""
+background thread, resumed when the server starts again after stopping mid-job, cancelled on request.
+Folder watches (search/api/watches.py) submit their batches here too, and wait for each."""
 
 from __future__ import annotations
 
@@ -21,13 +22,14 @@ SAVE_EVERY_S = 0.5  # progress is written to the job table at most this often
 
 
 class Jobs:
-    """The job table and the one worker thread. ``ingest(paths, prune=, on_start=, on_file=, stop=)``
+    """The job table and the one worker thread. ``ingest(paths, prune=, on_start=, on_file=, stop=, gone_ok=)``
     does the work."""
 
     def __init__(self, ingest: Callable, store: JobStore, metrics: ApiMetrics | None = None) -> None:
         self._ingest, self.store, self.metrics = ingest, store, metrics
         self._lock = threading.Lock()
         self._cancel: set[str] = set()
+        self._ended = threading.Condition()  # notified when a job ends or is cancelled before it started
         self.pool: ThreadPoolExecutor | None = None  # started on first use
 
     def get(self, job_id_: str) -> Job | None:
@@ -36,8 +38,13 @@ class Jobs:
     def newest_first(self) -> list[Job]:
         return self.store.newest_first(MAX_JOBS_KEPT)
 
-    def submit(self, paths: list[Path], prune: bool, source: str = "rest", local: bool = False) -> Job:
-        job = Job.new([str(p) for p in paths], prune=prune, source=source, local=local, request_id=request_id.get())
+    def submit(self, paths: list[Path], prune: bool, source: str = "rest", local: bool = False,
+               gone_ok: bool = False) -> Job:
+        """Queue a job. ``local``: asked by the owner's user on this machine (any path it can read).
+        ``gone_ok``: paths that no longer exist are not failures (with ``prune``, what was indexed
+        under them is removed): a watch's batches carry the paths of deleted files."""
+        job = Job.new([str(p) for p in paths], prune=prune, source=source, local=local, gone_ok=gone_ok,
+                      request_id=request_id.get())
         self.store.save(job)
         self._start(job)
         log.info("ingest job %s queued", job.id, extra={"job_id": job.id, "paths": len(paths)})
@@ -55,6 +62,19 @@ class Jobs:
             log.info("ingest job %s resumed", job.id, extra={"job_id": job.id})
         return jobs
 
+    def wait(self, job_id_: str, stop: Callable[[], bool] | None = None, poll_s: float = 0.25) -> Job | None:
+        """The job once it has ended (done, failed, cancelled), or as it is when ``stop()`` says so."""
+        while True:
+            job = self.store.get(job_id_)
+            if job is None or job.state in FINISHED or (stop is not None and stop()):
+                return job
+            with self._ended:
+                self._ended.wait(poll_s)
+
+    def _notify_ended(self) -> None:
+        with self._ended:
+            self._ended.notify_all()
+
     def cancel(self, job_id_: str) -> Job | None:
         """Ask a job to stop: a queued one never starts; a running one stops after the files in flight
         are written, so what is in the store stays whole."""
@@ -67,6 +87,7 @@ class Jobs:
         if job.state == QUEUED:
             job.state, job.finished = CANCELLED, time.time()
         self.store.save(job)
+        self._notify_ended()
         return job
 
     def _start(self, job: Job) -> None:
@@ -107,7 +128,7 @@ class Jobs:
 
         try:
             report = self._ingest([Path(p) for p in job.paths], prune=job.prune, on_start=on_start, on_file=on_file,
-                                  stop=lambda: self._cancelled(job), local=job.local)
+                                  stop=lambda: self._cancelled(job), local=job.local, gone_ok=job.gone_ok)
             job.report = report.as_dict()
             job.state = CANCELLED if report.cancelled else DONE
         except Exception as exc:  # the job's status is the only place left to report it
@@ -117,6 +138,7 @@ class Jobs:
         job.finished = time.time()
         self.store.save(job)
         self.store.forget_finished(MAX_JOBS_KEPT)
+        self._notify_ended()
         with self._lock:
             self._cancel.discard(job.id)
         if self.metrics:

@@ -135,3 +135,10 @@ def errors(*codes: int) -> dict[int | str, dict]:
     """The ``responses=`` of a route or router: these statuses, each with the project's error body."""
     return {code: {"model": ValidationErrorBody if code == 422 else ErrorBody, "description": _ERRORS[code],
                    **({"headers": _AUTH_HEADER} if code == 401 else {})} for code in codes}
+
+
+class WatchPaths(BaseModel):
+    paths: list[Text] = Field(min_length=1, max_length=MAX_PATHS,
+                              description="absolute server-side folders inside the configured roots")
+    quiet_ms: int = Field(500, ge=50, le=60_000,
+                          description="how long the folders must be quiet before a batch of changes is indexed")
