@@ -22,8 +22,8 @@ from pathlib import Path
 from watchdog.events import FileSystemEvent, FileSystemEventHandler
 from watchdog.observers import Observer
 
+from indexer.discover import SKIP_DIRS
 from indexer.kinds import Documents, Photos
-from indexer.pipeline import SKIP_DIRS
 
 log = logging.getLogger("indexer.watch")
 
