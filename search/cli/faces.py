@@ -63,11 +63,15 @@ def ui(
            "--server.address", host or settings.api_host, "--server.port", str(port or settings.ui_port),
            "--server.headless", "true", "--client.toolbarMode", "viewer", "--browser.gatherUsageStats", "false"]
     say("search page on http://{}:{} (Ctrl+C stops it)", host or settings.api_host, port or settings.ui_port)
+    page = subprocess.Popen(cmd, env=env)
+    signal.signal(signal.SIGTERM, lambda *_: page.terminate())  # stopped: stop the page and our server too
     try:
-        raise typer.Exit(subprocess.call(cmd, env=env))
+        raise typer.Exit(page.wait())
     except KeyboardInterrupt:
         raise typer.Exit(0) from None
     finally:
+        page.terminate()
+        page.wait(timeout=30)
         if server is not None:
             server.send_signal(signal.SIGTERM)
             server.wait(timeout=30)
