@@ -155,6 +155,20 @@ def test_pixels_equal_the_reference_processor(cfg, reference):
         assert np.abs(got - expected).max() <= 1e-6, name
 
 
+def test_normalising_by_table_gives_the_per_pixel_arithmetic_bit_for_bit(cfg):
+    # pixels() looks each 8-bit value up instead of computing it per pixel: the same bits.
+    values = np.arange(256, dtype=np.uint8)
+    x = (values.astype(np.float64) * cfg["rescale_factor"]).astype(np.float32)
+    for c in range(3):
+        expected = (x - np.float32(cfg["mean"][c])) / np.float32(cfg["std"][c])
+        assert np.array_equal(step.normalise_table(cfg["rescale_factor"], tuple(cfg["mean"]), tuple(cfg["std"]))[c], expected)
+    img = Image.fromarray(np.random.default_rng(3).integers(0, 256, (300, 400, 3), np.uint8))
+    arr = np.asarray(img.resize((298, 224), Image.Resampling.BICUBIC))[:, 37:261]
+    per_pixel = ((arr.astype(np.float64) * cfg["rescale_factor"]).astype(np.float32) - np.array(cfg["mean"], np.float32)) \
+        / np.array(cfg["std"], np.float32)
+    assert np.array_equal(step.pixels(img, cfg), per_pixel.transpose(2, 0, 1))
+
+
 def test_documented_choices(cfg):
     exif_rotated = odd_images()["exif_rotated.jpg"]
     assert step.load_image(exif_rotated, MAX_PIXELS).size == (300, 451)  # chelsea is 451×300, stored rotated
