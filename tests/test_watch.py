@@ -260,6 +260,10 @@ def test_rest_watches_follow_the_ingest_path_rules(settings, kb, tmp_path):
         jobs = c.get("/ingest/jobs").json()["jobs"]
         assert {j["source"] for j in jobs} == {"watch"} and all(j["prune"] and j["gone_ok"] for j in jobs)
 
+        broken = kb / "broken.pdf"  # a file ingest cannot read: named in the watch's error, not silently skipped
+        broken.write_bytes(b"%PDF-1.7\n this is not a PDF body\n")
+        until(lambda: "broken.pdf" in (c.get(f"/watches/{watch_id}").json()["error"] or ""), "the bad file named in the watch's error")
+
         leak = kb / "leak.md"  # a link out of the roots that appears after the watch was accepted
         leak.symlink_to(outside / "secret.md")
         until(lambda: str(leak) in (c.get(f"/watches/{watch_id}").json()["error"] or ""), "the link named in the watch's error")
@@ -313,9 +317,6 @@ def watch_state(env) -> list[dict]:
     return json.loads(proc.stdout)
 
 
-@pytest.mark.xfail(reason="fails since merging the watch branch with the one-store-owner CLI changes "
-                   "(the indexer watch subprocess does not stop / its change is not seen in time): to fix next session; "
-                   "the service-level and REST watch tests pass", strict=False)
 def test_indexer_watch_registers_a_server_side_watch_that_survives_a_restart(env, settings, kb):
     server = serve(env, settings)
     try:
@@ -353,9 +354,6 @@ def test_indexer_watch_registers_a_server_side_watch_that_survives_a_restart(env
         stop(server)
 
 
-@pytest.mark.xfail(reason="fails since merging the watch branch with the one-store-owner CLI changes "
-                   "(the indexer watch subprocess does not stop / its change is not seen in time): to fix next session; "
-                   "the service-level and REST watch tests pass", strict=False)
 def test_watch_without_a_server_runs_in_the_foreground_until_interrupted(env, kb):
     proc = subprocess.Popen([sys.executable, "-m", "indexer", "watch", str(kb), "--quiet-ms", "200"], env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
