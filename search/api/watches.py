@@ -41,8 +41,9 @@ class Watches:
     collected (the data dir)."""
 
     def __init__(self, jobs: Jobs, store: JobStore, *, ignore: list[Path],
-                 outside_link: Callable[[Path], Path | None]) -> None:
+                 outside_link: Callable[[Path], Path | None], optimize: Callable[[], None] | None = None) -> None:
         self.jobs, self.store, self.ignore, self.outside_link = jobs, store, ignore, outside_link
+        self.optimize = optimize  # the store's optimize, run by a watch once its folders are quiet
         self._lock = threading.Lock()
         self._running: dict[str, _Running] = {}
 
@@ -101,7 +102,7 @@ class Watches:
     def _start(self, watch: Watch) -> _Running:
         running = _Running(watch)
         running.watcher = Watcher([Path(p) for p in watch.paths], lambda paths: self._batch(running, paths),
-                                  quiet_s=watch.quiet_ms / 1000, ignore=self.ignore)
+                                  quiet_s=watch.quiet_ms / 1000, on_idle=self.optimize, ignore=self.ignore)
         try:
             running.watcher.start()
         except OSError as exc:  # a folder that is gone or not mounted: nothing is pruned, it is reported
