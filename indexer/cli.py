@@ -235,7 +235,7 @@ def _watch_here(settings, folders: list[Path], quiet_ms: int) -> None:
     started = time.monotonic()
 
     def ingest(paths: list[Path]):
-        return svc.ingest(paths, prune=True, gone_ok=True, stop=watcher.stopping)
+        return svc.ingest(paths, prune=True, gone_ok=True, stop=watcher.stopping, optimize=False)
 
     def on_batch(paths: list[Path], report) -> None:
         _print_batch(report.as_dict(), paths, caught_up=watcher.batches == 1)
@@ -245,7 +245,7 @@ def _watch_here(settings, folders: list[Path], quiet_ms: int) -> None:
             len(paths), "" if len(paths) == 1 else "s", (str(exc).strip().splitlines() or [type(exc).__name__])[0], retry_s)
 
     watcher = Watcher(folders, ingest, quiet_s=quiet_ms / 1000, on_batch=on_batch, on_error=on_error,
-                      ignore=[settings.data_dir])
+                      on_idle=svc.optimize, ignore=[settings.data_dir])
     previous = signal.signal(signal.SIGTERM, _interrupt)  # a service manager's stop is a Ctrl-C: a clean one
     try:
         say("watching {} (Ctrl-C stops); catching up first…", ", ".join(display_path(str(f)) for f in folders), console=err)

@@ -72,7 +72,7 @@ class Ingestor:
         self._opened = False
 
     def run(self, files: list[Path], roots: list[Path], report: IngestReport, done: Callable[[FileOutcome], None],
-            *, prune: bool = False) -> None:
+            *, prune: bool = False, optimize: bool = True) -> None:
         """Ingest ``files``. A model that fails as a whole (ModelNotReady: not loaded, or its process
         died and could not be reloaded) stops this kind: its remaining files are reported as not
         indexed with the reason, not each as failed, and the files already written stay."""
@@ -98,7 +98,8 @@ class Ingestor:
         if prune and not report.cancelled:
             for outcome in self._prune(roots, {str(p) for p in files}):
                 emit(outcome)
-        self.store.optimize(self.kind.schema.name)  # edge: merge segments, build HNSW (a server does it itself)
+        if optimize:
+            self.store.optimize(self.kind.schema.name)  # edge: merge segments, build HNSW (a server does it itself)
 
     def _run(self, files: list[Path], report: IngestReport, done: Callable[[FileOutcome], None]) -> None:
         kind = self.kind
@@ -217,8 +218,10 @@ class Ingestor:
                   "suffix": suffix, "n_chunks": n, "sha256": job.sha256, "size": job.size, "mtime": job.mtime,
                   "chunker": kind.signature}
         points = [
-            models.PointStruct(id=point_id(job.sha256, kind.signature, i), vector=vec,
-                               payload={**common, "chunk": i, **unit.payload})
+            # Built, not validated: ids, lists of floats and SparseVectors are made right above, and
+            # validating BGE-M3's ColBERT rows (a 1024-float list per token) cost more than the upsert.
+            models.PointStruct.model_construct(id=point_id(job.sha256, kind.signature, i), vector=vec,
+                                               payload={**common, "chunk": i, **unit.payload})
             for i, (unit, vec) in enumerate(zip(job.units, job.vectors, strict=True))
         ]
         self._rest += points[1:]
@@ -297,7 +300,7 @@ def ingest(store: Store, kinds: list[Kind], roots: list[Path], *, prune: bool = 
            on_start: Callable[[int], None] | None = None,
            on_file: Callable[[FileOutcome], None] | None = None,
            stop: Callable[[], bool] | None = None, gone_ok: bool = False,
-           confine_to: list[Path] | None = None) -> IngestReport:
+           confine_to: list[Path] | None = None, optimize: bool = True) -> IngestReport:
     """Ingest every file under ``roots`` with the kind its suffix belongs to.
 
     ``unavailable``: kinds whose model is not served (name -> (suffixes, why)); their files are
@@ -305,7 +308,9 @@ def ingest(store: Store, kinds: list[Kind], roots: list[Path], *, prune: bool = 
     the run ends after the files in flight are written (``report.cancelled``). ``gone_ok``: a root
     that no longer exists is not an error (with ``prune`` its indexed files are removed).
     ``confine_to``: folders every file read must lie in, checked on each opened file (the REST
-    API's roots); others are reported, never read."""
+    API's roots); others are reported, never read. ``optimize=False``: leave the store's optimize
+    (segment merge, HNSW build) to the caller — a watch runs it once its folders are quiet, because
+    the embedded engine holds the GIL while it optimizes and every search in the process waits."""
     started = time.perf_counter()
     report = IngestReport()
     roots = [Path(r).expanduser().absolute() for r in roots]
@@ -335,7 +340,7 @@ def ingest(store: Store, kinds: list[Kind], roots: list[Path], *, prune: bool = 
             break
         if by_kind[kind.name] or prune:
             Ingestor(store, kind, batch_size=batch_size, concurrency=concurrency, stop=stop, confine=confine).run(
-                by_kind[kind.name], roots, report, done, prune=prune and not report.cancelled)
+                by_kind[kind.name], roots, report, done, prune=prune and not report.cancelled, optimize=optimize)
     report.seconds = time.perf_counter() - started
     return report
 

@@ -17,6 +17,7 @@ from search.config import Settings
 from search.errors import not_served
 from search.models import Family, for_kind, ingest_kinds, minilm
 from search.resources import Resources
+from search.store import COLLECTIONS
 
 SUFFIXES = {Documents.name: Documents.suffixes, Photos.name: Photos.suffixes}
 FAILURES_FILE = "ingest-failures.json"  # in the data dir: see indexer/failures.py
@@ -34,11 +35,12 @@ class IngestService:
                on_start: Callable[[int], None] | None = None,
                on_file: Callable[[FileOutcome], None] | None = None,
                stop: Callable[[], bool] | None = None, gone_ok: bool = False,
-               confine_to: list[Path] | None = None) -> IngestReport:
+               confine_to: list[Path] | None = None, optimize: bool = True) -> IngestReport:
         """Documents and photos under ``paths``, each into its collection. A kind whose model is
         not served is reported (with how to fix it) while the other kinds are indexed. Failures
         that repeat on unchanged files are marked ``still_failing``. With ``confine_to``, only
-        files that lie inside those folders when opened are read."""
+        files that lie inside those folders when opened are read. ``optimize=False``: the store is
+        not optimized after the run (a watch does it with ``optimize()`` once its folders are quiet)."""
         s, triton = self.settings, self.resources.triton
         kinds, unavailable = [], {}
         for name in ingest_kinds():
@@ -50,9 +52,15 @@ class IngestService:
         report = pipeline.ingest(self.resources.store, kinds, paths, prune=prune, unavailable=unavailable,
                                  batch_size=s.embed_batch_size, concurrency=s.embed_concurrency,
                                  on_start=on_start, on_file=on_file, stop=stop, gone_ok=gone_ok,
-                                 confine_to=confine_to)
+                                 confine_to=confine_to, optimize=optimize)
         FailureMemory(s.data_dir / FAILURES_FILE).update(report)
         return report
+
+    def optimize(self) -> None:
+        """Merge the collections' segments and build their indexes (what a run does at its end)."""
+        store = self.resources.store
+        for name in COLLECTIONS:
+            store.optimize(name)
 
     def _kind(self, name: str, families: list[Family]) -> Kind:
         s, triton = self.settings, self.resources.triton

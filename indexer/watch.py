@@ -8,7 +8,9 @@ the new path, a delete removes points and thumbnails, copies are stored once. An
 (write a temporary file, rename it over the original) arrives as events on a dotfile or a
 `~`/`.swp` name, which are not collected (ingest would skip them anyway), plus a move onto the
 real name: one change of one file. A burst (thousands of files copied in) becomes a few large
-batches, not thousands of small ones.
+batches, not thousands of small ones. Batches leave the store's optimize (segment merge, HNSW)
+to ``on_idle``, run once the folders have been quiet for ``idle_s`` after a batch: the embedded
+engine holds the GIL while it optimizes, which would delay both the next batch and every search.
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ log = logging.getLogger("indexer.watch")
 Ingest = Callable[[list[Path]], object]
 SUFFIXES = Documents.suffixes | Photos.suffixes  # what ingest reads: changes to other files are not collected
 RETRY_MAX_S = 60.0  # a failing ingest (Triton down) is retried with a delay that doubles up to this
+IDLE_S = 2.0  # quiet this long after a batch before on_idle (the store's optimize) runs
 
 
 class Watcher:
@@ -40,9 +43,10 @@ class Watcher:
     def __init__(self, roots: Iterable[Path], ingest: Ingest, *, quiet_s: float = 0.5, max_delay_s: float = 3.0,
                  on_batch: Callable[[list[Path], object], None] | None = None,
                  on_error: Callable[[list[Path], Exception, float], None] | None = None,
+                 on_idle: Callable[[], None] | None = None, idle_s: float = IDLE_S,
                  ignore: Iterable[Path] = (), suffixes: frozenset[str] = SUFFIXES) -> None:
         self.roots = [Path(r).expanduser().absolute() for r in roots]
-        self.ingest, self.on_batch, self.on_error = ingest, on_batch, on_error
+        self.ingest, self.on_batch, self.on_error, self.on_idle, self.idle_s = ingest, on_batch, on_error, on_idle, idle_s
         self.quiet_s, self.max_delay_s = quiet_s, max(max_delay_s, quiet_s)
         self.ignore = [Path(p).expanduser().absolute() for p in ignore]
         self.suffixes = suffixes
@@ -58,6 +62,7 @@ class Watcher:
         self.last_error: str | None = None  # the last batch's error, cleared by the next success
         self._retry_s = 0.0
         self._busy = False
+        self._dirty = False  # a batch was ingested since on_idle last ran
 
     def start(self) -> Watcher:
         """Follow changes in the background; the first batch is a rescan of the roots (catch-up)."""
@@ -81,6 +86,8 @@ class Watcher:
             self._observer.join(timeout=5)
         if self._thread.is_alive():
             self._thread.join(timeout=60)
+        if self._dirty and not self._thread.is_alive():  # the last batches' optimize, not left to the next run
+            self._idle()
 
     def stopping(self) -> bool:
         """For ingest's ``stop`` callback: a batch in progress ends early when the watch stops (the
@@ -88,9 +95,9 @@ class Watcher:
         return self._stop.is_set()
 
     def idle(self) -> bool:
-        """Caught up, nothing collected and no batch being ingested."""
+        """Caught up, nothing collected, no batch being ingested and on_idle done."""
         with self._lock:
-            return self.caught_up.is_set() and not self._pending and not self._busy
+            return self.caught_up.is_set() and not self._pending and not self._busy and not self._dirty
 
     def alive(self) -> bool:
         return self._thread.is_alive() and self._observer.is_alive()
@@ -128,18 +135,37 @@ class Watcher:
         self._apply(list(self.roots))  # catch up with what changed while nothing watched
         while not self._stop.is_set():
             with self._lock:
-                while not self._pending and not self._stop.is_set():
-                    self._lock.wait()
                 if self._stop.is_set():
                     return
-                now = time.monotonic()
-                due = min(self._last + self.quiet_s, self._first + self.max_delay_s)
-                if now < due:
-                    self._lock.wait(due - now)
-                    continue
-                batch, self._pending = self._pending, set()
-                self._busy = True
-            self._apply(sorted(batch))
+                if not self._pending:
+                    # After a batch, quiet for idle_s: on_idle's turn. wait() is True when woken
+                    # (a change or stop): look again.
+                    if not self._dirty or self._lock.wait(self.idle_s) or self._pending or self._stop.is_set():
+                        if not self._dirty:
+                            self._lock.wait()
+                        continue
+                    self._busy, batch = True, None
+                else:
+                    now = time.monotonic()
+                    due = min(self._last + self.quiet_s, self._first + self.max_delay_s)
+                    if now < due:
+                        self._lock.wait(due - now)
+                        continue
+                    batch, self._pending = self._pending, set()
+                    self._busy = True
+            if batch is None:
+                self._idle()
+            else:
+                self._apply(sorted(batch))
+
+    def _idle(self) -> None:
+        try:
+            if self.on_idle:
+                self.on_idle()
+        except Exception as exc:  # the next batch's store writes will say more; keep watching
+            log.warning("watch: optimizing the store failed: %s", exc)
+        with self._lock:
+            self._dirty = self._busy = False
 
     def _apply(self, changed: list[Path]) -> None:
         paths = _outermost(changed)
@@ -167,6 +193,7 @@ class Watcher:
                 log.exception("watch: on_batch failed")
         with self._lock:
             self._busy = False
+            self._dirty = self.on_idle is not None
             self.caught_up.set()  # the first success: every batch before it failed and carried the roots on
 
 

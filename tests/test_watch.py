@@ -63,13 +63,19 @@ class Local:
         self.resources = Resources(settings)
         self.ingest = IngestService(settings, self.resources)
         self.search = SearchService(settings, self.resources)
-        self.folder, self.batches = folder, []
+        self.folder, self.batches, self.optimized = folder, [], 0
         self.watcher: Watcher | None = None
 
+    def optimize(self) -> None:
+        self.optimized += 1
+        self.ingest.optimize()
+
     def start(self) -> Watcher:
-        watcher = Watcher([self.folder], lambda paths: self.ingest.ingest(paths, prune=True, gone_ok=True, stop=watcher.stopping),
+        # As `indexer watch` runs it: batches leave the store's optimize to on_idle.
+        watcher = Watcher([self.folder], lambda paths: self.ingest.ingest(paths, prune=True, gone_ok=True, stop=watcher.stopping,
+                                                                          optimize=False),
                           on_batch=lambda paths, report: self.batches.append((paths, report.as_dict())),
-                          ignore=[self.ingest.settings.data_dir])
+                          on_idle=self.optimize, ignore=[self.ingest.settings.data_dir])
         self.watcher = watcher.start()
         return watcher
 
@@ -121,6 +127,7 @@ def test_create_modify_rename_delete_and_atomic_save_show_within_5_s(local, kb):
     assert watcher.caught_up.wait(120), "the rescan on start did not finish"
     assert local.batches[0][1]["indexed"] == 2  # the catch-up rescan indexed what was there
     local.settle()
+    assert local.optimized == 1  # once the folder was quiet after the batch, not inside it
 
     new = kb / "bees.md"
     new.write_text("# Bees\n\nThe beekeeper checks the hives for the queen bee every spring.\n")
@@ -162,6 +169,7 @@ def test_create_modify_rename_delete_and_atomic_save_show_within_5_s(local, kb):
         assert (report["updated"], report["indexed"], report["pruned"], report["failed"], report["skipped"]) == (1, 0, 0, 0, 0)
     indexed = {p for f in local.resources.store.files(DOCUMENTS.name) for p in f.paths}
     assert indexed == {str(kb / "vpn.md"), str(kb / "holidays.md")}  # no .swp, no tmp~
+    assert 1 < local.optimized <= len(local.batches)
 
 
 def test_a_burst_of_2000_files_is_batched_and_searchable_within_5_s(local, kb, tmp_path):
@@ -192,11 +200,12 @@ def test_a_burst_of_2000_files_is_batched_and_searchable_within_5_s(local, kb, t
     assert len(batches) <= 5, [len(p) for p, _ in batches]  # a few large batches, not thousands of small ones
     LATENCIES["burst batches"] = len(batches)
     if seconds > LIMIT_S:
-        # Not loosened silently: on the 2-core CPU machines embedding alone takes longer than 5 s
-        # (MiniLM serves ~230 short sentences/s there, docs/benchmarks.md: >= 9 s for 2,000 files).
-        # The number is in the summary (-ra) and in docs/benchmarks.md; a faster machine passes.
+        # Not loosened silently: on the 2-core CPU machines the model work alone is over 5 s (MiniLM
+        # needs ~11 CPU-seconds for these 2,000 chunks, i.e. >= 5.6 s on 2 cores before anything else;
+        # docs/benchmarks.md has the profile). The number is in the summary (-ra) and in
+        # docs/benchmarks.md; a machine that embeds faster passes.
         pytest.xfail(f"burst of {BURST} files searchable after {seconds:.1f} s: over the issue's {LIMIT_S:.0f} s "
-                     "on this machine (embedding 2,000 chunks on CPU takes longer)")
+                     "on this machine (embedding 2,000 chunks on 2 CPU cores alone takes longer)")
 
 
 def test_restart_catches_up_with_what_changed_while_nothing_watched(local, kb):
@@ -260,6 +269,10 @@ def test_rest_watches_follow_the_ingest_path_rules(settings, kb, tmp_path):
         jobs = c.get("/ingest/jobs").json()["jobs"]
         assert {j["source"] for j in jobs} == {"watch"} and all(j["prune"] and j["gone_ok"] for j in jobs)
 
+        broken = kb / "broken.pdf"  # a file ingest cannot read: named in the watch's error, not silently skipped
+        broken.write_bytes(b"%PDF-1.7\n this is not a PDF body\n")
+        until(lambda: "broken.pdf" in (c.get(f"/watches/{watch_id}").json()["error"] or ""), "the bad file named in the watch's error")
+
         leak = kb / "leak.md"  # a link out of the roots that appears after the watch was accepted
         leak.symlink_to(outside / "secret.md")
         until(lambda: str(leak) in (c.get(f"/watches/{watch_id}").json()["error"] or ""), "the link named in the watch's error")
@@ -313,9 +326,6 @@ def watch_state(env) -> list[dict]:
     return json.loads(proc.stdout)
 
 
-@pytest.mark.xfail(reason="fails since merging the watch branch with the one-store-owner CLI changes "
-                   "(the indexer watch subprocess does not stop / its change is not seen in time): to fix next session; "
-                   "the service-level and REST watch tests pass", strict=False)
 def test_indexer_watch_registers_a_server_side_watch_that_survives_a_restart(env, settings, kb):
     server = serve(env, settings)
     try:
@@ -353,9 +363,6 @@ def test_indexer_watch_registers_a_server_side_watch_that_survives_a_restart(env
         stop(server)
 
 
-@pytest.mark.xfail(reason="fails since merging the watch branch with the one-store-owner CLI changes "
-                   "(the indexer watch subprocess does not stop / its change is not seen in time): to fix next session; "
-                   "the service-level and REST watch tests pass", strict=False)
 def test_watch_without_a_server_runs_in_the_foreground_until_interrupted(env, kb):
     proc = subprocess.Popen([sys.executable, "-m", "indexer", "watch", str(kb), "--quiet-ms", "200"], env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)

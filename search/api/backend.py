@@ -56,7 +56,8 @@ class Backend:
         self.metrics = metrics
         self.owner: Owner | None = None  # set by `search serve` when it owns the embedded store
         self.jobs = Jobs(self._ingest, JobStore(settings.data_dir / JOBS_FILE), metrics)
-        self.watches = Watches(self.jobs, self.jobs.store, ignore=[settings.data_dir], outside_link=self.outside_link)
+        self.watches = Watches(self.jobs, self.jobs.store, ignore=[settings.data_dir], outside_link=self.outside_link,
+                               optimize=lambda: self.indexer().optimize())
 
     def _ingest(self, paths: list[Path], *, local: bool = False, **options):
         """A job's run. The roots are checked again as each file is opened (a path allowed when the

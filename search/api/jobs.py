@@ -128,7 +128,8 @@ class Jobs:
 
         try:
             report = self._ingest([Path(p) for p in job.paths], prune=job.prune, on_start=on_start, on_file=on_file,
-                                  stop=lambda: self._cancelled(job), local=job.local, gone_ok=job.gone_ok)
+                                  stop=lambda: self._cancelled(job), local=job.local, gone_ok=job.gone_ok,
+                                  optimize=job.source != "watch")  # a watch optimizes once its folders are quiet
             job.report = report.as_dict()
             job.state = CANCELLED if report.cancelled else DONE
         except Exception as exc:  # the job's status is the only place left to report it

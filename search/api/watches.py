@@ -15,7 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from indexer.jobs import FAILED, JobStore, Watch
+from indexer.jobs import FAILED, Job, JobStore, Watch
 from indexer.watch import Watcher
 from search.api.jobs import Jobs
 
@@ -41,8 +41,9 @@ class Watches:
     collected (the data dir)."""
 
     def __init__(self, jobs: Jobs, store: JobStore, *, ignore: list[Path],
-                 outside_link: Callable[[Path], Path | None]) -> None:
+                 outside_link: Callable[[Path], Path | None], optimize: Callable[[], None] | None = None) -> None:
         self.jobs, self.store, self.ignore, self.outside_link = jobs, store, ignore, outside_link
+        self.optimize = optimize  # the store's optimize, run by a watch once its folders are quiet
         self._lock = threading.Lock()
         self._running: dict[str, _Running] = {}
 
@@ -101,7 +102,7 @@ class Watches:
     def _start(self, watch: Watch) -> _Running:
         running = _Running(watch)
         running.watcher = Watcher([Path(p) for p in watch.paths], lambda paths: self._batch(running, paths),
-                                  quiet_s=watch.quiet_ms / 1000, ignore=self.ignore)
+                                  quiet_s=watch.quiet_ms / 1000, on_idle=self.optimize, ignore=self.ignore)
         try:
             running.watcher.start()
         except OSError as exc:  # a folder that is gone or not mounted: nothing is pruned, it is reported
@@ -112,22 +113,26 @@ class Watches:
 
     def _batch(self, running: _Running, paths: list[Path]) -> object:
         watch, watcher = running.watch, running.watcher
+        left_out = ""
         if not watch.local:
             refused = {p: link for p in paths if (link := self.outside_link(p)) is not None}
             if refused:
-                running.error = "left out: " + "; ".join(f"{link} is a symlink to a file outside the allowed folders"
-                                                         for link in refused.values())
-                log.warning("watch %s %s", watch.id, running.error)
+                left_out = "left out: " + "; ".join(f"{link} is a symlink to a file outside the allowed folders"
+                                                    for link in refused.values())
+                log.warning("watch %s %s", watch.id, left_out)
                 paths = [p for p in paths if p not in refused]
-            else:
-                running.error = None
             if not paths:
+                running.error = left_out or None
                 return None
-        job = self.jobs.submit(paths, prune=True, source="watch", gone_ok=True)
+        # A local face's watch reads any local path, as its `indexer ingest` would: without `local`
+        # the job would be held to the API's roots and fail every file.
+        job = self.jobs.submit(paths, prune=True, source="watch", gone_ok=True, local=watch.local)
         running.last_job = job.id
         job = self.jobs.wait(job.id, stop=watcher.stopping if watcher is not None else None)
         if job is not None and job.state == FAILED:
             raise WatchBatchFailed(f"ingest job {job.id} failed: {job.error}")
+        failed = _failed(job)
+        running.error = "; ".join(e for e in (left_out, failed) if e) or None
         return job
 
     @staticmethod
@@ -145,3 +150,15 @@ class Watches:
                 "last_batch": watcher.last_batch if watcher else None,
                 "last_job": running.last_job if running else None,
                 "error": (watcher.last_error if watcher else None) or (running.error if running else None)}
+
+
+def _failed(job: Job | None) -> str:
+    """The files a batch could not index, for the watch's ``error`` (a watch that fails every file
+    must not look healthy)."""
+    report = (job.report if job is not None else None) or {}
+    failures = [f for f in report.get("failures", []) if not f.get("still_failing")]
+    if not failures:
+        return ""
+    first = failures[0]
+    more = f" (+{len(failures) - 1} more, `indexer jobs` lists them)" if len(failures) > 1 else ""
+    return f"last batch: {first['path']}: {first['reason']}{more}"

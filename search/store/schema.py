@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import uuid
 from dataclasses import dataclass, field
+from functools import lru_cache
 from pathlib import Path
 
 from qdrant_client import models
@@ -90,4 +91,11 @@ def point_id(sha256: str, chunker: str, chunk: int) -> str:
 
 def folders_of(path: str) -> list[str]:
     """Every ancestor folder of a path, so a folder filter is one keyword match."""
-    return [str(p) for p in Path(path).parents if str(p) not in (".", "")]
+    return list(_folders(str(Path(path).parent)))
+
+
+@lru_cache(maxsize=4096)
+def _folders(folder: str) -> tuple[str, ...]:
+    """A folder and its ancestors (cached: the files of a batch share a few folders)."""
+    p = Path(folder)
+    return tuple(s for s in (str(p), *map(str, p.parents)) if s not in (".", ""))
