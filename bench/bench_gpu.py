@@ -60,8 +60,14 @@ def photos(n: int) -> list[bytes]:
 
 
 # family -> (ensemble, encoder step, make a batch, call, outputs to compare)
+def long_captions() -> list[str]:
+    """Captions of ~60 words from the sample passages: near CLIP's 77-token context, some cut there."""
+    words = " ".join(passages()).split()
+    return [" ".join(words[i:i + 60]) for i in range(0, max(1, len(words) - 60), 60)]
+
+
 def workloads(batch: int) -> dict:
-    texts, queries, images = passages(), QUERIES, photos(max(batch, 8))
+    texts, queries, images, captions = passages(), QUERIES, photos(max(batch, 8)), long_captions()
 
     def cycle(items: list, i: int) -> list:
         return [items[(i * batch + k) % len(items)] for k in range(batch)]
@@ -70,6 +76,7 @@ def workloads(batch: int) -> dict:
         "minilm": ("minilm", "minilm_onnx", lambda i: cycle(texts, i), lambda c, x: minilm.embed(c, x)[0]),
         "minilm_query": ("minilm", "minilm_onnx", lambda i: cycle(queries, i), lambda c, x: minilm.embed(c, x)[0]),
         "clip_text": ("clip_text", "clip_textual", lambda i: cycle(queries, i), lambda c, x: clip.embed_texts(c, x)[0]),
+        "clip_text_long": ("clip_text", "clip_textual", lambda i: cycle(captions, i), lambda c, x: clip.embed_texts(c, x)[0]),
         "clip_image": ("clip_image", "clip_visual", lambda i: cycle(images, i), clip.embed_images),
         "bge_m3": ("bge_m3", "bge_m3_onnx", lambda i: cycle(texts, i),
                    lambda c, x: np.stack([o.dense for o in bge_m3.encode(c, x)])),
@@ -116,6 +123,13 @@ def run(client: TritonClient, name: str, work, clients: int, seconds: float, bat
             "encoder_compute_ms": round(d["compute_ns"] / d["requests"] / 1e6, 2) if d["requests"] else None}
 
 
+def token_width(client: TritonClient, texts: list[str]) -> int:
+    """How many tokens clip_text_tokenize sends the text tower for one request of ``texts``."""
+    from search.triton.client import text_tensor
+
+    return int(client.infer("clip_text_tokenize", {"TEXT": text_tensor(texts)}, ["input_ids"])["input_ids"].shape[1])
+
+
 def min_cosine(a: np.ndarray, b: np.ndarray) -> float:
     a, b = a.reshape(len(a), -1), b.reshape(len(b), -1)
     return float(np.min(np.sum(a * b, 1) / (np.linalg.norm(a, axis=1) * np.linalg.norm(b, axis=1))))
@@ -133,7 +147,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--url", required=True, help="gRPC address of the server to measure, e.g. triton:8001")
     ap.add_argument("--baseline-url", help="gRPC address of the baseline server (e.g. the CPU configs)")
-    ap.add_argument("--families", default="minilm,minilm_query,clip_text,clip_image,bge_m3",
+    ap.add_argument("--families", default="minilm,minilm_query,clip_text,clip_text_long,clip_image,bge_m3",
                     help="workloads to run (those whose ensemble is not ready are skipped)")
     ap.add_argument("--batch", type=int, default=16, help="items per request (the ingest batch is 16)")
     ap.add_argument("--concurrency", default="1,8,32", help="concurrent clients, comma-separated")
@@ -157,7 +171,7 @@ def main() -> None:
         else:
             print(f"skipping {name}: '{ensemble}' is not ready on every server")
     results = {"machine": machine(args.machine), "load_start": os.getloadavg(), "servers": {k: c.url for k, c in servers.items()},
-               "rows": [], "fidelity": {}}
+               "rows": [], "fidelity": {}, "tokens": {}}
     print(f"machine: {results['machine']}; load average {results['load_start']}")
     for name, work in chosen.items():
         sample = work[2](0)
@@ -166,6 +180,8 @@ def main() -> None:
             outputs[label] = work[3](client, sample)  # also warms up (TensorRT builds or loads its engine)
         if "baseline" in outputs:
             results["fidelity"][name] = round(min_cosine(outputs["measured"], outputs["baseline"]), 6)
+        if work[0] == "clip_text":
+            results["tokens"][name] = {label: token_width(client, sample) for label, client in servers.items()}
         for clients in concurrency:
             for label, client in servers.items():
                 row = {"server": label, **run(client, name, work, clients, args.seconds, args.batch)}
@@ -188,6 +204,9 @@ def report(results: dict) -> None:
               f"{r['encoder_avg_batch'] or '-':>9} {r['encoder_queue_ms'] or '-':>9} {r['encoder_compute_ms'] or '-':>11} {ratio:>10}")
     for name, cos in results["fidelity"].items():
         print(f"fidelity {name}: min cosine measured vs baseline {cos}")
+    for name, widths in results["tokens"].items():
+        print(f"tokens per text sent to the text tower, {name}: " + ", ".join(f"{k} {v}" for k, v in widths.items())
+              + " (context 77)")
     print(f"load average at end {results['load_end']}")
 
 

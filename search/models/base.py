@@ -9,6 +9,9 @@ from __future__ import annotations
 
 import importlib
 import json
+import threading
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
@@ -159,3 +162,26 @@ def image_tensor(images: list[bytes]) -> np.ndarray:
     for i, data in enumerate(images):
         arr[i, 0] = bytes(data)
     return arr
+
+
+_pool: ThreadPoolExecutor | None = None
+_pool_lock = threading.Lock()
+
+
+def length_sorted_parts(texts: Sequence[str], rows: int) -> list[list[int]]:
+    """The indices of ``texts`` sorted by length, cut into parts of at most ``rows``: a part pads
+    only to its own longest text, and the parts can run side by side."""
+    order = sorted(range(len(texts)), key=lambda i: len(texts[i]))
+    return [order[i:i + rows] for i in range(0, len(order), rows)]
+
+
+def concurrently(fn: Callable, parts: list) -> list:
+    """``[fn(p) for p in parts]``, the parts in flight together (one request each on a shared pool
+    of client threads); a single part runs in the caller's thread."""
+    global _pool
+    if len(parts) <= 1:
+        return [fn(p) for p in parts]
+    with _pool_lock:
+        if _pool is None:
+            _pool = ThreadPoolExecutor(max_workers=4, thread_name_prefix="search-infer")
+    return [f.result() for f in [_pool.submit(fn, p) for p in parts]]
