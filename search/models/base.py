@@ -169,10 +169,35 @@ _pool_lock = threading.Lock()
 
 
 def length_sorted_parts(texts: Sequence[str], rows: int) -> list[list[int]]:
-    """The indices of ``texts`` sorted by length, cut into parts of at most ``rows``: a part pads
-    only to its own longest text, and the parts can run side by side."""
+    """The indices of ``texts`` sorted by length, cut into ceil(n / ``rows``) parts: a part pads only
+    to its own longest text, and the parts run side by side. The cuts balance the parts' padded
+    sizes (texts x longest, in characters), so that no part keeps the others waiting: the short
+    texts go many to a part, the long ones few."""
     order = sorted(range(len(texts)), key=lambda i: len(texts[i]))
-    return [order[i:i + rows] for i in range(0, len(order), rows)]
+    k = -(-len(order) // rows)
+    if k <= 1:
+        return [order] if order else []
+    size = [len(texts[i]) + 8 for i in order]  # + the special tokens and a little per text
+
+    def cost(a: int, b: int) -> int:  # order[a:b] padded to its longest (the last)
+        return (b - a) * size[b - 1]
+
+    # best[j][b]: the least largest part when order[:b] is cut into j parts; cut[j][b]: where.
+    n, inf = len(order), float("inf")
+    best = [[inf] * (n + 1) for _ in range(k + 1)]
+    cut = [[0] * (n + 1) for _ in range(k + 1)]
+    best[0][0] = 0
+    for j in range(1, k + 1):
+        for b in range(j, n + 1):
+            for a in range(j - 1, b):
+                c = max(best[j - 1][a], cost(a, b))
+                if c < best[j][b]:
+                    best[j][b], cut[j][b] = c, a
+    bounds, b = [], n
+    for j in range(k, 0, -1):
+        bounds.append((cut[j][b], b))
+        b = cut[j][b]
+    return [order[a:b] for a, b in reversed(bounds)]
 
 
 def concurrently(fn: Callable, parts: list) -> list:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import os
 import shutil
 import time
@@ -261,8 +262,6 @@ def describe_cpu_graph(cpu: dict, status: str) -> str:
 
 
 def _fuse(src: Path, dest: Path, fusion: Fusion, big: bool) -> dict[str, int]:
-    import logging  # noqa: PLC0415
-
     from onnxruntime.transformers import optimizer  # noqa: PLC0415  (export only: it imports onnx and sympy)
 
     quiet = logging.getLogger("onnxruntime.transformers")
@@ -286,11 +285,17 @@ def quantize_int8(src: Path, dest: Path, big: bool = False) -> None:
     from onnx import TensorProto  # noqa: PLC0415
     from onnxruntime.quantization import QuantType, quantize_dynamic  # noqa: PLC0415
 
-    # DefaultTensorType: shape inference cannot type the outputs of com.microsoft ops (the fused
-    # Attention, SkipLayerNormalization); they are float.
-    quantize_dynamic(src, dest, op_types_to_quantize=["MatMul", "Attention"], per_channel=True,
-                     weight_type=QuantType.QInt8, use_external_data_format=big,
-                     extra_options={"DefaultTensorType": TensorProto.FLOAT})
+    root = logging.getLogger()
+    level = root.level
+    root.setLevel(logging.ERROR)  # "consider to run pre-processing": shape inference, which dynamic quantization does not need
+    try:
+        # DefaultTensorType: shape inference cannot type the outputs of com.microsoft ops (the fused
+        # Attention, SkipLayerNormalization); they are float.
+        quantize_dynamic(src, dest, op_types_to_quantize=["MatMul", "Attention"], per_channel=True,
+                         weight_type=QuantType.QInt8, use_external_data_format=big,
+                         extra_options={"DefaultTensorType": TensorProto.FLOAT})
+    finally:
+        root.setLevel(level)
 
 
 def run_graph(path: Path, checks: list[dict]) -> list[list]:
