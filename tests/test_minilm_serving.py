@@ -61,21 +61,6 @@ def test_served_embeddings_equal_sentence_transformers(client, reference):
     assert cos.min() >= 0.9999, f"cosine {cos.min():.6f} for {texts[worst]!r}"
 
 
-def test_a_large_call_is_split_by_length_and_keeps_its_order(client, triton):
-    # More than REQUEST_ROWS texts: sent as length-sorted requests at once, reassembled in order.
-    texts = sentences()[:70] + ["word " * 300] + sentences()[-20:]
-    assert len(texts) > 4 * minilm.REQUEST_ROWS
-    vectors, truncated = minilm.embed(client, texts)
-    alone = [minilm.embed(client, [t]) for t in texts]
-    np.testing.assert_allclose(vectors, np.concatenate([v for v, _ in alone]), atol=2e-5)
-    assert truncated.tolist() == [bool(t[0]) for _, t in alone] and truncated.sum() == 4
-    from search.models.base import length_sorted_parts
-
-    parts = length_sorted_parts(texts, minilm.REQUEST_ROWS)
-    assert sorted(i for p in parts for i in p) == list(range(len(texts))) and len(parts) == -(-len(texts) // minilm.REQUEST_ROWS)
-    assert all(len(texts[a[-1]]) <= len(texts[b[0]]) for a, b in zip(parts, parts[1:]))
-
-
 def test_truncation_is_reported(client):
     _, truncated = minilm.embed(client, ["short", "word " * 300, "word " * 254, "word " * 255])
     # 254 words + [CLS] + [SEP] = 256 tokens fits exactly; one more does not.

@@ -9,9 +9,6 @@ from __future__ import annotations
 
 import importlib
 import json
-import threading
-from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
@@ -163,50 +160,3 @@ def image_tensor(images: list[bytes]) -> np.ndarray:
         arr[i, 0] = bytes(data)
     return arr
 
-
-_pool: ThreadPoolExecutor | None = None
-_pool_lock = threading.Lock()
-
-
-def length_sorted_parts(texts: Sequence[str], rows: int) -> list[list[int]]:
-    """The indices of ``texts`` sorted by length, cut into ceil(n / ``rows``) parts: a part pads only
-    to its own longest text, and the parts run side by side. The cuts balance the parts' padded
-    sizes (texts x longest, in characters), so that no part keeps the others waiting: the short
-    texts go many to a part, the long ones few."""
-    order = sorted(range(len(texts)), key=lambda i: len(texts[i]))
-    k = -(-len(order) // rows)
-    if k <= 1:
-        return [order] if order else []
-    size = [len(texts[i]) + 8 for i in order]  # + the special tokens and a little per text
-
-    def cost(a: int, b: int) -> int:  # order[a:b] padded to its longest (the last)
-        return (b - a) * size[b - 1]
-
-    # best[j][b]: the least largest part when order[:b] is cut into j parts; cut[j][b]: where.
-    n, inf = len(order), float("inf")
-    best = [[inf] * (n + 1) for _ in range(k + 1)]
-    cut = [[0] * (n + 1) for _ in range(k + 1)]
-    best[0][0] = 0
-    for j in range(1, k + 1):
-        for b in range(j, n + 1):
-            for a in range(j - 1, b):
-                c = max(best[j - 1][a], cost(a, b))
-                if c < best[j][b]:
-                    best[j][b], cut[j][b] = c, a
-    bounds, b = [], n
-    for j in range(k, 0, -1):
-        bounds.append((cut[j][b], b))
-        b = cut[j][b]
-    return [order[a:b] for a, b in reversed(bounds)]
-
-
-def concurrently(fn: Callable, parts: list) -> list:
-    """``[fn(p) for p in parts]``, the parts in flight together (one request each on a shared pool
-    of client threads); a single part runs in the caller's thread."""
-    global _pool
-    if len(parts) <= 1:
-        return [fn(p) for p in parts]
-    with _pool_lock:
-        if _pool is None:
-            _pool = ThreadPoolExecutor(max_workers=4, thread_name_prefix="search-infer")
-    return [f.result() for f in [_pool.submit(fn, p) for p in parts]]

@@ -6,16 +6,11 @@ from pathlib import Path
 
 import numpy as np
 
-from search.models.base import Encoded, Family, Int8Quality, Vector, WeightsUnavailable, concurrently, length_sorted_parts
+from search.models.base import Encoded, Family, Int8Quality, Vector, WeightsUnavailable
 from search.triton.client import TritonClient, text_tensor
 
 DIM = 384
 MAX_TOKENS = 256
-# Texts per request when a call sends more (32 per call in the benchmark): sorted by length and
-# cut into requests of balanced padded size, so each pads only to its own longest text (the
-# encoder's work on 32 random STS-B sentences drops by ~15 %), sent together. Ingest's batches of
-# 16 (already sorted by length) stay one request.
-REQUEST_ROWS = 16
 
 
 class MiniLM(Family):
@@ -59,19 +54,8 @@ def package_weights() -> Path:
 
 
 def embed(client: TritonClient, texts: list[str]) -> tuple[np.ndarray, np.ndarray]:
-    """Unit vectors [n, 384] and a truncated flag per text, from the served ``minilm`` ensemble
-    (calls of more than REQUEST_ROWS texts as several requests at once; the same vectors)."""
+    """Unit vectors [n, 384] and a truncated flag per text, from the served ``minilm`` ensemble."""
     if not texts:
         return np.zeros((0, DIM), np.float32), np.zeros(0, bool)
-    if len(texts) <= REQUEST_ROWS:
-        return _embed(client, texts)
-    parts = length_sorted_parts(texts, REQUEST_ROWS)
-    vectors, truncated = np.empty((len(texts), DIM), np.float32), np.empty(len(texts), bool)
-    for part, (v, t) in zip(parts, concurrently(lambda p: _embed(client, [texts[i] for i in p]), parts)):
-        vectors[part], truncated[part] = v, t
-    return vectors, truncated
-
-
-def _embed(client: TritonClient, texts: list[str]) -> tuple[np.ndarray, np.ndarray]:
     out = client.infer("minilm", {"TEXT": text_tensor(texts)}, ["EMBEDDING", "TRUNCATED"])
     return out["EMBEDDING"], out["TRUNCATED"].reshape(-1)
