@@ -7,7 +7,7 @@ import inspect
 import typer
 from rich.table import Table
 
-from search.cli.support import err, guarded, out
+from search.cli.support import err, guarded, out, say
 from search.config import Settings
 from search.models import FAMILIES, PRECISIONS
 
@@ -53,8 +53,7 @@ def models_build(ctx: typer.Context, force: bool = False, precision: str = "fp32
             report = fam.build(settings.triton_repo, named or fam.source(settings), force=force, precision=wanted,
                                allow_unmeasured=allow_unmeasured_int8)
         colour = {"built": "green", "up to date": "green"}.get(report.status, "yellow")
-        out.print(f"[bold]{fam.family}[/]: [{colour}]{report.status}[/]{note} — {report.detail}", highlight=False,
-                  soft_wrap=True)
+        say("[bold]{}[/]: [" + colour + "]{}[/]{} — {}", fam.family, report.status, note, report.detail)
         missing += report.status == "missing weights"
         explicit_failed += (report.status == "missing weights" and named is not None) or report.status == "refused"
     if missing:

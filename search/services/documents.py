@@ -7,7 +7,8 @@ from qdrant_client import models
 from search.errors import BadRequest, EmptyCollection, ModelNotReady, not_served
 from search.models import bge_m3, family, minilm
 from search.services.base import ServiceBase
-from search.services.filters import MODES, check_top_k, document_filter
+from search.services.filters import document_filter
+from search.services.options import MODES, check_max_chars, check_top_k
 from search.services.results import DocumentHit
 from search.store import DOCUMENTS
 
@@ -18,9 +19,17 @@ HYBRID_CANDIDATES = 50  # per prefetch (dense, sparse) before fusion and the Col
 class DocumentSearch(ServiceBase):
     def search_documents(self, query: str, *, top_k: int = 5, min_score: float | None = None,
                          folder: str | None = None, mode: str | None = None,
-                         suffixes: tuple[str, ...] | list[str] = ()) -> list[DocumentHit]:
+                         suffixes: tuple[str, ...] | list[str] = (), max_chars: int | None = None,
+                         full_text: bool = False) -> list[DocumentHit]:
         """Passages that match ``query``, with citations. ``mode``: one of MODES (default: the
-        ``search_mode`` setting, "auto")."""
+        ``search_mode`` setting, "auto"). Each hit's text stops near ``max_chars`` characters (default
+        HIT_CHARS; the hit says truncated and the whole length), or is whole with ``full_text``."""
+        limit = check_max_chars(max_chars, full_text)
+        return [h.bounded(limit) for h in self._find_documents(query, top_k=top_k, min_score=min_score,
+                                                                folder=folder, mode=mode, suffixes=suffixes)]
+
+    def _find_documents(self, query: str, *, top_k: int, min_score: float | None, folder: str | None,
+                        mode: str | None, suffixes: tuple[str, ...] | list[str]) -> list[DocumentHit]:
         mode = mode or self.settings.search_mode
         if mode not in MODES:
             raise BadRequest(f"mode: must be one of {', '.join(MODES)}, got {mode!r}")

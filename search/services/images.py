@@ -9,7 +9,8 @@ from search.errors import BadRequest, EmptyCollection
 from search.media.photos import BadImage, decode_photo, open_photo
 from search.models import clip, family
 from search.services.entailment import Entailment
-from search.services.filters import SORTS, ImageFilters, check_top_k
+from search.services.filters import image_filter
+from search.services.options import SORTS, ImageFilters, check_top_k
 from search.services.results import ImageHit
 from search.store import IMAGES, image_vector
 
@@ -45,7 +46,7 @@ class ImageSearch(Entailment):
         else:
             vector = clip.embed_images(self.triton, [self._example_image(like)])[0]
         points = self.store.search(IMAGES, image_vector(), vector.tolist(), limit=top_k,
-                                   query_filter=filters.to_qdrant(), score_threshold=min_score)
+                                   query_filter=image_filter(filters), score_threshold=min_score)
         hits = [ImageHit.from_point(p) for p in points]
         if verify:
             hits = self._verify(text, hits, min_entailment)

@@ -1,0 +1,9 @@
+"""Every query a face can ask, over one store and one Triton client."""
+
+from search.services.admin import Admin
+from search.services.documents import DocumentSearch
+from search.services.images import ImageSearch
+
+
+class SearchService(DocumentSearch, ImageSearch, Admin):
+    """Documents, photos, entailment, status and the store's own commands."""

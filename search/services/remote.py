@@ -1,0 +1,77 @@
+"""The query services through the running `search serve` that owns the store (see search/owner.py):
+same methods, same hits, same errors as ``SearchService``, so a face does not care which it holds."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from search import errors
+from search.rest_client import RestClient
+from search.services.options import ImageFilters
+from search.services.results import DocumentHit, ImageHit, Verdict
+
+
+class RemoteService(RestClient):
+    """The query services as the owner's REST API answers them."""
+
+    def close(self) -> None:
+        pass
+
+    # -- queries
+    def search_documents(self, query: str, *, top_k: int = 5, min_score: float | None = None,
+                         folder: str | None = None, mode: str | None = None, suffixes=(), max_chars: int | None = None,
+                         full_text: bool = False) -> list[DocumentHit]:
+        body = {"query": query, "top_k": top_k, "min_score": min_score, "folder": _here(folder), "mode": mode,
+                "types": list(suffixes) or None, "max_chars": max_chars, "full_text": full_text or None}
+        return [_hit(DocumentHit, h) for h in self.call("POST", "/search/documents", body)["hits"]]
+
+    def search_images(self, text: str | None = None, *, like: Path | bytes | None = None, top_k: int = 12,
+                      min_score: float | None = None, filters: ImageFilters = ImageFilters(), sort: str = "score",
+                      verify: bool = False, min_entailment: float | None = None) -> list[ImageHit]:
+        fields = {k: v for k, v in filters.as_fields().items() if v is not None}
+        if "folder" in fields:
+            fields["folder"] = _here(fields["folder"])
+        if like is None:
+            body = {"text": text, "top_k": top_k, "min_score": min_score, "sort": sort, "verify": verify,
+                    "min_entailment": min_entailment, **fields}
+            return [_hit(ImageHit, h) for h in self.call("POST", "/search/images", body)["hits"]]
+        form = {"top_k": top_k, "min_score": min_score, "sort": sort, **fields}
+        answer = self.call("POST", "/search/images/like", form=form, upload=("image", _image(like, "like")))
+        return [_hit(ImageHit, h) for h in answer["hits"]]
+
+    def entail(self, image: Path | str | bytes, hypothesis: str, premise: str | None = None) -> Verdict:
+        form = {"hypothesis": hypothesis, "premise": premise}
+        return _hit(Verdict, self.call("POST", "/entail", form=form, upload=("image", _image(image, "image"))))
+
+    def status(self) -> dict:
+        return self.call("GET", "/status")
+
+    def store_stats(self) -> dict:
+        return self.call("GET", "/store/stats")
+
+    def optimize_store(self) -> None:
+        self.call("POST", "/store/optimize")
+
+
+def _here(folder: str | None) -> str | None:
+    """A folder as this process means it (relative to its working folder), for a server elsewhere."""
+    return str(Path(folder).expanduser().absolute()) if folder else None
+
+
+def _hit(cls, data: dict):
+    names = cls.__dataclass_fields__
+    return cls(**{k: v for k, v in data.items() if k in names})
+
+
+def _image(value: Path | str | bytes, field: str) -> tuple[str, bytes]:
+    if isinstance(value, bytes):
+        return "upload", value
+    path = Path(value).expanduser()
+    try:
+        return path.name, path.read_bytes()
+    except FileNotFoundError:
+        raise errors.BadRequest(f"{field}: {path}: no such file") from None
+    except IsADirectoryError:
+        raise errors.BadRequest(f"{field}: {path}: is a directory, not an image") from None
+    except OSError as exc:
+        raise errors.BadRequest(f"{field}: {path}: cannot be read ({exc.strerror or exc})") from None
