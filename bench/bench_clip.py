@@ -1,17 +1,25 @@
 """CLIP photo search: ingest rate versus the raw visual encoder, and text-to-image query latency.
 
-    python bench/bench_clip.py [--quick]
+    python bench/bench_clip.py [--quick] [--json FILE] [--no-ingest] [--no-latency] [--no-padded]
 
 Real CLIP weights cannot be had offline, so this builds a randomly initialised CLIP of
 ViT-B/32's size (transformers' default CLIPConfig: ViT-B/32 vision tower, 12-layer text tower,
 512-d projection) and exports it with the project's own `CLIP().build`: the costs are real,
 the vectors meaningless. In one run:
 - images/s of `indexer ingest` end to end (read, EXIF, thumbnail, Triton decode + preprocess +
-  ViT, upsert) versus the visual ONNX alone in-process on the same, already preprocessed images;
-- text-to-image latency p50/p99 through the service layer with 10k and 100k stored photos
-  (clustered 512-d vectors inserted directly; the in-memory qdrant-client store) for 1 and 8 clients.
+  ViT, upsert) versus the served visual graph (model.cpu.onnx) alone in-process on the same,
+  already preprocessed images (measured before and after the ingest, averaged), and where the
+  rest of the time goes per photo (client work, server pre-processing, encoder; in-process);
+- text-to-image latency p50/p99 through the service layer (`SearchService.search_images`) on the
+  default store (the embedded Qdrant engine) with its HNSW index built (`store.optimize`, what
+  `search store optimize` and ingest run), at 10k and 100k photos, 1 and 8 clients, and its two
+  parts alone (the clip_text ensemble; the store's search); stored vectors are realistic synthetic
+  ones (bench/bench_store.py's clustered cone) inserted directly;
+- the same queries with the text tokenizer padding to 77 tokens (the behaviour before issue 18:
+  text.json variable_length false), unless --no-padded, and the text tower in-process at 77
+  tokens versus the query's own length (min cosine between the two).
 Photos: the 40 COCO photographs in ../shared/data/photos, each cropped a few ways so every file
-is distinct content.
+is distinct content. The load average is printed at the start and end: compare ratios within a run.
 """
 
 from __future__ import annotations
@@ -37,16 +45,20 @@ from PIL import Image  # noqa: E402
 from qdrant_client import models  # noqa: E402
 
 from bench.bench_minilm import machine  # noqa: E402
+from bench.bench_store import payload, pid, sample  # noqa: E402
 from indexer.service import IngestService  # noqa: E402
 from search.config import PROJECT_ROOT, Settings  # noqa: E402
+from search.models import clip  # noqa: E402
 from search.models.clip import CLIP  # noqa: E402
 from search.services import SearchService  # noqa: E402
-from search.store import images_schema, point_id  # noqa: E402
+from search.store import IMAGES, image_vector, images_schema  # noqa: E402
+from search.triton.client import TritonClient  # noqa: E402
 from search.triton.local import LocalTriton, free_port  # noqa: E402
 
 PHOTOS = PROJECT_ROOT.parent / "shared" / "data" / "photos"
 QUERIES = ["a dog on the beach", "two people riding bicycles", "a plate of food", "a city street at night",
            "a cat sleeping on a sofa", "a train at the station", "children playing football", "a bowl of fruit"]
+GOALS = {"ingest_ratio": 0.9, (10_000, 1): (20.0, 40.0), (100_000, 8): (60.0, None)}  # issue 18: p50, p99 ms
 
 
 def save_vit_b32(folder: Path) -> Path:
@@ -89,14 +101,19 @@ def make_photos(dest: Path, n: int) -> list[Path]:
     return out
 
 
+def load() -> str:
+    return "load average " + " ".join(f"{x:.2f}" for x in os.getloadavg())
+
+
+# -- ingest
 def raw_encoder_rate(repo: Path, photos: list[Path], batch: int) -> float:
-    """Images/s of the visual ONNX alone, in-process, on the images already preprocessed."""
+    """Images/s of the served visual graph alone, in-process, on the images already preprocessed."""
     import onnxruntime as ort
 
     from search.triton.steps import clip_image as pre
     cfg = json.loads((repo / "clip_image_preprocess/1/preprocess.json").read_text())
     tensors = np.stack([pre.preprocess(p.read_bytes(), cfg, 100_000_000) for p in photos]).astype(np.float32)
-    sess = ort.InferenceSession(str(repo / "clip_visual/1/model.onnx"), providers=["CPUExecutionProvider"])
+    sess = ort.InferenceSession(str(repo / "clip_visual/1/model.cpu.onnx"), providers=["CPUExecutionProvider"])
     sess.run(None, {"pixel_values": tensors[:batch]})
     start = time.perf_counter()
     for i in range(0, len(tensors), batch):
@@ -104,98 +121,210 @@ def raw_encoder_rate(repo: Path, photos: list[Path], batch: int) -> float:
     return len(tensors) / (time.perf_counter() - start)
 
 
-def clustered(n: int, dim: int, rng: np.random.Generator) -> np.ndarray:
-    centers = rng.normal(size=(max(n // 500, 8), dim))
-    v = centers[rng.integers(0, len(centers), n)] + 0.35 * rng.normal(size=(n, dim))
-    return (v / np.linalg.norm(v, axis=1, keepdims=True)).astype(np.float32)
+def per_photo_costs(repo: Path, photos: list[Path], tmp: Path) -> dict:
+    """Milliseconds per photo of the two pre-processing halves, in-process (one core)."""
+    from indexer.kinds import THUMBNAIL_SIZE
+    from search.media.photos import decode_photo, save_thumbnail
+    from search.triton.steps import clip_image as pre
+
+    cfg = json.loads((repo / "clip_image_preprocess/1/preprocess.json").read_text())
+    data = [p.read_bytes() for p in photos]
+
+    def client(d: bytes, i: int) -> None:  # what Photos.units does per photo (hashing is the pipeline's)
+        photo, image = decode_photo(d, draft=THUMBNAIL_SIZE)
+        save_thumbnail(image, tmp / f"{i}.jpg", THUMBNAIL_SIZE)
+
+    out = {}
+    for name, fn in (("client_ms", client), ("server_pre_ms", lambda d, i: pre.preprocess(d, cfg, 100_000_000))):
+        best = float("inf")
+        for _ in range(2):
+            start = time.perf_counter()
+            for i, d in enumerate(data):
+                fn(d, i)
+            best = min(best, (time.perf_counter() - start) / len(data) * 1000)
+        out[name] = round(best, 2)
+    return out
 
 
-def query_latency(svc: SearchService, sizes: list[int], clients: list[int], per_client: int) -> list[dict]:
-    rng = np.random.default_rng(0)
-    store, dim = svc.store, 512
-    store.ensure(images_schema(dim))
+def measure_ingest(settings: Settings, repo: Path, photos: list[Path], tmp: Path) -> dict:
+    raw_before = raw_encoder_rate(repo, photos, settings.embed_batch_size)
+    svc = SearchService(settings)
+    try:
+        start = time.perf_counter()
+        rep = IngestService(svc.settings, svc.resources).ingest([tmp / "photos"])
+        seconds = time.perf_counter() - start
+        assert rep.counts["indexed"] == len(photos), rep.as_dict()
+    finally:
+        svc.close()
+    raw_after = raw_encoder_rate(repo, photos, settings.embed_batch_size)
+    raw = (raw_before + raw_after) / 2
+    costs = per_photo_costs(repo, photos[:40], tmp / "thumbs")
+    out = {"images": len(photos), "seconds": round(seconds, 2), "images_per_s": round(len(photos) / seconds, 2),
+           "raw_encoder_images_per_s": round(raw, 2), "raw_before_after": [round(raw_before, 2), round(raw_after, 2)],
+           "ratio": round(len(photos) / seconds / raw, 3), "batch": settings.embed_batch_size,
+           "in_flight": settings.embed_concurrency, "encoder_ms_per_photo_2_cores": round(1000 / raw, 2), **costs}
+    print(f"ingest: {len(photos)} photos in {out['seconds']} s = {out['images_per_s']} images/s; raw visual encoder "
+          f"in-process {raw_before:.2f} / {raw_after:.2f} images/s (before / after); ratio {out['ratio']:.2f}x "
+          f"(goal >= {GOALS['ingest_ratio']}x)", flush=True)
+    print(f"  per photo: encoder {out['encoder_ms_per_photo_2_cores']} ms of both cores; client {costs['client_ms']} ms, "
+          f"server pre-processing {costs['server_pre_ms']} ms (one core each, in-process)", flush=True)
+    return out
+
+
+# -- query latency
+def fill(svc: SearchService, have: int, size: int) -> None:
+    """Stored photos have..size: realistic synthetic vectors with photo payloads, then HNSW built."""
+    store = svc.store
+    store.ensure(images_schema(512))
+    if store.count(IMAGES) >= size:
+        return  # filled by an earlier pass over the same store
+    vectors = np.concatenate([sample(10_000, 20261123 + 1 + k) for k in range(have // 10_000, size // 10_000)])
+    name = image_vector()
+    for s in range(0, len(vectors), 1000):
+        store.upsert(IMAGES, [models.PointStruct(id=pid(have + s + j), vector={name: v.tolist()}, payload=payload(have + s + j))
+                              for j, v in enumerate(vectors[s:s + 1000])])
+    start = time.perf_counter()
+    store.optimize(IMAGES)  # what `search store optimize` and every ingest run: HNSW built
+    print(f"  {size} stored; optimize (HNSW) {time.perf_counter() - start:.1f} s; {store.stats(IMAGES).status}", flush=True)
+
+
+def percentiles(fn, clients: int, per_client: int) -> dict:
+    latencies: list[float] = []
+    lock = threading.Lock()
+
+    def one(i: int) -> None:
+        t = time.perf_counter()
+        fn(i)
+        with lock:
+            latencies.append(time.perf_counter() - t)
+
+    for i in range(3):
+        fn(i)  # warm-up
+    with ThreadPoolExecutor(clients) as pool:
+        list(pool.map(one, range(clients * per_client)))
+    q = np.percentile(latencies, [50, 99]) * 1000
+    return {"queries": len(latencies), "p50_ms": round(float(q[0]), 1), "p99_ms": round(float(q[1]), 1),
+            "mean_ms": round(statistics.mean(latencies) * 1000, 1)}
+
+
+def query_latency(settings: Settings, sizes: list[int], clients: list[int], per_client: int, label: str) -> list[dict]:
     rows, have = [], 0
-    for size in sizes:
-        vectors = clustered(size - have, dim, rng)
-        for s in range(0, len(vectors), 2000):
-            store.upsert("images", [
-                models.PointStruct(id=point_id(f"synthetic{have + s + j}", "bench", 0), vector={"clip": v.tolist()},
-                                   payload={"path": f"/photos/{have + s + j}.jpg", "paths": [f"/photos/{have + s + j}.jpg"],
-                                            "sha256": f"synthetic{have + s + j}", "chunk": 0,
-                                            "taken_at": float(1.6e9 + rng.integers(0, 10**8))})
-                for j, v in enumerate(vectors[s:s + 2000])])
-        have = size
-        for c in clients:
-            latencies: list[float] = []
-            lock = threading.Lock()
-
-            def one(i: int, lock=lock, latencies=latencies) -> None:
-                t = time.perf_counter()
-                svc.search_images(QUERIES[i % len(QUERIES)], top_k=12)
-                with lock:
-                    latencies.append(time.perf_counter() - t)
-
-            one(0)
-            latencies.clear()
-            with ThreadPoolExecutor(c) as pool:
-                list(pool.map(one, range(c * per_client)))
-            q = np.percentile(latencies, [50, 99]) * 1000
-            rows.append({"stored": size, "clients": c, "queries": len(latencies), "p50_ms": round(float(q[0]), 1),
-                         "p99_ms": round(float(q[1]), 1), "mean_ms": round(statistics.mean(latencies) * 1000, 1)})
-            print(f"  {size:>7} stored, {c} clients: p50 {q[0]:.1f} ms, p99 {q[1]:.1f} ms", flush=True)
+    svc = SearchService(settings)
+    try:
+        triton = TritonClient(settings.triton_url)
+        for size in sizes:
+            if size > have:
+                fill(svc, have, size)
+                have = size
+            vector = clip.embed_texts(triton, [QUERIES[0]])[0][0].tolist()
+            parts = {"text_encode": percentiles(lambda i: clip.embed_texts(triton, [QUERIES[i % len(QUERIES)]]), 1, per_client),
+                     "store_search": percentiles(lambda i, v=vector: svc.store.search(IMAGES, image_vector(), v, limit=12),
+                                                 1, per_client)}
+            for c in clients:
+                row = {"text_path": label, "stored": size, "clients": c,
+                       **percentiles(lambda i: svc.search_images(QUERIES[i % len(QUERIES)], top_k=12), c, per_client)}
+                if c == 1:
+                    row["parts_p50_ms"] = {k: v["p50_ms"] for k, v in parts.items()}
+                rows.append(row)
+                goal = GOALS.get((size, c))
+                met = ""
+                if goal is not None:
+                    ok = row["p50_ms"] <= goal[0] and (goal[1] is None or row["p99_ms"] <= goal[1])
+                    p99 = f", p99 <= {goal[1]:g} ms" if goal[1] else ""
+                    met = f"  goal p50 <= {goal[0]:g} ms{p99}: {'met' if ok else 'NOT met'}"
+                extra = f" (text encode {parts['text_encode']['p50_ms']} ms, store search " \
+                        f"{parts['store_search']['p50_ms']} ms)" if c == 1 else ""
+                print(f"  [{label}] {size:>7} stored, {c} clients: p50 {row['p50_ms']} ms, p99 {row['p99_ms']} ms"
+                      f"{extra}{met}", flush=True)
+    finally:
+        svc.close()
     return rows
+
+
+def text_tower(repo: Path) -> dict:
+    """The text graph in-process: each query at 77 tokens versus at its own length."""
+    import onnxruntime as ort
+    from tokenizers import Tokenizer
+
+    from search.triton.steps import tokens
+
+    text = json.loads((repo / "clip_text_tokenize/1/text.json").read_text())
+    tok = Tokenizer.from_file(str(repo / "clip_text_tokenize/1/tokenizer.json"))
+    sess = ort.InferenceSession(str(repo / "clip_textual/1/model.cpu.onnx"), providers=["CPUExecutionProvider"])
+    out: dict = {}
+    vecs = {}
+    for name, width in (("padded_77", text["context_length"]), ("own_length", None)):
+        feeds = [tokens.pad(tokens.encode(tok, [q], text["context_length"]), text["pad_id"], width=width) for q in QUERIES]
+        run = [{k: f[k] for k in ("input_ids", "attention_mask")} for f in feeds]
+        vecs[name] = np.concatenate([sess.run(None, r)[0] for r in run])
+        best = float("inf")
+        for _ in range(3):
+            start = time.perf_counter()
+            for r in run:
+                sess.run(None, r)
+            best = min(best, (time.perf_counter() - start) / len(run) * 1000)
+        out[f"{name}_ms"] = round(best, 2)
+        out[f"{name}_tokens"] = round(float(np.mean([r["input_ids"].shape[1] for r in run])), 1)
+    a, b = vecs["padded_77"], vecs["own_length"]
+    out["min_cosine"] = round(float(((a * b).sum(1) / np.linalg.norm(a, axis=1) / np.linalg.norm(b, axis=1)).min()), 7)
+    print(f"text tower in-process, one query: {out['padded_77_ms']} ms at 77 tokens, {out['own_length_ms']} ms at its own "
+          f"length ({out['own_length_tokens']} tokens on average): {out['padded_77_ms'] / out['own_length_ms']:.1f}x; "
+          f"min cosine {out['min_cosine']}", flush=True)
+    return out
+
+
+def serve(repo: Path, run: Path) -> LocalTriton:
+    return LocalTriton(repo, run, http_port=free_port(), grpc_port=free_port(), metrics_port=free_port(),
+                       models=list(CLIP().triton_models)).start(timeout=180)
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--quick", action="store_true", help="fewer images and a 10k store only")
+    ap.add_argument("--quick", action="store_true", help="fewer images and queries, a 10k store only")
     ap.add_argument("--json", type=Path, help="also write the results here")
-    ap.add_argument("--no-latency", action="store_true", help="measure ingest only")
+    ap.add_argument("--no-ingest", action="store_true", help="skip the ingest measurement")
+    ap.add_argument("--no-latency", action="store_true", help="skip the query latency")
+    ap.add_argument("--no-padded", action="store_true", help="skip the 77-token comparison")
+    ap.add_argument("--model-dir", type=Path, help="keep the random ViT-B/32 CLIP here and reuse it (saves ~1 min)")
     args = ap.parse_args()
     n_images = 80 if args.quick else 200
     sizes = [10_000] if args.quick else [10_000, 100_000]
+    per_client = 8 if args.quick else 25
     tmp = Path(tempfile.mkdtemp(prefix="bench-clip-"))
-    results: dict = {"machine": machine(), "model": "random CLIP, ViT-B/32 architecture (transformers CLIPConfig defaults)"}
+    results: dict = {"machine": machine(), "load_start": os.getloadavg(),
+                     "model": "random CLIP, ViT-B/32 architecture (transformers CLIPConfig defaults)"}
+    print(f"machine: {results['machine']}; {load()}", flush=True)
     try:
         repo = tmp / "triton_repo"
-        shutil.copytree(PROJECT_ROOT / "triton_repo", repo, ignore=shutil.ignore_patterns("minilm*"))
+        shutil.copytree(PROJECT_ROOT / "triton_repo", repo, ignore=shutil.ignore_patterns("*.onnx", "*.onnx.data", "*.json"))
         print("exporting a ViT-B/32-sized random CLIP…", flush=True)
-        report = CLIP().build(repo, str(save_vit_b32(tmp / "vit-b-32")), force=True)
+        folder = args.model_dir or tmp / "vit-b-32"
+        if not (folder / "config.json").exists():
+            save_vit_b32(folder)
+        report = CLIP().build(repo, str(folder), force=True)
         print(f"  {report.status}: {report.detail}", flush=True)
-        photos = make_photos(tmp / "photos", n_images)
+        results["build"] = json.loads(CLIP().manifest_path(repo).read_text()).get("cpu_graph")
         settings = Settings(data_dir=tmp / "data", triton_repo=repo, qdrant_url=None)
-        raw = raw_encoder_rate(repo, photos, settings.embed_batch_size)
-        server = LocalTriton(repo, tmp / "run", http_port=free_port(), grpc_port=free_port(), metrics_port=free_port(),
-                             models=list(CLIP().triton_models)).start()
-        try:
+        results["text_tower"] = text_tower(repo)
+        with serve(repo, tmp / "run") as server:
             settings = settings.model_copy(update={"triton_url": f"127.0.0.1:{server.grpc_port}"})
-            svc = SearchService(settings)
-            try:
-                start = time.perf_counter()
-                rep = IngestService(svc.settings, svc.resources).ingest([tmp / "photos"])
-                seconds = time.perf_counter() - start
-                assert rep.counts["indexed"] == n_images, rep.as_dict()
-            finally:
-                svc.close()
-            results["ingest"] = {"images": n_images, "seconds": round(seconds, 2), "images_per_s": round(n_images / seconds, 2),
-                                 "raw_encoder_images_per_s": round(raw, 2), "ratio": round(n_images / seconds / raw, 3),
-                                 "batch": settings.embed_batch_size, "in_flight": settings.embed_concurrency}
-            ing = results["ingest"]
-            print(f"ingest: {n_images} photos in {ing['seconds']} s = {ing['images_per_s']} images/s; raw visual encoder "
-                  f"in-process {ing['raw_encoder_images_per_s']} images/s; ratio {ing['ratio']:.2f}x", flush=True)
-            svc = SearchService(settings.model_copy(update={"qdrant_path": ":memory:"}))
-            try:
-                if args.no_latency:
-                    return
-                print("text-to-image latency through the service layer:", flush=True)
-                results["latency"] = query_latency(svc, sizes, [1, 8], per_client=8 if args.quick else 20)
-            finally:
-                svc.close()
-        finally:
-            server.stop()
+            if not args.no_ingest:
+                photos = make_photos(tmp / "photos", n_images)
+                results["ingest"] = measure_ingest(settings, repo, photos, tmp)
+            if not args.no_latency:
+                print(f"text-to-image latency through the service layer ({load()}):", flush=True)
+                latency = settings.model_copy(update={"data_dir": tmp / "latency"})
+                results["latency"] = query_latency(latency, sizes, [1, 8], per_client, "variable length")
+        if not args.no_latency and not args.no_padded:
+            text_json = repo / "clip_text_tokenize/1/text.json"
+            text_json.write_text(json.dumps({**json.loads(text_json.read_text()), "variable_length": False}))
+            with serve(repo, tmp / "run77") as server:
+                padded = latency.model_copy(update={"triton_url": f"127.0.0.1:{server.grpc_port}"})
+                results["latency"] += query_latency(padded, sizes[:1], [1, 8], per_client, "padded to 77")
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
-    print(f"machine: {results['machine']}")
+    results["load_end"] = os.getloadavg()
+    print(f"machine: {results['machine']}; {load()} at the end")
     if args.json:
         args.json.write_text(json.dumps(results, indent=2))
 

@@ -4,6 +4,7 @@ the baseline's outputs as the reference (min cosine per model: TensorRT FP16 mus
 
     python bench/bench_gpu.py --url HOST:8001 [--baseline-url HOST:9001] [--families minilm,clip,bge_m3]
                               [--batch 16] [--concurrency 1,8,32] [--seconds 15] [--json FILE] [--quick]
+                              [--text-repo triton_repo]
 
 On the GPU host (docs/deploy.md, "Measuring on the GPU"): the compose stack serves the GPU configs
 on triton:8001; a second Triton from the same image with TRITON_MODEL_CONFIG=default serves the
@@ -11,6 +12,13 @@ CPU configs as the baseline. The requests are the service's own calls (search.mo
 include pre/post-processing in Triton; the inputs are the sample knowledge base's passages, the
 sample queries and generated 640x480 photos. Triton's statistics give the batch sizes the
 encoder actually ran and its queue/compute time per request.
+
+CLIP text is sent at its own length (clip_text_tokenize pads a batch to its longest text; the TRT
+profile spans 1..77 tokens): `clip_text` (short queries) and `clip_text_long` (~60-word captions,
+some cut at 77) show the widths sent. `--text-repo` adds the text graph in-process on this host
+(model.onnx, the graph the GPU configs serve; CUDA execution provider where onnxruntime has it,
+else CPU) at 77 tokens versus each batch's own length, with the min cosine between the two: the
+variable-length gain without Triton, as bench/bench_clip.py measures it on a CPU.
 """
 
 from __future__ import annotations
@@ -37,6 +45,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from search.config import PROJECT_ROOT  # noqa: E402
 from search.models import bge_m3, clip, minilm  # noqa: E402
 from search.triton.client import TritonClient  # noqa: E402
+from search.triton.steps import tokens  # noqa: E402
 
 QUERIES = [q["query"] for q in json.loads((PROJECT_ROOT / "samples" / "queries.json").read_text())]
 
@@ -60,8 +69,14 @@ def photos(n: int) -> list[bytes]:
 
 
 # family -> (ensemble, encoder step, make a batch, call, outputs to compare)
+def long_captions() -> list[str]:
+    """Captions of ~60 words from the sample passages: near CLIP's 77-token context, some cut there."""
+    words = " ".join(passages()).split()
+    return [" ".join(words[i:i + 60]) for i in range(0, max(1, len(words) - 60), 60)]
+
+
 def workloads(batch: int) -> dict:
-    texts, queries, images = passages(), QUERIES, photos(max(batch, 8))
+    texts, queries, images, captions = passages(), QUERIES, photos(max(batch, 8)), long_captions()
 
     def cycle(items: list, i: int) -> list:
         return [items[(i * batch + k) % len(items)] for k in range(batch)]
@@ -70,6 +85,7 @@ def workloads(batch: int) -> dict:
         "minilm": ("minilm", "minilm_onnx", lambda i: cycle(texts, i), lambda c, x: minilm.embed(c, x)[0]),
         "minilm_query": ("minilm", "minilm_onnx", lambda i: cycle(queries, i), lambda c, x: minilm.embed(c, x)[0]),
         "clip_text": ("clip_text", "clip_textual", lambda i: cycle(queries, i), lambda c, x: clip.embed_texts(c, x)[0]),
+        "clip_text_long": ("clip_text", "clip_textual", lambda i: cycle(captions, i), lambda c, x: clip.embed_texts(c, x)[0]),
         "clip_image": ("clip_image", "clip_visual", lambda i: cycle(images, i), clip.embed_images),
         "bge_m3": ("bge_m3", "bge_m3_onnx", lambda i: cycle(texts, i),
                    lambda c, x: np.stack([o.dense for o in bge_m3.encode(c, x)])),
@@ -116,6 +132,45 @@ def run(client: TritonClient, name: str, work, clients: int, seconds: float, bat
             "encoder_compute_ms": round(d["compute_ns"] / d["requests"] / 1e6, 2) if d["requests"] else None}
 
 
+def token_width(client: TritonClient, texts: list[str]) -> int:
+    """How many tokens clip_text_tokenize sends the text tower for one request of ``texts``."""
+    from search.triton.client import text_tensor
+
+    return int(client.infer("clip_text_tokenize", {"TEXT": text_tensor(texts)}, ["input_ids"])["input_ids"].shape[1])
+
+
+def text_tower(repo: Path, batch: int, rounds: int = 3) -> dict:
+    """CLIP's text graph in-process: the sample queries and long captions in batches of ``batch``,
+    each padded to 77 tokens versus to the batch's longest (what clip_text_tokenize sends)."""
+    import onnxruntime as ort  # only --text-repo needs them in the client
+    from tokenizers import Tokenizer
+
+    text = json.loads((repo / "clip_text_tokenize/1/text.json").read_text())
+    tok = Tokenizer.from_file(str(repo / "clip_text_tokenize/1/tokenizer.json"))
+    wanted = ["CUDAExecutionProvider", "CPUExecutionProvider"]
+    providers = [p for p in wanted if p in ort.get_available_providers()]
+    sess = ort.InferenceSession(str(repo / "clip_textual/1/model.onnx"), providers=providers)
+    out: dict = {"provider": sess.get_providers()[0], "batch": batch}
+    for label, items in (("queries", QUERIES), ("captions", long_captions())):
+        batches = [items[i:i + batch] for i in range(0, len(items), batch)]
+        vecs, ms, widths = {}, {}, {}
+        for name, width in (("padded_77", text["context_length"]), ("own_length", None)):
+            feeds = [tokens.pad(tokens.encode(tok, b, text["context_length"]), text["pad_id"], width=width) for b in batches]
+            feeds = [{k: f[k] for k in ("input_ids", "attention_mask")} for f in feeds]
+            vecs[name] = np.concatenate([sess.run(None, f)[0] for f in feeds])  # also the warm-up
+            best = float("inf")
+            for _ in range(rounds):
+                start = time.perf_counter()
+                for f in feeds:
+                    sess.run(None, f)
+                best = min(best, time.perf_counter() - start)
+            ms[name] = round(best / len(feeds) * 1000, 3)
+            widths[name] = round(float(np.mean([f["input_ids"].shape[1] for f in feeds])), 1)
+        out[label] = {"ms_per_batch": ms, "tokens": widths, "speedup": round(ms["padded_77"] / ms["own_length"], 2),
+                      "min_cosine": round(min_cosine(vecs["padded_77"], vecs["own_length"]), 7)}
+    return out
+
+
 def min_cosine(a: np.ndarray, b: np.ndarray) -> float:
     a, b = a.reshape(len(a), -1), b.reshape(len(b), -1)
     return float(np.min(np.sum(a * b, 1) / (np.linalg.norm(a, axis=1) * np.linalg.norm(b, axis=1))))
@@ -131,9 +186,9 @@ def machine(extra: str | None) -> str:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--url", required=True, help="gRPC address of the server to measure, e.g. triton:8001")
+    ap.add_argument("--url", help="gRPC address of the server to measure, e.g. triton:8001")
     ap.add_argument("--baseline-url", help="gRPC address of the baseline server (e.g. the CPU configs)")
-    ap.add_argument("--families", default="minilm,minilm_query,clip_text,clip_image,bge_m3",
+    ap.add_argument("--families", default="minilm,minilm_query,clip_text,clip_text_long,clip_image,bge_m3",
                     help="workloads to run (those whose ensemble is not ready are skipped)")
     ap.add_argument("--batch", type=int, default=16, help="items per request (the ingest batch is 16)")
     ap.add_argument("--concurrency", default="1,8,32", help="concurrent clients, comma-separated")
@@ -141,10 +196,20 @@ def main() -> None:
     ap.add_argument("--machine", help="what to record about the host (GPU model, load)")
     ap.add_argument("--json", help="also write the results here")
     ap.add_argument("--quick", action="store_true", help="2 s per point, concurrency 1 and 8: a smoke run")
+    ap.add_argument("--text-repo", type=Path, help="a model repository with CLIP built: also time its text graph "
+                    "in-process at 77 tokens vs its own length")
+    ap.add_argument("--text-only", action="store_true", help="only the in-process text graph (no server needed)")
     args = ap.parse_args()
     if args.quick:
         args.seconds, args.concurrency = 2.0, "1,8"
     concurrency = [int(c) for c in args.concurrency.split(",")]
+    if args.text_only:
+        if not args.text_repo:
+            ap.error("--text-only needs --text-repo")
+        report_text_tower(text_tower(args.text_repo, args.batch))
+        return
+    if not args.url:
+        ap.error("--url is required (or --text-only with --text-repo)")
     servers = {"measured": TritonClient(args.url, 120.0)}
     if args.baseline_url:
         servers["baseline"] = TritonClient(args.baseline_url, 120.0)
@@ -157,7 +222,7 @@ def main() -> None:
         else:
             print(f"skipping {name}: '{ensemble}' is not ready on every server")
     results = {"machine": machine(args.machine), "load_start": os.getloadavg(), "servers": {k: c.url for k, c in servers.items()},
-               "rows": [], "fidelity": {}}
+               "rows": [], "fidelity": {}, "tokens": {}}
     print(f"machine: {results['machine']}; load average {results['load_start']}")
     for name, work in chosen.items():
         sample = work[2](0)
@@ -166,10 +231,14 @@ def main() -> None:
             outputs[label] = work[3](client, sample)  # also warms up (TensorRT builds or loads its engine)
         if "baseline" in outputs:
             results["fidelity"][name] = round(min_cosine(outputs["measured"], outputs["baseline"]), 6)
+        if work[0] == "clip_text":
+            results["tokens"][name] = {label: token_width(client, sample) for label, client in servers.items()}
         for clients in concurrency:
             for label, client in servers.items():
                 row = {"server": label, **run(client, name, work, clients, args.seconds, args.batch)}
                 results["rows"].append(row)
+    if args.text_repo:
+        results["text_tower"] = text_tower(args.text_repo, args.batch)
     results["load_end"] = os.getloadavg()
     report(results)
     if args.json:
@@ -188,7 +257,20 @@ def report(results: dict) -> None:
               f"{r['encoder_avg_batch'] or '-':>9} {r['encoder_queue_ms'] or '-':>9} {r['encoder_compute_ms'] or '-':>11} {ratio:>10}")
     for name, cos in results["fidelity"].items():
         print(f"fidelity {name}: min cosine measured vs baseline {cos}")
+    for name, widths in results["tokens"].items():
+        print(f"tokens per text sent to the text tower, {name}: " + ", ".join(f"{k} {v}" for k, v in widths.items())
+              + " (context 77)")
+    if "text_tower" in results:
+        report_text_tower(results["text_tower"])
     print(f"load average at end {results['load_end']}")
+
+
+def report_text_tower(t: dict) -> None:
+    for label in ("queries", "captions"):
+        r = t[label]
+        print(f"text graph in-process ({t['provider']}, {label}, {t['batch']} per batch): "
+              f"{r['ms_per_batch']['padded_77']} ms at 77 tokens, {r['ms_per_batch']['own_length']} ms at the batch's "
+              f"longest ({r['tokens']['own_length']} tokens on average): {r['speedup']}x; min cosine {r['min_cosine']}")
 
 
 if __name__ == "__main__":

@@ -1,10 +1,20 @@
-"""MiniLM throughput: Triton `minilm` over gRPC vs in-process onnxruntime (same ONNX file) vs
-in-process sentence-transformers, and the ingest rate of `indexer ingest`, in one run.
+"""MiniLM throughput: Triton `minilm` over gRPC (fp32, and the opt-in int8 build) vs in-process
+onnxruntime on the same ONNX files vs in-process sentence-transformers, and the ingest rate of
+`indexer ingest`, in one run.
 
-    python bench/bench_minilm.py [--quick]
+    python bench/bench_minilm.py [--quick] [--json FILE] [--no-int8] [--no-ingest] [--rounds N]
 
-Needs `search models build` first. Starts its own Triton on free ports. Sentences come from
-../shared/data/stsb (real STS-B sentences) when present, else from samples/docs.
+Needs `search models build` first (fp32: the worktree's triton_repo); the int8 model is built by
+the script into a temporary copy with the project's own `MiniLM().build(precision="int8")`. Starts
+its own Triton servers on free ports. Sentences come from ../shared/data/stsb (real STS-B
+sentences) when present, else from samples/docs.
+
+Every path runs the same batches; the paths take turns, round after round (--rounds, default 3),
+and each figure is the median of its rounds, so a burst of load from other processes hits every
+path alike. The load average is printed at the start and the end: compare ratios within one run.
+In-process onnxruntime runs both graphs the build writes: model.onnx (as exported: what was served
+before issue 18) and model.cpu.onnx (what config.pbtxt serves: the fused graph, or the exported one
+where the build timed it faster; the build manifest's cpu_graph says which).
 """
 
 from __future__ import annotations
@@ -14,25 +24,29 @@ import json
 import os
 import platform
 import shutil
+import statistics
 import sys
 import tempfile
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import numpy as np  # noqa: E402
 
 from indexer.service import IngestService  # noqa: E402
 from search.config import PROJECT_ROOT, Settings  # noqa: E402
-from search.models import MiniLM, built_triton_models, minilm  # noqa: E402
+from search.models import MiniLM, minilm  # noqa: E402
 from search.services import SearchService  # noqa: E402
 from search.triton.client import TritonClient  # noqa: E402
 from search.triton.local import LocalTriton, free_port  # noqa: E402
 
 SHARED = PROJECT_ROOT.parent / "shared" / "data"
+GOALS = {"served_vs_st": 1.5, "served_vs_ort": 0.95, "int8_vs_st": 2.5}  # issue 18, 32 sentences per request
 
 
 def load_sentences(n: int) -> list[str]:
@@ -51,8 +65,16 @@ def load_sentences(n: int) -> list[str]:
 
 def rate(fn, batches: list[list[str]], concurrency: int = 1) -> float:
     """Sentences per second for running fn over every batch with `concurrency` threads."""
-    fn(batches[0])  # warm-up
+    return measure(fn, batches, concurrency)[0]
+
+
+def measure(fn, batches: list[list[str]], concurrency: int = 1, server_pid: int | None = None) -> tuple[float, float]:
+    """(sentences per second, CPU milliseconds per sentence) for running fn over every batch with
+    `concurrency` threads. CPU time is this process's (all threads) plus, for a served path, the
+    Triton server's and its backend processes': the work done, which other load on the machine
+    slows down less than the wall clock (spinning thread pools count while they spin)."""
     n = sum(len(b) for b in batches)
+    cpu = process_tree_cpu(server_pid) + time.process_time() if server_pid else time.process_time()
     start = time.perf_counter()
     if concurrency == 1:
         for b in batches:
@@ -60,77 +82,151 @@ def rate(fn, batches: list[list[str]], concurrency: int = 1) -> float:
     else:
         with ThreadPoolExecutor(concurrency) as pool:
             list(pool.map(fn, batches))
-    return n / (time.perf_counter() - start)
+    seconds = time.perf_counter() - start
+    cpu = (process_tree_cpu(server_pid) + time.process_time() if server_pid else time.process_time()) - cpu
+    return n / seconds, cpu * 1000 / n
+
+
+def process_tree_cpu(root: int) -> float:
+    """CPU seconds (user + system) of a process and all its descendants, from /proc."""
+    stats = {}
+    for p in Path("/proc").iterdir():
+        if p.name.isdigit():
+            try:
+                fields = (p / "stat").read_text().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            stats[int(p.name)] = (int(fields[1]), (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK"))
+    tree, total = {root}, 0.0
+    changed = True
+    while changed:
+        changed = False
+        for pid, (ppid, _) in stats.items():
+            if ppid in tree and pid not in tree:
+                tree.add(pid)
+                changed = True
+    return sum(stats[p][1] for p in tree if p in stats) + total
 
 
 def chunks(xs: list[str], size: int) -> list[list[str]]:
     return [xs[i:i + size] for i in range(0, len(xs), size)]
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--quick", action="store_true", help="fewer sentences (a smoke run)")
-    ap.add_argument("--json", type=Path, help="also write the results here")
-    args = ap.parse_args()
-    settings = Settings()
-    repo = settings.triton_repo
-    if not MiniLM().is_built(repo):
-        sys.exit("build the model first: search models build")
-    n32, n1 = (256, 64) if args.quick else (2048, 256)
-    sentences = load_sentences(n32)
-
+def ort_embedder(repo: Path, graph: str):
     import onnxruntime as ort
-    from sentence_transformers import SentenceTransformer
     from tokenizers import Tokenizer
 
     tok = Tokenizer.from_file(str(MiniLM().tokenizer_path(repo)))
     tok.no_padding()
     tok.enable_truncation(minilm.MAX_TOKENS)
     tok.enable_padding(pad_id=0, pad_token="[PAD]")
-    sess = ort.InferenceSession(str(repo / "minilm_onnx/1/model.onnx"), providers=["CPUExecutionProvider"])
+    sess = ort.InferenceSession(str(repo / "minilm_onnx/1" / graph), providers=["CPUExecutionProvider"])
 
-    def ort_embed(batch: list[str]) -> np.ndarray:
+    def embed(batch: list[str]) -> np.ndarray:
         enc = tok.encode_batch(batch)
         feed = {"input_ids": np.array([e.ids for e in enc], np.int64),
                 "attention_mask": np.array([e.attention_mask for e in enc], np.int64),
                 "token_type_ids": np.array([e.type_ids for e in enc], np.int64)}
         return sess.run(None, feed)[0]
 
+    return embed
+
+
+def served_embedder(url: str):
+    clients: dict[int, TritonClient] = {}
+
+    def embed(batch: list[str]) -> np.ndarray:
+        c = clients.setdefault(threading.get_ident(), TritonClient(url))
+        return minilm.embed(c, batch)[0]
+
+    return embed
+
+
+def serve(repo: Path, run_dir: Path) -> LocalTriton:
+    return LocalTriton(repo, run_dir, http_port=free_port(), grpc_port=free_port(), metrics_port=free_port(),
+                       models=list(MiniLM().triton_models)).start(timeout=180)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--quick", action="store_true", help="fewer sentences (a smoke run)")
+    ap.add_argument("--json", type=Path, help="also write the results here")
+    ap.add_argument("--no-int8", action="store_true", help="skip the int8 build and its rows")
+    ap.add_argument("--no-ingest", action="store_true", help="skip the ingest measurement")
+    ap.add_argument("--rounds", type=int, default=3, help="rounds of every path (median reported)")
+    args = ap.parse_args()
+    settings = Settings()
+    repo = settings.triton_repo
+    if not MiniLM().is_built(repo) or MiniLM().precision(repo) != "fp32":
+        sys.exit("build the fp32 model first: search models build")
+    n32, n1 = (256, 64) if args.quick else (2048, 256)
+    sentences = load_sentences(n32)
+    from sentence_transformers import SentenceTransformer
+
     st = SentenceTransformer(str(minilm.package_weights()), device="cpu")
 
     def st_embed(batch: list[str]) -> np.ndarray:
         return st.encode(batch, batch_size=len(batch), normalize_embeddings=True)
 
-    results: dict = {"machine": machine(), "sentences": n32, "rows": []}
-    run_dir = Path(tempfile.mkdtemp(prefix="bench-triton-"))
-    server = LocalTriton(repo, run_dir, http_port=free_port(), grpc_port=free_port(), metrics_port=free_port(),
-                         models=built_triton_models(repo)).start()
+    results: dict = {"machine": machine(), "load_start": os.getloadavg(), "sentences": n32, "rounds": args.rounds,
+                     "rows": []}
+    print(f"machine: {results['machine']}; load average {fmt_load(results['load_start'])}", flush=True)
+    tmp = Path(tempfile.mkdtemp(prefix="bench-minilm-"))
+    servers = []
     try:
-        url = f"127.0.0.1:{server.grpc_port}"
-        clients = {}
-
-        def served(batch: list[str]) -> np.ndarray:
-            import threading
-
-            c = clients.setdefault(threading.get_ident(), TritonClient(url))
-            return minilm.embed(c, batch)[0]
-
-        rows = results["rows"]
-        for per_req, n in ((1, n1), (32, n32)):
-            batches = chunks(sentences[:n], per_req)
-            rows.append(("in-process onnxruntime", per_req, 1, rate(ort_embed, batches)))
-            rows.append(("in-process sentence-transformers", per_req, 1, rate(st_embed, batches)))
-            for conc in (1, 8, 32):
-                rows.append(("Triton minilm (gRPC)", per_req, conc, rate(served, batches, conc)))
-        ingest = measure_ingest(settings, url, quick=args.quick, ort_embed=ort_embed)
-        results["ingest"] = ingest
+        paths: dict[tuple[str, int, int], tuple] = {}
+        served_graph = MiniLM().manifest(repo)["cpu_graph"].get("served", "exported")
+        for per_req in (1, 32):
+            paths[("in-process sentence-transformers", per_req, 1)] = (st_embed, 1, None)
+            paths[("in-process onnxruntime, model.onnx (exported)", per_req, 1)] = (ort_embedder(repo, "model.onnx"), 1, None)
+            if served_graph == "fused":
+                paths[("in-process onnxruntime, model.cpu.onnx (fused)", per_req, 1)] = \
+                    (ort_embedder(repo, "model.cpu.onnx"), 1, None)
+        servers.append(serve(repo, tmp / "run-fp32"))
+        fp32 = served_embedder(f"127.0.0.1:{servers[0].grpc_port}")
+        for per_req, clients in ((1, 1), (1, 8), (1, 32), (32, 1), (32, 8)):
+            paths[("Triton minilm fp32 (gRPC)", per_req, clients)] = (fp32, clients, servers[0].state.pid)
+        if not args.no_int8:
+            int8_repo = tmp / "int8" / "triton_repo"
+            shutil.copytree(repo, int8_repo, ignore=shutil.ignore_patterns("clip*", "bge_m3*", "ofa*"))
+            built = MiniLM().build(int8_repo, "package", precision="int8", force=True)
+            print(f"int8 build: {built.status}: {built.detail}", flush=True)
+            paths[("in-process onnxruntime, int8 model.cpu.onnx", 32, 1)] = \
+                (ort_embedder(int8_repo, "model.cpu.onnx"), 1, None)
+            servers.append(serve(int8_repo, tmp / "run-int8"))
+            int8 = served_embedder(f"127.0.0.1:{servers[-1].grpc_port}")
+            for clients in (1, 8):
+                paths[("Triton minilm int8 (gRPC)", 32, clients)] = (int8, clients, servers[-1].state.pid)
+        results["served_graph"] = served_graph
+        batches = {1: chunks(sentences[:n1], 1), 32: chunks(sentences, 32)}
+        for (_, per_req, _), (fn, _, _) in paths.items():
+            fn(batches[per_req][0])  # warm-up
+        got: dict[tuple, list[tuple[float, float]]] = {k: [] for k in paths}
+        for r in range(args.rounds):
+            for key, (fn, clients, pid) in paths.items():
+                got[key].append(measure(fn, batches[key[1]], clients, pid))
+            print(f"  round {r + 1}/{args.rounds} done, load average {fmt_load(os.getloadavg())}", flush=True)
+        for (name, per_req, clients), runs in got.items():
+            results["rows"].append({"path": name, "per_request": per_req, "clients": clients,
+                                    "sentences_per_s": round(statistics.median(x[0] for x in runs), 1),
+                                    "cpu_ms_per_sentence": round(statistics.median(x[1] for x in runs), 3),
+                                    "rounds": [round(x[0], 1) for x in runs]})
+        if not args.no_ingest:
+            url = f"127.0.0.1:{servers[0].grpc_port}"
+            results["ingest"] = measure_ingest(settings, url, quick=args.quick,
+                                               ort_embed=ort_embedder(repo, "model.cpu.onnx"))
     finally:
-        server.stop()
-        shutil.rmtree(run_dir, ignore_errors=True)
-
+        for server in servers:
+            server.stop()
+        shutil.rmtree(tmp, ignore_errors=True)
+    results["load_end"] = os.getloadavg()
     report(results)
     if args.json:
         args.json.write_text(json.dumps(results, indent=2))
+
+
+def fmt_load(load) -> str:
+    return " ".join(f"{x:.2f}" for x in load)
 
 
 def measure_ingest(settings: Settings, url: str, quick: bool, ort_embed) -> dict:
@@ -164,6 +260,7 @@ def measure_ingest(settings: Settings, url: str, quick: bool, ort_embed) -> dict
     # Baseline: the same chunks through in-process onnxruntime, batched and length-sorted like ingest.
     window = s.embed_batch_size * 4
     ordered = [t for i in range(0, len(texts), window) for t in sorted(texts[i:i + window], key=len)]
+    ort_embed(ordered[:s.embed_batch_size])  # warm-up
     raw = rate(ort_embed, chunks(ordered, s.embed_batch_size))
     return {"files": n_files, "chunks": rep.embedded_chunks, "seconds": round(seconds, 2),
             "chunks_per_s": round(rep.embedded_chunks / seconds, 1), "files_per_s": round(n_files / seconds, 1),
@@ -186,24 +283,45 @@ def machine() -> str:
 def report(results: dict) -> None:
     rows = results["rows"]
     print(f"machine: {results['machine']}")
-    print(f"{'path':36} {'sent/req':>8} {'clients':>7} {'sent/s':>9}")
-    for name, per_req, conc, r in rows:
-        print(f"{name:36} {per_req:>8} {conc:>7} {r:>9.1f}")
+    print(f"load average: {fmt_load(results['load_start'])} at the start, {fmt_load(results['load_end'])} at the end")
+    print(f"served fp32 graph (model.cpu.onnx): the {results['served_graph']} one (see the build manifest's cpu_graph)")
+    print(f"{'path':50} {'sent/req':>8} {'clients':>7} {'sent/s':>9} {'CPU ms/sent':>11}   rounds (sent/s)")
+    for r in rows:
+        print(f"{r['path']:50} {r['per_request']:>8} {r['clients']:>7} {r['sentences_per_s']:>9.1f} "
+              f"{r['cpu_ms_per_sentence']:>11.3f}   {r['rounds']}")
+
+    def get(prefix: str, per_req: int, clients: int | None = None, key: str = "sentences_per_s") -> float | None:
+        got = [r[key] for r in rows if r["path"].startswith(prefix) and r["per_request"] == per_req
+               and (clients is None or r["clients"] == clients)]
+        return (max(got) if key == "sentences_per_s" else min(got)) if got else None
+
+    same_file = "in-process onnxruntime, model.cpu" if results["served_graph"] == "fused" else "in-process onnxruntime, model.onnx"
     for per_req in (1, 32):
-        ort_r = next(r for n, p, c, r in rows if n.startswith("in-process onnx") and p == per_req)
-        st_r = next(r for n, p, c, r in rows if n.startswith("in-process sentence") and p == per_req)
-        served = [(c, r) for n, p, c, r in rows if n.startswith("Triton") and p == per_req]
-        best_c, best = max(served, key=lambda x: x[1])
-        single = next(r for c, r in served if c == 1)
-        print(f"{per_req} sent/req: served (1 client) / onnxruntime = {single / ort_r:.2f}x, "
-              f"best served ({best_c} clients) / onnxruntime = {best / ort_r:.2f}x, "
-              f"best served / sentence-transformers = {best / st_r:.2f}x")
-    ing = results["ingest"]
-    print(f"ingest: {ing['files']} files, {ing['chunks']} chunks in {ing['seconds']} s = {ing['chunks_per_s']} chunks/s "
-          f"({ing['files_per_s']} files/s; batch {ing['batch_size']}, {ing['concurrency']} in flight); "
-          f"unchanged re-run {ing['unchanged_rerun_s']} s")
-    print(f"ingest / in-process onnxruntime on the same chunks ({ing['inprocess_ort_chunks_per_s']} chunks/s) = "
-          f"{ing['chunks_per_s'] / ing['inprocess_ort_chunks_per_s']:.2f}x")
+        st, ort_same = get("in-process sentence", per_req), get(same_file, per_req)
+        one, best = get("Triton minilm fp32", per_req, 1), get("Triton minilm fp32", per_req)
+        cpu = {k: get(p, per_req, key="cpu_ms_per_sentence") for k, p in
+               (("st", "in-process sentence"), ("ort", same_file), ("served", "Triton minilm fp32"))}
+        print(f"{per_req} sent/req: served fp32 (1 client) / in-process onnxruntime, same file = {one / ort_same:.2f}x; "
+              f"best served fp32 / sentence-transformers = {best / st:.2f}x; CPU per sentence: sentence-transformers "
+              f"{cpu['st']:.2f} ms, onnxruntime {cpu['ort']:.2f} ms, served {cpu['served']:.2f} ms (least over client counts)")
+    st, fused, best = get("in-process sentence", 32), get(same_file, 32), get("Triton minilm fp32", 32)
+    one = get("Triton minilm fp32", 32, 1)
+    checks = [("served fp32 / sentence-transformers", best / st, GOALS["served_vs_st"]),
+              ("served fp32 (1 client) / in-process onnxruntime", one / fused, GOALS["served_vs_ort"])]
+    int8 = get("Triton minilm int8", 32)
+    if int8:
+        checks.append(("served int8 / sentence-transformers", int8 / st, GOALS["int8_vs_st"]))
+        print(f"32 sent/req: served int8 / served fp32 = {int8 / best:.2f}x; int8 in-process / fp32 in-process (same build) = "
+              f"{get('in-process onnxruntime, int8', 32) / fused:.2f}x")
+    for name, ratio, goal in checks:
+        print(f"GOAL {name} = {ratio:.2f}x (goal >= {goal}x): {'met' if ratio >= goal else 'NOT met'}")
+    ing = results.get("ingest")
+    if ing:
+        print(f"ingest: {ing['files']} files, {ing['chunks']} chunks in {ing['seconds']} s = {ing['chunks_per_s']} chunks/s "
+              f"({ing['files_per_s']} files/s; batch {ing['batch_size']}, {ing['concurrency']} in flight); "
+              f"unchanged re-run {ing['unchanged_rerun_s']} s")
+        print(f"ingest / in-process onnxruntime on the same chunks ({ing['inprocess_ort_chunks_per_s']} chunks/s) = "
+              f"{ing['chunks_per_s'] / ing['inprocess_ort_chunks_per_s']:.2f}x")
 
 
 if __name__ == "__main__":

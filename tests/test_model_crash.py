@@ -82,14 +82,17 @@ def stubs(server: LocalTriton, model: str) -> list[int]:
     return pids
 
 
-def kill_stub(server: LocalTriton, model: str) -> int:
-    [pid] = stubs(server, model)
-    os.kill(pid, signal.SIGKILL)
+def kill_stub(server: LocalTriton, model: str) -> set[int]:
+    """SIGKILL every stub of ``model`` (one per instance: minilm_onnx runs two)."""
+    pids = set(stubs(server, model))
+    assert pids
+    for pid in pids:
+        os.kill(pid, signal.SIGKILL)
     deadline = time.monotonic() + 10
-    while pid in stubs(server, model) and time.monotonic() < deadline:
+    while pids & set(stubs(server, model)) and time.monotonic() < deadline:
         time.sleep(0.05)
-    assert pid not in stubs(server, model)
-    return pid
+    assert not pids & set(stubs(server, model))
+    return pids
 
 
 def cli(*args: str, module: str = "search") -> subprocess.CompletedProcess:
@@ -150,7 +153,7 @@ def test_dead_minilm_is_reported_then_reloaded_by_the_next_search(server, settin
         # No `search triton down && up`: the search itself reloads the dead step and is answered.
         hits = svc.search_documents("I forgot my password", top_k=3)
         assert hits and hits[0].path.endswith("reset-password.md")
-        assert stubs(server, "minilm_onnx") and old not in stubs(server, "minilm_onnx")
+        assert stubs(server, "minilm_onnx") and not old & set(stubs(server, "minilm_onnx"))
         assert svc.status()["triton"]["models"]["minilm"]["healthy"] is True
     finally:
         svc.close()

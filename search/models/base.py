@@ -159,3 +159,4 @@ def image_tensor(images: list[bytes]) -> np.ndarray:
     for i, data in enumerate(images):
         arr[i, 0] = bytes(data)
     return arr
+

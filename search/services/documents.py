@@ -37,7 +37,7 @@ class DocumentSearch(ServiceBase):
         if not query:
             raise BadRequest("query: must not be empty")
         check_top_k(top_k)
-        if self.store.count(DOCUMENTS.name) == 0:
+        if self.store.is_empty(DOCUMENTS.name):
             raise EmptyCollection("nothing indexed yet: run `indexer ingest PATH` (e.g. `indexer ingest samples/docs`)"
                                   + self._legacy_hint())
         mode = self.document_mode(mode)

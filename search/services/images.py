@@ -37,7 +37,7 @@ class ImageSearch(Entailment):
         check_top_k(top_k)
         if sort not in SORTS:
             raise BadRequest(f"sort: must be one of {', '.join(SORTS)}, got {sort!r}")
-        if self.store.count(IMAGES) == 0:
+        if self.store.is_empty(IMAGES):
             raise EmptyCollection("no photos indexed yet: run `indexer ingest ./photos`" + self._legacy_hint())
         model = "clip_text" if text else "clip_image"
         self._require(model, CLIP.display)

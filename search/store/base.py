@@ -76,6 +76,11 @@ class Store(ABC):
     @abstractmethod
     def count(self, collection: str, flt: models.Filter | None = None) -> int: ...
 
+    def is_empty(self, collection: str) -> bool:
+        """No points in the collection (or no collection); cheaper than an exact count where the
+        backend can say so (asked before every query)."""
+        return self.count(collection) == 0
+
     @abstractmethod
     def upsert(self, collection: str, points: list[models.PointStruct]) -> None:
         """One batch, applied whole (edge: one WAL record) and visible when this returns."""

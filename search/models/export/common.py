@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import os
 import shutil
 import time
@@ -144,6 +145,7 @@ def sha256(path: Path) -> str:
 CPU_GRAPH = "model.cpu.onnx"
 MIN_COSINE = 0.9999  # fused vs exported graph, on the family's check inputs
 INT8_FLOOR = 0.9  # int8 vs fp32 on the check inputs: below this the quantized graph is broken, not just coarse
+MIN_GAIN = 1.03  # the fused graph is served when it runs at least this much faster than the exported one
 
 
 @dataclass(frozen=True)
@@ -155,50 +157,70 @@ class Fusion:
     hidden_size: int
 
 
-def cpu_graph(exported: Path, fusion: Fusion | None, checks: list[dict], family: str, precision: str = "fp32") -> dict:
-    """Write ``model.cpu.onnx`` beside ``exported``: onnxruntime's transformer fusions (attention,
-    GELU, LayerNorm, SkipLayerNorm, embedding), then, for ``precision`` "int8", dynamic int8
-    quantization of the MatMul / Attention weights (per channel). ``checks``: input batches (name ->
-    numpy array) on which the fused graph must give the exported graph's outputs (cosine per row
-    >= 0.9999, else this raises and nothing is replaced). Returns what the manifest records."""
+def cpu_graph(exported: Path, fusion: Fusion | None, checks: list[dict], family: str, precision: str = "fp32",
+              timing: list[dict] | None = None) -> dict:
+    """Write ``model.cpu.onnx`` beside ``exported``, the graph the CPU configs serve, and return
+    what the manifest records about it.
+
+    1. Fusion: onnxruntime's transformer optimizer (Attention, SkipLayerNormalization, BiasGelu /
+       QuickGelu, EmbedLayerNormalization, ...) on the exported graph; on ``checks`` (input
+       batches, name -> numpy array) the fused graph must give the exported graph's outputs
+       (cosine per row >= 0.9999), else this raises and nothing is replaced.
+    2. Choice: both graphs are timed on ``timing`` (default: ``checks``), one thread, CPU time,
+       best of several alternating rounds (robust to other load on the machine); the fused graph is
+       served only when it is at least MIN_GAIN faster. onnxruntime applies its own fusions to any
+       graph at load time, and on some CPUs its core kernels beat the contrib ops the optimizer
+       introduces, so the fused graph is not always the faster one. The build machine decides.
+    3. ``precision`` "int8": dynamic int8 quantization of the chosen graph's MatMul / Attention
+       weights (per channel), checked only for sanity here (its quality is measured on real
+       weights by a quality script: ``Family.int8_quality``)."""
     import numpy as np  # noqa: PLC0415
 
+    if precision not in ("fp32", "int8"):
+        raise ValueError(f"{family}: unknown precision {precision!r}")
     dest = exported.with_name(CPU_GRAPH)
     work = exported.parent / ".cpu-graph"
     shutil.rmtree(work, ignore_errors=True)
     work.mkdir()
+    name = exported.parent.parent.name
     try:
+        start = time.perf_counter()
         big = _graph_bytes(exported) > 1_800_000_000  # protobuf's 2 GB limit: weights go to model.cpu.onnx.data
         reference = run_graph(exported, checks)
-        record: dict = {"file": CPU_GRAPH, "precision": precision}
-        fused = work / CPU_GRAPH
-        start = time.perf_counter()
+        record: dict = {"file": CPU_GRAPH, "precision": precision, "fusion": None, "fused_ops": {}}
+        chosen = exported
         if fusion is not None:
+            fused = work / "fused" / CPU_GRAPH
+            fused.parent.mkdir()
             stats = _fuse(exported, fused, fusion, big)
             cos = agreement(reference, run_graph(fused, checks))
             if cos < MIN_COSINE:
-                raise RuntimeError(f"{family}: the fused {exported.parent.parent.name} graph differs from the exported "
-                                   f"one (min cosine {cos:.6f} < {MIN_COSINE})")
-            record |= {"fusion": fusion.model_type, "fused_ops": stats, "fused_vs_exported_min_cosine": round(cos, 7)}
-        else:
-            _copy_graph(exported, fused)
-            record |= {"fusion": None, "fused_ops": {}}
+                raise RuntimeError(f"{family}: the fused {name} graph differs from the exported one "
+                                   f"(min cosine {cos:.6f} < {MIN_COSINE})")
+            ms = time_graphs({"exported": exported, "fused": fused}, timing or checks, rounds=2 if big else 5)
+            gain = ms["exported"] / ms["fused"]
+            chosen = fused if gain >= MIN_GAIN else exported
+            record |= {"fusion": fusion.model_type, "fused_ops": stats, "fused_vs_exported_min_cosine": round(cos, 7),
+                       "cpu_ms_per_run": {k: round(v, 2) for k, v in ms.items()}, "fused_gain": round(gain, 3)}
+        record["served"] = "fused" if chosen != exported else "exported"
+        if chosen == exported:
+            chosen = work / "exported" / CPU_GRAPH
+            chosen.parent.mkdir()
+            _copy_graph(exported, chosen)
         if precision == "int8":
             quantized = work / "int8" / CPU_GRAPH
             quantized.parent.mkdir()
-            quantize_int8(fused, quantized, big)
+            quantize_int8(chosen, quantized, big)
             cos = agreement(reference, run_graph(quantized, checks))
             if not np.isfinite(cos) or cos < INT8_FLOOR:
-                raise RuntimeError(f"{family}: the int8 {exported.parent.parent.name} graph is broken (min cosine "
-                                   f"{cos:.4f} against fp32 on the check inputs)")
+                raise RuntimeError(f"{family}: the int8 {name} graph is broken (min cosine {cos:.4f} against fp32 "
+                                   "on the check inputs)")
             record["int8_vs_fp32_min_cosine"] = round(cos, 6)
-            fused = quantized
-        elif precision != "fp32":
-            raise ValueError(f"{family}: unknown precision {precision!r}")
+            chosen = quantized
         record["seconds"] = round(time.perf_counter() - start, 1)
         for stale in (dest, dest.with_name(CPU_GRAPH + ".data")):
             stale.unlink(missing_ok=True)
-        for f in fused.parent.iterdir():
+        for f in chosen.parent.iterdir():
             if f.is_file():
                 os.replace(f, dest.parent / f.name)
         return record
@@ -206,18 +228,40 @@ def cpu_graph(exported: Path, fusion: Fusion | None, checks: list[dict], family:
         shutil.rmtree(work, ignore_errors=True)
 
 
+def time_graphs(graphs: dict[str, Path], feeds: list[dict], rounds: int = 5) -> dict[str, float]:
+    """CPU milliseconds per pass over ``feeds`` for each graph: one intra-op thread without
+    spinning (so CPU time is work done, whatever else runs on the machine), best of ``rounds``,
+    the graphs taking turns."""
+    import onnxruntime as ort  # noqa: PLC0415
+
+    opts = ort.SessionOptions()
+    opts.intra_op_num_threads = 1
+    opts.add_session_config_entry("session.intra_op.allow_spinning", "0")
+    sessions = {k: ort.InferenceSession(str(p), opts, providers=["CPUExecutionProvider"]) for k, p in graphs.items()}
+    best = dict.fromkeys(sessions, float("inf"))
+    for sess in sessions.values():
+        sess.run(None, feeds[0])  # warm-up
+    for _ in range(rounds):
+        for k, sess in sessions.items():
+            t = time.process_time()
+            for f in feeds:
+                sess.run(None, f)
+            best[k] = min(best[k], time.process_time() - t)
+    return {k: v * 1000 for k, v in best.items()}
+
+
 def describe_cpu_graph(cpu: dict, status: str) -> str:
-    """One line for the build report: what fused, the precision, how close int8 came."""
+    """One line for the build report: what fused, which graph is served, how close int8 came."""
     fused = ", ".join(f"{n}×{k}" for k, n in cpu["fused_ops"].items()) or "nothing fused"
-    text = f"CPU graph {cpu['precision']}" + (f" ({status})" if cpu["precision"] != "fp32" else "") + f": {fused}"
+    text = f"CPU graph {cpu['precision']}" + (f" ({status})" if cpu["precision"] != "fp32" else "")
+    text += f", {cpu['served']} graph served (fusions: {fused}"
+    text += f"; fused/exported speed {cpu['fused_gain']:.2f}x)" if "fused_gain" in cpu else ")"
     if "int8_vs_fp32_min_cosine" in cpu:
         text += f"; int8 vs fp32 min cosine {cpu['int8_vs_fp32_min_cosine']:.4f} on the check inputs"
     return text
 
 
 def _fuse(src: Path, dest: Path, fusion: Fusion, big: bool) -> dict[str, int]:
-    import logging  # noqa: PLC0415
-
     from onnxruntime.transformers import optimizer  # noqa: PLC0415  (export only: it imports onnx and sympy)
 
     quiet = logging.getLogger("onnxruntime.transformers")
@@ -241,11 +285,17 @@ def quantize_int8(src: Path, dest: Path, big: bool = False) -> None:
     from onnx import TensorProto  # noqa: PLC0415
     from onnxruntime.quantization import QuantType, quantize_dynamic  # noqa: PLC0415
 
-    # DefaultTensorType: shape inference cannot type the outputs of com.microsoft ops (the fused
-    # Attention, SkipLayerNormalization); they are float.
-    quantize_dynamic(src, dest, op_types_to_quantize=["MatMul", "Attention"], per_channel=True,
-                     weight_type=QuantType.QInt8, use_external_data_format=big,
-                     extra_options={"DefaultTensorType": TensorProto.FLOAT})
+    root = logging.getLogger()
+    level = root.level
+    root.setLevel(logging.ERROR)  # "consider to run pre-processing": shape inference, which dynamic quantization does not need
+    try:
+        # DefaultTensorType: shape inference cannot type the outputs of com.microsoft ops (the fused
+        # Attention, SkipLayerNormalization); they are float.
+        quantize_dynamic(src, dest, op_types_to_quantize=["MatMul", "Attention"], per_channel=True,
+                         weight_type=QuantType.QInt8, use_external_data_format=big,
+                         extra_options={"DefaultTensorType": TensorProto.FLOAT})
+    finally:
+        root.setLevel(level)
 
 
 def run_graph(path: Path, checks: list[dict]) -> list[list]:

@@ -6,7 +6,10 @@ load unchanged here and in the official container (which uses the real C++ backe
 
 Like the real backend it never pads: the requests the dynamic batcher hands over are grouped by
 identical input shapes, each group concatenated along the batch axis, run once and split back
-(``search.triton.steps``, the Python steps' shared code).
+(``search.triton.steps``, the Python steps' shared code). It reads the session settings the real
+backend reads from config.pbtxt (its README's "Model Config Options"): ``parameters``
+intra_op_thread_count, inter_op_thread_count, execution_mode, enable_mem_arena, enable_mem_pattern
+and ``optimization { graph { level } }``.
 """
 
 import json
@@ -26,10 +29,8 @@ class TritonPythonModel:
         params = {k: v.get("string_value", "") for k, v in cfg.get("parameters", {}).items()}
         filename = cfg.get("default_model_filename") or "model.onnx"
         path = backend.path(args, filename)
-        opts = ort.SessionOptions()
-        if params.get("intra_op_thread_count"):
-            opts.intra_op_num_threads = int(params["intra_op_thread_count"])
-        self.session = ort.InferenceSession(path, sess_options=opts, providers=["CPUExecutionProvider"])
+        self.session = ort.InferenceSession(path, sess_options=session_options(cfg, params),
+                                            providers=["CPUExecutionProvider"])
         self.inputs = [i["name"] for i in cfg["input"]]
         self.outputs = [o["name"] for o in cfg["output"]]
         self.dtypes = {o["name"]: pb_utils.triton_string_to_numpy(o["data_type"]) for o in cfg["output"]}
@@ -59,3 +60,23 @@ class TritonPythonModel:
             raise RuntimeError(f"onnxruntime: {exc}") from exc
         outs = {name: res.astype(self.dtypes[name], copy=False) for name, res in zip(self.outputs, results)}
         return split(outs, [len(f[self.inputs[0]]) for f in group]) if self.batched else [outs]
+
+
+def session_options(cfg: dict, params: dict) -> ort.SessionOptions:
+    """The real backend's reading of config.pbtxt (0 or absent: onnxruntime's default)."""
+    opts = ort.SessionOptions()
+    if int(params.get("intra_op_thread_count") or 0) > 0:
+        opts.intra_op_num_threads = int(params["intra_op_thread_count"])
+    if int(params.get("inter_op_thread_count") or 0) > 0:
+        opts.inter_op_num_threads = int(params["inter_op_thread_count"])
+    if params.get("execution_mode", "0") not in ("0", "1"):
+        raise pb_utils.TritonModelException(f"execution_mode must be 0 or 1, not {params['execution_mode']!r}")
+    opts.execution_mode = ort.ExecutionMode.ORT_PARALLEL if params.get("execution_mode") == "1" else ort.ExecutionMode.ORT_SEQUENTIAL
+    for key, attr in (("enable_mem_arena", "enable_cpu_mem_arena"), ("enable_mem_pattern", "enable_mem_pattern")):
+        if key in params:
+            setattr(opts, attr, params[key].strip().lower() in ("1", "true", "on", "yes"))
+    level = int(cfg.get("optimization", {}).get("graph", {}).get("level", 0) or 0)
+    opts.graph_optimization_level = {-1: ort.GraphOptimizationLevel.ORT_ENABLE_BASIC,
+                                     1: ort.GraphOptimizationLevel.ORT_ENABLE_EXTENDED,
+                                     2: ort.GraphOptimizationLevel.ORT_DISABLE_ALL}.get(level, ort.GraphOptimizationLevel.ORT_ENABLE_ALL)
+    return opts
