@@ -82,18 +82,21 @@ async def over_http(base: str, n: int, clients: int) -> dict:
     return summary("HTTP (uvicorn, FastAPI)", clients, latencies, time.perf_counter() - start)
 
 
-def start_api(settings: Settings, port: int) -> subprocess.Popen:
+def start_api(settings: Settings, port: int, log: Path) -> subprocess.Popen:
+    """`search serve`'s app on ``port``, its stderr (a log line per request) going to the file ``log``:
+    a pipe nobody reads fills after a few hundred requests and blocks the server on its next log write."""
     env = {**os.environ, "SEARCH_DATA_DIR": str(settings.data_dir), "SEARCH_TRITON_REPO": str(settings.triton_repo),
            "SEARCH_TRITON_URL": settings.triton_url, "SEARCH_SEARCH_MODE": "semantic"}
     env.pop("QDRANT_URL", None)
     env.pop("SEARCH_QDRANT_URL", None)
     code = f"from search.api import serve; from search.config import Settings; serve(Settings(), '127.0.0.1', {port})"
-    proc = subprocess.Popen([sys.executable, "-c", code], env=env, cwd=PROJECT_ROOT,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    with log.open("ab") as err:
+        proc = subprocess.Popen([sys.executable, "-c", code], env=env, cwd=PROJECT_ROOT,
+                                stdout=subprocess.DEVNULL, stderr=err)
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
         if proc.poll() is not None:
-            sys.exit(f"the API exited: {proc.stderr.read().decode()[-2000:]}")
+            sys.exit(f"the API exited: {log.read_text(errors='replace')[-2000:]}")
         try:
             if httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=1).status_code == 200:
                 return proc
@@ -130,7 +133,7 @@ def main() -> None:
         finally:
             backend.close()
         port = free_port()
-        api = start_api(settings, port)
+        api = start_api(settings, port, tmp / "api.log")
         try:
             rows += [asyncio.run(over_http(f"http://127.0.0.1:{port}", n, c)) for c in CLIENTS]
         finally:
