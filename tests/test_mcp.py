@@ -98,12 +98,14 @@ async def exercise(client: Client, docs: Path, album: Path) -> None:
     assert missing.is_error and "no passage" in missing.content[0].text and "Traceback" not in missing.content[0].text
 
 
-def test_stdio(settings, indexed):
-    params = StdioServerParameters(command=sys.executable, args=["-m", "search", "mcp"], env=env_for(settings),
-                                   cwd=str(PROJECT_ROOT))
+def stdio(settings) -> StdioServerParameters:
+    return StdioServerParameters(command=sys.executable, args=["-m", "search", "mcp"], env=env_for(settings),
+                                 cwd=str(PROJECT_ROOT))
 
+
+def test_stdio(settings, indexed):
     async def main():
-        async with Client(params, read_timeout_seconds=120) as client:
+        async with Client(stdio(settings), read_timeout_seconds=120) as client:
             await exercise(client, *indexed)
     anyio.run(main)
 
@@ -119,6 +121,9 @@ def test_streamable_http_in_search_serve_behind_the_key(settings, indexed, tmp_p
             http = create_mcp_http_client(headers={"Authorization": f"Bearer {KEY}"})
             async with http, Client(streamable_http_client(f"{server.url}/mcp", http_client=http),
                                     read_timeout_seconds=120) as client:
+                await exercise(client, *indexed)
+            # `search mcp` while this server owns the data dir: the same answers, through its REST API
+            async with Client(stdio(settings), read_timeout_seconds=120) as client:
                 await exercise(client, *indexed)
         anyio.run(main)
     finally:

@@ -41,7 +41,7 @@ def check(backend, key: str | None, writes: bool) -> tuple[bool, str | None]:
 def require_key(writes: bool) -> Callable:
     """A dependency that lets a request through when ``check`` does; the key comes in X-API-Key or,
     as OpenAI-compatible clients send it, 'Authorization: Bearer KEY'."""
-    def dependency(request: Request, key: str | None = Security(_key_header)) -> None:
+    async def dependency(request: Request, key: str | None = Security(_key_header)) -> None:  # async: no thread hop
         request.state.local, refusal = check(request.app.state.backend, key or _bearer(request.headers), writes)
         if refusal:
             raise HTTPException(401, refusal, headers={"WWW-Authenticate": "ApiKey"})

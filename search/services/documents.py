@@ -147,6 +147,8 @@ class DocumentSearch(ServiceBase):
 
     @staticmethod
     def _path_condition(path: str) -> models.FieldCondition:
+        if "\0" in path:
+            raise BadRequest("path: must not contain NUL", "path")
         try:
             full = str(Path(path).expanduser().absolute())
         except RuntimeError as exc:

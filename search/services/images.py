@@ -59,6 +59,8 @@ class ImageSearch(Entailment):
 
     def photo_path(self, photo: str) -> Path:
         """A photo named by its path or by its id (the sha256 that search hits carry)."""
+        if not photo or "\0" in photo:
+            raise BadRequest("photo: give a photo's path or id", "photo")
         path = Path(photo).expanduser()
         if len(photo) == 64 and all(c in "0123456789abcdef" for c in photo) and not path.exists():
             flt = models.Filter(must=[models.FieldCondition(key="sha256", match=models.MatchValue(value=photo))])

@@ -60,7 +60,8 @@ class DocumentHit(_Paths):
         return flat if len(flat) <= width else flat[: width - 1].rsplit(" ", 1)[0] + "…"
 
     def as_dict(self) -> dict:
-        return {**asdict(self), **self._json_paths(), "citation": self.citation}
+        # the fields one level deep (dataclasses.asdict deep-copies: a REST answer of 100 hits paid for it)
+        return {**{name: getattr(self, name) for name in _DOCUMENT_FIELDS}, **self._json_paths(), "citation": self.citation}
 
     def bounded(self, max_chars: int | None) -> DocumentHit:
         """This hit with at most ``max_chars`` characters of text (None: all of it), cut at a word
@@ -83,6 +84,9 @@ class DocumentHit(_Paths):
                    text=text, sha256=pl.get("sha256", ""), paths=[from_stored(x) for x in pl.get("paths", [])],
                    start=pl.get("start"), end=pl.get("end"), page=pl.get("page"), title=pl.get("title"),
                    section=pl.get("section"), mode=mode, length=len(text))
+
+
+_DOCUMENT_FIELDS = tuple(DocumentHit.__dataclass_fields__)
 
 
 @dataclass(frozen=True)
