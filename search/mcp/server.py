@@ -10,6 +10,7 @@ from __future__ import annotations
 import base64
 import binascii
 import json
+import logging
 from collections.abc import Callable
 from contextlib import AbstractContextManager
 from pathlib import Path
@@ -79,8 +80,20 @@ def _thumbnail(h: ImageHit) -> Image | None:
     return None
 
 
+def _server(name: str) -> MCPServer:
+    """MCPServer(), without the logging it sets up: the SDK calls logging.basicConfig (a rich handler
+    on the root logger at INFO, so every httpx request of the host process was logged) unless the
+    root logger has a handler. Logging is the host process's to configure."""
+    root, guard = logging.getLogger(), logging.NullHandler()
+    root.addHandler(guard)
+    try:
+        return MCPServer(name, instructions=INSTRUCTIONS)
+    finally:
+        root.removeHandler(guard)
+
+
 def build(connect: Connect, *, name: str = "multimodal-search") -> MCPServer:
-    mcp = MCPServer(name, instructions=INSTRUCTIONS)
+    mcp = _server(name)
 
     @mcp.tool(annotations=READ_ONLY)
     def search_documents(query: Text, top_k: TopK = 5,
