@@ -1,4 +1,4 @@
-"""REST API overhead: document search over HTTP (`search serve`, a real uvicorn in a subprocess)
+"""REST API overhead: document search and /v1/embeddings over HTTP (`search serve`, a real uvicorn in a subprocess)
 with 1, 8 and 32 concurrent clients, next to the same queries through the service layer in-process
 (the app's own SearchService, store lock included). The ratio is what HTTP + FastAPI cost.
 
@@ -46,10 +46,21 @@ def summary(path: str, clients: int, latencies: list[float], seconds: float) -> 
             "p50_ms": round(float(np.percentile(ms, 50)), 2), "p99_ms": round(float(np.percentile(ms, 99)), 2)}
 
 
-def in_process(svc, n: int, clients: int) -> dict:
+# What each row asks: the service call in-process, and the same over HTTP (route, JSON body).
+WORKLOADS = {
+    "search": (lambda svc, q: svc.search_documents(q, top_k=5, mode="semantic"),
+               "/search/documents", lambda q: {"query": q, "top_k": 5, "mode": "semantic"}),
+    "embeddings": (lambda svc, q: svc.embed("minilm", [q]),
+                   "/v1/embeddings", lambda q: {"model": "minilm", "input": [q]}),
+}
+
+
+def in_process(svc, n: int, clients: int, what: str = "search") -> dict:
+    call = WORKLOADS[what][0]
+
     def one(i: int) -> float:
         start = time.perf_counter()
-        svc.search_documents(QUERIES[i % len(QUERIES)], top_k=5, mode="semantic")
+        call(svc, QUERIES[i % len(QUERIES)])
         return time.perf_counter() - start
 
     for i in range(clients):
@@ -57,17 +68,17 @@ def in_process(svc, n: int, clients: int) -> dict:
     start = time.perf_counter()
     with ThreadPoolExecutor(clients) as pool:
         latencies = list(pool.map(one, range(n)))
-    return summary("service in-process", clients, latencies, time.perf_counter() - start)
+    return summary(f"{what}: service in-process", clients, latencies, time.perf_counter() - start)
 
 
-async def over_http(base: str, n: int, clients: int) -> dict:
+async def over_http(base: str, n: int, clients: int, what: str = "search") -> dict:
+    _, route, body = WORKLOADS[what]
     latencies: list[float] = []
     limits = httpx.Limits(max_connections=clients, max_keepalive_connections=clients)
     async with httpx.AsyncClient(base_url=base, limits=limits, timeout=60) as client:
         async def one(i: int) -> float:
             start = time.perf_counter()
-            r = await client.post("/search/documents", json={"query": QUERIES[i % len(QUERIES)], "top_k": 5,
-                                                              "mode": "semantic"})
+            r = await client.post(route, json=body(QUERIES[i % len(QUERIES)]))
             r.raise_for_status()
             return time.perf_counter() - start
 
@@ -79,21 +90,24 @@ async def over_http(base: str, n: int, clients: int) -> dict:
 
         start = time.perf_counter()
         await asyncio.gather(*(worker(range(w, n, clients)) for w in range(clients)))
-    return summary("HTTP (uvicorn, FastAPI)", clients, latencies, time.perf_counter() - start)
+    return summary(f"{what}: HTTP (uvicorn, FastAPI)", clients, latencies, time.perf_counter() - start)
 
 
-def start_api(settings: Settings, port: int) -> subprocess.Popen:
+def start_api(settings: Settings, port: int, log: Path) -> subprocess.Popen:
+    """`search serve`'s app on ``port``, its stderr (a log line per request) going to the file ``log``:
+    a pipe nobody reads fills after a few hundred requests and blocks the server on its next log write."""
     env = {**os.environ, "SEARCH_DATA_DIR": str(settings.data_dir), "SEARCH_TRITON_REPO": str(settings.triton_repo),
            "SEARCH_TRITON_URL": settings.triton_url, "SEARCH_SEARCH_MODE": "semantic"}
     env.pop("QDRANT_URL", None)
     env.pop("SEARCH_QDRANT_URL", None)
     code = f"from search.api import serve; from search.config import Settings; serve(Settings(), '127.0.0.1', {port})"
-    proc = subprocess.Popen([sys.executable, "-c", code], env=env, cwd=PROJECT_ROOT,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    with log.open("ab") as err:
+        proc = subprocess.Popen([sys.executable, "-c", code], env=env, cwd=PROJECT_ROOT,
+                                stdout=subprocess.DEVNULL, stderr=err)
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
         if proc.poll() is not None:
-            sys.exit(f"the API exited: {proc.stderr.read().decode()[-2000:]}")
+            sys.exit(f"the API exited: {log.read_text(errors='replace')[-2000:]}")
         try:
             if httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=1).status_code == 200:
                 return proc
@@ -108,11 +122,14 @@ def main() -> None:
     ap.add_argument("--quick", action="store_true", help="few requests (a smoke run)")
     ap.add_argument("--repo", type=Path, help="Triton model repository [default: the setting triton_repo]")
     ap.add_argument("--json", type=Path, help="also write the results here")
+    ap.add_argument("--requests", type=int, help="requests per row [default: 1000, --quick: 64]")
+    ap.add_argument("--what", nargs="+", choices=list(WORKLOADS), default=list(WORKLOADS),
+                    help="the workloads: document search (MiniLM, top_k 5) and /v1/embeddings (MiniLM, one text)")
     args = ap.parse_args()
     repo = args.repo or Settings().triton_repo
     if not MiniLM().is_built(repo):
         sys.exit(f"build the model first: search models build (no MiniLM in {repo})")
-    n = 64 if args.quick else 1000
+    n = args.requests or (64 if args.quick else 1000)
 
     tmp = Path(tempfile.mkdtemp(prefix="bench-api-"))
     server = LocalTriton(repo, tmp / "triton", http_port=free_port(), grpc_port=free_port(), metrics_port=free_port(),
@@ -126,16 +143,20 @@ def main() -> None:
         backend = app.state.backend
         try:
             report = backend.indexer().ingest([PROJECT_ROOT / "samples" / "docs"])
-            rows += [in_process(backend.service(), n, c) for c in CLIENTS]
+            rows += [in_process(backend.service(), n, c, what) for what in args.what for c in CLIENTS]
         finally:
             backend.close()
         port = free_port()
-        api = start_api(settings, port)
+        api = start_api(settings, port, tmp / "api.log")
         try:
-            rows += [asyncio.run(over_http(f"http://127.0.0.1:{port}", n, c)) for c in CLIENTS]
+            rows += [asyncio.run(over_http(f"http://127.0.0.1:{port}", n, c, what)) for what in args.what for c in CLIENTS]
         finally:
             api.terminate()
-            api.wait(timeout=30)
+            try:
+                api.wait(timeout=60)
+            except subprocess.TimeoutExpired:  # a loaded machine: do not leave the server behind
+                api.kill()
+                api.wait()
     finally:
         server.stop()
         shutil.rmtree(tmp, ignore_errors=True)
@@ -143,14 +164,15 @@ def main() -> None:
     results = {"machine": machine(), "chunks": report.embedded_chunks, "rows": rows}
     print(f"machine: {results['machine']}")
     print(f"index: samples/docs, {results['chunks']} chunks; {n} requests per row, top_k 5, semantic (MiniLM)")
-    print(f"{'path':26} {'clients':>7} {'req/s':>8} {'p50 ms':>8} {'p99 ms':>8}")
+    print(f"{'path':38} {'clients':>7} {'req/s':>8} {'p50 ms':>8} {'p99 ms':>8}")
     for r in rows:
-        print(f"{r['path']:26} {r['clients']:>7} {r['rps']:>8.1f} {r['p50_ms']:>8.2f} {r['p99_ms']:>8.2f}")
-    for c in CLIENTS:
-        local, http = (next(r for r in rows if r["clients"] == c and r["path"] == p)
-                       for p in ("service in-process", "HTTP (uvicorn, FastAPI)"))
-        print(f"{c:>2} clients: HTTP / in-process throughput = {http['rps'] / local['rps']:.2f}x, "
-              f"p50 overhead = {http['p50_ms'] - local['p50_ms']:+.2f} ms")
+        print(f"{r['path']:38} {r['clients']:>7} {r['rps']:>8.1f} {r['p50_ms']:>8.2f} {r['p99_ms']:>8.2f}")
+    for what in args.what:
+        for c in CLIENTS:
+            local, http = (next(r for r in rows if r["clients"] == c and r["path"] == f"{what}: {p}")
+                           for p in ("service in-process", "HTTP (uvicorn, FastAPI)"))
+            print(f"{what:>10}, {c:>2} clients: HTTP / in-process throughput = {http['rps'] / local['rps']:.2f}x, "
+                  f"p50 overhead = {http['p50_ms'] - local['p50_ms']:+.2f} ms")
     if args.json:
         args.json.write_text(json.dumps(results, indent=2))
 

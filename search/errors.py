@@ -42,7 +42,17 @@ class EmptyCollection(ServiceError):
 
 
 class BadRequest(ServiceError):
+    """A value that cannot be used; ``param`` names the field at fault when there is one."""
+
     exit_code = 2
+
+    def __init__(self, message: str, param: str | None = None) -> None:
+        super().__init__(message)
+        self.param = param
+
+
+class NotFound(BadRequest):
+    """No such thing (a model, a passage) by that name or id."""
 
 
 def not_served(model: str, family: str) -> str:

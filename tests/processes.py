@@ -33,12 +33,12 @@ def run_cli(module: str, *args: str, settings, timeout: float = 300) -> subproce
 class SearchServer:
     """`search serve` on a free port, waited for until it owns the data dir."""
 
-    def __init__(self, settings, log: Path, *, port: int | None = None, wait: bool = True) -> None:
+    def __init__(self, settings, log: Path, *, port: int | None = None, wait: bool = True, **env: str) -> None:
         self.settings, self.port = settings, port or free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.log = log
         self.proc = subprocess.Popen([sys.executable, "-m", "search", "serve", "--port", str(self.port)],
-                                     env=env_for(settings), cwd=PROJECT_ROOT, stdout=subprocess.DEVNULL,
+                                     env=env_for(settings, **env), cwd=PROJECT_ROOT, stdout=subprocess.DEVNULL,
                                      stderr=log.open("ab"), start_new_session=True)
         if wait:
             self.wait()

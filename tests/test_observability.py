@@ -154,8 +154,10 @@ def test_search_serve_logs_json_lines(settings, tmp_path):
     port = free_port()
     env = {**os.environ, "SEARCH_LOG_FORMAT": "json", "SEARCH_DATA_DIR": str(tmp_path / "data"),
            "SEARCH_TRITON_URL": settings.triton_url, "SEARCH_TRITON_REPO": str(settings.triton_repo)}
-    proc = subprocess.Popen([sys.executable, "-m", "search", "serve", "--port", str(port)], env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    log = tmp_path / "serve.log"  # a file: an unread pipe fills with request logs and blocks the server
+    with log.open("a") as err:
+        proc = subprocess.Popen([sys.executable, "-m", "search", "serve", "--port", str(port)], env=env,
+                                stdout=subprocess.DEVNULL, stderr=err, text=True)
     try:
         deadline = time.monotonic() + 60
         while True:
@@ -165,14 +167,14 @@ def test_search_serve_logs_json_lines(settings, tmp_path):
                     assert r.headers["X-Request-ID"] == "probe-7"
                     break
             except OSError:
-                assert proc.poll() is None and time.monotonic() < deadline, proc.stderr.read() if proc.poll() is not None else "timeout"
+                assert proc.poll() is None and time.monotonic() < deadline, log.read_text() if proc.poll() is not None else "timeout"
                 time.sleep(0.2)
         with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as r:
             assert requests_total(samples(r.read().decode()), "GET", "/healthz", 200) >= 1
     finally:
         proc.terminate()
-        _, err = proc.communicate(timeout=30)
-    lines = [json.loads(line) for line in err.splitlines()]  # every line is JSON, uvicorn's own included
+        proc.wait(timeout=30)
+    lines = [json.loads(line) for line in log.read_text().splitlines()]  # every line is JSON, uvicorn's own included
     assert any(line["logger"].startswith("uvicorn") for line in lines)
     probe = [line for line in lines if line.get("request_id") == "probe-7"]
     assert len(probe) == 1 and probe[0]["route"] == "/healthz" and probe[0]["status"] == 200

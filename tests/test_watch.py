@@ -300,17 +300,21 @@ def cli(env, *args, module="indexer") -> subprocess.CompletedProcess:
 def serve(env, settings) -> subprocess.Popen:
     from search import owner
 
-    proc = subprocess.Popen([sys.executable, "-m", "search", "serve", "--port", str(free_port())], env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    # stderr to a file: the server logs a line per request, and an unread pipe would block it once full
+    log = settings.data_dir.parent / "serve.log"
+    with log.open("a") as err:
+        proc = subprocess.Popen([sys.executable, "-m", "search", "serve", "--port", str(free_port())], env=env,
+                                stdout=subprocess.DEVNULL, stderr=err, text=True)
+    proc.log = log
     until(lambda: proc.poll() is not None or owner.find(settings.data_dir) is not None, "search serve started", 120, 0.2)
-    assert proc.poll() is None, proc.stderr.read()
+    assert proc.poll() is None, log.read_text()
     return proc
 
 
 def stop(proc: subprocess.Popen) -> str:
     proc.send_signal(signal.SIGINT)
     proc.wait(timeout=60)
-    log = proc.stderr.read()
+    log = proc.log.read_text()
     assert "Traceback" not in log, log
     return log
 
@@ -363,12 +367,14 @@ def test_indexer_watch_registers_a_server_side_watch_that_survives_a_restart(env
         stop(server)
 
 
-def test_watch_without_a_server_runs_in_the_foreground_until_interrupted(env, kb):
-    proc = subprocess.Popen([sys.executable, "-m", "indexer", "watch", str(kb), "--quiet-ms", "200"], env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+def test_watch_without_a_server_runs_in_the_foreground_until_interrupted(env, kb, tmp_path):
+    log = tmp_path / "watch.log"  # a file, not an unread pipe that would block the watcher once full
+    with log.open("a") as err:
+        proc = subprocess.Popen([sys.executable, "-m", "indexer", "watch", str(kb), "--quiet-ms", "200"], env=env,
+                                stdout=subprocess.PIPE, stderr=err, text=True)
     try:
         first = proc.stdout.readline()
-        assert "caught up: 2 indexed" in first, first + proc.stderr.read() if proc.poll() is not None else first
+        assert "caught up: 2 indexed" in first, first + log.read_text() if proc.poll() is not None else first
         (kb / "bees.md").write_text("# Bees\n\nThe beekeeper checks the hives for the queen bee every spring.\n")
         line = proc.stdout.readline()
         assert "bees.md: 1 indexed, 0 updated, 0 pruned, 0 failed" in line, line
@@ -376,5 +382,5 @@ def test_watch_without_a_server_runs_in_the_foreground_until_interrupted(env, kb
         proc.send_signal(signal.SIGINT)
         proc.wait(timeout=60)
     assert proc.returncode == 0
-    err = proc.stderr.read()
+    err = log.read_text()
     assert "Traceback" not in err and "stopped after" in err, err

@@ -8,20 +8,23 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from contextlib import asynccontextmanager
+from contextlib import asynccontextmanager, nullcontext
 
 import uvicorn
 from fastapi import FastAPI
+from starlette.routing import Route
 
 from search import owner
 from search.api.backend import Backend
 from search.api.errors import add_error_handlers
 from search.api.limits import LimitRequestSize
-from search.api.routes import health, ingest, search, watches
+from search.api.routes import embeddings, health, ingest, search, watches
 from search.api.schemas import errors
-from search.api.security import SCOPES
+from search.api.security import SCOPES, KeyGuard
 from search.config import Settings
 from search.errors import StoreInUse
+from search.mcp import McpEndpoint
+from search.mcp import build as build_mcp
 from search.observability import ApiMetrics, RequestObserver, configure_logging
 
 log = logging.getLogger("search.api")
@@ -32,12 +35,15 @@ def create_app(settings: Settings) -> FastAPI:
         raise ValueError(f"api_key_scope: must be one of {', '.join(SCOPES)}, got {settings.api_key_scope!r}")
     metrics = ApiMetrics()
     backend = Backend(settings, metrics)
+    local_only = not settings.api_key and settings.api_host in ("127.0.0.1", "localhost", "::1")
+    mcp = McpEndpoint(build_mcp(lambda: nullcontext(backend.service())), local_only=local_only)
 
     @asynccontextmanager
     async def lifespan(_app: FastAPI):
         backend.jobs.resume()  # jobs a previous run did not finish (a crash, kill -9) run again
         backend.watches.start()  # the recorded folder watches, each catching up with a rescan first
-        yield
+        async with mcp.run():
+            yield
         backend.close()
 
     app = FastAPI(title="Multimodal search API", version="1.0", lifespan=lifespan,
@@ -48,8 +54,10 @@ def create_app(settings: Settings) -> FastAPI:
     app.add_middleware(LimitRequestSize, limit=settings.max_request_bytes)
     app.add_middleware(RequestObserver, metrics=metrics)  # outermost: sees 413s and every error too
     add_error_handlers(app)
-    for router in (health.public, health.reads, health.writes, search.router, ingest.router, watches.router):
+    for router in (health.public, health.reads, health.writes, search.router, ingest.router, watches.router, embeddings.router):
         app.include_router(router)
+    # MCP over streamable HTTP, behind the same key (the SDK's own transport; tools call the services)
+    app.router.routes.append(Route("/mcp", KeyGuard(mcp, backend), methods=["GET", "POST", "DELETE"], include_in_schema=False))
     return app
 
 

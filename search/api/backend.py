@@ -85,6 +85,10 @@ class Backend:
         self._open()
         return IngestService(self.settings, self.resources)
 
+    def embedder(self) -> SearchService:
+        """The query service for embeddings on request: Triton only, so the store is not opened."""
+        return SearchService(self.settings, self.resources)
+
     def unopened_service(self) -> SearchService:
         """The query service without opening the store: for reporting on a store that may be busy."""
         return SearchService(self.settings, self.resources)

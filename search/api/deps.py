@@ -7,5 +7,5 @@ from fastapi import Request
 from search.api.backend import Backend
 
 
-def get_backend(request: Request) -> Backend:
+async def get_backend(request: Request) -> Backend:  # async: a sync dependency costs a thread hop per request
     return request.app.state.backend

@@ -1,16 +1,30 @@
 """Errors as JSON: a service error maps to its status code, a validation error names the field, and
-an unexpected error is a 500 with the same body as every other error (the traceback goes to the log)."""
+an unexpected error is a 500 with the same body as every other error (the traceback goes to the log).
+Under /v1 (the OpenAI-compatible routes) the body is OpenAI's ``{"error": {...}}`` and a request that
+does not match the schema is a 400, as OpenAI's clients expect."""
 
 from __future__ import annotations
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
+from starlette.exceptions import HTTPException
 
-from search.errors import BadRequest, EmptyCollection, ModelNotReady, ServiceError, StoreUnavailable, TritonUnavailable
+from search.api import openai
+from search.errors import BadRequest, EmptyCollection, ModelNotReady, NotFound, ServiceError, StoreUnavailable, TritonUnavailable
 from search.observability import note_error
 
-STATUS = {BadRequest: 400, EmptyCollection: 409, ModelNotReady: 503, TritonUnavailable: 503, StoreUnavailable: 503}
+STATUS = {NotFound: 404, BadRequest: 400, EmptyCollection: 409, ModelNotReady: 503, TritonUnavailable: 503,
+          StoreUnavailable: 503}
+
+
+def error_response(path: str, status: int, message: str, *, param: str | None = None, kind: str | None = None,
+                   headers: dict | None = None) -> JSONResponse:
+    """The error body of the route at ``path``: OpenAI's under /v1, the project's elsewhere."""
+    if openai.is_openai(path):
+        return JSONResponse(openai.error_body(status, message, param), status_code=status, headers=headers)
+    body = {"detail": message, **({"error": kind} if kind else {})}
+    return JSONResponse(body, status_code=status, headers=headers)
 
 
 def add_error_handlers(app: FastAPI) -> None:
@@ -18,19 +32,26 @@ def add_error_handlers(app: FastAPI) -> None:
     async def service_error(request: Request, exc: ServiceError) -> JSONResponse:
         status = next((code for cls, code in STATUS.items() if isinstance(exc, cls)), 500)
         note_error(request, exc)
-        return JSONResponse({"detail": str(exc), "error": type(exc).__name__}, status_code=status)
+        return error_response(request.url.path, status, str(exc), param=getattr(exc, "param", None), kind=type(exc).__name__)
+
+    @app.exception_handler(HTTPException)
+    async def http_error(request: Request, exc: HTTPException) -> JSONResponse:
+        return error_response(request.url.path, exc.status_code, str(exc.detail), headers=exc.headers)
 
     @app.exception_handler(RequestValidationError)
-    async def invalid(_request: Request, exc: RequestValidationError) -> JSONResponse:
+    async def invalid(request: Request, exc: RequestValidationError) -> JSONResponse:
         """One readable message that starts with the field, plus pydantic's list for programs."""
-        messages = []
+        messages, fields = [], []
         for e in exc.errors():
             loc = [str(p) for p in e["loc"][1:]] or [str(e["loc"][0])]  # drop 'body' / 'query' / 'path'
             where = loc[0] + "".join(f"[{p}]" if p.isdigit() else f".{p}" for p in loc[1:])
             messages.append(f"{where}: {e['msg']}")
+            fields.append(loc[0])
+        if openai.is_openai(request.url.path):
+            return JSONResponse(openai.error_body(400, "; ".join(messages), fields[0] if fields else None), status_code=400)
         errors = [{"loc": list(e["loc"]), "msg": e["msg"], "type": e["type"]} for e in exc.errors()]
         return JSONResponse({"detail": "; ".join(messages), "errors": errors}, status_code=422)
 
     @app.exception_handler(Exception)  # Starlette answers with this, then re-raises for the server's log
-    async def unexpected(_request: Request, _exc: Exception) -> JSONResponse:
-        return JSONResponse({"detail": "internal error: the server log has the details"}, status_code=500)
+    async def unexpected(request: Request, _exc: Exception) -> JSONResponse:
+        return error_response(request.url.path, 500, "internal error: the server log has the details")

@@ -5,7 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from fastapi import HTTPException, UploadFile
-from fastapi.responses import JSONResponse
+
+from search.api.errors import error_response
 
 CHUNK = 1 << 20
 MAX_FILES = 100  # per upload request
@@ -26,7 +27,7 @@ class LimitRequestSize:
             return await self.app(scope, receive, send)
         length = dict(scope["headers"]).get(b"content-length")
         if length is not None and length.isdigit() and int(length) > self.limit:
-            response = JSONResponse({"detail": self._message()}, status_code=413)
+            response = error_response(scope["path"], 413, self._message())
             return await response(scope, receive, send)
         seen = 0
 

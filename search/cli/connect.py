@@ -30,3 +30,20 @@ def query_service(ctx: typer.Context) -> Iterator:
 
     with opened(SearchService, ctx) as svc:
         yield svc
+
+
+@contextmanager
+def service_for(settings) -> Iterator:
+    """``query_service`` for a long-running face that asks now and then (`search mcp`): looked up per
+    call, and a store opened here is released after it, so ingest and `search serve` are not locked out."""
+    found = owner.serving(settings)
+    if found is not None:
+        yield RemoteService(found)
+        return
+    from search.services.query import SearchService  # noqa: PLC0415  (qdrant-client, ~0.75 s: only a run without a server needs it)
+
+    svc = SearchService(settings)
+    try:
+        yield svc
+    finally:
+        svc.close()

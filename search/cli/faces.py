@@ -11,6 +11,7 @@ import time
 import typer
 
 from search import owner
+from search.cli.connect import service_for
 from search.cli.support import fail, guarded, say, settings_of
 from search.locations import PROJECT_ROOT
 
@@ -41,6 +42,18 @@ def serve(
         run_api(settings, host, port, announce=lambda url: say("REST API on {} (OpenAPI docs at /docs; Ctrl+C stops it)", url))
     except KeyboardInterrupt:
         raise typer.Exit(0) from None
+
+
+@guarded
+def mcp(ctx: typer.Context) -> None:
+    """Serve the search tools over MCP (stdio) for a desktop assistant or an agent framework: document
+    and photo search, entailment, passages and documents by id. Through the running `search serve` when
+    one owns the data dir, else on the store directly (opened per call). `search serve` also serves
+    MCP over HTTP at /mcp."""
+    from search.mcp import build  # noqa: PLC0415  (the MCP SDK loads only for this command)
+
+    settings = settings_of(ctx)
+    build(lambda: service_for(settings)).run("stdio")
 
 
 @guarded

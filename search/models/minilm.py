@@ -11,6 +11,7 @@ from search.triton.client import TritonClient, text_tensor
 
 DIM = 384
 MAX_TOKENS = 256
+BATCH = 64  # max_batch_size of the minilm models
 
 
 class MiniLM(Family):

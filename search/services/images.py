@@ -5,7 +5,9 @@ from __future__ import annotations
 from dataclasses import replace
 from pathlib import Path
 
-from search.errors import BadRequest, EmptyCollection
+from qdrant_client import models
+
+from search.errors import BadRequest, EmptyCollection, NotFound
 from search.media.photos import BadImage, decode_photo, open_photo
 from search.models import clip, family
 from search.services.entailment import Entailment
@@ -55,6 +57,19 @@ class ImageSearch(Entailment):
             hits = dated + [h for h in hits if h.taken_at is None]
         return hits
 
+    def photo_path(self, photo: str) -> Path:
+        """A photo named by its path or by its id (the sha256 that search hits carry)."""
+        if not photo or "\0" in photo:
+            raise BadRequest("photo: give a photo's path or id", "photo")
+        path = Path(photo).expanduser()
+        if len(photo) == 64 and all(c in "0123456789abcdef" for c in photo) and not path.exists():
+            flt = models.Filter(must=[models.FieldCondition(key="sha256", match=models.MatchValue(value=photo))])
+            points, _ = self.store.scroll(IMAGES, flt, limit=1)
+            if not points:
+                raise NotFound(f"photo: no photo with id {photo} in the index", "photo")
+            return Path(ImageHit.from_point(points[0]).path)
+        return path
+
     def _verify(self, text: str, hits: list[ImageHit], min_entailment: float | None) -> list[ImageHit]:
         """Re-rank by P(entailment) of ``text`` per photo (OFA). A photo whose file can no longer be
         read or decoded is kept last, unverified (dropped under a threshold)."""
@@ -74,18 +89,21 @@ class ImageSearch(Entailment):
         return checked + [h for i, h in enumerate(hits) if verdicts.get(i) is None]
 
     def _example_image(self, like: Path | bytes) -> bytes:
-        """The query photo as the server's step takes it (decoded and checked here first, so a bad
-        upload is a 4xx naming it)."""
-        limit = self.settings.max_image_bytes
-        try:
-            if isinstance(like, bytes):
-                if len(like) > limit:
-                    raise BadImage(f"too large: {len(like) / 1e6:.1f} MB > {limit / 1e6:.1f} MB limit")
-                photo, _ = decode_photo(like, max_pixels=self.settings.max_image_pixels)
-            else:
-                photo, _ = open_photo(Path(like).expanduser(), max_pixels=self.settings.max_image_pixels,
-                                      max_bytes=limit)
-        except BadImage as exc:
-            where = "the uploaded image" if isinstance(like, bytes) else str(like)
-            raise BadRequest(f"like: {where}: {exc}") from exc
-        return photo.data
+        return example_image(self.settings, like)
+
+
+def example_image(settings, like: Path | bytes) -> bytes:
+    """The query photo as the server's step takes it (decoded and checked here first, so a bad
+    upload is a 4xx naming it)."""
+    limit = settings.max_image_bytes
+    try:
+        if isinstance(like, bytes):
+            if len(like) > limit:
+                raise BadImage(f"too large: {len(like) / 1e6:.1f} MB > {limit / 1e6:.1f} MB limit")
+            photo, _ = decode_photo(like, max_pixels=settings.max_image_pixels)
+        else:
+            photo, _ = open_photo(Path(like).expanduser(), max_pixels=settings.max_image_pixels, max_bytes=limit)
+    except BadImage as exc:
+        where = "the uploaded image" if isinstance(like, bytes) else str(like)
+        raise BadRequest(f"like: {where}: {exc}") from exc
+    return photo.data

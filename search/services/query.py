@@ -2,8 +2,9 @@
 
 from search.services.admin import Admin
 from search.services.documents import DocumentSearch
+from search.services.embeddings import Embeddings
 from search.services.images import ImageSearch
 
 
-class SearchService(DocumentSearch, ImageSearch, Admin):
-    """Documents, photos, entailment, status and the store's own commands."""
+class SearchService(DocumentSearch, ImageSearch, Embeddings, Admin):
+    """Documents, photos, entailment, embeddings on request, status and the store's own commands."""

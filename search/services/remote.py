@@ -4,6 +4,7 @@ same methods, same hits, same errors as ``SearchService``, so a face does not ca
 from __future__ import annotations
 
 from pathlib import Path
+from urllib.parse import urlencode
 
 from search import errors
 from search.rest_client import RestClient
@@ -43,6 +44,23 @@ class RemoteService(RestClient):
         form = {"hypothesis": hypothesis, "premise": premise}
         return _hit(Verdict, self.call("POST", "/entail", form=form, upload=("image", _image(image, "image"))))
 
+    def get_passage(self, passage_id: str | None = None, *, path: str | None = None, chunk: int | None = None,
+                    max_chars: int | None = None, full_text: bool = False) -> DocumentHit:
+        query = {"id": passage_id, "path": _here(path), "chunk": chunk, "max_chars": max_chars, "full_text": full_text or None}
+        return _hit(DocumentHit, self.call("GET", "/passages?" + _query(query)))
+
+    def get_document(self, path: str | None = None, *, sha256: str | None = None, max_chars: int = 20_000) -> dict:
+        return self.call("GET", "/documents?" + _query({"path": _here(path), "sha256": sha256, "max_chars": max_chars}))
+
+    def photo_path(self, photo: str) -> Path:
+        """A photo's path, or the path of the photo with this id (as the server resolves it)."""
+        if len(photo) == 64 and all(c in "0123456789abcdef" for c in photo) and not Path(photo).exists():
+            return Path(self.call("GET", f"/photos/{photo}")["path"])
+        return Path(photo).expanduser()
+
+    def collections(self) -> dict:
+        return self.call("GET", "/collections")
+
     def status(self) -> dict:
         return self.call("GET", "/status")
 
@@ -51,6 +69,10 @@ class RemoteService(RestClient):
 
     def optimize_store(self) -> None:
         self.call("POST", "/store/optimize")
+
+
+def _query(params: dict) -> str:
+    return urlencode({k: v for k, v in params.items() if v is not None})
 
 
 def _here(folder: str | None) -> str | None:

@@ -60,7 +60,8 @@ class DocumentHit(_Paths):
         return flat if len(flat) <= width else flat[: width - 1].rsplit(" ", 1)[0] + "…"
 
     def as_dict(self) -> dict:
-        return {**asdict(self), **self._json_paths(), "citation": self.citation}
+        # the fields one level deep (dataclasses.asdict deep-copies: a REST answer of 100 hits paid for it)
+        return {**{name: getattr(self, name) for name in _DOCUMENT_FIELDS}, **self._json_paths(), "citation": self.citation}
 
     def bounded(self, max_chars: int | None) -> DocumentHit:
         """This hit with at most ``max_chars`` characters of text (None: all of it), cut at a word
@@ -75,13 +76,17 @@ class DocumentHit(_Paths):
         return replace(self, text=head.rstrip(), truncated=True)
 
     @classmethod
-    def from_point(cls, p: models.ScoredPoint, mode: str, scale: float = 1.0) -> DocumentHit:
+    def from_point(cls, p: models.ScoredPoint | models.Record, mode: str, scale: float = 1.0) -> DocumentHit:
+        """A hit from a search's point, or from a record looked up by id (score 0)."""
         pl = p.payload or {}
         text = pl.get("text", "")
-        return cls(score=float(p.score) * scale, path=from_stored(pl.get("path", "")), chunk=int(pl.get("chunk", 0)),
+        return cls(score=float(getattr(p, "score", 0.0)) * scale, path=from_stored(pl.get("path", "")), chunk=int(pl.get("chunk", 0)),
                    text=text, sha256=pl.get("sha256", ""), paths=[from_stored(x) for x in pl.get("paths", [])],
                    start=pl.get("start"), end=pl.get("end"), page=pl.get("page"), title=pl.get("title"),
                    section=pl.get("section"), mode=mode, length=len(text))
+
+
+_DOCUMENT_FIELDS = tuple(DocumentHit.__dataclass_fields__)
 
 
 @dataclass(frozen=True)
@@ -109,10 +114,10 @@ class ImageHit(_Paths):
         return {**asdict(self), **self._json_paths(), "taken": self.taken}
 
     @classmethod
-    def from_point(cls, p: models.ScoredPoint) -> ImageHit:
+    def from_point(cls, p: models.ScoredPoint | models.Record) -> ImageHit:
         pl = p.payload or {}
         loc = pl.get("location") or {}
-        return cls(score=float(p.score), path=from_stored(pl.get("path", "")), sha256=pl.get("sha256", ""),
+        return cls(score=float(getattr(p, "score", 0.0)), path=from_stored(pl.get("path", "")), sha256=pl.get("sha256", ""),
                    paths=[from_stored(x) for x in pl.get("paths", [])], width=pl.get("width"), height=pl.get("height"),
                    taken_at=pl.get("taken_at"), camera=pl.get("camera"), latitude=loc.get("lat"),
                    longitude=loc.get("lon"), thumbnail=pl.get("thumbnail"))

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from fastapi import APIRouter, Depends, File, Form, UploadFile
+from fastapi import APIRouter, Depends, File, Form, Path, Query, UploadFile
+from fastapi.responses import JSONResponse
 from starlette.concurrency import run_in_threadpool
 
 from search.api.backend import Backend
@@ -12,7 +13,8 @@ from search.api.deps import get_backend
 from search.api.limits import read_limited
 from search.api.schemas import DocumentQuery, ImageQuery, PhotoFilters, errors, utf8_text
 from search.api.security import require_key
-from search.services import MAX_TOP_K, SORTS, prompt_context
+from search.services import HIT_CHARS_LIMIT, MAX_TOP_K, SORTS, prompt_context
+from search.services.documents import DOCUMENT_CHARS
 
 router = APIRouter(dependencies=[Depends(require_key(writes=False))], tags=["search"], responses=errors(401, 400, 422, 503))
 
@@ -23,7 +25,8 @@ def search_documents(body: DocumentQuery, backend: Backend = Depends(get_backend
                                               folder=body.folder, mode=body.mode, suffixes=body.types or (),
                                               max_chars=body.max_chars,
                                               full_text=body.full_text)
-    return {"query": body.query, "hits": [h.as_dict() for h in hits], "context": prompt_context(hits)}
+    # A JSONResponse as is: FastAPI would otherwise walk the whole answer through jsonable_encoder first
+    return JSONResponse({"query": body.query, "hits": [h.as_dict() for h in hits], "context": prompt_context(hits)})
 
 
 @router.post("/search/images", summary="Photos that match a text (CLIP)", responses=errors(409))
@@ -31,7 +34,7 @@ def search_images(body: ImageQuery, backend: Backend = Depends(get_backend)) -> 
     hits = backend.service().search_images(body.text, top_k=body.top_k, min_score=body.min_score,
                                            filters=body.to_filters(), sort=body.sort, verify=body.verify,
                                            min_entailment=body.min_entailment)
-    return {"text": body.text, "hits": [h.as_dict() for h in hits]}
+    return JSONResponse({"text": body.text, "hits": [h.as_dict() for h in hits]})
 
 
 @router.post("/entail", summary="Does the uploaded photo support the hypothesis? (OFA visual entailment)",
@@ -62,3 +65,31 @@ async def search_like(image: UploadFile = File(description="the example photo"),
     hits = await run_in_threadpool(backend.service().search_images, like=data, top_k=top_k, min_score=min_score,
                                    filters=filters, sort=sort)  # off the event loop, like the sync routes
     return {"like": image.filename, "hits": [h.as_dict() for h in hits]}
+
+
+SHA256 = r"^[0-9a-f]{64}$"
+
+
+@router.get("/passages", summary="One passage by its id (SHA256:CHUNK) or by path and chunk", responses=errors(404, 409))
+def passage(id: Annotated[str | None, Query(pattern=r"^[0-9a-f]{64}:[0-9]{1,9}$")] = None,
+            path: Annotated[str | None, Query(min_length=1, max_length=4096)] = None,
+            chunk: Annotated[int | None, Query(ge=0, le=10**9)] = None,
+            max_chars: Annotated[int | None, Query(ge=1, le=HIT_CHARS_LIMIT)] = None, full_text: bool = False,
+            backend: Backend = Depends(get_backend)) -> dict:
+    hit = backend.service().get_passage(id, path=utf8_text(path) if path else None, chunk=chunk, max_chars=max_chars,
+                                        full_text=full_text)
+    return hit.as_dict()
+
+
+@router.get("/documents", summary="A document's indexed text, its passages in order, bounded by max_chars",
+            responses=errors(404, 409))
+def document(path: Annotated[str | None, Query(min_length=1, max_length=4096)] = None,
+             sha256: Annotated[str | None, Query(pattern=SHA256)] = None,
+             max_chars: Annotated[int, Query(ge=1, le=HIT_CHARS_LIMIT)] = DOCUMENT_CHARS,
+             backend: Backend = Depends(get_backend)) -> dict:
+    return backend.service().get_document(utf8_text(path) if path else None, sha256=sha256, max_chars=max_chars)
+
+
+@router.get("/photos/{photo_id}", summary="Where the photo with this id (its sha256) is", responses=errors(404, 409))
+def photo_by_id(photo_id: Annotated[str, Path(pattern=SHA256)], backend: Backend = Depends(get_backend)) -> dict:
+    return {"id": photo_id, "path": str(backend.service().photo_path(photo_id))}

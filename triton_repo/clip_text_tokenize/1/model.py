@@ -33,7 +33,7 @@ class TritonPythonModel:
             padded = tokens.pad_requests(encodings, counts, self.pad_id)
         else:
             padded = [tokens.pad(part, self.pad_id, width=self.length) for part in _split(encodings, counts)]
-        return [{name: out[name] for name in ("input_ids", "attention_mask", "TRUNCATED")} for out in padded]
+        return [{name: out[name] for name in ("input_ids", "attention_mask", "TRUNCATED", "NUM_TOKENS")} for out in padded]
 
 
 def _split(items: list, counts: list[int]) -> list[list]:

@@ -1,0 +1,51 @@
+"""OpenAI-compatible embeddings (`POST /v1/embeddings`) and the models that serve them (`GET /v1/models`)."""
+
+from __future__ import annotations
+
+import base64
+
+from fastapi import APIRouter, Depends
+from fastapi.responses import JSONResponse
+
+from search.api.backend import Backend
+from search.api.deps import get_backend
+from search.api.openai import EmbeddingList, EmbeddingRequest, ModelCard, ModelList, errors
+from search.api.security import require_key
+from search.errors import NotFound
+
+router = APIRouter(prefix="/v1", dependencies=[Depends(require_key(writes=False))], tags=["openai"],
+                   responses=errors(401, 413, 500, 503, "4XX"))
+
+
+@router.post("/embeddings", summary="Vectors from the served models, in OpenAI's request and response shape",
+             response_model=EmbeddingList, responses=errors(400, 404))
+def embeddings(body: EmbeddingRequest, backend: Backend = Depends(get_backend)) -> dict:
+    out = backend.embedder().embed(body.model, body.input, dimensions=body.dimensions)
+    if body.encoding_format == "base64":
+        data = [base64.b64encode(v.astype("<f4").tobytes()).decode("ascii") for v in out.vectors]
+    else:
+        data = out.vectors.tolist()
+    tokens = sum(out.tokens)
+    # A JSONResponse as is: jsonable_encoder over thousands of floats per vector costs more than the model
+    return JSONResponse({"object": "list", "model": out.model.name, "usage": {"prompt_tokens": tokens, "total_tokens": tokens},
+                         "data": [{"object": "embedding", "index": i, "embedding": e} for i, e in enumerate(data)]})
+
+
+@router.get("/models", summary="The embedding models served now", response_model=ModelList)
+def models(backend: Backend = Depends(get_backend)) -> dict:
+    return {"object": "list", "data": [_card(m) for m in backend.embedder().embedding_models() if m["ready"]]}
+
+
+@router.get("/models/{model}", summary="One embedding model", response_model=ModelCard, responses=errors(404))
+def model(model: str, backend: Backend = Depends(get_backend)) -> dict:
+    for m in backend.embedder().embedding_models():
+        if model == m["id"] or model in m["aliases"]:
+            if not m["ready"]:
+                break
+            return _card(m)
+    raise NotFound(f"model: {model!r} is not served here (GET /v1/models lists those that are)", "model")
+
+
+def _card(m: dict) -> dict:
+    return {"id": m["id"], "object": "model", "created": 0, "owned_by": "multimodal-search", "input": m["input"],
+            "dimensions": m["dimensions"], "description": m["description"]}

@@ -1,0 +1,205 @@
+"""The MCP server: tools over the query services, like the REST routes (no search logic here).
+
+``build(connect)`` makes the server; ``connect()`` is a context manager that yields a query service
+for one call (the REST face's shared one, or, for `search mcp` over stdio, one opened for the call
+or the owning server's). Tool arguments pass straight through to the service functions, so options
+the services gain reach bots by adding them here too."""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import json
+import logging
+from collections.abc import Callable
+from contextlib import AbstractContextManager
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+from mcp.server.mcpserver import Image, MCPServer
+from mcp.server.mcpserver.exceptions import ResourceError, ToolError
+from mcp.server.transport_security import TransportSecuritySettings
+from mcp_types import TextContent, ToolAnnotations
+from pydantic import Field
+
+from search.errors import ServiceError
+from search.services.options import HIT_CHARS_LIMIT, MAX_TOP_K, MODES, SORTS, ImageFilters
+from search.services.results import DocumentHit, ImageHit, prompt_context
+
+Connect = Callable[[], AbstractContextManager[Any]]
+THUMBNAIL_BYTES = 512 * 1024  # a thumbnail larger than this is left out (they are ~320 px JPEGs)
+DOCUMENT_CHARS = 20_000
+READ_ONLY = ToolAnnotations(readOnlyHint=True, openWorldHint=False)
+INSTRUCTIONS = ("Semantic search over an indexed knowledge base (documents: passages with citations) and a photo "
+                "library (CLIP text-to-image and image-to-image, OFA visual entailment). Cite passages by their "
+                "citation; fetch more context with get_passage / get_document.")
+
+TopK = Annotated[int, Field(ge=1, le=MAX_TOP_K, description="how many hits")]
+Chars = Annotated[int, Field(ge=1, le=HIT_CHARS_LIMIT)]
+Text = Annotated[str, Field(min_length=1, max_length=2000)]
+
+
+def _call(connect: Connect, fn: Callable[[Any], Any]) -> Any:
+    """``fn(service)`` with a service error as the tool's error message (one line, no traceback)."""
+    try:
+        with connect() as svc:
+            return fn(svc)
+    except ServiceError as exc:
+        raise ToolError(str(exc)) from None
+
+
+def passage(h: DocumentHit) -> dict[str, Any]:
+    return {"id": f"{h.sha256}:{h.chunk}", "citation": h.citation, "path": h.display_path, "chunk": h.chunk,
+            "page": h.page, "section": h.section, "score": round(h.score, 6), "text": h.text,
+            "truncated": h.truncated, "length": h.length}
+
+
+def photo(h: ImageHit) -> dict[str, Any]:
+    return {"id": h.sha256, "path": h.display_path, "score": round(h.score, 6), "taken": h.taken, "camera": h.camera,
+            "width": h.width, "height": h.height, "latitude": h.latitude, "longitude": h.longitude,
+            **({"entailment": h.entailment} if h.entailment is not None else {})}
+
+
+def _decode(image_base64: str, name: str) -> bytes:
+    text = image_base64.strip().split(",", 1)[-1] if image_base64.strip().startswith("data:") else image_base64.strip()
+    try:
+        return base64.b64decode(text, validate=True)
+    except (binascii.Error, ValueError):
+        raise ToolError(f"{name}: not base64 (send the image's bytes base64-encoded, or a data: URL)") from None
+
+
+def _thumbnail(h: ImageHit) -> Image | None:
+    for candidate in (h.thumbnail, h.path):
+        try:
+            p = Path(candidate) if candidate else None
+            if p is not None and p.is_file() and p.stat().st_size <= THUMBNAIL_BYTES:
+                fmt = {".png": "png", ".gif": "gif", ".webp": "webp"}.get(p.suffix.lower(), "jpeg")
+                return Image(data=p.read_bytes(), format=fmt)
+        except OSError:
+            continue
+    return None
+
+
+def _server(name: str) -> MCPServer:
+    """MCPServer(), without the logging it sets up: the SDK calls logging.basicConfig (a rich handler
+    on the root logger at INFO, so every httpx request of the host process was logged) unless the
+    root logger has a handler. Logging is the host process's to configure."""
+    root, guard = logging.getLogger(), logging.NullHandler()
+    root.addHandler(guard)
+    try:
+        return MCPServer(name, instructions=INSTRUCTIONS)
+    finally:
+        root.removeHandler(guard)
+
+
+def build(connect: Connect, *, name: str = "multimodal-search") -> MCPServer:
+    mcp = _server(name)
+
+    @mcp.tool(annotations=READ_ONLY)
+    def search_documents(query: Text, top_k: TopK = 5,
+                         mode: Annotated[Literal[MODES] | None, Field(description="default: the server's (auto)")] = None,
+                         folder: Annotated[str | None, Field(description="only files under this folder")] = None,
+                         types: Annotated[list[str] | None, Field(description="only these file types, e.g. ['pdf']")] = None,
+                         min_score: float | None = None,
+                         max_chars: Annotated[Chars | None, Field(description="characters per passage (default 2000)")] = None,
+                         ) -> dict[str, Any]:
+        """Passages of the indexed documents that answer the query, best first, each with its citation
+        (path, page, section, chunk), score and id (for get_passage), plus a numbered context for a prompt."""
+        def run(svc):
+            hits = svc.search_documents(query, top_k=top_k, mode=mode, folder=folder, suffixes=types or (),
+                                        min_score=min_score, max_chars=max_chars)
+            return {"query": query, "hits": [passage(h) for h in hits], "context": prompt_context(hits)}
+        return _call(connect, run)
+
+    @mcp.tool(annotations=READ_ONLY, structured_output=False)
+    def search_images(text: Annotated[str | None, Field(max_length=2000, description="what the photos show")] = None,
+                      image_base64: Annotated[str | None, Field(description="an example photo, base64 (instead of text)")] = None,
+                      top_k: Annotated[int, Field(ge=1, le=50)] = 6,
+                      after: Annotated[str | None, Field(description="taken on or after, e.g. 2021-07-14")] = None,
+                      before: str | None = None, camera: str | None = None,
+                      near: Annotated[str | None, Field(description="LAT,LON,KM")] = None,
+                      folder: str | None = None, types: list[str] | None = None,
+                      sort: Literal[SORTS] = "score", thumbnails: bool = True) -> list:
+        """Photos that match a text (CLIP) or look like an example photo, with their metadata as JSON and,
+        unless thumbnails is false, a thumbnail of each (in the same order)."""
+        like = _decode(image_base64, "image_base64") if image_base64 else None
+
+        def run(svc):
+            filters = ImageFilters.parse(after=after, before=before, camera=camera, near=near, folder=folder,
+                                         suffixes=types or ())
+            return svc.search_images(text, like=like, top_k=top_k, filters=filters, sort=sort)
+        hits = _call(connect, run)
+        found = [photo(h) for h in hits]
+        out: list = [TextContent(type="text", text=json.dumps({"hits": found}, ensure_ascii=False))]
+        if thumbnails:
+            out += [t for t in (_thumbnail(h) for h in hits) if t is not None]
+        return out
+
+    @mcp.tool(annotations=READ_ONLY)
+    def entail(hypothesis: Text,
+               photo: Annotated[str | None, Field(description="the photo's path, or its id from search_images")] = None,
+               image_base64: Annotated[str | None, Field(description="or the photo itself, base64")] = None,
+               premise: str | None = None) -> dict[str, Any]:
+        """Does the photo support the hypothesis? OFA visual entailment: a label (entailment, neutral,
+        contradiction) and the three probabilities."""
+        if (photo is None) == (image_base64 is None):
+            raise ToolError("photo: give a photo's path or id, or image_base64 (one of them)")
+        image = _decode(image_base64, "image_base64") if image_base64 else None
+
+        def run(svc):
+            where = image if image is not None else svc.photo_path(photo)
+            return {"photo": photo, "hypothesis": hypothesis, **svc.entail(where, hypothesis, premise).as_dict()}
+        return _call(connect, run)
+
+    @mcp.tool(annotations=READ_ONLY)
+    def get_passage(id: Annotated[str | None, Field(description="a hit's id (SHA256:CHUNK)")] = None,
+                    path: str | None = None, chunk: Annotated[int | None, Field(ge=0)] = None,
+                    max_chars: Chars = 8000) -> dict[str, Any]:
+        """One passage by its id, or by its document's path and chunk number (neighbours: chunk ± 1)."""
+        return _call(connect, lambda svc: passage(svc.get_passage(id, path=path, chunk=chunk, max_chars=max_chars)))
+
+    @mcp.tool(annotations=READ_ONLY)
+    def get_document(path: str | None = None, sha256: str | None = None,
+                     max_chars: Annotated[Chars, Field(description="the text stops here (truncated says so)")] = DOCUMENT_CHARS,
+                     ) -> dict[str, Any]:
+        """A document's indexed text (its passages in order), bounded by max_chars."""
+        return _call(connect, lambda svc: svc.get_document(path, sha256=sha256, max_chars=max_chars))
+
+    @mcp.resource("search://collections", name="collections", mime_type="application/json",
+                  description="The knowledge bases and their collections, with the points in each")
+    def collections() -> str:
+        try:
+            with connect() as svc:
+                counts = svc.collections()
+        except ServiceError as exc:
+            raise ResourceError(str(exc)) from None
+        return json.dumps({"knowledge_bases": [{"name": "default", **counts}]})
+
+    return mcp
+
+
+def transport_security(local_only: bool) -> TransportSecuritySettings:
+    """DNS-rebinding protection (Host and Origin must be this machine) for a server without a key on a
+    local address; a key, or a deliberate public address, decides access instead."""
+    if not local_only:
+        return TransportSecuritySettings(enable_dns_rebinding_protection=False)
+    return TransportSecuritySettings(enable_dns_rebinding_protection=True,
+                                     allowed_hosts=["127.0.0.1:*", "localhost:*", "[::1]:*", "testserver"],
+                                     allowed_origins=["http://127.0.0.1:*", "http://localhost:*", "http://[::1]:*"])
+
+
+class McpEndpoint:
+    """/mcp for `search serve`: streamable HTTP (stateless, JSON answers) for the MCP server. A fresh
+    session manager per app lifespan (``run()``): the SDK's runs once, and test clients restart apps."""
+
+    def __init__(self, server: MCPServer, local_only: bool) -> None:
+        self.server, self.local_only, self.manager = server, local_only, None
+
+    def run(self):
+        self.server.streamable_http_app(streamable_http_path="/mcp", stateless_http=True, json_response=True,
+                                        transport_security=transport_security(self.local_only))
+        self.manager = self.server.session_manager
+        return self.manager.run()
+
+    async def __call__(self, scope, receive, send) -> None:
+        await self.manager.handle_request(scope, receive, send)

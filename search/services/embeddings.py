@@ -1,0 +1,136 @@
+"""Embeddings on request: the served models' vectors for texts (and images), as OpenAI-compatible
+clients ask for them (`POST /v1/embeddings`). The same Triton ensembles that index and search
+compute them, so a bot that embeds here gets the vectors the index holds."""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import re
+from dataclasses import dataclass
+
+import numpy as np
+
+from search.errors import BadRequest, ModelNotReady, NotFound, not_served
+from search.models import bge_m3, clip, family, minilm
+from search.services.base import ServiceBase
+from search.services.images import example_image
+from search.triton.client import text_tensor
+
+MAX_INPUTS = 256  # per request: OpenAI allows 2048, but on a CPU that is minutes of one request
+MAX_INPUT_CHARS = 100_000  # per text; the models cut longer texts at their token limit anyway
+_DATA_URL = re.compile(r"^data:image/[\w.+-]+;base64,", re.IGNORECASE)
+
+
+@dataclass(frozen=True)
+class EmbeddingModel:
+    name: str  # what clients send as `model`
+    family: str  # the model family (search.models)
+    ensemble: str  # the Triton model that computes it
+    input: str  # "text" or "image" (base64)
+    dim: int | None  # None: the built model's width (CLIP's depends on the weights)
+    aliases: tuple[str, ...] = ()
+    description: str = ""
+
+
+MODELS: tuple[EmbeddingModel, ...] = (
+    EmbeddingModel("minilm", "minilm", "minilm", "text", minilm.DIM,
+                   ("all-MiniLM-L6-v2", "sentence-transformers/all-MiniLM-L6-v2"),
+                   "all-MiniLM-L6-v2 sentence vectors (the documents' semantic index); texts cut at 256 tokens"),
+    EmbeddingModel("bge-m3", "bge_m3", "bge_m3", "text", bge_m3.DIM, ("BAAI/bge-m3", "bge_m3"),
+                   "BGE-M3 dense vectors (the documents' dense/hybrid index); texts cut at 8192 tokens"),
+    EmbeddingModel("clip-text", "clip", "clip_text", "text", None, ("clip_text",),
+                   "CLIP text vectors, in the photos' space; texts cut at 77 tokens"),
+    EmbeddingModel("clip-image", "clip", "clip_image", "image", None, ("clip_image",),
+                   "CLIP image vectors (extension: input holds base64 images or data: URLs)"),
+)
+
+
+@dataclass
+class Embedded:
+    model: EmbeddingModel
+    vectors: np.ndarray  # [n, D] float32, unit length
+    tokens: list[int]  # per input: tokens the model saw (0 for images)
+
+
+def embedding_model(name: str) -> EmbeddingModel:
+    """The model called ``name`` (or one of its aliases); NotFound names the ones there are."""
+    for m in MODELS:
+        if name == m.name or name in m.aliases:
+            return m
+    raise NotFound(f"model: no embedding model {name!r} (models: {', '.join(m.name for m in MODELS)})", "model")
+
+
+class Embeddings(ServiceBase):
+    def embedding_models(self) -> list[dict]:
+        """Every embedding model with whether Triton serves it now and its width where known."""
+        out = []
+        for m in MODELS:
+            ready = self.triton.model_ready(m.ensemble)
+            out.append({"id": m.name, "input": m.input, "ready": ready, "dimensions": self._dim(m) if ready else m.dim,
+                        "aliases": list(m.aliases), "description": m.description})
+        return out
+
+    def embed(self, model: str, inputs: str | list[str], *, dimensions: int | None = None) -> Embedded:
+        """Unit vectors for ``inputs`` (texts; base64 images for an image model), one per input in
+        order, from the served model ``model``. ``dimensions``: only the model's own width (no
+        model here is trained to be cut shorter), anything else is refused."""
+        m = embedding_model(model)
+        items = [inputs] if isinstance(inputs, str) else list(inputs)
+        if not items:
+            raise BadRequest("input: must not be empty", "input")
+        if len(items) > MAX_INPUTS:
+            raise BadRequest(f"input: at most {MAX_INPUTS} inputs per request, got {len(items)}", "input")
+        for i, item in enumerate(items):
+            where = "input" if isinstance(inputs, str) else f"input[{i}]"
+            if not isinstance(item, str):
+                raise BadRequest(f"{where}: must be a string (token arrays are not accepted: send the text)", "input")
+            if not item.strip():
+                raise BadRequest(f"{where}: must not be empty", "input")
+            if m.input == "text" and len(item) > MAX_INPUT_CHARS:
+                raise BadRequest(f"{where}: longer than {MAX_INPUT_CHARS:,} characters", "input")
+            try:
+                item.encode("utf-8")  # JSON may carry lone surrogates, which the tokenizers cannot take
+            except UnicodeEncodeError:
+                raise BadRequest(f"{where}: must be valid UTF-8 text", "input") from None
+        if not self.triton.model_ready(m.ensemble):
+            raise ModelNotReady(not_served(m.ensemble, family(m.family).display))
+        if dimensions is not None and dimensions != (m.dim or self._dim(m)):
+            raise BadRequest(f"dimensions: {m.name} gives {m.dim or self._dim(m)}-dimensional vectors only "
+                             f"(it cannot shorten them), got {dimensions}", "dimensions")
+        if m.input == "image":
+            images = [self._image(item, i if not isinstance(inputs, str) else None) for i, item in enumerate(items)]
+            vectors = np.concatenate([clip.embed_images(self.triton, images[s:s + clip.IMAGE_BATCH])
+                                      for s in range(0, len(images), clip.IMAGE_BATCH)])
+            return Embedded(m, vectors, [0] * len(items))
+        if m.family == "bge_m3":
+            outs = bge_m3.encode(self.triton, items, colbert=False)
+            return Embedded(m, np.stack([o.dense for o in outs]), [o.n_tokens for o in outs])
+        batch = minilm.BATCH if m.family == "minilm" else clip.TEXT_BATCH
+        vectors, tokens = [], []
+        for s in range(0, len(items), batch):
+            out = self.triton.infer(m.ensemble, {"TEXT": text_tensor(items[s:s + batch])}, ["EMBEDDING", "NUM_TOKENS"])
+            vectors.append(out["EMBEDDING"])
+            tokens += out["NUM_TOKENS"].reshape(-1).astype(int).tolist()
+        return Embedded(m, np.concatenate(vectors), tokens)
+
+    def _dim(self, m: EmbeddingModel) -> int | None:
+        if m.dim:
+            return m.dim
+        try:
+            return family(m.family).dim(self.settings.triton_repo)
+        except (OSError, ValueError, KeyError):  # a remote Triton's repository is not on this machine
+            return None
+
+    def _image(self, item: str, index: int | None) -> bytes:
+        where = "input" if index is None else f"input[{index}]"
+        text = _DATA_URL.sub("", item.strip(), count=1)
+        try:
+            data = base64.b64decode(text, validate=True)
+        except (binascii.Error, ValueError):
+            raise BadRequest(f"{where}: clip-image takes base64-encoded images (or data: URLs)", "input") from None
+        try:
+            return example_image(self.settings, data)
+        except BadRequest as exc:
+            raise BadRequest(f"{where}: {str(exc).removeprefix('like: the uploaded image: ')}", "input") from None
+

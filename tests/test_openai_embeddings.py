@@ -1,0 +1,126 @@
+"""`POST /v1/embeddings` and `GET /v1/models` as OpenAI's own Python client meets them, against a
+real `search serve` subprocess over the session's Triton: the vectors are the ones search uses,
+usage counts the model's tokens, and bad requests raise the client's own exceptions."""
+
+from __future__ import annotations
+
+import base64
+import io
+
+import numpy as np
+import openai
+import pytest
+from fastapi.testclient import TestClient
+from PIL import Image
+from processes import SearchServer
+from tokenizers import Tokenizer
+
+from search.api import create_app
+from search.models import bge_m3, clip, minilm
+from search.services.images import example_image
+from search.triton.client import TritonClient
+from search.triton.local import free_port
+from search.triton.steps import tokens
+
+KEY = "bot-key-1"
+TEXTS = ["reset password", "The VPN client needs WireGuard and an intranet account.", "ünïcödé – 日本語"]
+
+
+@pytest.fixture
+def server(settings, tmp_path):
+    srv = SearchServer(settings, tmp_path / "serve.log", SEARCH_API_KEY=KEY)
+    yield srv
+    srv.stop()
+
+
+@pytest.fixture
+def client(server) -> openai.OpenAI:
+    return openai.OpenAI(base_url=f"{server.url}/v1", api_key=KEY, max_retries=0, timeout=120)
+
+
+def png(seed: int) -> bytes:
+    buf = io.BytesIO()
+    Image.fromarray(np.random.default_rng(seed).integers(0, 256, (48, 64, 3), dtype=np.uint8)).save(buf, "PNG")
+    return buf.getvalue()
+
+
+def cos(a, b) -> np.ndarray:
+    a, b = np.asarray(a, np.float64), np.asarray(b, np.float64)
+    return (a * b).sum(-1) / np.linalg.norm(a, axis=-1) / np.linalg.norm(b, axis=-1)
+
+
+def token_counts(repo, step: str, texts: list[str], limit: int) -> list[int]:
+    tok = Tokenizer.from_file(str(repo / step / "1" / "tokenizer.json"))
+    return [len(e.ids) for e in tokens.encode(tok, texts, limit)]
+
+
+def test_vectors_are_the_served_models_and_usage_counts_tokens(client, settings):
+    triton = TritonClient(settings.triton_url)
+    served = {m.id: m for m in client.models.list().data}
+    assert set(served) == {"minilm", "bge-m3", "clip-text", "clip-image"}
+    assert served["minilm"].dimensions == 384 and served["bge-m3"].dimensions == 1024
+    assert client.models.retrieve("minilm").id == "minilm"
+
+    out = client.embeddings.create(model="minilm", input=TEXTS)  # the client asks for base64 by default
+    vectors = np.array([d.embedding for d in out.data])
+    expected, _ = minilm.embed(triton, TEXTS)  # what document search embeds a query with
+    assert vectors.shape == (3, 384) and [d.index for d in out.data] == [0, 1, 2] and out.model == "minilm"
+    assert cos(vectors, expected).min() >= 0.9999
+    counts = token_counts(settings.triton_repo, "minilm_tokenize", TEXTS, minilm.MAX_TOKENS)
+    assert out.usage.prompt_tokens == out.usage.total_tokens == sum(counts)
+
+    floats = client.embeddings.create(model="all-MiniLM-L6-v2", input=TEXTS[0], encoding_format="float")
+    assert len(floats.data) == 1 and cos(floats.data[0].embedding, expected[0]) >= 0.9999
+    assert client.embeddings.create(model="minilm", input="x", dimensions=384).data[0].embedding
+
+    dense = np.array([d.embedding for d in client.embeddings.create(model="bge-m3", input=TEXTS).data])
+    m3 = bge_m3.encode(triton, TEXTS, colbert=False)
+    assert dense.shape == (3, bge_m3.DIM) and cos(dense, [o.dense for o in m3]).min() >= 0.9999
+    assert client.embeddings.create(model="bge-m3", input=TEXTS).usage.prompt_tokens == sum(o.n_tokens for o in m3)
+
+    text = client.embeddings.create(model="clip-text", input=TEXTS)
+    expected, _ = clip.embed_texts(triton, TEXTS)  # what photo search embeds a text query with
+    assert cos([d.embedding for d in text.data], expected).min() >= 0.9999
+    assert text.usage.prompt_tokens == sum(token_counts(settings.triton_repo, "clip_text_tokenize", TEXTS, clip.CONTEXT_LENGTH))
+    assert len(text.data[0].embedding) == served["clip-text"].dimensions
+
+    images = [png(1), png(2)]
+    inputs = [base64.b64encode(images[0]).decode(), "data:image/png;base64," + base64.b64encode(images[1]).decode()]
+    pics = client.embeddings.create(model="clip-image", input=inputs)
+    expected = clip.embed_images(triton, [example_image(settings, b) for b in images])  # as search by example does
+    assert cos([d.embedding for d in pics.data], expected).min() >= 0.9999 and pics.usage.prompt_tokens == 0
+
+
+def test_bad_requests_raise_the_clients_own_errors(client, server):
+    def refused(exc_type, param=None, **kwargs) -> dict:
+        with pytest.raises(exc_type) as info:
+            client.embeddings.create(**kwargs)
+        err = info.value.body
+        assert err["message"] and err["type"] and (param is None or err["param"] == param), err
+        return err
+
+    assert refused(openai.NotFoundError, "model", model="ada-002", input="x")["code"] == "model_not_found"
+    assert "384" in refused(openai.BadRequestError, "dimensions", model="minilm", input="x", dimensions=128)["message"]
+    refused(openai.BadRequestError, "input", model="minilm", input="")
+    refused(openai.BadRequestError, "input", model="minilm", input=["fine", "  "])
+    assert "token arrays" in refused(openai.BadRequestError, "input", model="minilm", input=[[101, 2054, 102]])["message"]
+    assert "at most 256" in refused(openai.BadRequestError, "input", model="minilm", input=["x"] * 257)["message"]
+    refused(openai.BadRequestError, "input", model="clip-image", input="not base64!")
+    refused(openai.BadRequestError, "input", model="clip-image", input=base64.b64encode(b"GIF89a broken").decode())
+    refused(openai.BadRequestError, "encoding_format", model="minilm", input="x", encoding_format="int8")
+    with pytest.raises(openai.NotFoundError):
+        client.models.retrieve("gpt-4")
+
+    for key in ("wrong", ""):
+        other = openai.OpenAI(base_url=f"{server.url}/v1", api_key=key or "-", max_retries=0)
+        with pytest.raises(openai.AuthenticationError) as info:
+            other.embeddings.create(model="minilm", input="x")
+        assert info.value.body["code"] == "invalid_api_key"
+
+
+@pytest.mark.filterwarnings("ignore:Failed to obtain server version")
+def test_triton_down_is_a_503_in_openais_shape(settings):
+    with TestClient(create_app(settings.model_copy(update={"triton_url": f"127.0.0.1:{free_port()}"}))) as c:
+        r = c.post("/v1/embeddings", json={"model": "minilm", "input": "x"})
+    assert r.status_code == 503, r.text
+    assert r.json()["error"]["type"] == "server_error" and "Triton" in r.json()["error"]["message"]
