@@ -45,6 +45,10 @@ class BadRequest(ServiceError):
     exit_code = 2
 
 
+class NotFound(BadRequest):
+    """A named thing (a knowledge base, an API key) that does not exist."""
+
+
 def not_served(model: str, family: str) -> str:
     """How to make a model that Triton does not serve available."""
     return (f"the {family} model is not served ('{model}' is not loaded in Triton): build it with "

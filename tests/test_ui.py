@@ -140,6 +140,12 @@ def test_search_page_documents_and_photos(settings, docs, tmp_path, app_factory,
     expect(page.locator("mark").first).to_be_visible()  # the query words are highlighted
     expect(page.get_by_text("Documents: semantic")).to_be_visible()
     shot(page, "1-documents")
+    page.get_by_text("One result per document").click()
+    expect(page.get_by_text(re.compile(r"^\d+ documents \(semantic scores\)"))).to_be_visible(timeout=WAIT_MS)
+    names = hit_names(page, ".md").all_inner_texts()
+    assert names and len(names) == len(set(names)) and names[0] == "reset-password.md"
+    shot(page, "1b-per-document")
+    page.get_by_text("One result per document").click()  # back to passages
 
     page.get_by_text("Photos: text to image").click()
     box = page.get_by_label("Describe the photo")

@@ -17,7 +17,7 @@ from search import owner
 from search.api.backend import Backend
 from search.api.errors import add_error_handlers
 from search.api.limits import LimitRequestSize
-from search.api.routes import health, ingest, search, watches
+from search.api.routes import health, ingest, kb, search, watches
 from search.api.schemas import errors
 from search.api.security import SCOPES
 from search.config import Settings
@@ -48,7 +48,7 @@ def create_app(settings: Settings) -> FastAPI:
     app.add_middleware(LimitRequestSize, limit=settings.max_request_bytes)
     app.add_middleware(RequestObserver, metrics=metrics)  # outermost: sees 413s and every error too
     add_error_handlers(app)
-    for router in (health.public, health.reads, health.writes, search.router, ingest.router, watches.router):
+    for router in (health.public, health.reads, health.writes, search.router, ingest.router, watches.router, kb.reads, kb.writes):
         app.include_router(router)
     return app
 

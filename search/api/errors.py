@@ -7,10 +7,18 @@ from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 
-from search.errors import BadRequest, EmptyCollection, ModelNotReady, ServiceError, StoreUnavailable, TritonUnavailable
+from search.errors import (
+    BadRequest,
+    EmptyCollection,
+    ModelNotReady,
+    NotFound,
+    ServiceError,
+    StoreUnavailable,
+    TritonUnavailable,
+)
 from search.observability import note_error
 
-STATUS = {BadRequest: 400, EmptyCollection: 409, ModelNotReady: 503, TritonUnavailable: 503, StoreUnavailable: 503}
+STATUS = {NotFound: 404, BadRequest: 400, EmptyCollection: 409, ModelNotReady: 503, TritonUnavailable: 503, StoreUnavailable: 503}
 
 
 def add_error_handlers(app: FastAPI) -> None:

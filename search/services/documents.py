@@ -2,60 +2,84 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from qdrant_client import models
 
 from search.errors import BadRequest, EmptyCollection, ModelNotReady, not_served
 from search.models import bge_m3, family, minilm
 from search.services.base import ServiceBase
 from search.services.filters import document_filter
-from search.services.options import MODES, check_max_chars, check_top_k
-from search.services.results import DocumentHit
-from search.store import DOCUMENTS
+from search.services.options import MODES, check_group_size, check_max_chars, check_page
+from search.services.results import DocumentGroup, DocumentHit
+from search.store import DEFAULT_KB, DOCUMENTS, Store
 
 BGE_M3 = family("bge_m3")
-HYBRID_CANDIDATES = 50  # per prefetch (dense, sparse) before fusion and the ColBERT re-rank
+# Candidates per prefetch (dense, sparse) before fusion and the ColBERT re-rank: the first step that
+# reaches offset + top_k.
+HYBRID_DEPTHS = (50, 200, 1_000, 10_000)
 
 
 class DocumentSearch(ServiceBase):
-    def search_documents(self, query: str, *, top_k: int = 5, min_score: float | None = None,
+    def search_documents(self, query: str, *, top_k: int = 5, offset: int = 0, min_score: float | None = None,
                          folder: str | None = None, mode: str | None = None,
                          suffixes: tuple[str, ...] | list[str] = (), max_chars: int | None = None,
-                         full_text: bool = False) -> list[DocumentHit]:
-        """Passages that match ``query``, with citations. ``mode``: one of MODES (default: the
-        ``search_mode`` setting, "auto"). Each hit's text stops near ``max_chars`` characters (default
-        HIT_CHARS; the hit says truncated and the whole length), or is whole with ``full_text``."""
+                         full_text: bool = False, kb: str | None = None) -> list[DocumentHit]:
+        """Passages that match ``query``, with citations: the ``top_k`` best after skipping ``offset``
+        (pages of one ranking concatenate to it). ``mode``: one of MODES (default: the ``search_mode``
+        setting, "auto"). Each hit's text stops near ``max_chars`` characters (default HIT_CHARS; the
+        hit says truncated and the whole length), or is whole with ``full_text``. ``kb``: the
+        knowledge base searched (None: the default one)."""
         limit = check_max_chars(max_chars, full_text)
-        return [h.bounded(limit) for h in self._find_documents(query, top_k=top_k, min_score=min_score,
-                                                                folder=folder, mode=mode, suffixes=suffixes)]
+        check_page(top_k, offset)
+        hits = self._find_documents(query, Page(top_k, offset), min_score=min_score, folder=folder, mode=mode,
+                                    suffixes=suffixes, kb=kb)
+        return [h.bounded(limit) for h in hits]
 
-    def _find_documents(self, query: str, *, top_k: int, min_score: float | None, folder: str | None,
-                        mode: str | None, suffixes: tuple[str, ...] | list[str]) -> list[DocumentHit]:
+    def search_document_groups(self, query: str, *, top_k: int = 5, offset: int = 0, group_size: int = 1,
+                               min_score: float | None = None, folder: str | None = None, mode: str | None = None,
+                               suffixes: tuple[str, ...] | list[str] = (), max_chars: int | None = None,
+                               full_text: bool = False, kb: str | None = None) -> list[DocumentGroup]:
+        """Per-document results (group_by=document): the ``top_k`` best documents after skipping
+        ``offset`` documents, in the order of their best passage, each with up to ``group_size`` of
+        its best passages and how many more of its passages the search ranked (see Store.search_groups).
+        The other arguments are search_documents'."""
+        limit = check_max_chars(max_chars, full_text)
+        check_page(top_k, offset)
+        check_group_size(group_size)
+        groups = self._find_documents(query, Page(top_k, offset, group_size), min_score=min_score, folder=folder,
+                                      mode=mode, suffixes=suffixes, kb=kb)
+        return [DocumentGroup([h.bounded(limit) for h in g.hits], g.more) for g in groups]
+
+    def _find_documents(self, query: str, page: Page, *, min_score: float | None, folder: str | None,
+                        mode: str | None, suffixes: tuple[str, ...] | list[str], kb: str | None) -> list:
         mode = mode or self.settings.search_mode
         if mode not in MODES:
             raise BadRequest(f"mode: must be one of {', '.join(MODES)}, got {mode!r}")
         query = (query or "").strip()
         if not query:
             raise BadRequest("query: must not be empty")
-        check_top_k(top_k)
-        if self.store.count(DOCUMENTS.name) == 0:
+        collection = self._collection(kb, DOCUMENTS.name)
+        if self.store.count(collection) == 0:
+            if kb not in (None, DEFAULT_KB):
+                raise EmptyCollection(f"kb: nothing indexed in knowledge base {kb!r} yet: run `indexer ingest PATH --kb {kb}`")
             raise EmptyCollection("nothing indexed yet: run `indexer ingest PATH` (e.g. `indexer ingest samples/docs`)"
                                   + self._legacy_hint())
-        mode = self.document_mode(mode)
+        mode = self.document_mode(mode, kb)
         flt = document_filter(folder, suffixes)
+        run = _Run(self.store, collection, page, flt)
         if mode == "semantic":
             vectors, _ = minilm.embed(self.triton, [query])
-            points = self.store.search(DOCUMENTS.name, "minilm", vectors[0].tolist(), limit=top_k,
-                                       query_filter=flt, score_threshold=min_score)
-            return [DocumentHit.from_point(p, mode) for p in points]
-        return self._search_bge_m3(query, mode, top_k=top_k, min_score=min_score, flt=flt)
+            return run.hits(mode, "minilm", vectors[0].tolist(), min_score)
+        return self._search_bge_m3(query, mode, run, min_score=min_score)
 
-    def document_mode(self, mode: str) -> str:
+    def document_mode(self, mode: str, kb: str | None = None) -> str:
         """The mode a search in ``mode`` runs in: auto -> hybrid when the index has BGE-M3 vectors and
         the model is served, else semantic. A BGE-M3 mode that cannot run raises, saying why."""
         if mode == "semantic":
             return mode
         served = self.triton.model_ready(BGE_M3.ensembles[0])
-        indexed = self.store.count_where(DOCUMENTS.name, "models", BGE_M3.family) > 0
+        indexed = self.store.count_where(self._collection(kb, DOCUMENTS.name), "models", BGE_M3.family) > 0
         if mode == "auto":
             return "hybrid" if served and indexed else "semantic"
         if not served:
@@ -65,29 +89,55 @@ class DocumentSearch(ServiceBase):
                                   f"run `indexer ingest PATH` again now that {BGE_M3.display} is served, or use --mode semantic")
         return mode
 
-    def _search_bge_m3(self, query: str, mode: str, *, top_k: int, min_score: float | None,
-                       flt: models.Filter | None) -> list[DocumentHit]:
+    def _search_bge_m3(self, query: str, mode: str, run: _Run, *, min_score: float | None) -> list:
         q = bge_m3.encode(self.triton, [query], colbert=mode == "hybrid")[0]
         sparse = models.SparseVector(indices=list(q.sparse), values=list(q.sparse.values()))
         if mode == "dense":
-            points = self.store.search(DOCUMENTS.name, "bge_dense", q.dense.tolist(), limit=top_k,
-                                       query_filter=flt, score_threshold=min_score)
-            return [DocumentHit.from_point(p, mode) for p in points]
+            return run.hits(mode, "bge_dense", q.dense.tolist(), min_score)
         if mode == "sparse":
             if not q.sparse:
                 return []  # nothing but special tokens: no lexical evidence
-            points = self.store.search(DOCUMENTS.name, "bge_sparse", sparse, limit=top_k,
-                                       query_filter=flt, score_threshold=min_score)
-            return [DocumentHit.from_point(p, mode) for p in points]
+            return run.hits(mode, "bge_sparse", sparse, min_score)
         # hybrid: dense and sparse candidates, fused by rank (RRF), re-ranked by ColBERT late interaction.
-        depth = max(HYBRID_CANDIDATES, top_k)
-        candidates = [models.Prefetch(query=q.dense.tolist(), using="bge_dense", limit=depth, filter=flt)]
+        # The candidate depth comes in steps, so the pages of one ranking see the same candidates.
+        depth = next((d for d in HYBRID_DEPTHS if d >= run.page.end), run.page.end)
+        candidates = [models.Prefetch(query=q.dense.tolist(), using="bge_dense", limit=depth, filter=run.flt)]
         if q.sparse:
-            candidates.append(models.Prefetch(query=sparse, using="bge_sparse", limit=depth, filter=flt))
+            candidates.append(models.Prefetch(query=sparse, using="bge_sparse", limit=depth, filter=run.flt))
         fused = models.Prefetch(prefetch=candidates, query=models.FusionQuery(fusion=models.Fusion.RRF), limit=depth)
-        points = self.store.search(DOCUMENTS.name, "bge_colbert", q.colbert.tolist(), limit=top_k,
-                                   query_filter=flt, prefetch=[fused])
         # Qdrant's MAX_SIM sums over query vectors; BGE-M3's ColBERT score is their mean.
-        n = len(q.colbert)
-        hits = [DocumentHit.from_point(p, mode, scale=1.0 / n) for p in points]
-        return [h for h in hits if min_score is None or h.score >= min_score]
+        return run.hits(mode, "bge_colbert", q.colbert.tolist(), min_score, prefetch=[fused], scale=1.0 / len(q.colbert))
+
+
+@dataclass(frozen=True)
+class Page:
+    top_k: int
+    offset: int = 0
+    group_size: int | None = None  # grouped by document when set
+
+    @property
+    def end(self) -> int:
+        return self.offset + self.top_k
+
+
+@dataclass(frozen=True)
+class _Run:
+    """One search's store, collection, page and filter: hits, or groups of hits by document."""
+
+    store: Store
+    collection: str
+    page: Page
+    flt: models.Filter | None
+
+    def hits(self, mode: str, using: str, vector, min_score: float | None, *,
+             prefetch: list[models.Prefetch] | None = None, scale: float = 1.0) -> list:
+        threshold = None if min_score is None else min_score / scale  # the store's raw score
+        if self.page.group_size is None:
+            points = self.store.search(self.collection, using, vector, limit=self.page.top_k, offset=self.page.offset,
+                                       query_filter=self.flt, score_threshold=threshold, prefetch=prefetch)
+            return [DocumentHit.from_point(p, mode, scale) for p in points]
+        groups = self.store.search_groups(self.collection, using, vector, group_by="sha256", limit=self.page.top_k,
+                                          group_size=self.page.group_size, offset=self.page.offset,
+                                          query_filter=self.flt, score_threshold=threshold, prefetch=prefetch)
+        return [DocumentGroup([DocumentHit.from_point(p, mode, scale) for p in g.hits], g.matched - len(g.hits))
+                for g in groups]

@@ -4,11 +4,12 @@ same methods, same hits, same errors as ``SearchService``, so a face does not ca
 from __future__ import annotations
 
 from pathlib import Path
+from urllib.parse import quote
 
 from search import errors
 from search.rest_client import RestClient
 from search.services.options import ImageFilters
-from search.services.results import DocumentHit, ImageHit, Verdict
+from search.services.results import DocumentGroup, DocumentHit, ImageHit, Verdict
 
 
 class RemoteService(RestClient):
@@ -18,17 +19,27 @@ class RemoteService(RestClient):
         pass
 
     # -- queries
-    def search_documents(self, query: str, *, top_k: int = 5, min_score: float | None = None,
+    def search_documents(self, query: str, *, top_k: int = 5, offset: int = 0, min_score: float | None = None,
                          folder: str | None = None, mode: str | None = None, suffixes=(), max_chars: int | None = None,
-                         full_text: bool = False) -> list[DocumentHit]:
-        body = {"query": query, "top_k": top_k, "min_score": min_score, "folder": _here(folder), "mode": mode,
-                "types": list(suffixes) or None, "max_chars": max_chars, "full_text": full_text or None}
+                         full_text: bool = False, kb: str | None = None) -> list[DocumentHit]:
+        body = {"query": query, "kb": kb, "top_k": top_k, "offset": offset, "min_score": min_score, "folder": _here(folder),
+                "mode": mode, "types": list(suffixes) or None, "max_chars": max_chars, "full_text": full_text or None}
         return [_hit(DocumentHit, h) for h in self.call("POST", "/search/documents", body)["hits"]]
+
+    def search_document_groups(self, query: str, *, top_k: int = 5, offset: int = 0, group_size: int = 1,
+                               min_score: float | None = None, folder: str | None = None, mode: str | None = None,
+                               suffixes=(), max_chars: int | None = None, full_text: bool = False,
+                               kb: str | None = None) -> list[DocumentGroup]:
+        body = {"query": query, "kb": kb, "top_k": top_k, "offset": offset, "group_by": "document", "group_size": group_size,
+                "min_score": min_score, "folder": _here(folder), "mode": mode, "types": list(suffixes) or None,
+                "max_chars": max_chars, "full_text": full_text or None}
+        return [DocumentGroup([_hit(DocumentHit, h) for h in g["hits"]], g["more"])
+                for g in self.call("POST", "/search/documents", body)["groups"]]
 
     def search_images(self, text: str | None = None, *, like: Path | bytes | None = None, top_k: int = 12,
                       min_score: float | None = None, filters: ImageFilters = ImageFilters(), sort: str = "score",
-                      verify: bool = False, min_entailment: float | None = None) -> list[ImageHit]:
-        fields = {k: v for k, v in filters.as_fields().items() if v is not None}
+                      verify: bool = False, min_entailment: float | None = None, kb: str | None = None) -> list[ImageHit]:
+        fields = {k: v for k, v in {**filters.as_fields(), "kb": kb}.items() if v is not None}
         if "folder" in fields:
             fields["folder"] = _here(fields["folder"])
         if like is None:
@@ -51,6 +62,12 @@ class RemoteService(RestClient):
 
     def optimize_store(self) -> None:
         self.call("POST", "/store/optimize")
+
+    def collections(self) -> dict:
+        return self.call("GET", "/collections")
+
+    def delete_kb(self, kb: str) -> dict:
+        return self.call("DELETE", f"/kb/{quote(kb, safe='')}")
 
 
 def _here(folder: str | None) -> str | None:
