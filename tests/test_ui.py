@@ -142,8 +142,14 @@ def test_search_page_documents_and_photos(settings, docs, tmp_path, app_factory,
     shot(page, "1-documents")
     page.get_by_text("One result per document").click()
     expect(page.get_by_text(re.compile(r"^\d+ documents \(semantic scores\)"))).to_be_visible(timeout=WAIT_MS)
-    names = hit_names(page, ".md").all_inner_texts()
-    assert names and len(names) == len(set(names)) and names[0] == "reset-password.md"
+    deadline = time.monotonic() + WAIT_MS / 1000  # the passages' elements linger until the rerun replaces them
+    while True:
+        names = page.locator("strong").filter(has_text=re.compile(r"\.(md|txt)$")).all_inner_texts()
+        if names and len(names) == len(set(names)):
+            break
+        assert time.monotonic() < deadline, names
+        page.wait_for_timeout(200)
+    assert names[0] == "reset-password.md"
     shot(page, "1b-per-document")
     page.get_by_text("One result per document").click()  # back to passages
 
