@@ -61,6 +61,7 @@ def ingest(
     overlap: int = typer.Option(None, "--overlap", min=0, help="Tokens shared by consecutive chunks \\[default: 40]."),
     verbose: bool = typer.Option(False, "--verbose", "-v", help="Also list each skipped file (and why) and the files "
                                  "still failing as in the last run."),
+    kb: str = typer.Option(None, "--kb", help="The knowledge base to index into (created on first use) \\[default: default]."),
     as_json: bool = typer.Option(False, "--json", help="Print the summary as JSON."),
 ) -> None:
     """Index PATHS. Unchanged files are skipped, changed files re-indexed, bad files reported.
@@ -86,7 +87,8 @@ def ingest(
             fail("--chunk-tokens and --overlap: the running server's chunking settings apply; "
                  f"stop it ({running.describe()}) to ingest with others", 2)
         with progress:
-            job = _through_server(running, paths, prune, lambda done, total: progress.update(task, completed=done, total=total))
+            job = _through_server(running, paths, prune, lambda done, total: progress.update(task, completed=done, total=total),
+                                  kb)
         if job["report"] is None:
             fail(f"the server's ingest job {job['id']} {job['state']}: {job.get('error') or 'no report'}", 1)
         d = job["report"]
@@ -94,7 +96,7 @@ def ingest(
         try:
             with opened(IngestService, ctx) as svc, progress:
                 report = svc.ingest(
-                    paths, prune=prune,
+                    paths, prune=prune, kb=kb,
                     on_start=lambda n: progress.update(task, total=n),
                     on_file=lambda o: progress.update(task, advance=0 if o.status == "pruned" else 1,
                                                       current=printable(display_path(o.path))[-50:]),
@@ -121,9 +123,9 @@ def ingest(
         raise typer.Exit(EXIT_SOME_FAILED)
 
 
-def _through_server(running, paths: list[Path], prune: bool, progress) -> dict:
+def _through_server(running, paths: list[Path], prune: bool, progress, kb: str | None = None) -> dict:
     client = RemoteIngest(running)
-    job_id = client.submit(paths, prune=prune)
+    job_id = client.submit(paths, prune=prune, kb=kb)
     err.print(f"ingesting through the search server ({running.describe()}), job {job_id}", highlight=False)
     return client.follow(job_id, lambda job: progress(job["files_done"], job["files_total"]))
 

@@ -48,15 +48,16 @@ class Job:
     resumed: int = 0  # times it was started again after the server stopped mid-run
     cancel_requested: bool = False
     request_id: str | None = None  # the request that submitted it, for the logs
+    kb: str = "default"  # the knowledge base it writes
 
     @classmethod
     def new(cls, paths: list[str], *, prune: bool = False, source: str = "rest", local: bool = False,
-            gone_ok: bool = False, request_id: str | None = None) -> Job:
+            gone_ok: bool = False, request_id: str | None = None, kb: str = "default") -> Job:
         return cls(uuid.uuid4().hex, [str(p) for p in paths], prune=prune, source=source, local=local, gone_ok=gone_ok,
-                   request_id=request_id)
+                   request_id=request_id, kb=kb)
 
     def as_dict(self) -> dict:
-        return {"id": self.id, "state": self.state, "paths": self.paths, "prune": self.prune, "source": self.source,
+        return {"id": self.id, "state": self.state, "kb": self.kb, "paths": self.paths, "prune": self.prune, "source": self.source,
                 "gone_ok": self.gone_ok,
                 "files_done": self.done, "files_total": self.total, "counts": dict(self.counts),
                 "failures": list(self.failures), "report": self.report, "error": self.error,

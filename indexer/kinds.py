@@ -22,7 +22,7 @@ from indexer.chunking import Chunker
 from indexer.loaders import DOCUMENT_SUFFIXES, BadDocument, load_document
 from search.media.photos import IMAGE_SUFFIXES, BadImage, decode_photo, save_thumbnail
 from search.models import Family
-from search.store import DOCUMENTS, CollectionSchema, images_schema
+from search.store import DOCUMENTS, CollectionSchema, images_schema, in_kb
 from search.triton.client import TritonClient
 
 THUMBNAIL_SIZE = 320
@@ -60,15 +60,16 @@ class Documents:
     """Documents -> pages -> token-budgeted chunks -> a MiniLM vector each, plus BGE-M3's dense,
     sparse and ColBERT vectors from one more pass when BGE-M3 is served."""
 
-    name, schema, suffixes = "documents", DOCUMENTS, DOCUMENT_SUFFIXES
+    name, suffixes = "documents", DOCUMENT_SUFFIXES
     errors = (BadDocument,)
 
     def __init__(self, triton: TritonClient, chunker: Chunker, max_bytes: int, families: list[Family],
-                 **limits: float) -> None:
+                 kb: str | None = None, **limits: float) -> None:
         """``families``: the served families that embed documents (registry order: the required one
-        first, then optional ones such as BGE-M3). ``limits``: load_document's parse budget
-        (max_seconds, max_elements, max_pages)."""
+        first, then optional ones such as BGE-M3). ``kb``: the knowledge base written (None: the
+        default one). ``limits``: load_document's parse budget (max_seconds, max_elements, max_pages)."""
         self.triton, self.chunker, self.max_bytes, self.families = triton, chunker, max_bytes, families
+        self.schema = in_kb(DOCUMENTS, kb)
         self.limits = limits
         self.models = [f.family for f in families]
 
@@ -116,8 +117,9 @@ class Photos:
     name, suffixes = "images", IMAGE_SUFFIXES
     errors = (BadDocument, BadImage)
 
-    def __init__(self, triton: TritonClient, thumbs: Path, family: Family, *, max_bytes: int, max_pixels: int) -> None:
-        self.triton, self.thumbs, self.family = triton, thumbs, family
+    def __init__(self, triton: TritonClient, thumbs: Path, family: Family, *, max_bytes: int, max_pixels: int,
+                 kb: str | None = None) -> None:
+        self.triton, self.thumbs, self.family, self.kb = triton, thumbs, family, kb
         self.max_bytes, self.max_pixels = max_bytes, max_pixels
 
     # Lazy, so a dead model surfaces inside the pipeline, which stops just this kind.
@@ -127,7 +129,7 @@ class Photos:
 
     @cached_property
     def schema(self) -> CollectionSchema:
-        return images_schema(self._probe.shape[0])
+        return in_kb(images_schema(self._probe.shape[0]), self.kb)
 
     @cached_property
     def signature(self) -> str:

@@ -14,9 +14,9 @@ POLL_S = 0.25
 
 
 class RemoteIngest(RestClient):
-    def submit(self, paths: list[Path], *, prune: bool = False) -> str:
+    def submit(self, paths: list[Path], *, prune: bool = False, kb: str | None = None) -> str:
         # Absolute as this process means them: the server may run in another working folder.
-        body = {"paths": [str(Path(p).expanduser().absolute()) for p in paths], "prune": prune}
+        body = {"paths": [str(Path(p).expanduser().absolute()) for p in paths], "prune": prune, "kb": kb}
         return self.call("POST", "/ingest", body)["job_id"]
 
     def job(self, job_id: str) -> dict:

@@ -94,6 +94,9 @@ class Settings(BaseSettings):
     # for those that change the index ("writes").
     api_key: str | None = None
     api_key_scope: Literal["all", "writes"] = "all"
+    # Keys scoped to knowledge bases and rights (search/keys.py, managed with `search keys`): this file,
+    # which must then exist, else <data_dir>/api-keys.json when it exists.
+    api_keys_file: Path | None = None
     # Folders the API may ingest from (server-side paths); empty = none, uploads only.
     api_roots: list[Path] = []
     max_upload_bytes: PositiveInt = 50_000_000

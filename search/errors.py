@@ -52,7 +52,7 @@ class BadRequest(ServiceError):
 
 
 class NotFound(BadRequest):
-    """No such thing (a model, a passage) by that name or id."""
+    """A named thing (a model, a passage, a knowledge base, an API key) that does not exist."""
 
 
 def not_served(model: str, family: str) -> str:

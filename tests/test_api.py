@@ -22,7 +22,7 @@ from schemathesis import checks
 from starlette_testclient import TestClient as RequestsTestClient  # the requests-based client schemathesis sends with
 
 from search.api import create_app
-from search.services import HIT_CHARS, HIT_CHARS_LIMIT, SearchService
+from search.services import HIT_CHARS, HIT_CHARS_LIMIT, MAX_PAGE, SearchService
 from search.triton.local import free_port
 
 KEY = "s3cret-key"
@@ -149,7 +149,7 @@ def test_search_before_anything_is_indexed_is_409(client):
 
 @pytest.mark.parametrize("body, status, field", [
     ({"query": "x", "top_k": 0}, 422, "top_k"),
-    ({"query": "x", "top_k": 101}, 422, "top_k"),
+    ({"query": "x", "top_k": MAX_PAGE + 1}, 422, "top_k"),
     ({"query": "x", "top_k": "many"}, 422, "top_k"),
     ({"query": ""}, 422, "query"),
     ({"query": "   "}, 400, "query"),

@@ -140,6 +140,18 @@ def test_search_page_documents_and_photos(settings, docs, tmp_path, app_factory,
     expect(page.locator("mark").first).to_be_visible()  # the query words are highlighted
     expect(page.get_by_text("Documents: semantic")).to_be_visible()
     shot(page, "1-documents")
+    page.get_by_text("One result per document").click()
+    expect(page.get_by_text(re.compile(r"^\d+ documents \(semantic scores\)"))).to_be_visible(timeout=WAIT_MS)
+    deadline = time.monotonic() + WAIT_MS / 1000  # the passages' elements linger until the rerun replaces them
+    while True:
+        names = page.locator("strong").filter(has_text=re.compile(r"\.(md|txt)$")).all_inner_texts()
+        if names and len(names) == len(set(names)):
+            break
+        assert time.monotonic() < deadline, names
+        page.wait_for_timeout(200)
+    assert names[0] == "reset-password.md"
+    shot(page, "1b-per-document")
+    page.get_by_text("One result per document").click()  # back to passages
 
     page.get_by_text("Photos: text to image").click()
     box = page.get_by_label("Describe the photo")

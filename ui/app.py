@@ -76,6 +76,8 @@ def main() -> None:
         return
     opts = sidebar(status)
     mode = st.radio("Mode", MODES, format_func=lambda m: m.label, horizontal=True)
+    if opts["kb"] is not None:  # the counts that decide what the page can search: the chosen KB's
+        status["store"]["collections"] = status["store"]["kbs"][opts["kb"]]
     blocker = admin.blocker(status, mode.kind, mode.doc_mode)
     if blocker:
         (st.error if blocker.startswith("Triton") or blocker == status["store"].get("error") else st.info)(blocker)
@@ -92,7 +94,10 @@ def main() -> None:
 
 
 def sidebar(status: dict) -> dict:
+    kbs = list(status["store"].get("kbs") or {})
     with st.sidebar:
+        # A knowledge base to search, once there is more than the default one.
+        kb = st.selectbox("Knowledge base", kbs, key="kb") if len(kbs) > 1 else None
         st.header("Filters")
         folder = st.text_input("Folder", placeholder="/path/to/folder", help="only files under this folder")
         types = st.multiselect("File type", DOC_TYPES + PHOTO_TYPES, help="only files of these types")
@@ -109,7 +114,7 @@ def sidebar(status: dict) -> dict:
         st.caption(f"Store {s['location']}" + ("" if s.get("available", True) else f": {s['error']}"))
         st.caption(", ".join(f"{n}: {c}" for n, c in s["collections"].items()))
     after, before = _date_range(dates)
-    return {"folder": folder.strip() or None, "types": tuple(types), "min_score": min_score or None,
+    return {"kb": kb, "folder": folder.strip() or None, "types": tuple(types), "min_score": min_score or None,
             "top_k": int(top_k), "filters": ImageFilters(after=after, before=before, camera=camera.strip() or None,
                                                          folder=folder.strip() or None, suffixes=tuple(types))}
 
@@ -127,18 +132,27 @@ def _date_range(dates) -> tuple[float | None, float | None]:
 
 def documents_page(svc: SearchService | RemoteService, mode: Mode, opts: dict) -> None:
     query = st.text_input("Query", placeholder="e.g. reset password", key="doc_query")
+    per_document = st.checkbox("One result per document", key="per_document",
+                               help="each document once, at its best passage, with how many more of its passages matched")
     if not query.strip():
         return
-    hits = svc.search_documents(query, top_k=opts["top_k"], min_score=opts["min_score"],
-                                folder=opts["folder"], mode=mode.doc_mode, suffixes=opts["types"])
+    options = dict(top_k=opts["top_k"], min_score=opts["min_score"], folder=opts["folder"], mode=mode.doc_mode,
+                   suffixes=opts["types"], kb=opts["kb"])
+    if per_document:
+        groups = svc.search_document_groups(query, **options)
+        hits, more = [g.hits[0] for g in groups], [g.more for g in groups]
+    else:
+        hits = svc.search_documents(query, **options)
+        more = [0] * len(hits)
     if not hits:
         st.info("No passage matches: lower the relevance threshold or loosen the filters.")
         return
-    st.caption(f"{len(hits)} passages ({mode.doc_mode} scores)")
-    for i, hit in enumerate(hits):
+    st.caption(f"{len(hits)} {'documents' if per_document else 'passages'} ({mode.doc_mode} scores)")
+    for i, (hit, n_more) in enumerate(zip(hits, more, strict=True)):
         with st.container(border=True):
             head, button = st.columns([5, 1])
-            head.markdown(f"**{Path(hit.display_path).name}** · score {hit.score:.3f}")
+            head.markdown(f"**{Path(hit.display_path).name}** · score {hit.score:.3f}"
+                          + (f" · +{n_more} more passages" if n_more else ""))
             head.caption(hit.citation)
             source = Path(hit.path)
             if source.is_file():  # a browser cannot open file:// links from a page, so serve the file
@@ -174,7 +188,7 @@ def entail_page(svc: SearchService | RemoteService) -> None:
 
 
 def photos_page(svc: SearchService | RemoteService, mode: Mode, opts: dict, ofa_ready: bool = False) -> None:
-    kwargs = {"top_k": opts["top_k"], "min_score": opts["min_score"], "filters": opts["filters"]}
+    kwargs = {"top_k": opts["top_k"], "min_score": opts["min_score"], "filters": opts["filters"], "kb": opts["kb"]}
     if mode.kind == "text2image":
         text = st.text_input("Describe the photo", placeholder="e.g. a beach at sunset", key="photo_query")
         verify = st.toggle("Verify with OFA", disabled=not ofa_ready, key="verify",

@@ -18,7 +18,7 @@ from search import owner
 from search.api.backend import Backend
 from search.api.errors import add_error_handlers
 from search.api.limits import LimitRequestSize
-from search.api.routes import embeddings, health, ingest, search, watches
+from search.api.routes import embeddings, health, ingest, kb, search, watches
 from search.api.schemas import errors
 from search.api.security import SCOPES, KeyGuard
 from search.config import Settings
@@ -54,7 +54,8 @@ def create_app(settings: Settings) -> FastAPI:
     app.add_middleware(LimitRequestSize, limit=settings.max_request_bytes)
     app.add_middleware(RequestObserver, metrics=metrics)  # outermost: sees 413s and every error too
     add_error_handlers(app)
-    for router in (health.public, health.reads, health.writes, search.router, ingest.router, watches.router, embeddings.router):
+    for router in (health.public, health.reads, health.writes, search.router, ingest.router, watches.router, kb.reads,
+                   kb.writes, embeddings.router):
         app.include_router(router)
     # MCP over streamable HTTP, behind the same key (the SDK's own transport; tools call the services)
     app.router.routes.append(Route("/mcp", KeyGuard(mcp, backend), methods=["GET", "POST", "DELETE"], include_in_schema=False))

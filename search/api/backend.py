@@ -20,6 +20,7 @@ from search import owner
 from search.api.jobs import Jobs
 from search.api.watches import Watches
 from search.config import Settings
+from search.keys import key_file
 from search.observability import ApiMetrics
 from search.owner import Owner
 from search.resources import Resources
@@ -54,6 +55,8 @@ class Backend:
         self.uploads = (settings.data_dir / "uploads").resolve()
         self.roots = [Path(r).expanduser().resolve() for r in settings.api_roots] + [self.uploads]
         self.metrics = metrics
+        self.keys = key_file(settings)
+        self.keys.load()  # a missing (when configured), unreadable or altered keys file stops the start
         self.owner: Owner | None = None  # set by `search serve` when it owns the embedded store
         self.jobs = Jobs(self._ingest, JobStore(settings.data_dir / JOBS_FILE), metrics)
         self.watches = Watches(self.jobs, self.jobs.store, ignore=[settings.data_dir], outside_link=self.outside_link,

@@ -39,12 +39,12 @@ class Jobs:
         return self.store.newest_first(MAX_JOBS_KEPT)
 
     def submit(self, paths: list[Path], prune: bool, source: str = "rest", local: bool = False,
-               gone_ok: bool = False) -> Job:
+               gone_ok: bool = False, kb: str = "default") -> Job:
         """Queue a job. ``local``: asked by the owner's user on this machine (any path it can read).
         ``gone_ok``: paths that no longer exist are not failures (with ``prune``, what was indexed
         under them is removed): a watch's batches carry the paths of deleted files."""
         job = Job.new([str(p) for p in paths], prune=prune, source=source, local=local, gone_ok=gone_ok,
-                      request_id=request_id.get())
+                      request_id=request_id.get(), kb=kb)
         self.store.save(job)
         self._start(job)
         log.info("ingest job %s queued", job.id, extra={"job_id": job.id, "paths": len(paths)})
@@ -128,7 +128,7 @@ class Jobs:
 
         try:
             report = self._ingest([Path(p) for p in job.paths], prune=job.prune, on_start=on_start, on_file=on_file,
-                                  stop=lambda: self._cancelled(job), local=job.local, gone_ok=job.gone_ok,
+                                  stop=lambda: self._cancelled(job), local=job.local, gone_ok=job.gone_ok, kb=job.kb,
                                   optimize=job.source != "watch")  # a watch optimizes once its folders are quiet
             job.report = report.as_dict()
             job.state = CANCELLED if report.cancelled else DONE

@@ -7,7 +7,19 @@ from typing import Annotated, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
 
-from search.services import HIT_CHARS, HIT_CHARS_LIMIT, MAX_TOP_K, MODES, SORTS, ImageFilters
+from search.services import (
+    GROUP_BY,
+    HIT_CHARS,
+    HIT_CHARS_LIMIT,
+    MAX_DEPTH,
+    MAX_GROUP_SIZE,
+    MAX_PAGE,
+    MAX_TOP_K,
+    MODES,
+    SORTS,
+    ImageFilters,
+)
+from search.store.schema import DEFAULT_KB, KB_NAME
 
 MAX_PATHS = 100  # per ingest request
 
@@ -21,6 +33,9 @@ def utf8_text(value: str) -> str:
 
 
 Text = Annotated[str, AfterValidator(utf8_text)]
+KB_PATTERN = KB_NAME.pattern
+KbName = Annotated[str, Field(pattern=KB_PATTERN, max_length=40, examples=["hr"],
+                              description=f"a knowledge base (default: {DEFAULT_KB!r}, today's index)")]
 TopK = Annotated[int, Field(ge=1, le=MAX_TOP_K)]
 Score = Annotated[float, Field(allow_inf_nan=False)]
 
@@ -30,7 +45,16 @@ FileTypes = Annotated[list[Annotated[Text, Field(min_length=1, max_length=16)]],
 
 class DocumentQuery(BaseModel):
     query: Text = Field(min_length=1, max_length=2000, examples=["reset password"])
-    top_k: TopK = 5
+    kb: KbName | None = None
+    top_k: Annotated[int, Field(ge=1, le=MAX_PAGE)] = Field(5, description="hits per page (documents, with group_by)")
+    offset: Annotated[int, Field(ge=0, le=MAX_DEPTH - 1)] = Field(
+        0, description=f"hits (documents, with group_by) to skip: the next page starts at the answer's next_offset; "
+                       f"offset + top_k is at most {MAX_DEPTH}")
+    group_by: Literal[GROUP_BY] | None = Field(
+        None, description="document: one entry per document, in the order of its best passage, with its best "
+                          "passages (group_size) and how many more of its passages matched")
+    group_size: Annotated[int, Field(ge=1, le=MAX_GROUP_SIZE)] | None = Field(
+        None, description="with group_by: passages per document (default 1)")
     mode: Literal[MODES] | None = Field(None, description="default: the server's search_mode (auto)")
     min_score: Score | None = None
     folder: Text | None = Field(None, max_length=4096, description="only files under this folder")
@@ -44,6 +68,10 @@ class DocumentQuery(BaseModel):
     def _one_bound(self) -> DocumentQuery:
         if self.full_text and self.max_chars is not None:
             raise ValueError("max_chars and full_text: give one or the other")
+        if self.offset + self.top_k > MAX_DEPTH:
+            raise ValueError(f"offset + top_k: must be at most {MAX_DEPTH}")
+        if self.group_size is not None and self.group_by is None:
+            raise ValueError("group_size: applies only with group_by")
         return self
 
 
@@ -62,6 +90,7 @@ class PhotoFilters(BaseModel):
 
 class ImageQuery(PhotoFilters):
     text: Text = Field(min_length=1, max_length=2000, examples=["a dog on the beach"])
+    kb: KbName | None = None
     top_k: TopK = 12
     min_score: Score | None = None
     sort: Literal[SORTS] = "score"
@@ -74,6 +103,7 @@ class IngestPaths(BaseModel):
     paths: list[Text] = Field(min_length=1, max_length=MAX_PATHS,
                               description="absolute server-side paths inside the configured roots")
     prune: bool = Field(False, description="also remove indexed files under these paths that are gone from disk")
+    kb: KbName | None = None
 
 
 # -- answers other than a route's success
@@ -119,13 +149,15 @@ class Readiness(BaseModel):
 _ERRORS = {
     400: "A value that cannot be used (a blank query, a bad date or image, a relative path); the message names the field",
     401: "The X-API-Key header is missing or wrong (only when the server has an API key)",
-    403: "A path outside the folders this server may ingest from",
+    403: "The API key may not do this: a knowledge base it has no (or too low a) right on, a write with a read-only key, "
+         "a route about the whole server with a key scoped to knowledge bases, or a path outside the folders this server "
+         "may ingest from",
     404: "No such path or job",
     409: "Nothing is indexed yet in the collection searched",
     413: "The request body, or one uploaded file, is over the server's size limit",
     422: "The request does not match this schema; `detail` names each field, `errors` lists pydantic's findings",
     500: "An unexpected error; the server log has the details",
-    503: "Triton, a model or the store is not available",
+    503: "Triton, a model or the store is not available (or the API keys file became unreadable)",
 }
 _AUTH_HEADER = {"WWW-Authenticate": {"description": "the scheme to authenticate with", "required": True,
                                      "schema": {"type": "string"}}}

@@ -1,15 +1,20 @@
-"""The optional API key: for every endpoint, or only for those that change the index."""
+"""Who a request acts as: the optional API key of the settings (every right, for every endpoint or
+only for those that change the index), or a key from the keys file scoped to knowledge bases and a
+right (search/keys.py). Routes then ask for a right on the knowledge base they touch."""
 
 from __future__ import annotations
 
 import hmac
 from collections.abc import Callable
+from dataclasses import dataclass
 
 from fastapi import HTTPException, Request, Security
 from fastapi.security import APIKeyHeader
 from starlette.datastructures import Headers
 
 from search.api.errors import error_response
+from search.keys import EVERYTHING, KeysFileError, Principal
+from search.store.schema import DEFAULT_KB
 
 API_KEY_HEADER = "X-API-Key"
 SCOPES = ("all", "writes")
@@ -21,46 +26,100 @@ def _bearer(headers: Headers) -> str | None:
     return (token.strip() or None) if scheme.lower() == "bearer" else None
 
 
-def check(backend, key: str | None, writes: bool) -> tuple[bool, str | None]:
-    """(local, refusal): whether ``key`` is the owner's local token (a face of the same user on this
-    machine, with every right and any local path to ingest), and why the request is refused (None: it
-    may pass: no key configured, a read under the "writes" scope, or the right key)."""
+@dataclass(frozen=True)
+class Access:
+    """What ``check`` decided: the owner's local token or not, who the request acts as, and why it is
+    refused (None: it may pass) with the status to answer."""
+
+    local: bool
+    principal: Principal = EVERYTHING
+    status: int = 0
+    refusal: str | None = None
+
+
+def check(backend, key: str | None, writes: bool) -> Access:
+    """Who ``key`` is. The owner's local token: a face of the same user on this machine, with every
+    right and any local path to ingest. With no API key and no keys file every request passes; with
+    the "writes" scope, reads pass without a key; the settings' key is an admin over every KB; a key
+    from the keys file acts within its KBs and right (a read-only key is refused on writes)."""
     if key and backend.owner and hmac.compare_digest(key.encode(), backend.owner.token.encode()):
-        return True, None
+        return Access(True)
     settings = backend.settings
     expected = settings.api_key
-    if not expected or (settings.api_key_scope == "writes" and not writes):
-        return False, None
-    if not key:
-        return False, f"{API_KEY_HEADER}: header required (or Authorization: Bearer)"
-    if not hmac.compare_digest(key.encode(), expected.encode()):
-        return False, f"{API_KEY_HEADER}: wrong API key"
-    return False, None
+    try:
+        scoped = backend.keys.load()
+    except KeysFileError as exc:  # changed while the server runs: refuse rather than guess
+        return Access(False, status=503, refusal=str(exc))
+    if not expected and not scoped:
+        return Access(False)
+    if key:
+        if expected and hmac.compare_digest(key.encode(), expected.encode()):
+            return Access(False)
+        who = backend.keys.match(key) if scoped else None
+        if who is None:
+            return Access(False, status=401, refusal=f"{API_KEY_HEADER}: wrong API key")
+        if writes and who.right == "read":
+            return Access(False, who, 403, f"{API_KEY_HEADER}: this key may only read (key {who.name!r})")
+        return Access(False, who)
+    if settings.api_key_scope == "writes" and not writes:
+        return Access(False)
+    return Access(False, status=401, refusal=f"{API_KEY_HEADER}: header required (or Authorization: Bearer)")
 
 
 def require_key(writes: bool) -> Callable:
-    """A dependency that lets a request through when ``check`` does; the key comes in X-API-Key or,
-    as OpenAI-compatible clients send it, 'Authorization: Bearer KEY'."""
+    """A dependency that lets a request through when ``check`` does and records who it acts as in
+    ``request.state.principal``; the key comes in X-API-Key or, as OpenAI-compatible clients send
+    it, 'Authorization: Bearer KEY'."""
     async def dependency(request: Request, key: str | None = Security(_key_header)) -> None:  # async: no thread hop
-        request.state.local, refusal = check(request.app.state.backend, key or _bearer(request.headers), writes)
-        if refusal:
-            raise HTTPException(401, refusal, headers={"WWW-Authenticate": "ApiKey"})
+        access = check(request.app.state.backend, key or _bearer(request.headers), writes)
+        request.state.local, request.state.principal = access.local, access.principal
+        if access.refusal:
+            raise HTTPException(access.status, access.refusal,
+                                headers={"WWW-Authenticate": "ApiKey"} if access.status == 401 else None)
     return dependency
 
 
 class KeyGuard:
-    """The same key check for a mounted ASGI app (the MCP endpoint)."""
+    """The same key check for a mounted ASGI app (the MCP endpoint). Its tools are not scoped to
+    knowledge bases yet, so a key scoped to some KBs is refused there rather than shown them all."""
 
     def __init__(self, app, backend, writes: bool = False) -> None:
         self.app, self.backend, self.writes = app, backend, writes
 
     async def __call__(self, scope, receive, send) -> None:
         headers = Headers(scope=scope)
-        _, refusal = check(self.backend, headers.get(API_KEY_HEADER) or _bearer(headers), self.writes)
+        access = check(self.backend, headers.get(API_KEY_HEADER) or _bearer(headers), self.writes)
+        status, refusal = access.status, access.refusal
+        if not refusal and not access.principal.everything:
+            status, refusal = 403, (f"{API_KEY_HEADER}: the MCP endpoint needs a key over every knowledge base "
+                                    f"(key {access.principal.name!r} is scoped to some)")
         if refusal:
-            response = error_response(scope["path"], 401, refusal, headers={"WWW-Authenticate": "Bearer"})
+            response = error_response(scope["path"], status, refusal,
+                                      headers={"WWW-Authenticate": "Bearer"} if status == 401 else None)
             return await response(scope, receive, send)
         await self.app(scope, receive, send)
+
+
+def principal(request: Request) -> Principal:
+    """Who the request acts as (set by require_key)."""
+    return getattr(request.state, "principal", EVERYTHING)
+
+
+def need_kb(request: Request, kb: str | None, right: str = "read") -> str:
+    """The knowledge base a request names (None: the default one), if its key has ``right`` on it; else 403."""
+    kb = kb or DEFAULT_KB
+    who = principal(request)
+    if not who.may(kb, right):
+        verb = {"read": "search", "write": "write to", "admin": "administer"}[right]
+        raise HTTPException(403, f"kb: this API key may not {verb} knowledge base {kb!r}")
+    return kb
+
+
+def need_everything(request: Request) -> None:
+    """Routes about the whole server (its store, status, watches) are for keys over every knowledge base."""
+    if not principal(request).everything:
+        raise HTTPException(403, f"{API_KEY_HEADER}: this route needs an admin key over every knowledge base "
+                                 "(the server's API key)")
 
 
 def check_metrics_key(request: Request) -> None:

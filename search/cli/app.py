@@ -18,6 +18,8 @@ LAZY_GROUPS = {
     "triton": ("search.cli.triton", "Run the local Triton server (the binary from nvidia-pytriton)."),
     "models": ("search.cli.models", "Export the served models into the Triton model repository."),
     "store": ("search.cli.store", "The vector store: size and index status, optimize, migrate between backends."),
+    "kb": ("search.cli.kb", "Knowledge bases: list them, delete one."),
+    "keys": ("search.cli.keys", "API keys scoped to knowledge bases and rights: add, list, revoke."),
 }
 
 

@@ -8,8 +8,9 @@ import typer
 
 from search.cli.connect import query_service
 from search.cli.support import display_path, err, guarded, out, say, to_json
+from search.errors import BadRequest
 from search.paths import readable
-from search.services.options import HIT_CHARS, ImageFilters, check_query_options
+from search.services.options import HIT_CHARS, MAX_DEPTH, MAX_GROUP_SIZE, MAX_PAGE, ImageFilters, check_query_options
 
 
 @guarded
@@ -18,7 +19,15 @@ def query(
     text: str = typer.Argument(None, help="What you are looking for, in your own words."),
     images: bool = typer.Option(False, "--images", help="Search photos by TEXT (CLIP) instead of documents."),
     like: Path = typer.Option(None, "--like", help="Find photos that look like this one (image-to-image)."),
-    top_k: int = typer.Option(None, "--top-k", "-k", min=1, max=100, help="How many hits to show \\[default: 5 passages, 12 photos]."),
+    top_k: int = typer.Option(None, "--top-k", "-k", min=1, max=MAX_PAGE,
+                              help="How many hits to show \\[default: 5 passages (documents with --per-document), 12 photos; "
+                                   "at most 100 photos]."),
+    offset: int = typer.Option(0, "--offset", min=0, max=MAX_DEPTH - 1,
+                               help="Documents: skip this many hits (documents with --per-document): the next page."),
+    per_document: bool = typer.Option(False, "--per-document", help="Documents: one result per document, in the order of "
+                                      "its best passage, saying how many more of its passages matched."),
+    per_document_passages: int = typer.Option(None, "--per-document-passages", min=1, max=MAX_GROUP_SIZE,
+                                              help="With --per-document: passages shown per document \\[default: 1]."),
     min_score: float = typer.Option(None, "--min-score", help="Hide hits scoring below this (cosine, -1..1, except --mode sparse: "
                                    "unbounded lexical weights)."),
     folder: Path = typer.Option(None, "--folder", help="Only files under this folder."),
@@ -39,12 +48,16 @@ def query(
                                          help="With --verify: hide photos whose entailment probability is below this."),
     full_text: bool = typer.Option(False, "--full-text", help="Documents: each passage's whole text; without it a hit's text "
                                    f"stops near {HIT_CHARS:,} characters (JSON: truncated and length say so)."),
+    kb: str = typer.Option(None, "--kb", help="The knowledge base to search \\[default: default]."),
     as_json: bool = typer.Option(False, "--json", help="Print machine-readable JSON."),
 ) -> None:
     """Find the passages that best match TEXT, or photos with --images / --like."""
     photos = bool(images or like)
+    if per_document_passages is not None and not per_document:
+        raise BadRequest("--per-document-passages needs --per-document")
     check_query_options(photos=photos, text=bool(text), like=like is not None, mode=mode, verify=verify,
                         min_entailment=min_entailment, full_text=full_text,
+                        document_only={"--offset": offset, "--per-document": per_document},
                         photo_only={"--after": after, "--before": before, "--camera": camera, "--near": near,
                                     "--sort": sort != "score"})
     with query_service(ctx) as svc:
@@ -52,11 +65,16 @@ def query(
             filters = ImageFilters.parse(after=after, before=before, camera=camera, near=near, folder=folder,
                                          suffixes=file_type)
             hits = svc.search_images(text, like=like, top_k=top_k or 12, min_score=min_score, filters=filters, sort=sort,
-                                     verify=verify, min_entailment=min_entailment)
+                                     verify=verify, min_entailment=min_entailment, kb=kb)
+        elif per_document:
+            groups = svc.search_document_groups(text, top_k=top_k or 5, offset=offset, group_size=per_document_passages or 1,
+                                                min_score=min_score, folder=str(folder) if folder else None, mode=mode,
+                                                suffixes=file_type or (), full_text=full_text, kb=kb)
+            return _print_groups(text, groups, offset, min_score, full_text, as_json)
         else:
-            hits = svc.search_documents(text, top_k=top_k or 5, min_score=min_score,
+            hits = svc.search_documents(text, top_k=top_k or 5, offset=offset, min_score=min_score,
                                         folder=str(folder) if folder else None, mode=mode, suffixes=file_type or (),
-                                        full_text=full_text)
+                                        full_text=full_text, kb=kb)
     if as_json:
         print(to_json({"query": text, "like": readable(str(like)) if like else None, "hits": [h.as_dict() for h in hits]}))
         return
@@ -64,7 +82,7 @@ def query(
         err.print("nothing matched" + (f" above --min-score {min_score}" if min_score is not None else "")
                   + (f" with entailment ≥ {min_entailment}" if min_entailment is not None else ""))
         raise typer.Exit(1)
-    for rank, h in enumerate(hits, 1):
+    for rank, h in enumerate(hits, offset + 1):
         head = "[bold]{rank}.[/] [green]{score:.3f}[/]  [cyan]{path}[/]"
         if images or like:
             facts = [h.taken, h.camera, f"{h.width}×{h.height}" if h.width else None,
@@ -78,6 +96,22 @@ def query(
             where = [f"p. {h.page}" if h.page else None, f"§ {h.section}" if h.section else None, f"chunk {h.chunk}", h.mode]
             say(head + " [dim]({where})[/]", rank=rank, score=h.score, path=display_path(h.path),
                 where=", ".join(w for w in where if w))
+            say("   {}", h.text.strip().replace("\n", "\n   ") if full_text else h.snippet())
+
+
+def _print_groups(text: str, groups: list, offset: int, min_score: float | None, full_text: bool, as_json: bool) -> None:
+    if as_json:
+        print(to_json({"query": text, "offset": offset, "group_by": "document", "groups": [g.as_dict() for g in groups]}))
+        return
+    if not groups:
+        err.print("nothing matched" + (f" above --min-score {min_score}" if min_score is not None else ""))
+        raise typer.Exit(1)
+    for rank, g in enumerate(groups, offset + 1):
+        say("[bold]{}.[/] [green]{:.3f}[/]  [cyan]{}[/]" + ("  [dim]+{} more passages[/]" if g.more else ""),
+            rank, g.score, display_path(g.path), *([g.more] if g.more else []))
+        for h in g.hits:
+            where = [f"p. {h.page}" if h.page else None, f"§ {h.section}" if h.section else None, f"chunk {h.chunk}"]
+            say("   [green]{:.3f}[/] [dim]({})[/]", h.score, ", ".join(w for w in where if w))
             say("   {}", h.text.strip().replace("\n", "\n   ") if full_text else h.snippet())
 
 

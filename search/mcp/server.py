@@ -37,6 +37,7 @@ INSTRUCTIONS = ("Semantic search over an indexed knowledge base (documents: pass
 TopK = Annotated[int, Field(ge=1, le=MAX_TOP_K, description="how many hits")]
 Chars = Annotated[int, Field(ge=1, le=HIT_CHARS_LIMIT)]
 Text = Annotated[str, Field(min_length=1, max_length=2000)]
+Kb = Annotated[str | None, Field(description="the knowledge base (default: 'default'); see the collections resource")]
 
 
 def _call(connect: Connect, fn: Callable[[Any], Any]) -> Any:
@@ -102,12 +103,22 @@ def build(connect: Connect, *, name: str = "multimodal-search") -> MCPServer:
                          types: Annotated[list[str] | None, Field(description="only these file types, e.g. ['pdf']")] = None,
                          min_score: float | None = None,
                          max_chars: Annotated[Chars | None, Field(description="characters per passage (default 2000)")] = None,
+                         kb: Kb = None,
+                         offset: Annotated[int, Field(ge=0, le=10_000, description="skip this many (the next page)")] = 0,
+                         per_document: Annotated[bool, Field(description="one entry per document: its best passage "
+                                                                         "and how many more matched")] = False,
                          ) -> dict[str, Any]:
         """Passages of the indexed documents that answer the query, best first, each with its citation
         (path, page, section, chunk), score and id (for get_passage), plus a numbered context for a prompt."""
         def run(svc):
-            hits = svc.search_documents(query, top_k=top_k, mode=mode, folder=folder, suffixes=types or (),
-                                        min_score=min_score, max_chars=max_chars)
+            options = dict(top_k=top_k, offset=offset, mode=mode, folder=folder, suffixes=types or (),
+                           min_score=min_score, max_chars=max_chars, kb=kb)
+            if per_document:
+                groups = svc.search_document_groups(query, **options)
+                hits = [g.hits[0] for g in groups]
+                return {"query": query, "documents": [{**passage(g.hits[0]), "more_passages": g.more} for g in groups],
+                        "context": prompt_context(hits)}
+            hits = svc.search_documents(query, **options)
             return {"query": query, "hits": [passage(h) for h in hits], "context": prompt_context(hits)}
         return _call(connect, run)
 
@@ -119,7 +130,7 @@ def build(connect: Connect, *, name: str = "multimodal-search") -> MCPServer:
                       before: str | None = None, camera: str | None = None,
                       near: Annotated[str | None, Field(description="LAT,LON,KM")] = None,
                       folder: str | None = None, types: list[str] | None = None,
-                      sort: Literal[SORTS] = "score", thumbnails: bool = True) -> list:
+                      sort: Literal[SORTS] = "score", thumbnails: bool = True, kb: Kb = None) -> list:
         """Photos that match a text (CLIP) or look like an example photo, with their metadata as JSON and,
         unless thumbnails is false, a thumbnail of each (in the same order)."""
         like = _decode(image_base64, "image_base64") if image_base64 else None
@@ -127,7 +138,7 @@ def build(connect: Connect, *, name: str = "multimodal-search") -> MCPServer:
         def run(svc):
             filters = ImageFilters.parse(after=after, before=before, camera=camera, near=near, folder=folder,
                                          suffixes=types or ())
-            return svc.search_images(text, like=like, top_k=top_k, filters=filters, sort=sort)
+            return svc.search_images(text, like=like, top_k=top_k, filters=filters, sort=sort, kb=kb)
         hits = _call(connect, run)
         found = [photo(h) for h in hits]
         out: list = [TextContent(type="text", text=json.dumps({"hits": found}, ensure_ascii=False))]
@@ -154,16 +165,17 @@ def build(connect: Connect, *, name: str = "multimodal-search") -> MCPServer:
     @mcp.tool(annotations=READ_ONLY)
     def get_passage(id: Annotated[str | None, Field(description="a hit's id (SHA256:CHUNK)")] = None,
                     path: str | None = None, chunk: Annotated[int | None, Field(ge=0)] = None,
-                    max_chars: Chars = 8000) -> dict[str, Any]:
+                    max_chars: Chars = 8000, kb: Kb = None) -> dict[str, Any]:
         """One passage by its id, or by its document's path and chunk number (neighbours: chunk ± 1)."""
-        return _call(connect, lambda svc: passage(svc.get_passage(id, path=path, chunk=chunk, max_chars=max_chars)))
+        return _call(connect, lambda svc: passage(svc.get_passage(id, path=path, chunk=chunk, max_chars=max_chars,
+                                                                  kb=kb)))
 
     @mcp.tool(annotations=READ_ONLY)
     def get_document(path: str | None = None, sha256: str | None = None,
                      max_chars: Annotated[Chars, Field(description="the text stops here (truncated says so)")] = DOCUMENT_CHARS,
-                     ) -> dict[str, Any]:
+                     kb: Kb = None) -> dict[str, Any]:
         """A document's indexed text (its passages in order), bounded by max_chars."""
-        return _call(connect, lambda svc: svc.get_document(path, sha256=sha256, max_chars=max_chars))
+        return _call(connect, lambda svc: svc.get_document(path, sha256=sha256, max_chars=max_chars, kb=kb))
 
     @mcp.resource("search://collections", name="collections", mime_type="application/json",
                   description="The knowledge bases and their collections, with the points in each")
@@ -173,7 +185,8 @@ def build(connect: Connect, *, name: str = "multimodal-search") -> MCPServer:
                 counts = svc.collections()
         except ServiceError as exc:
             raise ResourceError(str(exc)) from None
-        return json.dumps({"knowledge_bases": [{"name": "default", **counts}]})
+        kbs = counts.get("kbs") or {"default": counts.get("collections", {})}
+        return json.dumps({"knowledge_bases": [{"name": name, "collections": points} for name, points in kbs.items()]})
 
     return mcp
 

@@ -12,18 +12,24 @@ from typing import TYPE_CHECKING
 
 _WHERE = {
     "SearchService": "search.services.query",
-    "MAX_TOP_K": "search.services.options", "MODES": "search.services.options", "SORTS": "search.services.options",
+    "MAX_TOP_K": "search.services.options", "MAX_PAGE": "search.services.options",
+    "MAX_DEPTH": "search.services.options", "MAX_GROUP_SIZE": "search.services.options", "GROUP_BY": "search.services.options",
+    "MODES": "search.services.options", "SORTS": "search.services.options",
     "ImageFilters": "search.services.options", "check_query_options": "search.services.options",
     "parse_date": "search.services.options", "parse_near": "search.services.options",
     "HIT_CHARS": "search.services.options", "HIT_CHARS_LIMIT": "search.services.options",
-    "DocumentHit": "search.services.results", "ImageHit": "search.services.results",
+    "DocumentHit": "search.services.results", "DocumentGroup": "search.services.results", "ImageHit": "search.services.results",
     "prompt_context": "search.services.results",
 }
 
 if TYPE_CHECKING:
     from search.services.options import (
+        GROUP_BY,
         HIT_CHARS,
         HIT_CHARS_LIMIT,
+        MAX_DEPTH,
+        MAX_GROUP_SIZE,
+        MAX_PAGE,
         MAX_TOP_K,
         MODES,
         SORTS,
@@ -33,7 +39,7 @@ if TYPE_CHECKING:
         parse_near,
     )
     from search.services.query import SearchService
-    from search.services.results import DocumentHit, ImageHit, prompt_context
+    from search.services.results import DocumentGroup, DocumentHit, ImageHit, prompt_context
 
 
 def __getattr__(name: str):
@@ -42,5 +48,6 @@ def __getattr__(name: str):
     return getattr(importlib.import_module(_WHERE[name]), name)
 
 
-__all__ = ["HIT_CHARS", "HIT_CHARS_LIMIT", "MAX_TOP_K", "MODES", "SORTS", "DocumentHit", "ImageFilters", "ImageHit", "SearchService",
+__all__ = ["GROUP_BY", "HIT_CHARS", "HIT_CHARS_LIMIT", "MAX_DEPTH", "MAX_GROUP_SIZE", "MAX_PAGE", "MAX_TOP_K", "MODES", "SORTS",
+           "DocumentGroup", "DocumentHit", "ImageFilters", "ImageHit", "SearchService",
            "check_query_options", "parse_date", "parse_near", "prompt_context"]

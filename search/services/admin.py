@@ -3,14 +3,27 @@ collection counts, and the store's own commands (stats, optimize, migrate)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import shutil
+from collections.abc import Callable, Collection
 from dataclasses import asdict
 from pathlib import Path
 
-from search.errors import BadRequest, EmptyCollection, ServiceError, StoreInUse, StoreUnavailable
+from search.errors import BadRequest, EmptyCollection, NotFound, ServiceError, StoreInUse, StoreUnavailable
 from search.models import FAMILIES, family, for_kind
 from search.services.base import ServiceBase
-from search.store import COLLECTIONS, DOCUMENTS, IMAGES, Migrated, migrate, open_location, parse_spec
+from search.store import (
+    COLLECTIONS,
+    DEFAULT_KB,
+    DOCUMENTS,
+    IMAGES,
+    Migrated,
+    kb_collection,
+    kb_of,
+    kb_thumbnails,
+    migrate,
+    open_location,
+    parse_spec,
+)
 
 
 class Admin(ServiceBase):
@@ -44,10 +57,39 @@ class Admin(ServiceBase):
     def store_location(self) -> dict:
         return {"backend": self.settings.store_backend, "location": self.settings.qdrant_location}
 
-    def collections(self) -> dict:
-        """Points per collection, and how many document chunks carry BGE-M3 vectors."""
-        return {"collections": {name: self.store.count(name) for name in COLLECTIONS},
-                "documents_with_bge_m3": self.store.count_where(DOCUMENTS.name, "models", family("bge_m3").family)}
+    def collections(self, kbs: Collection[str] | None = None) -> dict:
+        """Points per collection of the default knowledge base (``collections``, as before KBs) and
+        how many of its document chunks carry BGE-M3 vectors; points per kind in every knowledge base
+        (``kbs``). ``kbs``: only these knowledge bases are shown (None: all)."""
+        seen = set(kbs) if kbs is not None else None
+        out: dict = {"collections": {}, "documents_with_bge_m3": 0, "kbs": {}}
+        if seen is None or DEFAULT_KB in seen:
+            out["collections"] = {name: self.store.count(name) for name in COLLECTIONS}
+            out["documents_with_bge_m3"] = self.store.count_where(DOCUMENTS.name, "models", family("bge_m3").family)
+        for kb in self.knowledge_bases():
+            if seen is None or kb in seen:
+                out["kbs"][kb] = {kind: self.store.count(kb_collection(kb, kind)) for kind in COLLECTIONS}
+        return out
+
+    def knowledge_bases(self) -> list[str]:
+        """The knowledge bases the store holds, the default one always first."""
+        named = {found[0] for c in self.store.collections() if (found := kb_of(c))}
+        return [DEFAULT_KB, *sorted(named - {DEFAULT_KB})]
+
+    def delete_kb(self, kb: str) -> dict:
+        """Delete a knowledge base: its collections (every point) and its photos' thumbnails. Deleting
+        the default one empties it. Returns the points deleted per kind."""
+        if self._collection(kb, DOCUMENTS.name) and kb not in self.knowledge_bases():
+            raise NotFound(f"kb: no knowledge base {kb!r} (there are: {', '.join(self.knowledge_bases())})")
+        removed = {}
+        for kind in COLLECTIONS:
+            collection = self._collection(kb, kind)
+            removed[kind] = self.store.count(collection)
+            self.store.drop(collection)
+        thumbs = kb_thumbnails(self.settings.data_dir, kb)
+        if thumbs.is_dir():
+            shutil.rmtree(thumbs)
+        return {"kb": kb, "deleted": removed}
 
     def readiness(self) -> dict:
         """Triton and the store, each reported on its own; ready when both answer and a model is served."""
@@ -74,7 +116,7 @@ class Admin(ServiceBase):
         """Points, segments, index status, payload indexes and disk size per collection."""
         store = self.store
         out = {"backend": store.backend, "location": store.location, "collections": {}}
-        for name in [c for c in COLLECTIONS if store.exists(c)]:
+        for name in [c for c in store.collections() if kb_of(c)]:  # every knowledge base's
             out["collections"][name] = asdict(store.stats(name))
         sizes = [c["disk_bytes"] for c in out["collections"].values()]
         out["disk_bytes"] = sum(sizes) if sizes and None not in sizes else None
@@ -84,7 +126,7 @@ class Admin(ServiceBase):
         return out
 
     def optimize_store(self) -> None:
-        for name in COLLECTIONS:
+        for name in [c for c in self.store.collections() if kb_of(c)]:
             self.store.optimize(name)
 
     def migrate_store(self, to: str, source: str | None = None,

@@ -4,9 +4,9 @@ messages that say how to make a missing model or an old store usable."""
 from __future__ import annotations
 
 from search.config import Settings
-from search.errors import ModelNotReady, not_served
+from search.errors import BadRequest, ModelNotReady, not_served
 from search.resources import Resources
-from search.store import Store
+from search.store import Store, kb_collection
 from search.triton.client import TritonClient
 
 
@@ -28,6 +28,13 @@ class ServiceBase:
 
     def close(self) -> None:
         self.resources.close()
+
+    def _collection(self, kb: str | None, kind: str) -> str:
+        """The collection of ``kind`` in knowledge base ``kb`` (None: the default KB)."""
+        try:
+            return kb_collection(kb, kind)
+        except ValueError as exc:
+            raise BadRequest(str(exc)) from None
 
     def _require(self, model: str, family: str) -> None:
         if not self.triton.model_ready(model):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 
 from qdrant_client import models
@@ -11,55 +12,77 @@ from search.models import bge_m3, family, minilm
 from search.paths import stored
 from search.services.base import ServiceBase
 from search.services.filters import document_filter
-from search.services.options import HIT_CHARS_LIMIT, MODES, check_max_chars, check_top_k
-from search.services.results import DocumentHit
-from search.store import DOCUMENTS
+from search.services.options import HIT_CHARS_LIMIT, MODES, check_group_size, check_max_chars, check_page
+from search.services.results import DocumentGroup, DocumentHit
+from search.store import DEFAULT_KB, DOCUMENTS, Store
 
 BGE_M3 = family("bge_m3")
-HYBRID_CANDIDATES = 50  # per prefetch (dense, sparse) before fusion and the ColBERT re-rank
+# Candidates per prefetch (dense, sparse) before fusion and the ColBERT re-rank: the first step that
+# reaches offset + top_k.
+HYBRID_DEPTHS = (50, 200, 1_000, 10_000)
 DOCUMENT_CHARS = 20_000  # a document's text unless the caller asks for more (up to HIT_CHARS_LIMIT)
 
 
 class DocumentSearch(ServiceBase):
-    def search_documents(self, query: str, *, top_k: int = 5, min_score: float | None = None,
+    def search_documents(self, query: str, *, top_k: int = 5, offset: int = 0, min_score: float | None = None,
                          folder: str | None = None, mode: str | None = None,
                          suffixes: tuple[str, ...] | list[str] = (), max_chars: int | None = None,
-                         full_text: bool = False) -> list[DocumentHit]:
-        """Passages that match ``query``, with citations. ``mode``: one of MODES (default: the
-        ``search_mode`` setting, "auto"). Each hit's text stops near ``max_chars`` characters (default
-        HIT_CHARS; the hit says truncated and the whole length), or is whole with ``full_text``."""
+                         full_text: bool = False, kb: str | None = None) -> list[DocumentHit]:
+        """Passages that match ``query``, with citations: the ``top_k`` best after skipping ``offset``
+        (pages of one ranking concatenate to it). ``mode``: one of MODES (default: the ``search_mode``
+        setting, "auto"). Each hit's text stops near ``max_chars`` characters (default HIT_CHARS; the
+        hit says truncated and the whole length), or is whole with ``full_text``. ``kb``: the
+        knowledge base searched (None: the default one)."""
         limit = check_max_chars(max_chars, full_text)
-        return [h.bounded(limit) for h in self._find_documents(query, top_k=top_k, min_score=min_score,
-                                                                folder=folder, mode=mode, suffixes=suffixes)]
+        check_page(top_k, offset)
+        hits = self._find_documents(query, Page(top_k, offset), min_score=min_score, folder=folder, mode=mode,
+                                    suffixes=suffixes, kb=kb)
+        return [h.bounded(limit) for h in hits]
 
-    def _find_documents(self, query: str, *, top_k: int, min_score: float | None, folder: str | None,
-                        mode: str | None, suffixes: tuple[str, ...] | list[str]) -> list[DocumentHit]:
+    def search_document_groups(self, query: str, *, top_k: int = 5, offset: int = 0, group_size: int = 1,
+                               min_score: float | None = None, folder: str | None = None, mode: str | None = None,
+                               suffixes: tuple[str, ...] | list[str] = (), max_chars: int | None = None,
+                               full_text: bool = False, kb: str | None = None) -> list[DocumentGroup]:
+        """Per-document results (group_by=document): the ``top_k`` best documents after skipping
+        ``offset`` documents, in the order of their best passage, each with up to ``group_size`` of
+        its best passages and how many more of its passages the search ranked (see Store.search_groups).
+        The other arguments are search_documents'."""
+        limit = check_max_chars(max_chars, full_text)
+        check_page(top_k, offset)
+        check_group_size(group_size)
+        groups = self._find_documents(query, Page(top_k, offset, group_size), min_score=min_score, folder=folder,
+                                      mode=mode, suffixes=suffixes, kb=kb)
+        return [DocumentGroup([h.bounded(limit) for h in g.hits], g.more) for g in groups]
+
+    def _find_documents(self, query: str, page: Page, *, min_score: float | None, folder: str | None,
+                        mode: str | None, suffixes: tuple[str, ...] | list[str], kb: str | None) -> list:
         mode = mode or self.settings.search_mode
         if mode not in MODES:
             raise BadRequest(f"mode: must be one of {', '.join(MODES)}, got {mode!r}")
         query = (query or "").strip()
         if not query:
             raise BadRequest("query: must not be empty")
-        check_top_k(top_k)
-        if self.store.is_empty(DOCUMENTS.name):
+        collection = self._collection(kb, DOCUMENTS.name)
+        if self.store.is_empty(collection):
+            if kb not in (None, DEFAULT_KB):
+                raise EmptyCollection(f"kb: nothing indexed in knowledge base {kb!r} yet: run `indexer ingest PATH --kb {kb}`")
             raise EmptyCollection("nothing indexed yet: run `indexer ingest PATH` (e.g. `indexer ingest samples/docs`)"
                                   + self._legacy_hint())
-        mode = self.document_mode(mode)
+        mode = self.document_mode(mode, kb)
         flt = document_filter(folder, suffixes)
+        run = _Run(self.store, collection, page, flt)
         if mode == "semantic":
             vectors, _ = minilm.embed(self.triton, [query])
-            points = self.store.search(DOCUMENTS.name, "minilm", vectors[0].tolist(), limit=top_k,
-                                       query_filter=flt, score_threshold=min_score)
-            return [DocumentHit.from_point(p, mode) for p in points]
-        return self._search_bge_m3(query, mode, top_k=top_k, min_score=min_score, flt=flt)
+            return run.hits(mode, "minilm", vectors[0].tolist(), min_score)
+        return self._search_bge_m3(query, mode, run, min_score=min_score)
 
-    def document_mode(self, mode: str) -> str:
+    def document_mode(self, mode: str, kb: str | None = None) -> str:
         """The mode a search in ``mode`` runs in: auto -> hybrid when the index has BGE-M3 vectors and
         the model is served, else semantic. A BGE-M3 mode that cannot run raises, saying why."""
         if mode == "semantic":
             return mode
         served = self.triton.model_ready(BGE_M3.ensembles[0])
-        indexed = self.store.count_where(DOCUMENTS.name, "models", BGE_M3.family) > 0
+        indexed = self.store.count_where(self._collection(kb, DOCUMENTS.name), "models", BGE_M3.family) > 0
         if mode == "auto":
             return "hybrid" if served and indexed else "semantic"
         if not served:
@@ -69,37 +92,30 @@ class DocumentSearch(ServiceBase):
                                   f"run `indexer ingest PATH` again now that {BGE_M3.display} is served, or use --mode semantic")
         return mode
 
-    def _search_bge_m3(self, query: str, mode: str, *, top_k: int, min_score: float | None,
-                       flt: models.Filter | None) -> list[DocumentHit]:
+    def _search_bge_m3(self, query: str, mode: str, run: _Run, *, min_score: float | None) -> list:
         q = bge_m3.encode(self.triton, [query], colbert=mode == "hybrid")[0]
         sparse = models.SparseVector(indices=list(q.sparse), values=list(q.sparse.values()))
         if mode == "dense":
-            points = self.store.search(DOCUMENTS.name, "bge_dense", q.dense.tolist(), limit=top_k,
-                                       query_filter=flt, score_threshold=min_score)
-            return [DocumentHit.from_point(p, mode) for p in points]
+            return run.hits(mode, "bge_dense", q.dense.tolist(), min_score)
         if mode == "sparse":
             if not q.sparse:
                 return []  # nothing but special tokens: no lexical evidence
-            points = self.store.search(DOCUMENTS.name, "bge_sparse", sparse, limit=top_k,
-                                       query_filter=flt, score_threshold=min_score)
-            return [DocumentHit.from_point(p, mode) for p in points]
+            return run.hits(mode, "bge_sparse", sparse, min_score)
         # hybrid: dense and sparse candidates, fused by rank (RRF), re-ranked by ColBERT late interaction.
-        depth = max(HYBRID_CANDIDATES, top_k)
-        candidates = [models.Prefetch(query=q.dense.tolist(), using="bge_dense", limit=depth, filter=flt)]
+        # The candidate depth comes in steps, so the pages of one ranking see the same candidates.
+        depth = next((d for d in HYBRID_DEPTHS if d >= run.page.end), run.page.end)
+        candidates = [models.Prefetch(query=q.dense.tolist(), using="bge_dense", limit=depth, filter=run.flt)]
         if q.sparse:
-            candidates.append(models.Prefetch(query=sparse, using="bge_sparse", limit=depth, filter=flt))
+            candidates.append(models.Prefetch(query=sparse, using="bge_sparse", limit=depth, filter=run.flt))
         fused = models.Prefetch(prefetch=candidates, query=models.FusionQuery(fusion=models.Fusion.RRF), limit=depth)
-        points = self.store.search(DOCUMENTS.name, "bge_colbert", q.colbert.tolist(), limit=top_k,
-                                   query_filter=flt, prefetch=[fused])
         # Qdrant's MAX_SIM sums over query vectors; BGE-M3's ColBERT score is their mean.
-        n = len(q.colbert)
-        hits = [DocumentHit.from_point(p, mode, scale=1.0 / n) for p in points]
-        return [h for h in hits if min_score is None or h.score >= min_score]
+        return run.hits(mode, "bge_colbert", q.colbert.tolist(), min_score, prefetch=[fused], scale=1.0 / len(q.colbert))
 
     # -- by id: what a bot fetches after a search (a passage's neighbours, a whole document)
     def get_passage(self, passage_id: str | None = None, *, path: str | None = None, chunk: int | None = None,
-                    max_chars: int | None = None, full_text: bool = False) -> DocumentHit:
-        """One passage by its id (``SHA256:CHUNK``, as hits give it) or by a file's path and chunk number."""
+                    max_chars: int | None = None, full_text: bool = False, kb: str | None = None) -> DocumentHit:
+        """One passage of knowledge base ``kb`` by its id (``SHA256:CHUNK``, as hits give it) or by a file's
+        path and chunk number."""
         limit = check_max_chars(max_chars, full_text)
         if passage_id:
             sha, _, number = passage_id.strip().rpartition(":")
@@ -111,14 +127,15 @@ class DocumentSearch(ServiceBase):
         else:
             raise BadRequest("id: give a passage id, or a path and a chunk number", "id")
         flt = models.Filter(must=[which, models.FieldCondition(key="chunk", match=models.MatchValue(value=int(chunk)))])
-        points, _ = self.store.scroll(DOCUMENTS.name, flt, limit=1)
+        points, _ = self.store.scroll(self._collection(kb, DOCUMENTS.name), flt, limit=1)
         if not points:
             raise NotFound(f"no passage {passage_id or f'{path} chunk {chunk}'} in the index", "id" if passage_id else "path")
         return DocumentHit.from_point(points[0], "lookup").bounded(limit)
 
     def get_document(self, path: str | None = None, *, sha256: str | None = None,
-                     max_chars: int = DOCUMENT_CHARS) -> dict:
-        """A document's indexed text, its chunks in order, cut at ``max_chars`` (the answer says so)."""
+                     max_chars: int = DOCUMENT_CHARS, kb: str | None = None) -> dict:
+        """A document's indexed text in knowledge base ``kb``, its chunks in order, cut at ``max_chars``
+        (the answer says so)."""
         if not 1 <= max_chars <= HIT_CHARS_LIMIT:
             raise BadRequest(f"max_chars: must be 1..{HIT_CHARS_LIMIT:,}, got {max_chars}", "max_chars")
         if sha256:
@@ -127,9 +144,9 @@ class DocumentSearch(ServiceBase):
             which = self._path_condition(path)
         else:
             raise BadRequest("path: give a document's path (or its sha256)", "path")
-        hits, offset = [], None
+        hits, offset, collection = [], None, self._collection(kb, DOCUMENTS.name)
         while True:
-            points, offset = self.store.scroll(DOCUMENTS.name, models.Filter(must=[which]), limit=256, offset=offset)
+            points, offset = self.store.scroll(collection, models.Filter(must=[which]), limit=256, offset=offset)
             hits += [DocumentHit.from_point(p, "lookup") for p in points]
             if offset is None or not points:
                 break
@@ -154,3 +171,37 @@ class DocumentSearch(ServiceBase):
         except RuntimeError as exc:
             raise BadRequest(f"path: cannot use {path!r}", "path") from exc
         return models.FieldCondition(key="paths", match=models.MatchValue(value=stored(full)))
+
+
+@dataclass(frozen=True)
+class Page:
+    top_k: int
+    offset: int = 0
+    group_size: int | None = None  # grouped by document when set
+
+    @property
+    def end(self) -> int:
+        return self.offset + self.top_k
+
+
+@dataclass(frozen=True)
+class _Run:
+    """One search's store, collection, page and filter: hits, or groups of hits by document."""
+
+    store: Store
+    collection: str
+    page: Page
+    flt: models.Filter | None
+
+    def hits(self, mode: str, using: str, vector, min_score: float | None, *,
+             prefetch: list[models.Prefetch] | None = None, scale: float = 1.0) -> list:
+        threshold = None if min_score is None else min_score / scale  # the store's raw score
+        if self.page.group_size is None:
+            points = self.store.search(self.collection, using, vector, limit=self.page.top_k, offset=self.page.offset,
+                                       query_filter=self.flt, score_threshold=threshold, prefetch=prefetch)
+            return [DocumentHit.from_point(p, mode, scale) for p in points]
+        groups = self.store.search_groups(self.collection, using, vector, group_by="sha256", limit=self.page.top_k,
+                                          group_size=self.page.group_size, offset=self.page.offset,
+                                          query_filter=self.flt, score_threshold=threshold, prefetch=prefetch)
+        return [DocumentGroup([DocumentHit.from_point(p, mode, scale) for p in g.hits], g.matched - len(g.hits))
+                for g in groups]

@@ -14,7 +14,7 @@ from search.services.entailment import Entailment
 from search.services.filters import image_filter
 from search.services.options import SORTS, ImageFilters, check_top_k
 from search.services.results import ImageHit
-from search.store import IMAGES, image_vector
+from search.store import DEFAULT_KB, IMAGES, image_vector
 
 CLIP, OFA = family("clip"), family("ofa")
 
@@ -22,11 +22,12 @@ CLIP, OFA = family("clip"), family("ofa")
 class ImageSearch(Entailment):
     def search_images(self, text: str | None = None, *, like: Path | bytes | None = None, top_k: int = 12,
                       min_score: float | None = None, filters: ImageFilters = ImageFilters(),
-                      sort: str = "score", verify: bool = False, min_entailment: float | None = None) -> list[ImageHit]:
+                      sort: str = "score", verify: bool = False, min_entailment: float | None = None,
+                      kb: str | None = None) -> list[ImageHit]:
         """Text-to-image (``text``) or image-to-image (``like``, a photo's path or bytes) search over the
         photo collection; filters first, then the ``min_score`` cut-off, then (``verify``) the re-rank
         of the top-k hits by OFA's entailment probability of ``text`` (hits below ``min_entailment``
-        dropped), then the sort."""
+        dropped), then the sort. ``kb``: the knowledge base searched (None: the default one)."""
         text = (text or "").strip() or None
         if (text is None) == (like is None):
             raise BadRequest("give either a text query or an example image (like), not both or neither")
@@ -39,7 +40,10 @@ class ImageSearch(Entailment):
         check_top_k(top_k)
         if sort not in SORTS:
             raise BadRequest(f"sort: must be one of {', '.join(SORTS)}, got {sort!r}")
-        if self.store.is_empty(IMAGES):
+        collection = self._collection(kb, IMAGES)
+        if self.store.is_empty(collection):
+            if kb not in (None, DEFAULT_KB):
+                raise EmptyCollection(f"kb: no photos in knowledge base {kb!r} yet: run `indexer ingest ./photos --kb {kb}`")
             raise EmptyCollection("no photos indexed yet: run `indexer ingest ./photos`" + self._legacy_hint())
         model = "clip_text" if text else "clip_image"
         self._require(model, CLIP.display)
@@ -47,7 +51,7 @@ class ImageSearch(Entailment):
             vector = clip.embed_texts(self.triton, [text])[0][0]
         else:
             vector = clip.embed_images(self.triton, [self._example_image(like)])[0]
-        points = self.store.search(IMAGES, image_vector(), vector.tolist(), limit=top_k,
+        points = self.store.search(collection, image_vector(), vector.tolist(), limit=top_k,
                                    query_filter=image_filter(filters), score_threshold=min_score)
         hits = [ImageHit.from_point(p) for p in points]
         if verify:

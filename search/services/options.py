@@ -10,7 +10,13 @@ from datetime import UTC, datetime
 
 from search.errors import BadRequest
 
-MAX_TOP_K = 100
+MAX_TOP_K = 100  # photos per search
+# Documents come in pages: top_k hits (or documents, grouped) after skipping ``offset``. The cap on
+# offset + top_k bounds what one request makes the store rank.
+MAX_PAGE = 1_000
+MAX_DEPTH = 10_000
+MAX_GROUP_SIZE = 20  # passages per document when grouped
+GROUP_BY = ("document",)
 # Characters of text per document hit unless the caller asks for more: about twice the longest chunk the
 # chunker makes of prose (254 tokens ~ 1,100 characters), so an ordinary passage comes back whole and only
 # pathological ones (a long "word" is one [UNK] token) are cut; 100 hits stay near 200,000 characters.
@@ -76,15 +82,32 @@ def check_top_k(top_k: int) -> None:
         raise BadRequest(f"top_k: must be between 1 and {MAX_TOP_K}, got {top_k}")
 
 
+def check_page(top_k: int, offset: int) -> None:
+    if not 1 <= top_k <= MAX_PAGE:
+        raise BadRequest(f"top_k: must be between 1 and {MAX_PAGE}, got {top_k}")
+    if offset < 0:
+        raise BadRequest(f"offset: must be 0 or more, got {offset}")
+    if offset + top_k > MAX_DEPTH:
+        raise BadRequest(f"offset: offset + top_k must be at most {MAX_DEPTH}, got {offset + top_k}")
+
+
+def check_group_size(group_size: int) -> None:
+    if not 1 <= group_size <= MAX_GROUP_SIZE:
+        raise BadRequest(f"group_size: must be between 1 and {MAX_GROUP_SIZE}, got {group_size}")
+
+
 def check_query_options(*, photos: bool, text: bool, like: bool, mode: str | None = None, verify: bool = False,
                         min_entailment: float | None = None, full_text: bool = False,
-                        photo_only: dict[str, object] | None = None) -> None:
+                        photo_only: dict[str, object] | None = None,
+                        document_only: dict[str, object] | None = None) -> None:
     """Which options go together, named as the caller names them (``photo_only``: option name -> value;
     for the CLI the names are its flags). Raises BadRequest naming what is wrong."""
     if photos and full_text:
         raise BadRequest("--full-text applies to document search; photo hits carry no text")
     if photos and mode:
         raise BadRequest("--mode applies to document search; photos are always searched with CLIP")
+    if photos and (used := [name for name, value in (document_only or {}).items() if value]):
+        raise BadRequest(f"{', '.join(used)} only apply to document search")
     if (verify or min_entailment is not None) and not (photos and text):
         raise BadRequest("--verify and --min-entailment apply to photo search by text: add --images")
     if min_entailment is not None and not verify:

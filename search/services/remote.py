@@ -4,12 +4,12 @@ same methods, same hits, same errors as ``SearchService``, so a face does not ca
 from __future__ import annotations
 
 from pathlib import Path
-from urllib.parse import urlencode
+from urllib.parse import quote, urlencode
 
 from search import errors
 from search.rest_client import RestClient
 from search.services.options import ImageFilters
-from search.services.results import DocumentHit, ImageHit, Verdict
+from search.services.results import DocumentGroup, DocumentHit, ImageHit, Verdict
 
 
 class RemoteService(RestClient):
@@ -19,17 +19,27 @@ class RemoteService(RestClient):
         pass
 
     # -- queries
-    def search_documents(self, query: str, *, top_k: int = 5, min_score: float | None = None,
+    def search_documents(self, query: str, *, top_k: int = 5, offset: int = 0, min_score: float | None = None,
                          folder: str | None = None, mode: str | None = None, suffixes=(), max_chars: int | None = None,
-                         full_text: bool = False) -> list[DocumentHit]:
-        body = {"query": query, "top_k": top_k, "min_score": min_score, "folder": _here(folder), "mode": mode,
-                "types": list(suffixes) or None, "max_chars": max_chars, "full_text": full_text or None}
+                         full_text: bool = False, kb: str | None = None) -> list[DocumentHit]:
+        body = {"query": query, "kb": kb, "top_k": top_k, "offset": offset, "min_score": min_score, "folder": _here(folder),
+                "mode": mode, "types": list(suffixes) or None, "max_chars": max_chars, "full_text": full_text or None}
         return [_hit(DocumentHit, h) for h in self.call("POST", "/search/documents", body)["hits"]]
+
+    def search_document_groups(self, query: str, *, top_k: int = 5, offset: int = 0, group_size: int = 1,
+                               min_score: float | None = None, folder: str | None = None, mode: str | None = None,
+                               suffixes=(), max_chars: int | None = None, full_text: bool = False,
+                               kb: str | None = None) -> list[DocumentGroup]:
+        body = {"query": query, "kb": kb, "top_k": top_k, "offset": offset, "group_by": "document", "group_size": group_size,
+                "min_score": min_score, "folder": _here(folder), "mode": mode, "types": list(suffixes) or None,
+                "max_chars": max_chars, "full_text": full_text or None}
+        return [DocumentGroup([_hit(DocumentHit, h) for h in g["hits"]], g["more"])
+                for g in self.call("POST", "/search/documents", body)["groups"]]
 
     def search_images(self, text: str | None = None, *, like: Path | bytes | None = None, top_k: int = 12,
                       min_score: float | None = None, filters: ImageFilters = ImageFilters(), sort: str = "score",
-                      verify: bool = False, min_entailment: float | None = None) -> list[ImageHit]:
-        fields = {k: v for k, v in filters.as_fields().items() if v is not None}
+                      verify: bool = False, min_entailment: float | None = None, kb: str | None = None) -> list[ImageHit]:
+        fields = {k: v for k, v in {**filters.as_fields(), "kb": kb}.items() if v is not None}
         if "folder" in fields:
             fields["folder"] = _here(fields["folder"])
         if like is None:
@@ -45,21 +55,21 @@ class RemoteService(RestClient):
         return _hit(Verdict, self.call("POST", "/entail", form=form, upload=("image", _image(image, "image"))))
 
     def get_passage(self, passage_id: str | None = None, *, path: str | None = None, chunk: int | None = None,
-                    max_chars: int | None = None, full_text: bool = False) -> DocumentHit:
-        query = {"id": passage_id, "path": _here(path), "chunk": chunk, "max_chars": max_chars, "full_text": full_text or None}
+                    max_chars: int | None = None, full_text: bool = False, kb: str | None = None) -> DocumentHit:
+        query = {"id": passage_id, "path": _here(path), "chunk": chunk, "max_chars": max_chars,
+                 "full_text": full_text or None, "kb": kb}
         return _hit(DocumentHit, self.call("GET", "/passages?" + _query(query)))
 
-    def get_document(self, path: str | None = None, *, sha256: str | None = None, max_chars: int = 20_000) -> dict:
-        return self.call("GET", "/documents?" + _query({"path": _here(path), "sha256": sha256, "max_chars": max_chars}))
+    def get_document(self, path: str | None = None, *, sha256: str | None = None, max_chars: int = 20_000,
+                     kb: str | None = None) -> dict:
+        query = {"path": _here(path), "sha256": sha256, "max_chars": max_chars, "kb": kb}
+        return self.call("GET", "/documents?" + _query(query))
 
     def photo_path(self, photo: str) -> Path:
         """A photo's path, or the path of the photo with this id (as the server resolves it)."""
         if len(photo) == 64 and all(c in "0123456789abcdef" for c in photo) and not Path(photo).exists():
             return Path(self.call("GET", f"/photos/{photo}")["path"])
         return Path(photo).expanduser()
-
-    def collections(self) -> dict:
-        return self.call("GET", "/collections")
 
     def status(self) -> dict:
         return self.call("GET", "/status")
@@ -69,6 +79,12 @@ class RemoteService(RestClient):
 
     def optimize_store(self) -> None:
         self.call("POST", "/store/optimize")
+
+    def collections(self) -> dict:
+        return self.call("GET", "/collections")
+
+    def delete_kb(self, kb: str) -> dict:
+        return self.call("DELETE", f"/kb/{quote(kb, safe='')}")
 
 
 def _query(params: dict) -> str:

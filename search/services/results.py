@@ -90,6 +90,33 @@ _DOCUMENT_FIELDS = tuple(DocumentHit.__dataclass_fields__)
 
 
 @dataclass(frozen=True)
+class DocumentGroup:
+    """One document (one content, by sha256) of a per-document search: its best passages, best
+    first, and how many more of its passages were among those the search ranked."""
+
+    hits: list[DocumentHit]  # at least one; hits[0] is the document's best passage
+    more: int = 0  # further passages of this document among the passages searched (not shown)
+
+    @property
+    def score(self) -> float:
+        return self.hits[0].score
+
+    @property
+    def sha256(self) -> str:
+        return self.hits[0].sha256
+
+    @property
+    def path(self) -> str:
+        return self.hits[0].path
+
+    def as_dict(self) -> dict:
+        best = self.hits[0].as_dict()
+        return {"score": self.score, "sha256": self.sha256, "path": best["path"], "path_bytes": best["path_bytes"],
+                "paths": best["paths"], "title": best["title"], "more": self.more,
+                "hits": [h.as_dict() for h in self.hits]}
+
+
+@dataclass(frozen=True)
 class ImageHit(_Paths):
     score: float
     path: str

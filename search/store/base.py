@@ -70,6 +70,10 @@ class Store(ABC):
     def exists(self, collection: str) -> bool: ...
 
     @abstractmethod
+    def drop(self, collection: str) -> None:
+        """Delete a collection and everything in it (nothing happens when there is none)."""
+
+    @abstractmethod
     def collections(self) -> list[str]:
         """The collections this store holds (names without the prefix)."""
 
@@ -100,14 +104,37 @@ class Store(ABC):
     def search(self, collection: str, vector_name: str | None, query, *, limit: int,
                query_filter: models.Filter | None = None, score_threshold: float | None = None,
                prefetch: list[models.Prefetch] | None = None,
-               params: models.SearchParams | None = None) -> list[models.ScoredPoint]:
-        """One query: a dense vector, a sparse vector, a multivector, or a fusion over ``prefetch``."""
+               params: models.SearchParams | None = None, offset: int = 0) -> list[models.ScoredPoint]:
+        """One query: a dense vector, a sparse vector, a multivector, or a fusion over ``prefetch``;
+        ``offset`` best points skipped (a page)."""
 
     @abstractmethod
     def stats(self, collection: str) -> CollectionStats: ...
 
     def optimize(self, collection: str) -> None:  # noqa: B027  (a no-op where the backend indexes by itself)
         """Build indexes after a bulk write (a server does this in the background)."""
+
+    def search_groups(self, collection: str, vector_name: str | None, query, *, group_by: str, limit: int,
+                      group_size: int = 1, offset: int = 0, query_filter: models.Filter | None = None,
+                      score_threshold: float | None = None, prefetch: list[models.Prefetch] | None = None,
+                      params: models.SearchParams | None = None) -> list[PointGroup]:
+        """The best points grouped by the payload field ``group_by``: groups in the order of their
+        best point, ``limit`` of them after skipping ``offset``, at most ``group_size`` points each.
+
+        The engine has no grouping query (qdrant-edge 0.9), so this is done here, the same way on
+        every backend: the query is run over a window of the best points (grown until it holds
+        enough groups or the collection ends, up to GROUP_WINDOW_MAX), and each group also says how
+        many of its points were in that window (``matched``). A server's query_points_groups
+        reports no such count, so it is not used."""
+        want = offset + limit
+        window = min(GROUP_WINDOW_MAX, max(GROUP_WINDOW_MIN, want * group_size * 4))
+        while True:
+            points = self.search(collection, vector_name, query, limit=window, query_filter=query_filter,
+                                 score_threshold=score_threshold, prefetch=deepen(prefetch, window), params=params)
+            groups = group_points(points, group_by, group_size)
+            if len(groups) >= want or len(points) < window or window >= GROUP_WINDOW_MAX:
+                return groups[offset:want]
+            window = min(GROUP_WINDOW_MAX, window * 4)
 
     # -- content-level operations, the same on every backend
     def delete_content(self, collection: str, sha256: str, *, keep_chunker: str | None = None) -> None:
@@ -155,6 +182,44 @@ class Store(ABC):
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+
+GROUP_WINDOW_MIN, GROUP_WINDOW_MAX = 200, 10_000  # points a grouped search looks at
+
+
+@dataclass
+class PointGroup:
+    key: object  # the group_by field's value
+    hits: list[models.ScoredPoint]  # best first, at most group_size
+    matched: int  # points of this group in the window searched (>= len(hits))
+
+
+def group_points(points: list[models.ScoredPoint], group_by: str, group_size: int) -> list[PointGroup]:
+    """Points (best first) grouped by a payload field, groups in the order of their best point;
+    points without the field are left out, as Qdrant's grouping does."""
+    groups: dict[object, PointGroup] = {}
+    for p in points:
+        key = (p.payload or {}).get(group_by)
+        if key is None or isinstance(key, (list, dict)):
+            continue
+        g = groups.get(key)
+        if g is None:
+            g = groups[key] = PointGroup(key, [], 0)
+        g.matched += 1
+        if len(g.hits) < group_size:
+            g.hits.append(p)
+    return list(groups.values())
+
+
+def deepen(prefetch: list[models.Prefetch] | None, limit: int) -> list[models.Prefetch] | None:
+    """Prefetches whose own limits reach at least ``limit`` (a fusion must see as deep as the window)."""
+    if not prefetch:
+        return prefetch
+    out = []
+    for p in prefetch:
+        nested = p.prefetch if isinstance(p.prefetch, list) else ([p.prefetch] if p.prefetch else None)
+        out.append(p.model_copy(update={"limit": max(p.limit or 10, limit), "prefetch": deepen(nested, limit)}))
+    return out
 
 
 def match(key: str, value: object) -> models.Filter:

@@ -14,6 +14,7 @@ from __future__ import annotations
 import fcntl
 import json
 import os
+import shutil
 import threading
 from pathlib import Path
 
@@ -108,6 +109,18 @@ class EdgeStore(Store):
     def exists(self, collection: str) -> bool:
         return (self._dir(collection) / CONFIG_FILE).exists()
 
+    def drop(self, collection: str) -> None:
+        with self._open_lock:
+            shard = self._shards.pop(collection, None)
+            if shard is not None:
+                shard.close()
+            path = self._dir(collection)
+            if path.exists():
+                # Renamed first, so a crash mid-delete leaves no half collection under the real name.
+                doomed = path.with_name(f".dropped-{path.name}-{os.getpid()}")
+                path.rename(doomed)
+                shutil.rmtree(doomed)
+
     def collections(self) -> list[str]:
         return sorted(p.name[len(self.prefix):] for p in self.root.iterdir()
                       if p.name.startswith(self.prefix) and (p / CONFIG_FILE).exists())
@@ -154,8 +167,8 @@ class EdgeStore(Store):
         return out, (client_id(nxt) if nxt is not None else None)
 
     def search(self, collection, vector_name, query, *, limit, query_filter=None, score_threshold=None,
-               prefetch=None, params=None):
-        req = qe.QueryRequest(limit=limit, query=edge_query(query, vector_name),
+               prefetch=None, params=None, offset=0):
+        req = qe.QueryRequest(limit=limit, offset=offset or None, query=edge_query(query, vector_name),
                               prefetches=[edge_prefetch(p) for p in prefetch] if prefetch else None,
                               filter=edge_filter(query_filter), score_threshold=score_threshold,
                               params=edge_params(params), with_payload=True)

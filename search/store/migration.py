@@ -9,7 +9,7 @@ from qdrant_client import models
 
 from search.errors import StoreUnavailable
 from search.store.base import Store
-from search.store.schema import COLLECTIONS, DOCUMENTS, IMAGES, CollectionSchema, image_vector, images_schema
+from search.store.schema import COLLECTIONS, DOCUMENTS, IMAGES, CollectionSchema, image_vector, images_schema, in_kb, kb_of
 
 
 def parse_spec(spec: str, settings) -> tuple[str, str]:
@@ -24,17 +24,20 @@ def parse_spec(spec: str, settings) -> tuple[str, str]:
 
 
 def schema_for(store: Store, collection: str) -> CollectionSchema:
-    """The project's schema of a stored collection (the photo vector size is read from the store)."""
-    if collection == DOCUMENTS.name:
-        return DOCUMENTS
-    if collection == IMAGES:
+    """The project's schema of a stored collection, in any knowledge base (the photo vector size is
+    read from the store)."""
+    kb, kind = kb_of(collection) or (None, None)
+    if kind == DOCUMENTS.name:
+        return in_kb(DOCUMENTS, kb)
+    if kind == IMAGES:
         name = image_vector()
-        points, _ = store.scroll(IMAGES, limit=1, with_payload=False, with_vectors=[name])
+        points, _ = store.scroll(collection, limit=1, with_payload=False, with_vectors=[name])
         if not points:
-            raise StoreUnavailable("the images collection has no points to take the vector size from")
+            raise StoreUnavailable(f"the {collection} collection has no points to take the vector size from")
         vec = points[0].vector
-        return images_schema(len(vec[name] if isinstance(vec, dict) else vec))
-    raise StoreUnavailable(f"collection '{collection}' is not one of this project's ({', '.join(COLLECTIONS)})")
+        return in_kb(images_schema(len(vec[name] if isinstance(vec, dict) else vec)), kb)
+    raise StoreUnavailable(f"collection '{collection}' is not one of this project's ({', '.join(COLLECTIONS)}, "
+                           "or those of a knowledge base)")
 
 
 @dataclass
@@ -52,7 +55,7 @@ def migrate(src: Store, dst: Store, *, batch: int = 256,
     Point ids are kept, so running it again after an interruption resumes without duplicates.
     Raises StoreUnavailable when the counts differ afterwards."""
     done = []
-    for name in [c for c in COLLECTIONS if c in src.collections()]:
+    for name in [c for c in src.collections() if kb_of(c)]:  # every knowledge base's
         total = src.count(name)
         if total == 0:
             continue

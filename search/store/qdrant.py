@@ -74,6 +74,10 @@ class QdrantStore(Store):
     def exists(self, collection: str) -> bool:
         return self._call(self.client.collection_exists, self.name(collection))
 
+    def drop(self, collection: str) -> None:
+        if self.exists(collection):
+            self._call(self.client.delete_collection, self.name(collection))
+
     def collections(self) -> list[str]:
         names = [c.name for c in self._call(self.client.get_collections).collections]
         return [n[len(self.prefix):] for n in names if n.startswith(self.prefix)]
@@ -101,9 +105,9 @@ class QdrantStore(Store):
                           with_payload=with_payload, with_vectors=with_vectors)
 
     def search(self, collection, vector_name, query, *, limit, query_filter=None, score_threshold=None,
-               prefetch=None, params=None):
+               prefetch=None, params=None, offset=0):
         res = self._call(self.client.query_points, self.name(collection), query=query, using=vector_name,
-                         prefetch=prefetch, limit=limit, query_filter=query_filter,
+                         prefetch=prefetch, limit=limit, offset=offset or None, query_filter=query_filter,
                          score_threshold=score_threshold, search_params=params, with_payload=True)
         if self.backend == "local" and isinstance(query, models.SparseVector):
             # Local mode also returns points that share no token (score 0); the engine and a server do not.

@@ -9,8 +9,9 @@ all paths the content was seen at.
 
 from __future__ import annotations
 
+import re
 import uuid
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import lru_cache
 from pathlib import Path
 
@@ -83,6 +84,51 @@ def image_vector() -> str:
 
 
 COLLECTIONS = (DOCUMENTS_NAME, IMAGES)
+
+
+# Knowledge bases: one documents and one images collection each. The default KB keeps the names the
+# store used before KBs existed ("documents", "images"), so an existing index is the default KB as
+# it is, with nothing copied or re-embedded; KB "hr" lives in "kb-hr-documents" and "kb-hr-images".
+DEFAULT_KB = "default"
+KB_NAME = re.compile(r"^[a-z0-9][a-z0-9_-]{0,39}$")
+_KB_PREFIX = "kb-"
+
+
+def check_kb(kb: str | None) -> str:
+    """A KB's name (None: the default one); ValueError names what a valid name is."""
+    kb = DEFAULT_KB if kb is None else kb
+    if not isinstance(kb, str) or not KB_NAME.match(kb):
+        raise ValueError(f"kb: a knowledge base's name is 1-40 lower-case letters, digits, '-' or '_', "
+                         f"starting with a letter or digit; got {kb!r}")
+    return kb
+
+
+def kb_collection(kb: str | None, kind: str) -> str:
+    """The collection that holds ``kind`` ("documents" or "images") of knowledge base ``kb``."""
+    kb = check_kb(kb)
+    return kind if kb == DEFAULT_KB else f"{_KB_PREFIX}{kb}-{kind}"
+
+
+def kb_of(collection: str) -> tuple[str, str] | None:
+    """(KB, kind) of one of this project's collections, None for any other collection."""
+    if collection in COLLECTIONS:
+        return DEFAULT_KB, collection
+    if collection.startswith(_KB_PREFIX):
+        kb, _, kind = collection[len(_KB_PREFIX):].rpartition("-")
+        if kind in COLLECTIONS and KB_NAME.match(kb) and kb != DEFAULT_KB:
+            return kb, kind
+    return None
+
+
+def kb_thumbnails(data_dir: Path, kb: str | None) -> Path:
+    """Where the thumbnails of a KB's photos are kept (deleted with the KB)."""
+    kb = check_kb(kb)
+    return data_dir / "thumbnails" if kb == DEFAULT_KB else data_dir / "kb-thumbnails" / kb
+
+
+def in_kb(schema_: CollectionSchema, kb: str | None) -> CollectionSchema:
+    """A kind's schema under the name of its collection in ``kb``."""
+    return replace(schema_, name=kb_collection(kb, schema_.name))
 
 
 def point_id(sha256: str, chunker: str, chunk: int) -> str:

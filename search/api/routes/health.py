@@ -8,12 +8,12 @@ from fastapi.responses import JSONResponse, Response
 from search.api.backend import Backend
 from search.api.deps import get_backend
 from search.api.schemas import Readiness, errors
-from search.api.security import check_metrics_key, require_key
+from search.api.security import check_metrics_key, need_everything, principal, require_key
 from search.errors import ServiceError
 
 public = APIRouter(tags=["health"])
-reads = APIRouter(dependencies=[Depends(require_key(writes=False))], responses=errors(401))
-writes = APIRouter(dependencies=[Depends(require_key(writes=True))], responses=errors(401))
+reads = APIRouter(dependencies=[Depends(require_key(writes=False))], responses=errors(401, 503))
+writes = APIRouter(dependencies=[Depends(require_key(writes=True))], responses=errors(401, 403, 503))
 
 
 @public.get("/metrics", include_in_schema=False, dependencies=[Depends(check_metrics_key)])
@@ -39,13 +39,15 @@ def readyz(backend: Backend = Depends(get_backend)) -> JSONResponse:
     return JSONResponse(body, status_code=200 if body["ready"] else 503)
 
 
-@reads.get("/collections", tags=["index"], summary="Points per collection", responses=errors(503))
-def collections(backend: Backend = Depends(get_backend)) -> dict:
-    return backend.service().collections()
+@reads.get("/collections", tags=["index"], summary="Points per collection, and per knowledge base (those the key may read)",
+           responses=errors(503))
+def collections(request: Request, backend: Backend = Depends(get_backend)) -> dict:
+    svc, who = backend.service(), principal(request)
+    return svc.collections(kbs=None if who.kbs is None else who.visible(svc.knowledge_bases()))
 
 
 @reads.get("/status", tags=["health"], summary="What `search status` shows: Triton, its models, the store and its counts",
-           responses=errors(503))
+           responses=errors(403, 503), dependencies=[Depends(need_everything)])
 def status(backend: Backend = Depends(get_backend)) -> dict:
     try:
         svc = backend.service()
@@ -55,13 +57,13 @@ def status(backend: Backend = Depends(get_backend)) -> dict:
 
 
 @reads.get("/store/stats", tags=["index"], summary="Points, segments, index status and disk size per collection",
-           responses=errors(503))
+           responses=errors(403, 503), dependencies=[Depends(need_everything)])
 def store_stats(backend: Backend = Depends(get_backend)) -> dict:
     return backend.service().store_stats()
 
 
 @writes.post("/store/optimize", tags=["index"], summary="Build the HNSW indexes now (ingest does this when it ends)",
-             responses=errors(503))
+             responses=errors(403, 503), dependencies=[Depends(need_everything)])
 def store_optimize(backend: Backend = Depends(get_backend)) -> dict:
     backend.service().optimize_store()
     return {"optimized": True}

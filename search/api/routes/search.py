@@ -4,36 +4,48 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from fastapi import APIRouter, Depends, File, Form, Path, Query, UploadFile
+from fastapi import APIRouter, Depends, File, Form, Path, Query, Request, UploadFile
 from fastapi.responses import JSONResponse
 from starlette.concurrency import run_in_threadpool
 
 from search.api.backend import Backend
 from search.api.deps import get_backend
 from search.api.limits import read_limited
-from search.api.schemas import DocumentQuery, ImageQuery, PhotoFilters, errors, utf8_text
-from search.api.security import require_key
+from search.api.schemas import DocumentQuery, ImageQuery, KbName, PhotoFilters, errors, utf8_text
+from search.api.security import need_kb, require_key
 from search.services import HIT_CHARS_LIMIT, MAX_TOP_K, SORTS, prompt_context
 from search.services.documents import DOCUMENT_CHARS
 
-router = APIRouter(dependencies=[Depends(require_key(writes=False))], tags=["search"], responses=errors(401, 400, 422, 503))
+router = APIRouter(dependencies=[Depends(require_key(writes=False))], tags=["search"],
+                   responses=errors(401, 400, 403, 422, 503))
 
 
-@router.post("/search/documents", summary="Passages with citations, ready for a prompt", responses=errors(409))
-def search_documents(body: DocumentQuery, backend: Backend = Depends(get_backend)) -> dict:
-    hits = backend.service().search_documents(body.query, top_k=body.top_k, min_score=body.min_score,
-                                              folder=body.folder, mode=body.mode, suffixes=body.types or (),
-                                              max_chars=body.max_chars,
-                                              full_text=body.full_text)
-    # A JSONResponse as is: FastAPI would otherwise walk the whole answer through jsonable_encoder first
-    return JSONResponse({"query": body.query, "hits": [h.as_dict() for h in hits], "context": prompt_context(hits)})
+@router.post("/search/documents", summary="Passages with citations, ready for a prompt; in pages, or one entry per document",
+             responses=errors(409))
+def search_documents(body: DocumentQuery, request: Request, backend: Backend = Depends(get_backend)) -> dict:
+    options = dict(kb=need_kb(request, body.kb), top_k=body.top_k, offset=body.offset, min_score=body.min_score,
+                   folder=body.folder, mode=body.mode, suffixes=body.types or (), max_chars=body.max_chars, full_text=body.full_text)
+    svc = backend.service()
+    # next_offset: where the next page starts (null once a page comes back short: nothing more).
+    # A JSONResponse as is: FastAPI would otherwise walk the whole answer through jsonable_encoder first.
+    if body.group_by is None:
+        hits = svc.search_documents(body.query, **options)
+        return JSONResponse({"query": body.query, "offset": body.offset, "hits": [h.as_dict() for h in hits],
+                             "next_offset": body.offset + len(hits) if len(hits) == body.top_k else None,
+                             "context": prompt_context(hits)})
+    groups = svc.search_document_groups(body.query, group_size=body.group_size or 1, **options)
+    return JSONResponse({"query": body.query, "offset": body.offset, "group_by": body.group_by,
+                         "groups": [g.as_dict() for g in groups],
+                         "next_offset": body.offset + len(groups) if len(groups) == body.top_k else None,
+                         "context": prompt_context([h for g in groups for h in g.hits])})
 
 
 @router.post("/search/images", summary="Photos that match a text (CLIP)", responses=errors(409))
-def search_images(body: ImageQuery, backend: Backend = Depends(get_backend)) -> dict:
+def search_images(body: ImageQuery, request: Request, backend: Backend = Depends(get_backend)) -> dict:
+    kb = need_kb(request, body.kb)
     hits = backend.service().search_images(body.text, top_k=body.top_k, min_score=body.min_score,
                                            filters=body.to_filters(), sort=body.sort, verify=body.verify,
-                                           min_entailment=body.min_entailment)
+                                           min_entailment=body.min_entailment, kb=kb)
     return JSONResponse({"text": body.text, "hits": [h.as_dict() for h in hits]})
 
 
@@ -50,7 +62,7 @@ async def entail(hypothesis: Annotated[str, Form(min_length=1, max_length=20000,
 
 
 @router.post("/search/images/like", summary="Photos that look like the uploaded one", responses=errors(409, 413))
-async def search_like(image: UploadFile = File(description="the example photo"),
+async def search_like(request: Request, image: UploadFile = File(description="the example photo"),
                       top_k: Annotated[int, Form(ge=1, le=MAX_TOP_K)] = 12,
                       min_score: Annotated[float | None, Form(allow_inf_nan=False)] = None,
                       sort: Annotated[Literal[SORTS], Form()] = "score",
@@ -59,11 +71,13 @@ async def search_like(image: UploadFile = File(description="the example photo"),
                       camera: Annotated[str | None, Form(max_length=200)] = None,
                       near: Annotated[str | None, Form(max_length=100)] = None,
                       folder: Annotated[str | None, Form(max_length=4096)] = None,
+                      kb: Annotated[KbName | None, Form()] = None,
                       backend: Backend = Depends(get_backend)) -> dict:
+    kb = need_kb(request, kb)
     data = await read_limited(image, "image", backend.settings.max_upload_bytes)
     filters = PhotoFilters(after=after, before=before, camera=camera, near=near, folder=folder).to_filters()
     hits = await run_in_threadpool(backend.service().search_images, like=data, top_k=top_k, min_score=min_score,
-                                   filters=filters, sort=sort)  # off the event loop, like the sync routes
+                                   filters=filters, sort=sort, kb=kb)  # off the event loop, like the sync routes
     return {"like": image.filename, "hits": [h.as_dict() for h in hits]}
 
 
@@ -71,25 +85,28 @@ SHA256 = r"^[0-9a-f]{64}$"
 
 
 @router.get("/passages", summary="One passage by its id (SHA256:CHUNK) or by path and chunk", responses=errors(404, 409))
-def passage(id: Annotated[str | None, Query(pattern=r"^[0-9a-f]{64}:[0-9]{1,9}$")] = None,
+def passage(request: Request, id: Annotated[str | None, Query(pattern=r"^[0-9a-f]{64}:[0-9]{1,9}$")] = None,
             path: Annotated[str | None, Query(min_length=1, max_length=4096)] = None,
             chunk: Annotated[int | None, Query(ge=0, le=10**9)] = None,
             max_chars: Annotated[int | None, Query(ge=1, le=HIT_CHARS_LIMIT)] = None, full_text: bool = False,
-            backend: Backend = Depends(get_backend)) -> dict:
+            kb: Annotated[KbName | None, Query()] = None, backend: Backend = Depends(get_backend)) -> dict:
     hit = backend.service().get_passage(id, path=utf8_text(path) if path else None, chunk=chunk, max_chars=max_chars,
-                                        full_text=full_text)
+                                        full_text=full_text, kb=need_kb(request, kb))
     return hit.as_dict()
 
 
 @router.get("/documents", summary="A document's indexed text, its passages in order, bounded by max_chars",
             responses=errors(404, 409))
-def document(path: Annotated[str | None, Query(min_length=1, max_length=4096)] = None,
+def document(request: Request, path: Annotated[str | None, Query(min_length=1, max_length=4096)] = None,
              sha256: Annotated[str | None, Query(pattern=SHA256)] = None,
              max_chars: Annotated[int, Query(ge=1, le=HIT_CHARS_LIMIT)] = DOCUMENT_CHARS,
-             backend: Backend = Depends(get_backend)) -> dict:
-    return backend.service().get_document(utf8_text(path) if path else None, sha256=sha256, max_chars=max_chars)
+             kb: Annotated[KbName | None, Query()] = None, backend: Backend = Depends(get_backend)) -> dict:
+    return backend.service().get_document(utf8_text(path) if path else None, sha256=sha256, max_chars=max_chars,
+                                          kb=need_kb(request, kb))
 
 
 @router.get("/photos/{photo_id}", summary="Where the photo with this id (its sha256) is", responses=errors(404, 409))
-def photo_by_id(photo_id: Annotated[str, Path(pattern=SHA256)], backend: Backend = Depends(get_backend)) -> dict:
+def photo_by_id(photo_id: Annotated[str, Path(pattern=SHA256)], request: Request,
+                backend: Backend = Depends(get_backend)) -> dict:
+    need_kb(request, None)  # photos by id: the default knowledge base only
     return {"id": photo_id, "path": str(backend.service().photo_path(photo_id))}

@@ -8,9 +8,10 @@ from search.api.backend import Backend
 from search.api.deps import get_backend
 from search.api.paths import allowed_path
 from search.api.schemas import WatchPaths, errors
-from search.api.security import require_key
+from search.api.security import need_everything, require_key
 
-router = APIRouter(dependencies=[Depends(require_key(writes=True))], tags=["watches"], responses=errors(401))
+router = APIRouter(dependencies=[Depends(require_key(writes=True)), Depends(need_everything)], tags=["watches"],
+                   responses=errors(401, 403, 503))
 
 
 @router.post("/watches", status_code=201, summary="Watch server-side folders inside the configured roots: "

@@ -1,0 +1,54 @@
+"""`search keys …`: API keys scoped to knowledge bases and rights (the keys file in the data dir).
+
+The file is edited here directly, also while `search serve` runs: the server reads it again when it
+changes, so a new key works and a revoked one stops at once."""
+
+from __future__ import annotations
+
+import time
+
+import typer
+
+from search.cli.support import err, guarded, out, say, settings_of, to_json
+from search.keys import RIGHTS, key_file
+
+app = typer.Typer(no_args_is_help=True, help="API keys scoped to knowledge bases and rights: add, list, revoke.")
+
+
+@app.command("add")
+@guarded
+def add_key(
+    ctx: typer.Context,
+    name: str = typer.Argument(..., help="A name for the key (who or what uses it)."),
+    kb: list[str] = typer.Option(..., "--kb", help="A knowledge base the key may use (repeatable; '*' for all)."),
+    right: str = typer.Option("read", "--right", help=f"One of {', '.join(RIGHTS)}: read = search; write = search and "
+                              "ingest; admin = those, and deleting its knowledge bases."),
+) -> None:
+    """Make an API key and print its secret, once: it is stored only as a salted hash."""
+    secret = key_file(settings_of(ctx)).add(name, kb, right)
+    err.print(f"API key {name!r} ({right} on {', '.join(kb)}); send it in the X-API-Key header. "
+              "It is shown only now:", highlight=False)
+    print(secret)
+
+
+@app.command("list")
+@guarded
+def list_keys(ctx: typer.Context, as_json: bool = typer.Option(False, "--json", help="Print machine-readable JSON.")) -> None:
+    """The keys: name, knowledge bases, right and when each was made (never the secrets)."""
+    keys = [k.listed() for k in key_file(settings_of(ctx)).load()]
+    if as_json:
+        print(to_json(keys))
+        return
+    if not keys:
+        out.print("no API keys: add one with `search keys add NAME --kb KB --right read`")
+    for k in keys:
+        say("{}  {} on {}  (made {})", k["name"], k["right"], ", ".join(k["kbs"]),
+            time.strftime("%Y-%m-%d %H:%M", time.localtime(k["created"])))
+
+
+@app.command("revoke")
+@guarded
+def revoke_key(ctx: typer.Context, name: str = typer.Argument(..., help="The key's name.")) -> None:
+    """Remove a key: requests with it are refused from now on."""
+    key_file(settings_of(ctx)).revoke(name)
+    out.print(f"revoked API key {name}", highlight=False)

@@ -1,0 +1,158 @@
+"""API keys scoped to knowledge bases and rights: the keys file (hashed at rest, checked at start-up)
+and a real `search serve` where a key for KB `hr` is refused on KB `eng` and never sees its passages
+through any route."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+
+import httpx
+import pytest
+from ingest_helper import ingest
+from processes import PROJECT_ROOT, SearchServer, env_for, run_cli
+
+from search.errors import BadRequest, NotFound
+from search.keys import KEYS_FILE, KeyFile, KeysFileError
+from search.services import SearchService
+from search.triton.local import free_port
+
+ADMIN = "the-servers-own-admin-key"
+
+
+def test_keys_file_hashes_secrets_and_refuses_tampering(tmp_path):
+    keys = KeyFile(tmp_path / KEYS_FILE)
+    secret = keys.add("hr-bot", ["hr"], "read")
+    text = (tmp_path / KEYS_FILE).read_text()
+    assert secret.startswith("sk-") and len(secret) > 40 and secret not in text
+    assert oct((tmp_path / KEYS_FILE).stat().st_mode & 0o777) == "0o600"
+    who = keys.match(secret)
+    assert who.name == "hr-bot" and who.kbs == {"hr"} and who.may("hr") and not who.may("eng")
+    assert not who.may("hr", "write") and not who.everything
+    assert keys.match(secret + "x") is None and keys.match("") is None
+    every = KeyFile(tmp_path / KEYS_FILE).match(keys.add("ops", ["*"], "write"))
+    assert every.may("eng", "write") and every.may("hr") and not every.may("hr", "admin")
+    with pytest.raises(BadRequest, match="exists"):
+        keys.add("hr-bot", ["hr"], "read")
+    with pytest.raises(BadRequest, match="right"):
+        keys.add("x", ["hr"], "root")
+    assert [k.listed()["name"] for k in keys.load()] == ["hr-bot", "ops"]
+    keys.revoke("ops")
+    with pytest.raises(NotFound):
+        keys.revoke("ops")
+
+    data = json.loads(text)
+    data["keys"][0]["kbs"] = ["hr", "eng"]  # widen a key by hand
+    (tmp_path / KEYS_FILE).write_text(json.dumps(data))
+    with pytest.raises(KeysFileError, match="checksum"):
+        KeyFile(tmp_path / KEYS_FILE).load()
+    (tmp_path / KEYS_FILE).write_text("{not json")
+    with pytest.raises(KeysFileError, match="not valid JSON"):
+        KeyFile(tmp_path / KEYS_FILE).load()
+    assert KeyFile(tmp_path / "none.json").load() == []  # not configured: no keys yet
+    with pytest.raises(KeysFileError, match="missing"):
+        KeyFile(tmp_path / "none.json", required=True).load()
+
+
+def serve_fails(settings, **env) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "search", "serve", "--port", str(free_port())],
+                          env=env_for(settings, **env), cwd=PROJECT_ROOT, capture_output=True, text=True, timeout=120)
+
+
+def test_a_missing_or_altered_keys_file_stops_the_server_with_one_line(settings, tmp_path):
+    r = serve_fails(settings, SEARCH_API_KEYS_FILE=str(tmp_path / "gone.json"))
+    assert r.returncode == 5 and "gone.json is missing" in r.stderr and "Traceback" not in r.stderr, r.stderr
+    made = run_cli("search", "keys", "add", "bot", "--kb", "hr", settings=settings)
+    assert made.returncode == 0, made.stderr
+    path = settings.data_dir / KEYS_FILE
+    path.write_text(path.read_text().replace('"read"', '"admin"'))
+    r = serve_fails(settings)
+    assert r.returncode == 5 and "fails its checksum" in r.stderr and "Traceback" not in r.stderr, r.stderr
+    assert len([line for line in r.stderr.splitlines() if line.strip()]) == 1, r.stderr
+
+
+def write_docs(folder, topic):
+    folder.mkdir(parents=True)
+    for i in range(3):
+        (folder / f"{topic}-{i}.md").write_text(f"# {topic} {i}\n\nThe {topic} handbook, section {i}: holidays and deploys.\n")
+    return folder
+
+
+def make_key(settings, name, kb, right) -> str:
+    r = run_cli("search", "keys", "add", name, "--kb", kb, "--right", right, settings=settings)
+    assert r.returncode == 0, r.stderr
+    return r.stdout.strip()
+
+
+def test_a_key_for_hr_never_sees_eng(settings, tmp_path, monkeypatch):
+    svc = SearchService(settings)
+    hr, eng = write_docs(tmp_path / "hr", "hr"), write_docs(tmp_path / "eng", "eng")
+    ingest(svc, [hr], kb="hr")
+    ingest(svc, [eng], kb="eng")
+    svc.close()
+    reader, writer, owner = (make_key(settings, f"hr-{r}", "hr", r) for r in ("read", "write", "admin"))
+    listed = run_cli("search", "keys", "list", "--json", settings=settings)
+    assert [k["name"] for k in json.loads(listed.stdout)] == ["hr-read", "hr-write", "hr-admin"]
+    assert reader not in listed.stdout and reader not in (settings.data_dir / KEYS_FILE).read_text()
+
+    monkeypatch.setenv("SEARCH_API_KEY", ADMIN)
+    monkeypatch.setenv("SEARCH_API_ROOTS", json.dumps([str(tmp_path)]))
+    server = SearchServer(settings, tmp_path / "serve.log")
+    try:
+        def call(method, path, key, **kw):
+            return httpx.request(method, server.url + path, headers={"X-API-Key": key} if key else {}, timeout=60, **kw)
+
+        def search(key, **body):
+            return call("POST", "/search/documents", key, json={"query": "handbook deploys", "top_k": 20, **body})
+
+        # The server's own key sees both.
+        both = {h["path"] for kb in ("hr", "eng") for h in search(ADMIN, kb=kb).json()["hits"]}
+        assert any("/eng/" in p for p in both) and any("/hr/" in p for p in both)
+        seen = []
+        for key in (reader, writer, owner):
+            for body in ({"kb": "eng"}, {}, {"kb": "default"}, {"kb": "eng", "group_by": "document"},
+                         {"kb": "eng", "offset": 3, "top_k": 5}):
+                r = search(key, **body)
+                assert r.status_code == 403 and "knowledge base" in r.json()["detail"], (body, r.text)
+            for body in ({"kb": "hr"}, {"kb": "hr", "group_by": "document", "group_size": 3},
+                         {"kb": "hr", "offset": 1, "top_k": 1}):
+                r = search(key, **body)
+                assert r.status_code == 200, r.text
+                seen.append(r.text)
+            assert call("POST", "/search/images", key, json={"text": "x", "kb": "eng"}).status_code == 403
+            cols = call("GET", "/collections", key).json()
+            assert cols["kbs"].keys() == {"hr"} and cols["collections"] == {}
+            assert call("GET", "/kb", key).json()["kbs"].keys() == {"hr"}
+            seen += [json.dumps(cols)]
+            for path in ("/status", "/store/stats", "/watches"):
+                assert call("GET", path, key).status_code == 403, path
+            assert call("DELETE", "/kb/eng", key).status_code == 403
+        assert seen and not any("/eng/" in text or "eng-" in text or "eng handbook" in text for text in seen)
+        assert all(h["path"].startswith(str(hr)) for h in search(reader, kb="hr").json()["hits"])
+
+        # Rights: read cannot ingest; write can, into its KB only; admin can delete its KB only.
+        assert call("POST", "/ingest", reader, json={"paths": [str(hr)], "kb": "hr"}).status_code == 403
+        assert call("POST", "/ingest", writer, json={"paths": [str(eng)], "kb": "eng"}).status_code == 403
+        job = call("POST", "/ingest", writer, json={"paths": [str(hr)], "kb": "hr"})
+        assert job.status_code == 202, job.text
+        jid = job.json()["job_id"]
+        assert [j["id"] for j in call("GET", "/ingest/jobs", writer).json()["jobs"]] == [jid]
+        for _ in range(600):
+            if call("GET", f"/ingest/jobs/{jid}", writer).json()["state"] in ("done", "failed"):
+                break
+            time.sleep(0.1)
+        assert call("DELETE", "/kb/hr", writer).status_code == 403
+        assert call("GET", "/collections", None).status_code == 401
+        assert call("GET", "/collections", "sk-wrong").status_code == 401
+
+        # A key revoked while the server runs stops working at once.
+        assert run_cli("search", "keys", "revoke", "hr-read", settings=settings).returncode == 0
+        assert search(reader, kb="hr").status_code == 401
+        assert call("DELETE", "/kb/hr", owner).json()["deleted"]["documents"] == 3
+        assert search(ADMIN, kb="eng").status_code == 200
+    finally:
+        server.stop()
+    log = (tmp_path / "serve.log").read_text()
+    assert writer not in log and owner not in log and ADMIN not in log  # never logged
