@@ -39,7 +39,7 @@ from search.triton.client import TritonClient
 
 FILES_PER_READ_BATCH = 8  # files a read+split task takes at once
 FILES_PER_EMBED_BATCH = 32  # files whose units one embed call gets (sorted by size, sent in requests of embed_batch_size)
-EMBED_ACTOR_CPUS = 0.5  # an embed actor mostly waits on Triton; the CPUs are the read stage's
+EMBED_ACTOR_CPUS = 0  # an embed actor waits on Triton; with a share of a CPU it can starve the read stage of a small cluster
 
 
 class RayUnavailable(ServiceError):
@@ -239,6 +239,9 @@ def ingest(store: Store, kinds: list[Kind], roots: list[Path], *, settings: Sett
     try:
         _run(ray, store, kinds, roots, by_kind, confine, done, report, settings=settings, urls=urls, prune=prune,
              stop=stop, confine_to=confine_to)
+    except ray.exceptions.RayError as exc:  # what a task raised, or a cluster that went away: one line
+        lines = [line for line in str(exc).splitlines() if line.strip()]
+        raise RayUnavailable(f"the Ray pipeline failed: {lines[-1] if lines else type(exc).__name__}") from None
     finally:
         if connected:
             ray.shutdown()

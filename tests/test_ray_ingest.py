@@ -30,6 +30,9 @@ N_NOTES = 64
 @pytest.fixture(scope="module")
 def cluster():
     """Head + two worker nodes, one CPU and a small object store each; this process is the driver."""
+    # Ray's own OOM killer acts at 95 % of the machine's memory, which the other test sessions on a
+    # shared machine reach by themselves: it would kill these workers for memory they do not use.
+    os.environ["RAY_memory_monitor_refresh_ms"] = "0"
     c = Cluster(initialize_head=True, head_node_args={"num_cpus": 1, "object_store_memory": 100 * MB,
                                                         "include_dashboard": False})
     nodes = [c.add_node(num_cpus=1, object_store_memory=100 * MB) for _ in range(2)]
