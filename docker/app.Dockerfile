@@ -16,7 +16,9 @@ COPY samples samples
 COPY docker/export-models.sh docker/export-models.sh
 # Editable, so PROJECT_ROOT is /app (the page's ui/app.py and the repository's configs are found there).
 # qdrant-client stays on the Qdrant server's minor (docker-compose.yml pins the server).
-RUN pip install -e ".[heic]" "qdrant-client~=1.20.0" \
+# EXTRAS=heic,scale adds Ray for the cluster's head and workers (docker-compose.cluster.yml).
+ARG EXTRAS=heic
+RUN pip install -e ".[${EXTRAS}]" "qdrant-client~=1.20.0" \
  && useradd --system --uid 10001 --create-home search \
  && mkdir -p /data /models && chown search /data
 ENV SEARCH_DATA_DIR=/data SEARCH_TRITON_REPO=/models

@@ -63,6 +63,10 @@ def ingest(
                                  "still failing as in the last run."),
     kb: str = typer.Option(None, "--kb", help="The knowledge base to index into (created on first use) \\[default: default]."),
     as_json: bool = typer.Option(False, "--json", help="Print the summary as JSON."),
+    ray: str = typer.Option(None, "--ray", flag_value="", metavar="[ADDRESS]",
+                            help="Run the ingest as a Ray Data pipeline: on the cluster at ADDRESS (\"auto\": the one "
+                                 "`ray start` runs here), else SEARCH_RAY_ADDRESS, else a local Ray. Put it after PATHS, "
+                                 "or write --ray=ADDRESS. Files must be at the same path on every node (docs/scale.md)."),
 ) -> None:
     """Index PATHS. Unchanged files are skipped, changed files re-indexed, bad files reported.
 
@@ -86,6 +90,8 @@ def ingest(
         if chunking:
             fail("--chunk-tokens and --overlap: the running server's chunking settings apply; "
                  f"stop it ({running.describe()}) to ingest with others", 2)
+        if ray is not None:
+            fail(f"--ray: the search server ({running.describe()}) owns the store; stop it to ingest on a Ray cluster", 2)
         with progress:
             job = _through_server(running, paths, prune, lambda done, total: progress.update(task, completed=done, total=total),
                                   kb)
@@ -96,7 +102,7 @@ def ingest(
         try:
             with opened(IngestService, ctx) as svc, progress:
                 report = svc.ingest(
-                    paths, prune=prune, kb=kb,
+                    paths, prune=prune, kb=kb, ray=ray,
                     on_start=lambda n: progress.update(task, total=n),
                     on_file=lambda o: progress.update(task, advance=0 if o.status == "pruned" else 1,
                                                       current=printable(display_path(o.path))[-50:]),
@@ -142,6 +148,11 @@ def _print_summary(d: dict, verbose: bool) -> None:
         + (f" ({d['truncated_chunks']} truncated to the model's 256 tokens)" if d["truncated_chunks"] else ""),
         highlight=False,
     )
+    if d.get("stages"):
+        units = {"embed": "units"}
+        say("  stages, per worker: {}", ", ".join(
+            f"{k} {v['per_second']:,.0f} {units.get(k, 'files')}/s ({v['seconds']:.1f} s)" for k, v in d["stages"].items()
+            if v["per_second"] is not None))
     if d.get("cancelled"):
         say("  [yellow]cancelled[/]: the files written so far stay indexed; run the same command to finish")
     for kind, info in d["unavailable"].items():

@@ -16,13 +16,15 @@ from typing import Any, Protocol
 import numpy as np
 from PIL import Image
 from qdrant_client import models
+from tokenizers import Tokenizer
 from tritonclient.utils import InferenceServerException
 
 from indexer.chunking import Chunker
 from indexer.loaders import DOCUMENT_SUFFIXES, BadDocument, load_document
+from search.config import Settings
 from search.media.photos import IMAGE_SUFFIXES, BadImage, decode_photo, save_thumbnail
-from search.models import Family
-from search.store import DOCUMENTS, CollectionSchema, images_schema, in_kb
+from search.models import Family, minilm
+from search.store import DOCUMENTS, CollectionSchema, images_schema, in_kb, kb_thumbnails
 from search.triton.client import TritonClient
 
 THUMBNAIL_SIZE = 320
@@ -172,6 +174,26 @@ class Photos:
 
     def forget(self, sha256: str) -> None:
         self.thumbnail_path(sha256).unlink(missing_ok=True)
+
+
+def make_kind(settings: Settings, triton: TritonClient, name: str, families: list[Family], kb: str | None = None) -> Kind:
+    """The kind called ``name`` ("documents", "images") of knowledge base ``kb`` (None: the default
+    one) on ``settings``, embedding through ``triton``."""
+    s = settings
+    if name == "documents":
+        chunker = Chunker(chunk_tokenizer(s), max_tokens=s.chunk_tokens, overlap=s.chunk_overlap)
+        return Documents(triton, chunker, s.max_file_bytes, families, kb, max_seconds=s.max_parse_seconds,
+                         max_elements=s.max_parse_elements, max_pages=s.max_pdf_pages)
+    return Photos(triton, kb_thumbnails(s.data_dir, kb), families[0], max_bytes=s.max_image_bytes,
+                  max_pixels=s.max_image_pixels, kb=kb)
+
+
+def chunk_tokenizer(settings: Settings) -> Tokenizer:
+    """The tokenizer the served model uses, so chunk budgets are counted in its tokens."""
+    path = minilm.MiniLM().tokenizer_path(settings.triton_repo)
+    if not path.exists():
+        path = minilm.package_weights() / "tokenizer.json"
+    return Tokenizer.from_file(str(path))
 
 
 def camera_terms(camera: str | None) -> list[str]:

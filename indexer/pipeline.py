@@ -30,7 +30,7 @@ from qdrant_client import models
 
 from indexer.confine import OUTSIDE, Confinement, Refused, unreadable
 from indexer.discover import discover
-from indexer.kinds import Kind, Unit
+from indexer.kinds import Embedded, Kind, Unit
 from indexer.loaders import read_bytes
 from indexer.report import FAILED, INDEXED, PRUNED, UNCHANGED, UPDATED, FileOutcome, IngestReport
 from search.errors import ModelNotReady
@@ -70,6 +70,7 @@ class Ingestor:
         self.by_sha: dict[str, StoredFile] = {}
         self.by_path: dict[str, str] = {}
         self._opened = False
+        self._written: set[str] = set()  # content embedded and written in this run
 
     def run(self, files: list[Path], roots: list[Path], report: IngestReport, done: Callable[[FileOutcome], None],
             *, prune: bool = False, optimize: bool = True) -> None:
@@ -85,15 +86,35 @@ class Ingestor:
         try:
             self._run(files, report, emit)
         except ModelNotReady as exc:
-            for job in self._inflight.values():
-                if job.sha256 not in self.by_sha:
-                    self.kind.forget(job.sha256)  # e.g. the thumbnail of a photo that is not indexed
-            self._inflight.clear()
-            left = sum(str(f) not in seen for f in files)
-            report.stopped[self.kind.name] = str(exc)
-            report.unavailable[self.kind.name] = (left, f"stopped: {exc}")
+            self.stopped(files, seen, report, exc)
             if not self._opened:
                 return  # the model failed before the collection was opened: nothing to write
+        self.finish(roots, files, report, emit, prune=prune, optimize=optimize)
+
+    def open(self) -> None:
+        """Open the kind's collection and load what it holds (content -> paths)."""
+        self.store.ensure(self.kind.schema)  # a photo kind's first inference: its dimension
+        self._opened = True
+        for f in self.store.files(self.kind.schema.name):
+            f = replace(f, paths=tuple(from_stored(p) for p in f.paths))  # paths are OS strings here
+            self.by_sha[f.sha256] = f
+            for p in f.paths:
+                self.by_path[p] = f.sha256
+
+    def stopped(self, files: list[Path], seen: set[str], report: IngestReport, exc: ModelNotReady) -> None:
+        """The kind's model failed as a whole: forget what was in flight, count what is left."""
+        for job in self._inflight.values():
+            if job.sha256 not in self.by_sha:
+                self.kind.forget(job.sha256)  # e.g. the thumbnail of a photo that is not indexed
+        self._inflight.clear()
+        left = sum(str(f) not in seen for f in files)
+        report.stopped[self.kind.name] = str(exc)
+        report.unavailable[self.kind.name] = (left, f"stopped: {exc}")
+
+    def finish(self, roots: list[Path], files: list[Path], report: IngestReport, emit: Callable[[FileOutcome], None],
+               *, prune: bool, optimize: bool = True) -> None:
+        """Write what is buffered, prune, and let the store index what was written (unless ``optimize``
+        is False: a watch does it once its folders are quiet)."""
         self._flush()
         if prune and not report.cancelled:
             for outcome in self._prune(roots, {str(p) for p in files}):
@@ -103,13 +124,7 @@ class Ingestor:
 
     def _run(self, files: list[Path], report: IngestReport, done: Callable[[FileOutcome], None]) -> None:
         kind = self.kind
-        self.store.ensure(kind.schema)  # a photo kind's first inference: its dimension
-        self._opened = True
-        for f in self.store.files(kind.schema.name):
-            f = replace(f, paths=tuple(from_stored(p) for p in f.paths))  # paths are OS strings here
-            self.by_sha[f.sha256] = f
-            for p in f.paths:
-                self.by_path[p] = f.sha256
+        self.open()
 
         pending: deque[tuple[Future, list[tuple[_Job, int]]]] = deque()
         batch: list[tuple[_Job, int]] = []
@@ -165,24 +180,30 @@ class Ingestor:
                 raise
 
     def _prepare(self, path: Path) -> _Job | FileOutcome | None:
-        key, kind = str(path), self.kind
-        if self.confine and self.confine.outside(path):  # not even stat()ed
-            return FileOutcome(key, FAILED, OUTSIDE)
-        try:
-            st = path.stat()
-        except OSError as exc:
-            return FileOutcome(key, FAILED, unreadable(exc))
-        if not stat.S_ISREG(st.st_mode):
-            return FileOutcome(key, FAILED, "not a regular file")
-        known = self.by_sha.get(self.by_path.get(key, ""))
-        if known and known.size == st.st_size and known.mtime == st.st_mtime and known.chunker == kind.signature:
-            return FileOutcome(key, UNCHANGED, chunks=known.chunks)
-        try:  # confined: the opened file is checked again, so a symlink swapped in since cannot lead out
-            data = self.confine.read(path, kind.max_bytes) if self.confine else read_bytes(path, kind.max_bytes)
-        except (*kind.errors, Refused) as exc:
-            return FileOutcome(key, FAILED, str(exc))
-        sha = hashlib.sha256(data).hexdigest()
-        status = UPDATED if key in self.by_path else INDEXED
+        got = read_file(path, self.kind, self.confine, self.known)
+        if isinstance(got, FileOutcome):
+            return got
+        admitted = self.admit(got)
+        if admitted is not got:
+            return admitted
+        units = split(got, self.kind)
+        if isinstance(units, FileOutcome):
+            return units
+        return _Job(got.path, got.sha256, got.size, got.mtime, units, self.status_of(got.path))
+
+    def known(self, path: str) -> StoredFile | None:
+        """What the store holds for ``path`` (the unchanged check of ``read_file``)."""
+        return self.by_sha.get(self.by_path.get(path, ""))
+
+    def status_of(self, path: str) -> str:
+        return UPDATED if path in self.by_path else INDEXED
+
+    def admit(self, got: Read) -> Read | FileOutcome | None:
+        """The rules for content that was read: a copy of content being embedded now joins it
+        (None); known content reuses its vectors (a copy adds its path, a move replaces the one
+        gone); new content comes back as ``got``, to be split and embedded."""
+        key, sha, kind = got.path, got.sha256, self.kind
+        status = self.status_of(key)
         if sha in self._inflight:  # a copy of content that is being embedded right now
             self._inflight[sha].copies.append((key, status))
             return None
@@ -190,22 +211,23 @@ class Ingestor:
         if same and same.chunker == kind.signature:
             # Known content (a copy, a move, or a touched file): reuse its vectors.
             if key not in same.paths:
-                # A copy keeps the other paths; a move drops the one that is gone.
-                self._repoint(sha, [*_existing(same.paths), key], size=st.st_size, mtime=st.st_mtime)
+                # A copy keeps the other paths; a move drops the one that is gone. Content written in this
+                # run keeps the size and mtime it was written with, as a copy met while in flight does.
+                extra = {} if sha in self._written else {"size": got.size, "mtime": got.mtime}
+                self._repoint(sha, [*_existing(same.paths), key], **extra)
             else:
                 self._flush()
-                self._set_paths(sha, list(same.paths), mtime=st.st_mtime)
-                self.by_sha[sha] = replace(same, mtime=st.st_mtime)
+                self._set_paths(sha, list(same.paths), mtime=got.mtime)
+                self.by_sha[sha] = replace(same, mtime=got.mtime)
                 status = UNCHANGED
             self._leave_old(key, sha)
             return FileOutcome(key, status, chunks=same.chunks, kind=kind.name)
-        try:
-            units = kind.units(path, data, sha)
-        except kind.errors as exc:
-            return FileOutcome(key, FAILED, str(exc))
-        if not units:
-            return FileOutcome(key, FAILED, "nothing to index")
-        return _Job(key, sha, st.st_size, st.st_mtime, units, status)
+        return got
+
+    def finished(self, job: _Job) -> list[FileOutcome]:
+        """Write (or reject) a job whose units were embedded elsewhere (the Ray path)."""
+        self._inflight[job.sha256] = job
+        return self._write(job) if not job.error else self._reject(job)
 
     def _write(self, job: _Job) -> list[FileOutcome]:
         kind = self.kind
@@ -233,6 +255,7 @@ class Ingestor:
             self._flush()
         self.by_sha[job.sha256] = StoredFile(job.sha256, tuple(paths), job.size, job.mtime, kind.signature, n)
         del self._inflight[job.sha256]
+        self._written.add(job.sha256)
         for p in paths:
             self._leave_old(p, job.sha256)
         return [FileOutcome(job.path, job.status, chunks=n, embedded=n, kind=kind.name),
@@ -313,6 +336,23 @@ def ingest(store: Store, kinds: list[Kind], roots: list[Path], *, prune: bool = 
     the embedded engine holds the GIL while it optimizes and every search in the process waits."""
     started = time.perf_counter()
     report = IngestReport()
+    roots, by_kind, confine, done = listing(report, kinds, roots, unavailable=unavailable, gone_ok=gone_ok,
+                                            confine_to=confine_to, on_start=on_start, on_file=on_file)
+    for kind in kinds:
+        if report.cancelled:
+            break
+        if by_kind[kind.name] or prune:
+            Ingestor(store, kind, batch_size=batch_size, concurrency=concurrency, stop=stop, confine=confine).run(
+                by_kind[kind.name], roots, report, done, prune=prune and not report.cancelled, optimize=optimize)
+    report.seconds = time.perf_counter() - started
+    return report
+
+
+def listing(report: IngestReport, kinds: list[Kind], roots: list[Path], *,
+            unavailable: dict[str, tuple[frozenset[str], str]] | None, gone_ok: bool, confine_to: list[Path] | None,
+            on_start: Callable[[int], None] | None, on_file: Callable[[FileOutcome], None] | None):
+    """Stage 0, on the driver: the files under ``roots`` by kind (bad roots and files of kinds not
+    served go into ``report``). Returns (roots, files by kind, confinement, the outcome callback)."""
     roots = [Path(r).expanduser().absolute() for r in roots]
     unavailable = unavailable or {}
     suffixes = frozenset().union(*(k.suffixes for k in kinds), *(s for s, _ in unavailable.values()))
@@ -335,14 +375,69 @@ def ingest(store: Store, kinds: list[Kind], roots: list[Path], *, prune: bool = 
 
     for outcome in bad:
         done(outcome)
-    for kind in kinds:
-        if report.cancelled:
-            break
-        if by_kind[kind.name] or prune:
-            Ingestor(store, kind, batch_size=batch_size, concurrency=concurrency, stop=stop, confine=confine).run(
-                by_kind[kind.name], roots, report, done, prune=prune and not report.cancelled, optimize=optimize)
-    report.seconds = time.perf_counter() - started
-    return report
+    return roots, by_kind, confine, done
+
+
+@dataclass(frozen=True)
+class Read:
+    """A file as the first stage read it: its content's hash and bytes (``data``; empty once it
+    has been split, when the bytes need not travel further)."""
+    path: str
+    sha256: str
+    size: int
+    mtime: float
+    data: bytes = b""
+
+
+# The stages, as plain functions the local run above and the Ray run (indexer/distributed.py) share.
+
+def read_file(path: Path, kind: Kind, confine: Confinement | None,
+              known: Callable[[str], StoredFile | None]) -> Read | FileOutcome:
+    """Stage 1: stat and read one file. ``known``: what the store holds for a path; a file whose
+    size and mtime match it is unchanged and not even read."""
+    key = str(path)
+    if confine and confine.outside(path):  # not even stat()ed
+        return FileOutcome(key, FAILED, OUTSIDE)
+    try:
+        st = path.stat()
+    except OSError as exc:
+        return FileOutcome(key, FAILED, unreadable(exc))
+    if not stat.S_ISREG(st.st_mode):
+        return FileOutcome(key, FAILED, "not a regular file")
+    seen = known(key)
+    if seen and seen.size == st.st_size and seen.mtime == st.st_mtime and seen.chunker == kind.signature:
+        return FileOutcome(key, UNCHANGED, chunks=seen.chunks)
+    try:  # confined: the opened file is checked again, so a symlink swapped in since cannot lead out
+        data = confine.read(path, kind.max_bytes) if confine else read_bytes(path, kind.max_bytes)
+    except (*kind.errors, Refused) as exc:
+        return FileOutcome(key, FAILED, str(exc))
+    return Read(key, hashlib.sha256(data).hexdigest(), st.st_size, st.st_mtime, data)
+
+
+def split(got: Read, kind: Kind) -> list[Unit] | FileOutcome:
+    """Stage 2: decode, chunk or thumbnail a file's content into the units its model embeds."""
+    try:
+        units = kind.units(Path(got.path), got.data, got.sha256)
+    except kind.errors as exc:
+        return FileOutcome(got.path, FAILED, str(exc))
+    if not units:
+        return FileOutcome(got.path, FAILED, "nothing to index")
+    return units
+
+
+def embed_units(kind: Kind, items: list, batch_size: int) -> Embedded:
+    """Stage 3: embed ``items`` in requests of ``batch_size``, sorted by size so each pads little."""
+    order = sorted(range(len(items)), key=lambda i: kind.sort_key(items[i]))
+    out = Embedded([None] * len(items))
+    for k in range(0, len(order), batch_size):
+        idx = order[k:k + batch_size]
+        got = kind.embed([items[i] for i in idx])
+        out.truncated += got.truncated
+        for j, i in enumerate(idx):
+            out.vectors[i] = got.vectors[j]
+            if j in got.errors:
+                out.errors[i] = got.errors[j]
+    return out
 
 
 def _existing(paths: Iterable[str]) -> list[str]:

@@ -30,6 +30,9 @@ class IngestReport:
     cancelled: bool = False  # stopped on request between two files: what was written is whole
     seconds: float = 0.0
     truncated_chunks: int = 0
+    # A distributed run's stages: name -> {"items": files or units, "seconds": busy seconds over all
+    # workers}; items/seconds is one worker's throughput in that stage.
+    stages: dict[str, dict] = field(default_factory=dict)
 
     @property
     def counts(self) -> Counter:
@@ -68,4 +71,6 @@ class IngestReport:
             "stopped": dict(self.stopped), "cancelled": self.cancelled,
             "failures": [{"path": readable(o.path), "path_bytes": path_bytes(o.path), "reason": o.reason,
                           "still_failing": o.still_failing} for o in self.failures],
+            **({"stages": {k: {**v, "per_second": round(v["items"] / v["seconds"], 1) if v["seconds"] else None}
+                           for k, v in self.stages.items()}} if self.stages else {}),
         }

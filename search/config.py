@@ -34,6 +34,10 @@ class Settings(BaseSettings):
     triton_metrics_port: Port = 8002
     # When set, clients talk to this gRPC address instead of the local server (e.g. "triton:8001").
     triton_url: str | None = None
+    # Several Triton replicas for a distributed ingest (`indexer ingest --ray`), comma-separated
+    # gRPC addresses ("t1:8001,t2:8001"): spread across the embed actors, and a request that fails
+    # on one is retried on another. Unset: the one address above.
+    triton_urls: str | None = None
     triton_timeout_s: float = 30.0
     triton_start_timeout_s: float = 120.0
 
@@ -83,6 +87,10 @@ class Settings(BaseSettings):
     max_parse_elements: int = Field(default=500_000, ge=1)  # DOCX XML elements, HTML elements, PDF objects
     max_pdf_pages: int = Field(default=2_000, ge=1)  # ~5M characters, the text limit, at ~2,500 a page
 
+    # `indexer ingest --ray` without an address: "auto" joins the running Ray cluster (`ray start`),
+    # "ray://head:10001" or "head:6379" a given one; unset, a local Ray is started for the run.
+    ray_address: str | None = None
+
     # Document search: "auto" = hybrid when BGE-M3 is served, else semantic (MiniLM).
     search_mode: Literal["auto", "semantic", "dense", "sparse", "hybrid"] = "auto"
 
@@ -121,6 +129,11 @@ class Settings(BaseSettings):
     @property
     def grpc_url(self) -> str:
         return self.triton_url or f"{self.triton_host}:{self.triton_grpc_port}"
+
+    @property
+    def triton_replicas(self) -> list[str]:
+        """SEARCH_TRITON_URLS as a list (empty when unset)."""
+        return [u.strip() for u in (self.triton_urls or "").split(",") if u.strip()]
 
     @property
     def store_backend(self) -> str:

@@ -47,10 +47,36 @@ def docker_compose() -> str:
     return found
 
 
-def compose(*args: str) -> subprocess.CompletedProcess:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("COMPOSE_", "DOCKER_"))}
-    return subprocess.run([docker_compose(), "-f", str(COMPOSE), *args], cwd=PROJECT_ROOT, env=env,
+def compose(*args: str, file: Path = COMPOSE, env: dict | None = None) -> subprocess.CompletedProcess:
+    env = {**{k: v for k, v in os.environ.items() if not k.startswith(("COMPOSE_", "DOCKER_"))}, **(env or {})}
+    return subprocess.run([docker_compose(), "-f", str(file), *args], cwd=PROJECT_ROOT, env=env,
                           capture_output=True, text=True, timeout=120)
+
+
+def test_cluster_compose_file():
+    """docker-compose.cluster.yml: a 3-node Qdrant cluster (p2p 6335, bootstrap, 2 copies of each
+    shard, SEARCH_QDRANT_SHARDS shards), a Ray head and workers from the project image with Ray
+    installed, 2 Triton replicas behind an nginx gRPC load balancer."""
+    cluster = PROJECT_ROOT / "docker-compose.cluster.yml"
+    proc = compose("config", "-q", file=cluster)
+    assert proc.returncode == 0 and not proc.stdout, proc.stderr
+    proc = compose("config", file=cluster, env={"SEARCH_QDRANT_SHARDS": "12"})
+    assert proc.returncode == 0, proc.stderr
+    services = yaml.safe_load(proc.stdout)["services"]
+    qdrants = [services[f"qdrant-{i}"] for i in (1, 2, 3)]
+    assert all(q["environment"]["QDRANT__CLUSTER__ENABLED"] == "true" for q in qdrants)
+    assert all(q["environment"]["QDRANT__CLUSTER__P2P__PORT"] == "6335" for q in qdrants)
+    assert all("--bootstrap" in q["command"] for q in qdrants[1:]) and "--bootstrap" not in qdrants[0]["command"]
+    head, worker = services["ray-head"], services["ray-worker"]
+    for svc in (head, worker):
+        assert svc["environment"]["SEARCH_QDRANT_SHARDS"] == "12"
+        assert svc["environment"]["SEARCH_QDRANT_REPLICATION_FACTOR"] == "2"
+        assert svc["environment"]["SEARCH_TRITON_URLS"] == "triton-1:8001,triton-2:8001"
+        assert "scale" in svc["build"]["args"]["EXTRAS"]
+    assert "ray start --head" in " ".join(head["command"]) and "--address=ray-head:6379" in " ".join(worker["command"])
+    conf = (DOCKER / "triton-lb.conf").read_text()
+    assert "grpc_pass" in conf and "triton-1:8001" in conf and "triton-2:8001" in conf
+    assert services["api"]["environment"]["SEARCH_TRITON_URL"] == "triton-lb:8001"
 
 
 @pytest.fixture(scope="module")

@@ -1,0 +1,367 @@
+"""Ingest as a Ray Data pipeline (`indexer ingest --ray`): the stages of indexer/pipeline.py spread
+over a Ray cluster, with the rules (content ids, moves, copies, the file-complete marker, prune)
+kept in one place, the driver's ``Ingestor``.
+
+    driver: listing ──► blocks of paths ──► read+split (map_batches tasks, CPU)
+            ──► embed (actor pool, one or more per Triton replica) ──► driver: rules + store writes
+
+Files must be visible to every node at the same path (a shared filesystem), and so must the data
+dir (workers write the photos' thumbnails there); a node that cannot read a root stops the run
+before anything is read. The store is written by the driver alone: the embedded store admits one
+opener, and the path bookkeeping (moves, copies, prune) needs one view of what is stored. Point ids
+are derived from content, so a block Ray runs twice writes the same points again, never new ones.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import pickle
+import random
+import socket
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+import numpy as np
+
+from indexer.confine import Confinement
+from indexer.kinds import Kind, Unit, make_kind
+from indexer.pipeline import FileOutcome, Ingestor, Read, _Job, embed_units, listing, read_file, split
+from indexer.report import IngestReport
+from search.config import Settings
+from search.errors import ModelNotReady, ServiceError, TritonUnavailable
+from search.models import family
+from search.store import Store, StoredFile, kb_thumbnails
+from search.triton.client import TritonClient
+
+FILES_PER_READ_BATCH = 8  # files a read+split task takes at once
+FILES_PER_EMBED_BATCH = 32  # files whose units one embed call gets (sorted by size, sent in requests of embed_batch_size)
+EMBED_ACTOR_CPUS = 0  # an embed actor waits on Triton; with a share of a CPU it can starve the read stage of a small cluster
+
+
+class RayUnavailable(ServiceError):
+    exit_code = 1
+
+
+@dataclass(frozen=True)
+class Plan:
+    """What every worker needs, sent with the tasks: the settings, each kind's families and the
+    signature the driver probed (so every worker writes the same ids), and the store's view."""
+    token: str
+    settings: Settings
+    kinds: dict[str, tuple[tuple[str, ...], str]]  # kind -> (family names, signature)
+    known: dict[str, dict[str, StoredFile]]  # kind -> path -> what is stored (the unchanged check)
+    current: dict[str, frozenset[str]]  # kind -> content stored with the current signature
+    urls: tuple[str, ...]  # Triton replicas
+    batch_size: int
+    confine_to: tuple[Path, ...] | None
+    kb: str | None = None  # the knowledge base written (None: the default one)
+
+
+@dataclass
+class _Rec:
+    """One file on its way through the stages."""
+    path: Path
+    kind: str
+    outcome: FileOutcome | None = None  # decided in the read stage (failed, unchanged)
+    read: Read | None = None  # without its bytes
+    units: list[Unit] | None = None  # None: known content, nothing to embed
+    vectors: list | None = None
+    error: str = ""  # the model rejected a unit
+    stopped: str = ""  # the kind's model failed as a whole
+    fatal: str = ""  # no Triton replica answered
+    truncated: int = 0
+    times: dict[str, float] = field(default_factory=dict)
+
+
+_KINDS: dict[tuple[str, str], dict[str, Kind]] = {}  # (plan token, url) -> kinds, per worker process
+
+
+def _kinds(plan: Plan, url: str) -> dict[str, Kind]:
+    key = (plan.token, url)
+    if key not in _KINDS:
+        triton = TritonClient(url, plan.settings.triton_timeout_s)
+        kinds = {}
+        for name, (families, signature) in plan.kinds.items():
+            kind = make_kind(plan.settings, triton, name, [family(f) for f in families], plan.kb)
+            kind.__dict__["signature"] = signature  # the driver's probe, not each worker's
+            kinds[name] = kind
+        _KINDS[key] = kinds
+    return _KINDS[key]
+
+
+def _pack(recs: list[_Rec]) -> dict:
+    # Pickled whole: paths may be bytes that are not UTF-8, which Arrow's strings cannot hold.
+    return {"rec": np.array([pickle.dumps(r) for r in recs], dtype=object)}
+
+
+def read_and_split(batch: dict, plan: Plan) -> dict:
+    """The CPU stage (a Ray task per batch of files): read, hash, and decode/chunk/thumbnail new content."""
+    kinds = _kinds(plan, plan.urls[0])
+    confine = Confinement(list(plan.confine_to)) if plan.confine_to is not None else None
+    recs = []
+    for raw in batch["rec"]:
+        rec: _Rec = pickle.loads(raw)
+        kind = kinds[rec.kind]
+        t0 = time.perf_counter()
+        got = read_file(rec.path, kind, confine, plan.known[rec.kind].get)
+        rec.times["read"] = time.perf_counter() - t0
+        if isinstance(got, FileOutcome):
+            rec.outcome = got
+        elif got.sha256 in plan.current[rec.kind]:
+            rec.read = replace(got, data=b"")  # known content: the driver reuses its vectors
+        else:
+            t1 = time.perf_counter()
+            units = split(got, kind)
+            rec.times["split"] = time.perf_counter() - t1
+            if isinstance(units, FileOutcome):
+                rec.outcome = units
+            else:
+                rec.read, rec.units = replace(got, data=b""), units
+        recs.append(rec)
+    return _pack(recs)
+
+
+class Embedder:
+    """The embed stage: an actor (Ray Data's actor pool) holding Triton clients. It starts on a
+    random replica, so the pool spreads over them, and moves to the next one when a request fails
+    because its replica is gone or its model is not there."""
+
+    def __init__(self, plan: Plan) -> None:
+        self.plan = plan
+        self.at = random.randrange(len(plan.urls))
+
+    def __call__(self, batch: dict) -> dict:
+        recs: list[_Rec] = [pickle.loads(raw) for raw in batch["rec"]]
+        for name in self.plan.kinds:
+            todo = [r for r in recs if r.kind == name and r.units]
+            if not todo:
+                continue
+            items = [u.item for r in todo for u in r.units]
+            t0 = time.perf_counter()
+            try:
+                embedded = self._embed(name, items)
+            except ModelNotReady as exc:
+                for r in todo:
+                    r.stopped = str(exc)
+                continue
+            except TritonUnavailable as exc:
+                for r in todo:
+                    r.fatal = str(exc)
+                continue
+            seconds = time.perf_counter() - t0
+            todo[0].truncated = embedded.truncated
+            k = 0
+            for r in todo:
+                n = len(r.units)
+                r.vectors = embedded.vectors[k:k + n]
+                r.error = next((embedded.errors[i] for i in range(k, k + n) if i in embedded.errors), "")
+                r.times["embed"] = seconds * n / len(items)
+                k += n
+        return _pack(recs)
+
+    def _embed(self, name: str, items: list):
+        urls = self.plan.urls
+        for tried in range(len(urls)):
+            try:
+                return embed_units(_kinds(self.plan, urls[self.at])[name], items, self.plan.batch_size)
+            except (TritonUnavailable, ModelNotReady):
+                if tried == len(urls) - 1:
+                    raise
+                self.at = (self.at + 1) % len(urls)
+        raise AssertionError("unreachable")
+
+
+def _can_read(paths: list[str], writable: list[str]) -> list[str]:
+    """On one node: the paths it cannot read (or write, for ``writable``)."""
+    return ([p for p in paths if not os.access(p, os.R_OK)]
+            + [p for p in writable if not os.access(p, os.W_OK)])
+
+
+def connect(address: str | None):
+    """The ``ray`` module, connected: "auto" or an address joins a cluster; None starts a local one.
+    Returns (ray, whether this call connected, so the caller disconnects)."""
+    import ray  # noqa: PLC0415  (optional heavy dependency: only `indexer ingest --ray` loads it)
+
+    if ray.is_initialized():
+        return ray, False
+    if address and "://" not in address and address != "auto":
+        _reachable(address)  # ray.init would retry an address nobody listens on for minutes
+    logging.getLogger("ray").setLevel(logging.WARNING)
+    try:
+        if address:
+            ray.init(address=address, log_to_driver=False, logging_level=logging.WARNING)
+        else:
+            ray.init(log_to_driver=False, logging_level=logging.WARNING, include_dashboard=False)
+    except (ConnectionError, RuntimeError, ValueError) as exc:
+        where = f"at {address}" if address else "locally"
+        raise RayUnavailable(f"could not start or join a Ray cluster {where}: {str(exc).splitlines()[0]}") from None
+    return ray, True
+
+
+def _reachable(address: str, timeout_s: float = 5.0) -> None:
+    host, _, port = address.rpartition(":")
+    try:
+        socket.create_connection((host or "127.0.0.1", int(port)), timeout=timeout_s).close()
+    except (OSError, ValueError) as exc:
+        raise RayUnavailable(f"could not join the Ray cluster at {address}: {exc} (is `ray start --head` running there?)") from None
+
+
+def check_nodes(ray, roots: list[Path], writable: list[Path]) -> None:
+    """Refuse to start when a node cannot see the files (they must be on a filesystem every node mounts)."""
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy  # noqa: PLC0415  (optional: ray)
+
+    probe = ray.remote(num_cpus=0)(_can_read)
+    paths = [str(r) for r in roots if r.exists()]
+    nodes = [n for n in ray.nodes() if n.get("Alive")]
+    refs = [(n, probe.options(scheduling_strategy=NodeAffinitySchedulingStrategy(n["NodeID"], soft=False))
+             .remote(paths, [str(w) for w in writable])) for n in nodes]
+    for node, ref in refs:
+        missing = ray.get(ref, timeout=60)
+        if missing:
+            raise RayUnavailable(f"Ray node {node.get('NodeManagerAddress', '?')} cannot access {missing[0]}: every node "
+                                 "must see the files and the data dir at the same path (a shared filesystem)")
+
+
+def ingest(store: Store, kinds: list[Kind], roots: list[Path], *, settings: Settings, urls: list[str],
+           address: str | None, prune: bool = False, unavailable: dict | None = None,
+           on_start: Callable[[int], None] | None = None, on_file: Callable[[FileOutcome], None] | None = None,
+           stop: Callable[[], bool] | None = None, gone_ok: bool = False,
+           confine_to: list[Path] | None = None, kb: str | None = None) -> IngestReport:
+    """pipeline.ingest on a Ray cluster: same arguments, same report, plus per-stage costs. ``kb``: the
+    knowledge base the kinds write (the workers build theirs for it)."""
+    started = time.perf_counter()
+    report = IngestReport()
+    roots, by_kind, confine, done = listing(report, kinds, roots, unavailable=unavailable, gone_ok=gone_ok,
+                                            confine_to=confine_to, on_start=on_start, on_file=on_file)
+    ray, connected = connect(address)
+    try:
+        _run(ray, store, kinds, roots, by_kind, confine, done, report, settings=settings, urls=urls, prune=prune,
+             stop=stop, confine_to=confine_to, kb=kb)
+    except ray.exceptions.RayError as exc:  # what a task raised, or a cluster that went away: one line
+        lines = [line for line in str(exc).splitlines() if line.strip()]
+        raise RayUnavailable(f"the Ray pipeline failed: {lines[-1] if lines else type(exc).__name__}") from None
+    finally:
+        if connected:
+            ray.shutdown()
+    report.seconds = time.perf_counter() - started
+    return report
+
+
+def _run(ray, store, kinds, roots, by_kind, confine, done, report: IngestReport, *, settings: Settings, urls: list[str],
+         prune: bool, stop, confine_to, kb: str | None) -> None:
+    ingestors: dict[str, Ingestor] = {}
+    for kind in kinds:
+        if not (by_kind[kind.name] or prune):
+            continue
+        ing = Ingestor(store, kind, batch_size=settings.embed_batch_size, confine=confine)
+        try:
+            ing.open()
+            kind.signature  # noqa: B018  (probed here, once, for every worker)
+        except ModelNotReady as exc:
+            ing.stopped(by_kind[kind.name], set(), report, exc)
+            continue
+        ingestors[kind.name] = ing
+    files = [(f, name) for name in ingestors for f in by_kind[name]]
+    stages = {s: {"items": 0, "seconds": 0.0} for s in ("read", "split", "embed", "write")}
+    seen: set[str] = set()
+
+    def emit(outcome: FileOutcome) -> None:
+        seen.add(outcome.path)
+        done(outcome)
+
+    if files:
+        thumbs = [kb_thumbnails(settings.data_dir, kb)] if "images" in ingestors else []
+        for t in thumbs:
+            t.mkdir(parents=True, exist_ok=True)
+        check_nodes(ray, roots, thumbs)
+        plan = Plan(
+            token=uuid.uuid4().hex, settings=settings,
+            kinds={name: (tuple(_families(ing.kind)), ing.kind.signature) for name, ing in ingestors.items()},
+            known={name: {p: ing.by_sha[s] for p, s in ing.by_path.items() if s in ing.by_sha} for name, ing in ingestors.items()},
+            current={name: frozenset(s for s, f in ing.by_sha.items() if f.chunker == ing.kind.signature)
+                     for name, ing in ingestors.items()},
+            urls=tuple(urls), batch_size=settings.embed_batch_size,
+            confine_to=tuple(confine_to) if confine_to is not None else None, kb=kb)
+        for rec in _stream(ray, plan, files, settings):
+            if stop is not None and stop():
+                report.cancelled = True
+                break
+            _apply(rec, ingestors[rec.kind], report, emit, stages, by_kind, seen)
+    t0 = time.perf_counter()
+    for name, ing in ingestors.items():
+        if name not in report.stopped:
+            ing.finish(roots, by_kind[name], report, emit, prune=prune)
+    stages["write"]["seconds"] += time.perf_counter() - t0
+    report.stages = {k: {"items": v["items"], "seconds": round(v["seconds"], 3)} for k, v in stages.items() if v["items"]}
+
+
+def _stream(ray, plan: Plan, files: list[tuple[Path, str]], settings: Settings):
+    """The records coming out of the pipeline, in the order of ``files``."""
+    ctx = ray.data.DataContext.get_current()
+    ctx.execution_options.preserve_order = True  # outcomes (and which path of a copy comes first) as a local run
+    ctx.enable_progress_bars = False  # the CLI shows its own bar
+    ctx.print_on_execution_start = False
+    logging.getLogger("ray.data").setLevel(logging.WARNING)
+    blocks = max(1, min(len(files) // FILES_PER_READ_BATCH, 1000))
+    ds = ray.data.from_items([{"rec": pickle.dumps(_Rec(path, name))} for path, name in files], override_num_blocks=blocks)
+    ds = ds.map_batches(read_and_split, fn_kwargs={"plan": plan}, batch_size=FILES_PER_READ_BATCH, num_cpus=1,
+                        batch_format="numpy")
+    actors = max(1, len(plan.urls) * settings.embed_concurrency)  # requests in flight per replica, as a local run
+    ds = ds.map_batches(Embedder, fn_constructor_kwargs={"plan": plan}, batch_size=FILES_PER_EMBED_BATCH,
+                        compute=ray.data.ActorPoolStrategy(size=actors), num_cpus=EMBED_ACTOR_CPUS, batch_format="numpy")
+    for batch in ds.iter_batches(batch_size=None, batch_format="numpy"):
+        for raw in batch["rec"]:
+            yield pickle.loads(raw)
+
+
+def _apply(rec: _Rec, ing: Ingestor, report: IngestReport, emit, stages: dict, by_kind: dict, seen: set[str]) -> None:
+    """The driver's part: the rules and the writes, through the same Ingestor as a local run."""
+    name = rec.kind
+    if name in report.stopped:
+        return  # counted as not indexed when its model stopped
+    for stage in ("read", "split", "embed"):
+        if stage in rec.times:
+            stages[stage]["seconds"] += rec.times[stage]
+            stages[stage]["items"] += len(rec.units) if stage == "embed" and rec.units else 1
+    if rec.fatal:
+        raise TritonUnavailable(rec.fatal)
+    if rec.stopped:
+        ing.stopped(by_kind[name], seen, report, ModelNotReady(rec.stopped))
+        return
+    report.truncated_chunks += rec.truncated
+    t0 = time.perf_counter()
+    outcomes: list[FileOutcome] = []
+    if rec.outcome is not None:
+        outcomes = [replace(rec.outcome, kind=name)]
+    else:
+        admitted = ing.admit(rec.read)
+        if isinstance(admitted, FileOutcome):
+            outcomes = [admitted]  # known content, or a copy of content written since this block was planned
+        elif admitted is not None and rec.units:
+            job = _Job(rec.read.path, rec.read.sha256, rec.read.size, rec.read.mtime, rec.units,
+                       ing.status_of(rec.read.path), vectors=rec.vectors or [], error=rec.error)
+            outcomes = ing.finished(job)
+        elif admitted is not None:
+            outcomes = _here(ing, rec.path)  # the content it matched is gone since: read and embed it here
+    for o in outcomes:
+        emit(o)
+    stages["write"]["seconds"] += time.perf_counter() - t0
+    stages["write"]["items"] += 1
+
+
+def _here(ing: Ingestor, path: Path) -> list[FileOutcome]:
+    job = ing._prepare(path)
+    if not isinstance(job, _Job):
+        return [replace(job, kind=ing.kind.name)] if job is not None else []
+    embedded = embed_units(ing.kind, [u.item for u in job.units], ing.batch_size)
+    job.vectors, job.error = embedded.vectors, next(iter(embedded.errors.values()), "")
+    return ing.finished(job)
+
+
+def _families(kind: Kind) -> list[str]:
+    fams = getattr(kind, "families", None) or [kind.family]
+    return [f.family for f in fams]

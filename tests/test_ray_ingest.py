@@ -1,0 +1,238 @@
+"""`indexer ingest --ray`: the ingest as a Ray Data pipeline on a real multi-node Ray cluster started
+on this machine (a head and two worker nodes, one CPU each), embedding through the session's real
+Triton. What it stores must equal what a local ingest of the same folder stores."""
+
+from __future__ import annotations
+
+import io
+import os
+import shutil
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+from PIL import Image
+
+from indexer.service import IngestService
+from search.config import Settings
+from search.store import DOCUMENTS, open_store
+
+ray = pytest.importorskip("ray")
+from processes import run_cli  # noqa: E402
+from ray.cluster_utils import Cluster  # noqa: E402
+
+MB = 2**20
+N_NOTES = 64
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    """Head + two worker nodes, one CPU and a small object store each; this process is the driver."""
+    # Ray's own OOM killer acts at 95 % of the machine's memory, which the other test sessions on a
+    # shared machine reach by themselves: it would kill these workers for memory they do not use.
+    os.environ["RAY_memory_monitor_refresh_ms"] = "0"
+    c = Cluster(initialize_head=True, head_node_args={"num_cpus": 1, "object_store_memory": 100 * MB,
+                                                        "include_dashboard": False})
+    nodes = [c.add_node(num_cpus=1, object_store_memory=100 * MB) for _ in range(2)]
+    c.wait_for_nodes()
+    ray.init(address=c.address, log_to_driver=False)
+    yield c, nodes
+    ray.shutdown()
+    c.shutdown()
+
+
+def photo(path: Path, seed: int, fmt: str = "JPEG") -> None:
+    rng = np.random.default_rng(seed)
+    img = Image.fromarray(rng.integers(0, 256, (48, 64, 3), dtype=np.uint8))
+    buf = io.BytesIO()
+    img.save(buf, fmt)
+    path.write_bytes(buf.getvalue())
+
+
+@pytest.fixture
+def mixed(docs) -> Path:
+    """Documents (the sample knowledge base), photos, a copy, and bad files of both kinds."""
+    for i in range(4):
+        photo(docs / f"photo{i}.jpg", i)
+    photo(docs / "pic.png", 9, "PNG")
+    shutil.copy(docs / "photo0.jpg", docs / "photo0-copy.jpg")
+    first = sorted(docs.glob("*.md"))[0]
+    shutil.copy(first, docs / ("copy-of-" + first.name))
+    (docs / "binary.txt").write_bytes(bytes(range(256)) * 40)
+    (docs / "empty.txt").write_bytes(b"")
+    (docs / "broken.jpg").write_bytes(b"\xff\xd8\xff\xe0 not really a jpeg")
+    (docs / "dangling.md").symlink_to(docs / "does-not-exist.md")
+    return docs
+
+
+def run(settings: Settings, paths, **kw):
+    svc = IngestService(settings)
+    try:
+        return svc.ingest(paths, **kw)
+    finally:
+        svc.close()
+
+
+def stored(settings: Settings) -> dict:
+    """Every point of every collection: id -> (vectors, payload), thumbnails relative to the data dir."""
+    store = open_store(settings)
+    try:
+        out = {}
+        for coll in store.collections():
+            for p in store.all_points(coll, with_vectors=True):
+                payload = dict(p.payload)
+                if "thumbnail" in payload:
+                    payload["thumbnail"] = os.path.relpath(payload["thumbnail"], settings.data_dir)
+                out[(coll, str(p.id))] = (p.vector, payload)
+        return out
+    finally:
+        store.close()
+
+
+def cosine(a, b) -> float:
+    a, b = np.asarray(a, dtype=np.float64), np.asarray(b, dtype=np.float64)
+    return float(a @ b / (np.linalg.norm(a) * np.linalg.norm(b)))
+
+
+def assert_same_vectors(x: dict, y: dict) -> None:
+    assert x.keys() == y.keys()
+    for name, v in x.items():
+        if hasattr(v, "indices"):  # sparse
+            assert list(v.indices) == list(y[name].indices)
+            assert np.allclose(v.values, y[name].values, atol=1e-4)
+        elif v and isinstance(v[0], list):  # multivector
+            assert all(cosine(a, b) >= 0.9999 for a, b in zip(v, y[name], strict=True))
+        else:
+            assert cosine(v, y[name]) >= 0.9999
+
+
+def outcomes(report) -> dict:
+    return {(Path(o.path).name, o.status, o.reason, o.chunks) for o in report.outcomes}
+
+
+def ids_and_paths(settings: Settings) -> set:
+    return {(k, tuple(payload["paths"])) for k, (_, payload) in stored(settings).items()}
+
+
+def twin(settings: Settings, name: str) -> Settings:
+    return settings.model_copy(update={"data_dir": settings.data_dir.parent / name})
+
+
+def test_ray_ingest_equals_local_ingest(cluster, settings, mixed):
+    local = run(settings, [mixed])
+    on_ray = twin(settings, "ray-data")
+    report = run(on_ray, [mixed], ray="")
+    assert outcomes(report) == outcomes(local)
+    assert {f.reason for f in report.failures} and len(report.failures) == 4
+    assert {o.kind for o in report.outcomes if o.status == "indexed"} == {"documents", "images"}
+    assert report.embedded_chunks == local.embedded_chunks  # copies are stored once, not embedded twice
+    assert set(report.stages) >= {"read", "split", "embed", "write"}
+    a, b = stored(settings), stored(on_ray)
+    assert a.keys() == b.keys() and any(c == DOCUMENTS.name for c, _ in a)
+    for key, (vec, payload) in a.items():
+        assert b[key][1] == payload
+        assert_same_vectors(vec, b[key][0])
+    # A second run changes nothing.
+    again = run(on_ray, [mixed], ray="")
+    assert again.counts["indexed"] == again.counts["updated"] == 0 and again.embedded_chunks == 0
+    assert stored(on_ray).keys() == b.keys()
+
+
+def test_ray_moves_and_prune_follow_the_local_rules(cluster, settings, mixed):
+    on_ray = twin(settings, "ray-data")
+    run(on_ray, [mixed], ray="")
+    (mixed / "photo1.jpg").rename(mixed / "photo1-moved.jpg")  # a move keeps its vectors
+    (mixed / "photo2.jpg").unlink()  # gone: pruned
+    report = run(on_ray, [mixed], ray="", prune=True)
+    assert report.embedded_chunks == 0
+    by = {(Path(o.path).name, o.status) for o in report.outcomes}
+    assert ("photo1-moved.jpg", "indexed") in by and ("photo2.jpg", "pruned") in by
+    paths = {Path(p).name for _, payload in stored(on_ray).values() for p in payload["paths"]}
+    assert "photo1-moved.jpg" in paths and "photo1.jpg" not in paths and "photo2.jpg" not in paths
+
+
+def test_worker_node_lost_mid_run(cluster, settings, tmp_path):
+    c, nodes = cluster
+    settings = settings.model_copy(update={"triton_timeout_s": 300})  # a loaded machine, three Ray nodes
+    folder = tmp_path / "many"
+    folder.mkdir()
+    for i in range(N_NOTES):
+        (folder / f"note{i:03}.md").write_text(f"# Note {i}\n\n" + " ".join(f"word{(i * 7 + k) % 97}" for k in range(60)))
+    reference = run(settings, [folder])
+    assert reference.counts["indexed"] == N_NOTES
+    on_ray = twin(settings, "ray-kill")
+    victim = nodes[-1]
+    killed = threading.Event()
+
+    def kill_when_started(outcome) -> None:
+        if not killed.is_set():
+            killed.set()
+            threading.Thread(target=lambda: c.remove_node(victim, allow_graceful=False), daemon=True).start()
+
+    report = run(on_ray, [folder], ray="", on_file=kill_when_started)
+    assert killed.is_set()
+    assert report.counts["indexed"] == N_NOTES and not report.failures
+    assert ids_and_paths(on_ray) == ids_and_paths(settings)
+    again = run(on_ray, [folder], ray="")
+    assert again.counts["unchanged"] == N_NOTES and again.embedded_chunks == 0
+    nodes[-1] = c.add_node(num_cpus=1, object_store_memory=100 * MB)  # the cluster as the next test expects it
+    c.wait_for_nodes()
+
+
+def test_cli_ingest_with_ray_address(cluster, settings, mixed):
+    c, _ = cluster
+    proc = run_cli("indexer", "ingest", str(mixed), f"--ray={c.address}", settings=settings, timeout=600)
+    assert proc.returncode == 7, proc.stderr  # bad files among good ones
+    assert "indexed" in proc.stdout and "stages, per worker:" in proc.stdout and "embed" in proc.stdout
+    assert "failed" in proc.stdout and "binary.txt" in proc.stdout
+    assert "Traceback" not in proc.stderr
+
+
+def test_cli_ray_bad_address_is_one_line(settings, tmp_path):
+    (tmp_path / "a.md").write_text("# A\n\nhello")
+    proc = run_cli("indexer", "ingest", str(tmp_path), "--ray=127.0.0.1:1", settings=settings, timeout=300)
+    assert proc.returncode == 1
+    assert "Ray cluster at 127.0.0.1:1" in proc.stderr and "Traceback" not in proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+
+
+def test_cli_does_not_import_ray():
+    import subprocess
+    import sys
+    code = "import sys, indexer.cli, search.cli.app; assert 'ray' not in sys.modules, 'ray imported'"
+    subprocess.run([sys.executable, "-c", code], check=True)
+    time.sleep(0)
+
+
+def test_triton_replica_stopped_mid_run(cluster, settings, model_repo, tmp_path):
+    """Two Triton processes as replicas (SEARCH_TRITON_URLS); one is stopped while the run goes: the
+    embed actors on it retry on the other and the run completes with what an uninterrupted run stores."""
+    from search.models import built_triton_models
+    from search.triton.local import LocalTriton, free_port
+
+    settings = settings.model_copy(update={"triton_timeout_s": 300})
+    folder = tmp_path / "notes"
+    folder.mkdir()
+    for i in range(N_NOTES):
+        (folder / f"note{i:03}.md").write_text(f"# Replica {i}\n\n" + " ".join(f"term{(i * 5 + k) % 89}" for k in range(60)))
+    run(settings, [folder])
+    second = LocalTriton(model_repo, tmp_path / "triton-2", http_port=free_port(), grpc_port=free_port(),
+                         metrics_port=free_port(), models=[m for m in built_triton_models(model_repo) if "ofa" not in m])
+    second.start(timeout=180)
+    try:
+        on_ray = twin(settings, "ray-replicas").model_copy(
+            update={"triton_urls": f"127.0.0.1:{second.grpc_port},{settings.triton_url}"})
+        stopped = threading.Event()
+
+        def stop_second(total: int) -> None:  # the listing is done; the pipeline starts while it drains
+            stopped.set()
+            threading.Thread(target=second.stop, daemon=True).start()
+
+        report = run(on_ray, [folder], ray="", on_start=stop_second)
+    finally:
+        second.stop()
+    assert stopped.is_set()
+    assert report.counts["indexed"] == N_NOTES and not report.failures and not report.stopped
+    assert ids_and_paths(on_ray) == ids_and_paths(settings)
