@@ -15,6 +15,7 @@ import numpy as np
 
 from search.models.base import BuildReport, WeightsUnavailable
 from search.models.bge_m3 import BGEM3, MAX_LENGTH
+from search.models.export import golden
 from search.models.export.common import check_config_dims, export_checked, resolve_weights, write_manifest
 from search.triton.steps import bge_m3 as steps  # the served tokenizer step, which the export runs too
 
@@ -32,7 +33,9 @@ def build(fam: BGEM3, repo: Path, source: str) -> BuildReport:
     tokenizer.save(str(repo / "bge_m3_tokenize/1/tokenizer.json"))
     (repo / "bge_m3_tokenize/1/text.json").write_text(json.dumps(text, indent=2))
     (repo / "bge_m3_post/1/post.json").write_text(json.dumps(post, indent=2))
-    write_manifest(fam, repo, source, weights, dim=post["dim"], max_abs_diff_vs_torch=diff)
+    recorded = golden.record_bge_m3(fam, repo, module, weights, source, text["model_max_length"],  # for `search models verify`
+                                    post["special_ids"])
+    write_manifest(fam, repo, source, weights, dim=post["dim"], max_abs_diff_vs_torch=diff, **recorded)
     return BuildReport(fam.family, "built", f"from {source} ({weights}); {post['dim']}-d, up to "
                        f"{text['model_max_length']} tokens; ONNX vs PyTorch max |Δ| {diff:.1e}")
 

@@ -17,6 +17,7 @@ import numpy as np
 
 from search.models.base import BuildReport, WeightsUnavailable
 from search.models.clip import CLIP, CONTEXT_LENGTH
+from search.models.export import golden
 from search.models.export.common import check_config_dims, export_checked, resolve_weights, write_manifest
 
 OPENAI_MEAN = [0.48145466, 0.4578275, 0.40821073]
@@ -35,6 +36,7 @@ class Loaded:
     preprocess: dict  # written as clip_image_preprocess/1/preprocess.json
     text: dict  # written as clip_text_tokenize/1/text.json
     weights: Path
+    reference_transform: object = None  # open_clip's own image transform (the golden outputs' reference)
 
 
 def build(fam: CLIP, repo: Path, source: str) -> BuildReport:
@@ -52,7 +54,8 @@ def build(fam: CLIP, repo: Path, source: str) -> BuildReport:
     loaded.tokenizer.save(str(repo / "clip_text_tokenize/1/tokenizer.json"))
     (repo / "clip_text_tokenize/1/text.json").write_text(json.dumps(loaded.text, indent=2))
     diff = max(visual_diff, text_diff)
-    write_manifest(fam, repo, source, loaded.weights, dim=dim, max_abs_diff_vs_torch=diff)
+    recorded = golden.record_clip(fam, repo, loaded, source)  # for `search models verify`
+    write_manifest(fam, repo, source, loaded.weights, dim=dim, max_abs_diff_vs_torch=diff, **recorded)
     return BuildReport(fam.family, "built",
                        f"from {source} ({loaded.weights}); {dim}-d; ONNX vs PyTorch max |Δ| {diff:.1e}")
 
@@ -173,7 +176,7 @@ def load_open_clip(spec: str) -> Loaded:
     import torch  # noqa: PLC0415
 
     try:
-        model, _, _ = open_clip.create_model_and_transforms(model_name, pretrained=pretrained, device="cpu",
+        model, _, transform = open_clip.create_model_and_transforms(model_name, pretrained=pretrained, device="cpu",
                                                             precision="fp32")
         tokenizer = open_clip.get_tokenizer(model_name)
     except Exception as exc:  # unknown model or tag, no network, missing file: all mean "not here"
@@ -203,7 +206,7 @@ def load_open_clip(spec: str) -> Loaded:
 
     text, backend = _open_clip_tokenizer(tokenizer, model)
     weights = Path(pretrained) if pretrained and Path(pretrained).exists() else Path(spec)
-    return Loaded(Visual().eval(), Textual().eval(), backend, _open_clip_preprocess(model), text, weights)
+    return Loaded(Visual().eval(), Textual().eval(), backend, _open_clip_preprocess(model), text, weights, transform)
 
 
 def _open_clip_preprocess(model) -> dict:

@@ -7,8 +7,9 @@ import shutil
 from pathlib import Path
 
 from search.models.base import BuildReport, WeightsUnavailable
+from search.models.export import golden
 from search.models.export.common import export_checked, resolve_weights, write_manifest
-from search.models.minilm import MiniLM, package_weights
+from search.models.minilm import MAX_TOKENS, MiniLM, package_weights
 
 
 def build(fam: MiniLM, repo: Path, source: str) -> BuildReport:
@@ -20,7 +21,8 @@ def build(fam: MiniLM, repo: Path, source: str) -> BuildReport:
     onnx_path = repo / "minilm_onnx/1/model.onnx"
     max_diff = export_onnx(weights, onnx_path)
     save_tokenizer(weights, fam.tokenizer_path(repo))
-    write_manifest(fam, repo, source, weights, max_abs_diff_vs_torch=max_diff)
+    recorded = golden.record_minilm(fam, repo, weights, source, MAX_TOKENS)  # for `search models verify`
+    write_manifest(fam, repo, source, weights, max_abs_diff_vs_torch=max_diff, **recorded)
     return BuildReport(fam.family, "built", f"from {source} ({weights}); ONNX vs PyTorch max |Δ| {max_diff:.1e}")
 
 
