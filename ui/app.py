@@ -60,6 +60,7 @@ def main() -> None:
         st.error(str(exc))
         return
     opts = sidebar(status)
+    verify_panel(svc)
     mode = st.radio("Mode", MODES, format_func=lambda m: m.label, horizontal=True)
     blocker = svc.blocker(status, mode.kind, mode.doc_mode)
     if blocker:
@@ -97,6 +98,28 @@ def sidebar(status: dict) -> dict:
     return {"folder": folder.strip() or None, "types": tuple(types), "min_score": min_score or None,
             "top_k": int(top_k), "filters": ImageFilters(after=after, before=before, camera=camera.strip() or None,
                                                          folder=folder.strip() or None, suffixes=tuple(types))}
+
+
+def verify_panel(svc: SearchService) -> None:
+    """Under the status: do the served models give the expected answers? (`search models verify`)"""
+    with st.sidebar:
+        if st.button("Verify the models", help="the golden outputs recorded by each build, and the publishers' own "
+                                               "examples where the checkpoint is theirs (docs/verify.md)"):
+            st.session_state["verify_report"] = svc.verify_report()
+        report = st.session_state.get("verify_report")
+        if report is None:
+            return
+        if report.get("error"):
+            st.caption(f"✗ {report['error']}")
+            return
+        for fam in report["families"]:
+            if fam["status"] == "not built":
+                continue
+            misses = [c for c in fam["checks"] if c["status"] == "FAIL"]
+            done = "expected answers" if fam["status"] == "pass" else fam["status"]
+            st.caption(f"{'✓' if fam['status'] == 'pass' else '✗'} {fam['family']}"
+                       + (f" ({fam['precision']})" if fam.get("precision") else "") + ": "
+                       + ("; ".join(f"{c['check']} {c['measured']} {c['detail']}".strip() for c in misses) or done))
 
 
 def _date_range(dates) -> tuple[float | None, float | None]:

@@ -8,6 +8,7 @@ import typer
 from rich.table import Table
 
 from search.cli.support import err, guarded, out
+from search.cli.verify import models_verify
 from search.config import Settings
 from search.models import FAMILIES
 
@@ -42,6 +43,9 @@ models_build.__signature__ = inspect.Signature([
                       default=typer.Option(False, "--force", help="Export again even when the files are up to date.")),
 ])
 app.command("build")(guarded(models_build))
+
+
+app.command("verify")(models_verify)
 
 
 @app.command("list")

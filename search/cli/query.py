@@ -7,6 +7,7 @@ from pathlib import Path
 import typer
 
 from search.cli.support import display_path, err, guarded, opened, out, to_json
+from search.cli.verify import print_report
 from search.services import ImageFilters, SearchService, check_query_options
 
 
@@ -96,12 +97,17 @@ def entail(
 
 
 @guarded
-def status(ctx: typer.Context, as_json: bool = typer.Option(False, "--json")) -> None:
+def status(ctx: typer.Context, as_json: bool = typer.Option(False, "--json"),
+           verify: bool = typer.Option(False, "--verify", help="Also check that the served models give the expected "
+                                       "answers (`search models verify`); exit status 1 on a miss.")) -> None:
     """Show whether Triton and the store are reachable, which models are served, and counts."""
     with opened(SearchService, ctx) as svc:
         st = svc.status()
+        report = svc.verify_report() if verify else None
     if as_json:
-        print(to_json(st))
+        print(to_json({**st, "verify": report} if verify else st))
+        if report is not None and not report["passed"]:
+            raise typer.Exit(1)
         return
     t = st["triton"]
     out.print(f"Triton  {t['url']}: " + ("[green]live[/]" if t["live"] else "[red]not reachable[/] (start it: search triton up)"))
@@ -113,3 +119,7 @@ def status(ctx: typer.Context, as_json: bool = typer.Option(False, "--json")) ->
         out.print(f"  {name}: {n} points")
     if "note" in st["store"]:
         out.print(f"  [yellow]note[/]: {st['store']['note']}", highlight=False, soft_wrap=True)
+    if report is not None:
+        print_report(report)
+        if not report["passed"]:
+            raise typer.Exit(1)

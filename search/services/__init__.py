@@ -6,9 +6,10 @@ from search.services.documents import DocumentSearch
 from search.services.filters import MAX_TOP_K, MODES, SORTS, ImageFilters, check_query_options, parse_date, parse_near
 from search.services.images import ImageSearch
 from search.services.results import DocumentHit, ImageHit, prompt_context
+from search.services.verify import Verification
 
 
-class SearchService(DocumentSearch, ImageSearch, Admin):
+class SearchService(DocumentSearch, ImageSearch, Admin, Verification):
     """Every query a face can ask, over one store and one Triton client."""
 
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from fastapi import APIRouter, Depends, Request
+from fastapi import APIRouter, Depends, Query, Request
 from fastapi.responses import JSONResponse, Response
 
 from search.api.backend import Backend
@@ -27,12 +27,15 @@ def healthz() -> dict:
 
 
 @reads.get("/readyz", tags=["health"], summary="Triton and Qdrant, each reported on its own; 503 unless both answer")
-def readyz(backend: Backend = Depends(get_backend)) -> JSONResponse:
+def readyz(verify: bool = Query(False, description="also check that every served model gives the expected answers "
+                                                  "(`search models verify`: golden outputs, published examples); "
+                                                  "the body gains `verify`, and a miss makes it 503"),
+           backend: Backend = Depends(get_backend)) -> JSONResponse:
     try:
         svc = backend.service()
     except ServiceError:  # a busy or absent store: readiness() reports it
         svc = backend.unopened_service()
-    body = svc.readiness()
+    body = svc.readiness_verified() if verify else svc.readiness()
     return JSONResponse(body, status_code=200 if body["ready"] else 503)
 
 
