@@ -36,7 +36,7 @@ def print_report(report: dict) -> None:
             out.print(line, highlight=False, soft_wrap=True)
     verified = [f["family"] for f in report["families"] if f["status"] in ("pass", "fail")]
     if report["passed"]:
-        out.print(f"[green]verified[/]: {', '.join(verified)} give the expected answers", highlight=False)
+        out.print(f"[green]verified[/]: the expected answers from {', '.join(verified)}", highlight=False)
     else:
         failed = [f["family"] for f in report["families"] if f["status"] not in ("pass", "not built")
                   or any(c["status"] == "FAIL" for c in f["checks"])]
