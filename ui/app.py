@@ -20,7 +20,7 @@ from indexer.loaders import DOCUMENT_SUFFIXES
 from search.config import Settings
 from search.errors import ServiceError
 from search.media.photos import IMAGE_SUFFIXES
-from search.services import MAX_TOP_K, ImageFilters, SearchService
+from search.services import DEFAULT_MIN_RELEVANCE, MAX_TOP_K, ImageFilters, SearchService
 
 
 @dataclass(frozen=True)
@@ -84,8 +84,10 @@ def sidebar(status: dict) -> dict:
         types = st.multiselect("File type", DOC_TYPES + PHOTO_TYPES, help="only files of these types")
         dates = st.date_input("Taken between (photos)", value=(), format="YYYY-MM-DD")
         camera = st.text_input("Camera (photos)", placeholder="e.g. canon eos")
-        min_score = st.slider("Relevance threshold", 0.0, 1.0, 0.0, 0.01,
-                              help="hide hits that score below this (0 = show all)")
+        clear_only = st.toggle("Only clear matches", help=f"hide hits whose calibrated relevance is below "
+                               f"{DEFAULT_MIN_RELEVANCE}: not clearly above the collection's background (docs/relevance.md)")
+        min_score = st.slider("Score cut-off (raw)", 0.0, 1.0, 0.0, 0.01,
+                              help="hide hits whose raw score is below this (0 = show all); its scale differs per model")
         top_k = st.number_input("Results", 1, MAX_TOP_K, 8)
         st.divider()
         st.header("Status")
@@ -96,6 +98,7 @@ def sidebar(status: dict) -> dict:
         st.caption(", ".join(f"{n}: {c}" for n, c in s["collections"].items()))
     after, before = _date_range(dates)
     return {"folder": folder.strip() or None, "types": tuple(types), "min_score": min_score or None,
+            "min_relevance": DEFAULT_MIN_RELEVANCE if clear_only else None,
             "top_k": int(top_k), "filters": ImageFilters(after=after, before=before, camera=camera.strip() or None,
                                                          folder=folder.strip() or None, suffixes=tuple(types))}
 
@@ -138,7 +141,10 @@ def documents_page(svc: SearchService, mode: Mode, opts: dict) -> None:
     if not query.strip():
         return
     hits = svc.search_documents(query, top_k=opts["top_k"], min_score=opts["min_score"],
-                                folder=opts["folder"], mode=mode.doc_mode, suffixes=opts["types"])
+                                folder=opts["folder"], mode=mode.doc_mode, suffixes=opts["types"],
+                                min_relevance=opts["min_relevance"])
+    if relevance_notice(hits):
+        return
     if not hits:
         st.info("No passage matches: lower the relevance threshold or loosen the filters.")
         return
@@ -146,13 +152,25 @@ def documents_page(svc: SearchService, mode: Mode, opts: dict) -> None:
     for i, hit in enumerate(hits):
         with st.container(border=True):
             head, button = st.columns([5, 1])
-            head.markdown(f"**{Path(hit.path).name}** · score {hit.score:.3f}")
+            head.markdown(f"**{Path(hit.path).name}** · score {hit.score:.3f}"
+                          + (f" · relevance {hit.relevance:.2f}" if hit.relevance is not None else ""))
             head.caption(hit.citation)
             source = Path(hit.path)
             if source.is_file():  # a browser cannot open file:// links from a page, so serve the file
                 button.download_button("Open source", partial(source.read_bytes), file_name=source.name,
                                        key=f"src{i}")
             st.html(f'<div style="line-height:1.5">{highlight(hit.text, query)}</div>')
+
+
+def relevance_notice(hits) -> bool:
+    """Say "no good match" (True: nothing to show) or why relevance is missing."""
+    if hits.no_match:
+        st.warning(f"No good match: nothing is clearly above the collection's background (best relevance "
+                   f"{hits.best:.2f} < {hits.min_relevance}). Turn off “Only clear matches” to see the closest hits.")
+        return True
+    if hits.note and hits.min_relevance is not None:
+        st.caption(f"“Only clear matches” is not applied: {hits.note}.")
+    return False
 
 
 def highlight(text: str, query: str) -> str:
@@ -182,7 +200,8 @@ def entail_page(svc: SearchService) -> None:
 
 
 def photos_page(svc: SearchService, mode: Mode, opts: dict, ofa_ready: bool = False) -> None:
-    kwargs = {"top_k": opts["top_k"], "min_score": opts["min_score"], "filters": opts["filters"]}
+    kwargs = {"top_k": opts["top_k"], "min_score": opts["min_score"], "filters": opts["filters"],
+              "min_relevance": opts["min_relevance"]}
     if mode.kind == "text2image":
         text = st.text_input("Describe the photo", placeholder="e.g. a beach at sunset", key="photo_query")
         verify = st.toggle("Verify with OFA", disabled=not ofa_ready, key="verify",
@@ -199,6 +218,8 @@ def photos_page(svc: SearchService, mode: Mode, opts: dict, ofa_ready: bool = Fa
             return
         st.image(upload.getvalue(), caption="your example", width=160)
         hits = svc.search_images(like=upload.getvalue(), **kwargs)
+    if relevance_notice(hits):
+        return
     if not hits:
         st.info("No photo matches: lower the relevance threshold or loosen the filters.")
         return
@@ -208,7 +229,8 @@ def photos_page(svc: SearchService, mode: Mode, opts: dict, ofa_ready: bool = Fa
             with col.container(border=True):
                 picture = hit.thumbnail if hit.thumbnail and Path(hit.thumbnail).is_file() else hit.path
                 st.image(picture, width="stretch")
-                st.markdown(f"**{Path(hit.path).name}** · {hit.score:.3f}")
+                st.markdown(f"**{Path(hit.path).name}** · {hit.score:.3f}"
+                            + (f" · relevance {hit.relevance:.2f}" if hit.relevance is not None else ""))
                 if hit.entailment is not None:
                     st.caption(f"entails {hit.entailment:.3f} ({hit.entailment_label})")
                 meta = [hit.taken, hit.camera, f"{hit.width}×{hit.height}" if hit.width else None,

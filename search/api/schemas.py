@@ -22,6 +22,10 @@ def utf8_text(value: str) -> str:
 Text = Annotated[str, AfterValidator(utf8_text)]
 TopK = Annotated[int, Field(ge=1, le=MAX_TOP_K)]
 Score = Annotated[float, Field(allow_inf_nan=False)]
+# Calibrated relevance (docs/relevance.md): hits below it are hidden; none left -> "no_match": true.
+MinRelevance = Annotated[float, Field(ge=0, le=1, description="hide hits whose calibrated relevance (how clearly they "
+                                      "stand above the collection's background, 0..1; 0.9 = clearly) is below this; "
+                                      "when none is left the answer says no_match: true")]
 
 
 class DocumentQuery(BaseModel):
@@ -29,6 +33,7 @@ class DocumentQuery(BaseModel):
     top_k: TopK = 5
     mode: Literal[MODES] | None = Field(None, description="default: the server's search_mode (auto)")
     min_score: Score | None = None
+    min_relevance: MinRelevance | None = None
     folder: Text | None = Field(None, max_length=4096, description="only files under this folder")
 
 
@@ -48,6 +53,7 @@ class ImageQuery(PhotoFilters):
     text: Text = Field(min_length=1, max_length=2000, examples=["a dog on the beach"])
     top_k: TopK = 12
     min_score: Score | None = None
+    min_relevance: MinRelevance | None = None
     sort: Literal[SORTS] = "score"
     verify: bool = Field(False, description="re-rank the top_k hits by OFA's probability that each photo entails the text")
     min_entailment: Annotated[float, Field(ge=0, le=1)] | None = Field(

@@ -8,7 +8,9 @@ import typer
 
 from search.cli.support import display_path, err, guarded, opened, out, to_json
 from search.cli.verify import print_report
-from search.services import ImageFilters, SearchService, check_query_options
+from search.services import DEFAULT_MIN_RELEVANCE, ImageFilters, SearchService, check_query_options
+
+NO_GOOD_MATCH = 7  # exit status: hits were found, but none is clearly above the collection's background
 
 
 @guarded
@@ -35,6 +37,10 @@ def query(
                                 "that each one entails TEXT (visual entailment), and show it."),
     min_entailment: float = typer.Option(None, "--min-entailment", min=0.0, max=1.0,
                                          help="With --verify: hide photos whose entailment probability is below this."),
+    min_relevance: float = typer.Option(None, "--min-relevance", min=0.0, max=1.0,
+                                        help="Hide hits that are not clearly above the collection's background: calibrated "
+                                             f"relevance below this ({DEFAULT_MIN_RELEVANCE} = clearly; docs/relevance.md). "
+                                             f"When none is left: \"no good match\", exit status {NO_GOOD_MATCH}."),
     as_json: bool = typer.Option(False, "--json", help="Print machine-readable JSON."),
 ) -> None:
     """Find the passages that best match TEXT, or photos with --images / --like."""
@@ -48,19 +54,30 @@ def query(
             filters = ImageFilters.parse(after=after, before=before, camera=camera, near=near, folder=folder,
                                          suffixes=file_type)
             hits = svc.search_images(text, like=like, top_k=top_k or 12, min_score=min_score, filters=filters, sort=sort,
-                                     verify=verify, min_entailment=min_entailment)
+                                     verify=verify, min_entailment=min_entailment, min_relevance=min_relevance)
         else:
             hits = svc.search_documents(text, top_k=top_k or 5, min_score=min_score,
-                                        folder=str(folder) if folder else None, mode=mode, suffixes=file_type or ())
+                                        folder=str(folder) if folder else None, mode=mode, suffixes=file_type or (),
+                                        min_relevance=min_relevance)
     if as_json:
-        print(to_json({"query": text, "like": str(like) if like else None, "hits": [h.as_dict() for h in hits]}))
+        print(to_json({"query": text, "like": str(like) if like else None, "no_match": hits.no_match,
+                       "relevance_note": hits.note, "hits": [h.as_dict() for h in hits]}))
+        if hits.no_match:
+            raise typer.Exit(NO_GOOD_MATCH)
         return
+    if hits.note and min_relevance is not None:
+        err.print(f"note: {hits.note}; --min-relevance was not applied", highlight=False, soft_wrap=True)
+    if hits.no_match:
+        err.print(f"no good match: nothing is clearly above the collection's background (best relevance {hits.best:.2f}, "
+                  f"below --min-relevance {min_relevance})", highlight=False, soft_wrap=True)
+        raise typer.Exit(NO_GOOD_MATCH)
     if not hits:
         err.print("nothing matched" + (f" above --min-score {min_score}" if min_score is not None else "")
                   + (f" with entailment ≥ {min_entailment}" if min_entailment is not None else ""))
         raise typer.Exit(1)
     for rank, h in enumerate(hits, 1):
-        head = f"[bold]{rank}.[/] [green]{h.score:.3f}[/]  [cyan]{display_path(h.path)}[/]"
+        relevance = f" [dim]rel {h.relevance:.2f}[/]" if h.relevance is not None else ""
+        head = f"[bold]{rank}.[/] [green]{h.score:.3f}[/]{relevance}  [cyan]{display_path(h.path)}[/]"
         if images or like:
             facts = [h.taken, h.camera, f"{h.width}×{h.height}" if h.width else None,
                      f"{h.latitude:.5f},{h.longitude:.5f}" if h.latitude is not None else None]

@@ -6,8 +6,8 @@ from qdrant_client import models
 
 from search.errors import BadRequest, EmptyCollection, ModelNotReady, not_served
 from search.models import bge_m3, family, minilm
-from search.services.base import ServiceBase
 from search.services.filters import MODES, check_top_k, document_filter
+from search.services.relevance import DOCUMENT_SPACES, HitList, Relevance, check_min_relevance
 from search.services.results import DocumentHit
 from search.store import DOCUMENTS
 
@@ -15,12 +15,13 @@ BGE_M3 = family("bge_m3")
 HYBRID_CANDIDATES = 50  # per prefetch (dense, sparse) before fusion and the ColBERT re-rank
 
 
-class DocumentSearch(ServiceBase):
+class DocumentSearch(Relevance):
     def search_documents(self, query: str, *, top_k: int = 5, min_score: float | None = None,
                          folder: str | None = None, mode: str | None = None,
-                         suffixes: tuple[str, ...] | list[str] = ()) -> list[DocumentHit]:
-        """Passages that match ``query``, with citations. ``mode``: one of MODES (default: the
-        ``search_mode`` setting, "auto")."""
+                         suffixes: tuple[str, ...] | list[str] = (), min_relevance: float | None = None) -> HitList:
+        """Passages that match ``query``, with citations and their calibrated relevance. ``mode``:
+        one of MODES (default: the ``search_mode`` setting, "auto"); ``min_relevance`` hides hits
+        that are not that clearly above the collection's background (``no_match`` when none is)."""
         mode = mode or self.settings.search_mode
         if mode not in MODES:
             raise BadRequest(f"mode: must be one of {', '.join(MODES)}, got {mode!r}")
@@ -28,6 +29,7 @@ class DocumentSearch(ServiceBase):
         if not query:
             raise BadRequest("query: must not be empty")
         check_top_k(top_k)
+        check_min_relevance(min_relevance)
         if self.store.count(DOCUMENTS.name) == 0:
             raise EmptyCollection("nothing indexed yet: run `indexer ingest PATH` (e.g. `indexer ingest samples/docs`)"
                                   + self._legacy_hint())
@@ -37,8 +39,9 @@ class DocumentSearch(ServiceBase):
             vectors, _ = minilm.embed(self.triton, [query])
             points = self.store.search(DOCUMENTS.name, "minilm", vectors[0].tolist(), limit=top_k,
                                        query_filter=flt, score_threshold=min_score)
-            return [DocumentHit.from_point(p, mode) for p in points]
-        return self._search_bge_m3(query, mode, top_k=top_k, min_score=min_score, flt=flt)
+            hits = [DocumentHit.from_point(p, mode) for p in points]
+            return self._calibrated(hits, DOCUMENT_SPACES["minilm"], vectors[0].tolist(), flt=flt, min_relevance=min_relevance)
+        return self._search_bge_m3(query, mode, top_k=top_k, min_score=min_score, flt=flt, min_relevance=min_relevance)
 
     def document_mode(self, mode: str) -> str:
         """The mode a search in ``mode`` runs in: auto -> hybrid when the index has BGE-M3 vectors and
@@ -57,19 +60,21 @@ class DocumentSearch(ServiceBase):
         return mode
 
     def _search_bge_m3(self, query: str, mode: str, *, top_k: int, min_score: float | None,
-                       flt: models.Filter | None) -> list[DocumentHit]:
+                       flt: models.Filter | None, min_relevance: float | None = None) -> HitList:
         q = bge_m3.encode(self.triton, [query], colbert=mode == "hybrid")[0]
         sparse = models.SparseVector(indices=list(q.sparse), values=list(q.sparse.values()))
         if mode == "dense":
             points = self.store.search(DOCUMENTS.name, "bge_dense", q.dense.tolist(), limit=top_k,
                                        query_filter=flt, score_threshold=min_score)
-            return [DocumentHit.from_point(p, mode) for p in points]
+            hits = [DocumentHit.from_point(p, mode) for p in points]
+            return self._calibrated(hits, DOCUMENT_SPACES["bge_dense"], q.dense.tolist(), flt=flt, min_relevance=min_relevance)
         if mode == "sparse":
             if not q.sparse:
-                return []  # nothing but special tokens: no lexical evidence
+                return HitList()  # nothing but special tokens: no lexical evidence
             points = self.store.search(DOCUMENTS.name, "bge_sparse", sparse, limit=top_k,
                                        query_filter=flt, score_threshold=min_score)
-            return [DocumentHit.from_point(p, mode) for p in points]
+            hits = [DocumentHit.from_point(p, mode) for p in points]
+            return self._calibrated(hits, DOCUMENT_SPACES["bge_sparse"], sparse, flt=flt, min_relevance=min_relevance)
         # hybrid: dense and sparse candidates, fused by rank (RRF), re-ranked by ColBERT late interaction.
         depth = max(HYBRID_CANDIDATES, top_k)
         candidates = [models.Prefetch(query=q.dense.tolist(), using="bge_dense", limit=depth, filter=flt)]
@@ -81,4 +86,6 @@ class DocumentSearch(ServiceBase):
         # Qdrant's MAX_SIM sums over query vectors; BGE-M3's ColBERT score is their mean.
         n = len(q.colbert)
         hits = [DocumentHit.from_point(p, mode, scale=1.0 / n) for p in points]
-        return [h for h in hits if min_score is None or h.score >= min_score]
+        hits = [h for h in hits if min_score is None or h.score >= min_score]
+        return self._calibrated(hits, DOCUMENT_SPACES["bge_colbert"], q.colbert.tolist(), flt=flt, factor=1.0 / n,
+                                min_relevance=min_relevance)

@@ -10,20 +10,23 @@ from search.media.photos import BadImage, decode_photo, open_photo
 from search.models import clip, family
 from search.services.entailment import Entailment
 from search.services.filters import SORTS, ImageFilters, check_top_k
+from search.services.relevance import HitList, Relevance, check_min_relevance, image_space
 from search.services.results import ImageHit
 from search.store import IMAGES, image_vector
 
 CLIP, OFA = family("clip"), family("ofa")
 
 
-class ImageSearch(Entailment):
+class ImageSearch(Entailment, Relevance):
     def search_images(self, text: str | None = None, *, like: Path | bytes | None = None, top_k: int = 12,
                       min_score: float | None = None, filters: ImageFilters = ImageFilters(),
-                      sort: str = "score", verify: bool = False, min_entailment: float | None = None) -> list[ImageHit]:
+                      sort: str = "score", verify: bool = False, min_entailment: float | None = None,
+                      min_relevance: float | None = None) -> HitList:
         """Text-to-image (``text``) or image-to-image (``like``, a photo's path or bytes) search over the
-        photo collection; filters first, then the ``min_score`` cut-off, then (``verify``) the re-rank
-        of the top-k hits by OFA's entailment probability of ``text`` (hits below ``min_entailment``
-        dropped), then the sort."""
+        photo collection; filters first, then the ``min_score`` cut-off, then the calibrated relevance
+        (hits below ``min_relevance`` dropped; ``no_match`` when none is left), then (``verify``) the
+        re-rank of the top-k hits by OFA's entailment probability of ``text`` (hits below
+        ``min_entailment`` dropped), then the sort."""
         text = (text or "").strip() or None
         if (text is None) == (like is None):
             raise BadRequest("give either a text query or an example image (like), not both or neither")
@@ -34,6 +37,7 @@ class ImageSearch(Entailment):
         if verify and text is None:
             raise BadRequest("verify: needs a text query (it checks that each photo entails the text)")
         check_top_k(top_k)
+        check_min_relevance(min_relevance)
         if sort not in SORTS:
             raise BadRequest(f"sort: must be one of {', '.join(SORTS)}, got {sort!r}")
         if self.store.count(IMAGES) == 0:
@@ -46,13 +50,15 @@ class ImageSearch(Entailment):
             vector = clip.embed_images(self.triton, [self._example_image(like)])[0]
         points = self.store.search(IMAGES, image_vector(), vector.tolist(), limit=top_k,
                                    query_filter=filters.to_qdrant(), score_threshold=min_score)
-        hits = [ImageHit.from_point(p) for p in points]
+        rated = self._calibrated([ImageHit.from_point(p) for p in points], image_space("text" if text else "image"),
+                                 vector.tolist(), flt=filters.to_qdrant(), min_relevance=min_relevance)
+        hits = list(rated)
         if verify:
             hits = self._verify(text, hits, min_entailment)
         if sort != "score":
             dated = sorted((h for h in hits if h.taken_at is not None), key=lambda h: h.taken_at, reverse=sort == "newest")
             hits = dated + [h for h in hits if h.taken_at is None]
-        return hits
+        return rated.rewrap(hits)
 
     def _verify(self, text: str, hits: list[ImageHit], min_entailment: float | None) -> list[ImageHit]:
         """Re-rank by P(entailment) of ``text`` per photo (OFA). A photo whose file can no longer be

@@ -24,6 +24,7 @@ class DocumentHit:
     title: str | None = None
     section: str | None = None  # the nearest heading above the passage
     mode: str = "semantic"  # how it was found (the score's meaning depends on it)
+    relevance: float | None = None  # calibrated: how clearly above the collection's background (docs/relevance.md)
 
     @property
     def citation(self) -> str:
@@ -63,6 +64,7 @@ class ImageHit:
     # --verify: OFA's probability that the photo entails the query, and its label (None: not verified)
     entailment: float | None = None
     entailment_label: str | None = None
+    relevance: float | None = None  # calibrated: how clearly above the collection's background (docs/relevance.md)
 
     @property
     def taken(self) -> str | None:

@@ -20,16 +20,16 @@ router = APIRouter(dependencies=[Depends(require_key(writes=False))], tags=["sea
 @router.post("/search/documents", summary="Passages with citations, ready for a prompt")
 def search_documents(body: DocumentQuery, backend: Backend = Depends(get_backend)) -> dict:
     hits = backend.service().search_documents(body.query, top_k=body.top_k, min_score=body.min_score,
-                                              folder=body.folder, mode=body.mode)
-    return {"query": body.query, "hits": [h.as_dict() for h in hits], "context": prompt_context(hits)}
+                                              folder=body.folder, mode=body.mode, min_relevance=body.min_relevance)
+    return {"query": body.query, **_relevance(hits), "hits": [h.as_dict() for h in hits], "context": prompt_context(hits)}
 
 
 @router.post("/search/images", summary="Photos that match a text (CLIP)")
 def search_images(body: ImageQuery, backend: Backend = Depends(get_backend)) -> dict:
     hits = backend.service().search_images(body.text, top_k=body.top_k, min_score=body.min_score,
                                            filters=body.to_filters(), sort=body.sort, verify=body.verify,
-                                           min_entailment=body.min_entailment)
-    return {"text": body.text, "hits": [h.as_dict() for h in hits]}
+                                           min_entailment=body.min_entailment, min_relevance=body.min_relevance)
+    return {"text": body.text, **_relevance(hits), "hits": [h.as_dict() for h in hits]}
 
 
 @router.post("/entail", summary="Does the uploaded photo support the hypothesis? (OFA visual entailment)")
@@ -47,6 +47,7 @@ async def entail(hypothesis: Annotated[str, Form(min_length=1, max_length=20000,
 async def search_like(image: UploadFile = File(description="the example photo"),
                       top_k: Annotated[int, Form(ge=1, le=MAX_TOP_K)] = 12,
                       min_score: Annotated[float | None, Form(allow_inf_nan=False)] = None,
+                      min_relevance: Annotated[float | None, Form(ge=0, le=1)] = None,
                       sort: Annotated[Literal[SORTS], Form()] = "score",
                       after: Annotated[str | None, Form(max_length=64)] = None,
                       before: Annotated[str | None, Form(max_length=64)] = None,
@@ -57,5 +58,11 @@ async def search_like(image: UploadFile = File(description="the example photo"),
     data = await read_limited(image, "image", backend.settings.max_upload_bytes)
     filters = PhotoFilters(after=after, before=before, camera=camera, near=near, folder=folder).to_filters()
     hits = await run_in_threadpool(backend.service().search_images, like=data, top_k=top_k, min_score=min_score,
-                                   filters=filters, sort=sort)  # off the event loop, like the sync routes
-    return {"like": image.filename, "hits": [h.as_dict() for h in hits]}
+                                   filters=filters, sort=sort, min_relevance=min_relevance)  # off the event loop
+    return {"like": image.filename, **_relevance(hits), "hits": [h.as_dict() for h in hits]}
+
+
+def _relevance(hits) -> dict:
+    """no_match: hits were found but none is clearly above the background (min_relevance asked);
+    relevance_note: why the hits carry no relevance (a collection too small to calibrate)."""
+    return {"no_match": hits.no_match, "relevance_note": hits.note}
