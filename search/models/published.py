@@ -201,8 +201,13 @@ def _close(family: str, what: str, got, want, atol) -> Check:
     bound = np.broadcast_to(np.asarray(atol, np.float64), want.shape)
     diff = np.abs(got - want)
     ok = bool((diff <= bound).all())
-    show = np.array2string(got, precision=4, separator=", ", suppress_small=True).replace("\n", "")
-    return Check(family, what, PASS if ok else FAIL, f"{show} (max |Δ| {diff.max():.1e})",
-                 f"published {np.array2string(want, precision=4, separator=', ')} ± {float(bound.max()):.2g}".replace("\n", ""),
+    return Check(family, what, PASS if ok else FAIL, f"{_show(got)} (max |Δ| {diff.max():.1e})",
+                 f"published {_show(want)} ± {float(bound.max()):.2g}",
                  "" if ok else "the served model does not give the published answer")
+
+
+def _show(values: np.ndarray) -> str:
+    """Compact: 4 significant digits, rows separated by ';'."""
+    rows = np.atleast_2d(values)
+    return "[" + "; ".join(", ".join(f"{v:.4g}" for v in row) for row in rows) + "]"
 

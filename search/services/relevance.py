@@ -30,8 +30,9 @@ from pathlib import Path
 
 import numpy as np
 from qdrant_client import models
+from tritonclient.utils import InferenceServerException
 
-from search.errors import BadRequest
+from search.errors import BadRequest, ServiceError
 from search.models import Family, bge_m3, clip, family, golden, minilm
 from search.services.base import ServiceBase
 from search.store import DOCUMENTS, IMAGES, image_vector, match
@@ -138,8 +139,11 @@ class Relevance(ServiceBase):
             note = (f"relevance needs at least {MIN_POINTS} indexed items to tell a match from the background "
                     f"(this collection has {count})")
             return HitList(hits, note=note, min_relevance=min_relevance)
-        background = self._background(space, count)
-        scores = self._background_scores(space, query, background) * factor
+        try:
+            background = self._background(space, count)
+            scores = self._background_scores(space, query, background) * factor
+        except (ServiceError, InferenceServerException) as exc:  # the hits stand; only their calibration is missing
+            return HitList(hits, note=f"relevance unavailable ({' '.join(str(exc).split())[:200]})", min_relevance=min_relevance)
         centre = float(np.median(scores))
         searched = count if flt is None else self.store.count(space.collection, _both(flt, space.sample_filter))
         values = relevance([h.score for h in hits], centre, background.scales[space.kind], searched)
