@@ -1,30 +1,47 @@
-"""Quality check: STS-B dev Spearman (cosine) of the served `minilm` ensemble versus in-process
-sentence-transformers on the same weights and the same 1,500 pairs.
+"""Quality check of the served MiniLM, fp32 and int8, against in-process sentence-transformers on
+the same weights, in one run:
 
-    python bench/quality_minilm.py
+- STS-B dev (1,500 pairs): Spearman of the cosine similarity with the gold scores, x100;
+- MS MARCO subset (50 queries over 5,000 passages, graded qrels): nDCG@10 of a dense search, x100.
 
-Needs `search models build`; starts its own Triton on free ports; reads ../shared/data/stsb.
+    python bench/quality_minilm.py [--json FILE] [--no-int8]
+
+Builds both precisions with the project's own `MiniLM().build` (int8 with allow_unmeasured: this
+is the measurement) into temporary copies of triton_repo, serves each with its own Triton on free
+ports, and reads ../shared/data (stsb, beir-msmarco-mini). int8 counts as measured when it stays
+within INT8_TOLERANCE of fp32 (0.5 point STS-B, 1 point nDCG@10); the script prints the
+`Int8Quality(...)` to record in search/models/minilm.py.
 """
 
 from __future__ import annotations
 
+import argparse
+import json
 import os
+import shutil
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import numpy as np  # noqa: E402
 from scipy.stats import spearmanr  # noqa: E402
 
-from search.config import PROJECT_ROOT, Settings  # noqa: E402
+from bench.bench_minilm import machine  # noqa: E402
+from search.config import PROJECT_ROOT  # noqa: E402
 from search.models import MiniLM, minilm  # noqa: E402
+from search.models.base import INT8_TOLERANCE  # noqa: E402
+from search.models.export.common import sha256  # noqa: E402
 from search.triton.client import TritonClient  # noqa: E402
 from search.triton.local import LocalTriton, free_port  # noqa: E402
 
-STSB = PROJECT_ROOT.parent / "shared" / "data" / "stsb" / "dev.tsv"
+DATA = PROJECT_ROOT.parent / "shared" / "data"
+STSB = DATA / "stsb" / "dev.tsv"
+MARCO = DATA / "beir-msmarco-mini"
 
 
 def pairs() -> tuple[list[str], list[str], np.ndarray]:
@@ -38,33 +55,109 @@ def pairs() -> tuple[list[str], list[str], np.ndarray]:
     return a, b, np.array(gold)
 
 
+def marco() -> tuple[list[str], list[str], list[str], dict[str, dict[str, int]]]:
+    """Passage ids, passage texts (title + text, as BEIR), query texts, graded qrels by query id."""
+    docs = [json.loads(line) for line in (MARCO / "corpus.jsonl").read_text().split("\n") if line.strip()]
+    queries = [json.loads(line) for line in (MARCO / "queries.jsonl").read_text().split("\n") if line.strip()]
+    qrels: dict[str, dict[str, int]] = {}
+    for line in (MARCO / "qrels" / "test.tsv").read_text().splitlines():
+        cols = line.split("\t")
+        if len(cols) == 3 and cols[2].strip().lstrip("-").isdigit():  # skips a "query-id corpus-id score" header
+            qrels.setdefault(cols[0], {})[cols[1]] = int(cols[2])
+    queries = [q for q in queries if qrels.get(q["_id"])]
+    return ([d["_id"] for d in docs], [f"{d.get('title', '')} {d['text']}".strip() for d in docs],
+            [q["text"] for q in queries], [qrels[q["_id"]] for q in queries])
+
+
 def spearman(va: np.ndarray, vb: np.ndarray, gold: np.ndarray) -> float:
     cos = (va * vb).sum(1) / (np.linalg.norm(va, axis=1) * np.linalg.norm(vb, axis=1))
-    return float(spearmanr(cos, gold).statistic)
+    return float(spearmanr(cos, gold).statistic) * 100
 
 
-def main() -> None:
-    repo = Settings().triton_repo
-    if not MiniLM().is_built(repo):
-        sys.exit("build the model first: search models build")
-    a, b, gold = pairs()
-    from sentence_transformers import SentenceTransformer
+def ndcg10(query_vectors: np.ndarray, doc_vectors: np.ndarray, doc_ids: list[str], qrels: list[dict[str, int]]) -> float:
+    """Mean nDCG@10 with linear gains (trec_eval's, as BEIR reports it), x100."""
+    scores = query_vectors @ doc_vectors.T
+    out = []
+    for q, rel in enumerate(qrels):
+        top = np.argsort(-scores[q], kind="stable")[:10]
+        dcg = sum(rel.get(doc_ids[j], 0) / np.log2(rank + 2) for rank, j in enumerate(top))
+        ideal = sorted(rel.values(), reverse=True)[:10]
+        out.append(dcg / sum(g / np.log2(rank + 2) for rank, g in enumerate(ideal)))
+    return float(np.mean(out)) * 100
 
-    st = SentenceTransformer(str(minilm.package_weights()), device="cpu")
-    ref = spearman(st.encode(a, batch_size=32), st.encode(b, batch_size=32), gold)
-    with LocalTriton(repo, Path(tempfile.mkdtemp(prefix="quality-")), http_port=free_port(), grpc_port=free_port(),
+
+def measure(embed, data: dict) -> dict:
+    start = time.perf_counter()
+    a, b, gold = data["stsb"]
+    ids, docs, queries, qrels = data["marco"]
+    out = {"stsb_spearman": spearman(embed(a), embed(b), gold),
+           "msmarco_ndcg10": ndcg10(embed(queries), embed(docs), ids, qrels)}
+    out["seconds"] = round(time.perf_counter() - start, 1)
+    return out
+
+
+def served(repo: Path, data: dict) -> dict:
+    with LocalTriton(repo, Path(tempfile.mkdtemp(prefix="quality-run-")), http_port=free_port(), grpc_port=free_port(),
                      metrics_port=free_port(), models=list(MiniLM().triton_models)) as server:
         client = TritonClient(f"127.0.0.1:{server.grpc_port}")
 
-        def served(texts: list[str]) -> np.ndarray:
+        def embed(texts: list[str]) -> np.ndarray:
             return np.concatenate([minilm.embed(client, texts[i:i + 32])[0] for i in range(0, len(texts), 32)])
 
-        va, vb = served(a), served(b)
-    got = spearman(va, vb, gold)
-    print(f"STS-B dev, {len(gold)} pairs, Spearman (cosine) x100:")
-    print(f"  in-process sentence-transformers  {ref * 100:.2f}")
-    print(f"  Triton minilm (served)            {got * 100:.2f}")
-    print(f"  difference                        {(got - ref) * 100:+.4f}")
+        return measure(embed, data)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--json", type=Path, help="also write the results here")
+    ap.add_argument("--no-int8", action="store_true", help="fp32 only (the served vs in-process check)")
+    args = ap.parse_args()
+    if not STSB.exists() or not (MARCO / "corpus.jsonl").exists():
+        sys.exit(f"needs the reference data in {DATA} (stsb/dev.tsv, beir-msmarco-mini/)")
+    data = {"stsb": pairs(), "marco": marco()}
+    weights = minilm.package_weights()
+    results: dict = {"machine": machine(), "load_start": os.getloadavg(), "weights": str(weights),
+                     "weights_sha256": sha256(weights / "model.safetensors"), "rows": {}}
+    from sentence_transformers import SentenceTransformer
+
+    st = SentenceTransformer(str(weights), device="cpu")
+    results["rows"]["sentence-transformers (in-process)"] = measure(
+        lambda texts: st.encode(texts, batch_size=32, normalize_embeddings=True), data)
+    tmp = Path(tempfile.mkdtemp(prefix="quality-"))
+    try:
+        for precision in ("fp32",) if args.no_int8 else ("fp32", "int8"):
+            repo = tmp / precision / "triton_repo"
+            shutil.copytree(PROJECT_ROOT / "triton_repo", repo, ignore=shutil.ignore_patterns("*.onnx", "*.onnx.data", "*.json"))
+            report = MiniLM().build(repo, "package", precision=precision, allow_unmeasured=True)
+            assert report.status == "built", report.detail
+            results["rows"][f"Triton minilm {precision} (served)"] = served(repo, data)
+            print(f"{precision}: {report.detail}", flush=True)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    results["load_end"] = os.getloadavg()
+    report_results(results)
+    if args.json:
+        args.json.write_text(json.dumps(results, indent=2))
+
+
+def report_results(results: dict) -> None:
+    rows = results["rows"]
+    print(f"machine: {results['machine']}; load average {results['load_start']} -> {results['load_end']}")
+    print(f"{'path':40} {'STS-B dev Spearman':>19} {'MS MARCO nDCG@10':>17}")
+    for name, r in rows.items():
+        print(f"{name:40} {r['stsb_spearman']:>19.2f} {r['msmarco_ndcg10']:>17.2f}")
+    fp32, int8 = rows.get("Triton minilm fp32 (served)"), rows.get("Triton minilm int8 (served)")
+    ref = rows["sentence-transformers (in-process)"]
+    print(f"served fp32 - in-process: STS-B {fp32['stsb_spearman'] - ref['stsb_spearman']:+.4f}, "
+          f"nDCG@10 {fp32['msmarco_ndcg10'] - ref['msmarco_ndcg10']:+.4f}")
+    if int8:
+        ok = all(fp32[m] - int8[m] <= tol for m, tol in INT8_TOLERANCE.items())
+        print("int8 - fp32 (served): " + ", ".join(f"{m} {int8[m] - fp32[m]:+.2f} (tolerance -{tol})"
+                                                   for m, tol in INT8_TOLERANCE.items())
+              + (": within tolerance" if ok else ": OUT OF TOLERANCE, int8 stays unmeasured"))
+        figures = {m: (round(fp32[m], 2), round(int8[m], 2)) for m in INT8_TOLERANCE}
+        print(f'record in search/models/minilm.py: Int8Quality(weights_sha256="{results["weights_sha256"]}", '
+              f'figures={figures}, measured_by="bench/quality_minilm.py, {time.strftime("%Y-%m-%d")}")')
 
 
 if __name__ == "__main__":

@@ -3,7 +3,9 @@
 Windows of at most ``max_tokens`` prefer to end at a paragraph or heading boundary, else at a
 sentence end, in their second half; the next window starts ``overlap`` tokens before the cut.
 Chunk text is always an exact slice of the document (offsets from the tokenizer), so any
-language works and nothing is re-joined.
+language works and nothing is re-joined. A window also never spans more than ``max_chars``
+characters: one token can be any length (a 2 MB "word" is a single [UNK]), and text the
+tokenizer drops (control and format characters) still lies between tokens.
 """
 
 from __future__ import annotations
@@ -18,6 +20,9 @@ SENTENCE_ENDS = frozenset(".!?")
 # CJK full stops end a sentence with no following space.
 CJK_SENTENCE_ENDS = frozenset("。！？")
 _BLANK_LINE = re.compile(r"\n[^\S\n]*\n")
+# Prose runs 4-6 characters a token (MiniLM's WordPiece), so a cap of 10 a token only cuts
+# windows of giant words or of long runs the tokenizer skips.
+CHARS_PER_TOKEN = 10
 
 
 @dataclass(frozen=True)
@@ -32,14 +37,18 @@ class Chunk:
 class Chunker:
     # Part of every point id and of the stored "chunker" field: bump it when chunk boundaries
     # change, so a re-ingest replaces chunks made by an older version.
-    VERSION = 3
+    VERSION = 4
 
-    def __init__(self, tokenizer: Tokenizer, max_tokens: int = 200, overlap: int = 40) -> None:
+    def __init__(self, tokenizer: Tokenizer, max_tokens: int = 200, overlap: int = 40,
+                 max_chars: int | None = None) -> None:
         if max_tokens < 8:
             raise ValueError(f"chunk size must be at least 8 tokens, got {max_tokens}")
         if not 0 <= overlap < max_tokens // 2:
             raise ValueError(f"overlap must be between 0 and {max_tokens // 2 - 1} for {max_tokens}-token chunks, got {overlap}")
+        if max_chars is not None and max_chars < 1:
+            raise ValueError(f"max_chars must be positive, got {max_chars}")
         self.max_tokens, self.overlap = max_tokens, overlap
+        self.max_chars = max_chars or max_tokens * CHARS_PER_TOKEN
         # A private copy: the caller's tokenizer keeps its own truncation and padding.
         self.tokenizer = Tokenizer.from_str(tokenizer.to_str())
         self.tokenizer.no_truncation()
@@ -56,27 +65,56 @@ class Chunker:
         if n == 0:
             return []
         paragraphs, sentences = self._boundaries(text, offsets)
+        ends = [b for _, b in offsets]
         chunks: list[Chunk] = []
         s = 0
-        while True:
-            end = min(s + self.max_tokens, n)
+        while s < n:
+            a = offsets[s][0]
+            full = min(s + self.max_tokens, n)
+            end = bisect.bisect_right(ends, a + self.max_chars, s, full)  # tokens that fit max_chars
+            if end == s:  # this one token is longer than max_chars
+                self._split_token(text, a, ends[s], chunks)
+                s += 1
+                continue
+            capped = end < full
             if end < n:
-                lo = s + self.max_tokens // 2
+                lo = s + (end - s) // 2
                 end = _last_in(paragraphs, lo, end) or _last_in(sentences, lo, end) or end
-            a, b = offsets[s][0], offsets[end - 1][1]
+            b = ends[end - 1]
             chunks.append(Chunk(len(chunks), text[a:b], a, b, end - s))
             if end >= n:
-                return chunks
-            nxt = max(end - self.overlap, s + 1)
+                break
+            # A window cut short by max_chars overlaps at most half its tokens and advances at
+            # least half, so overlap cannot make the chunks of a long run many times its size.
+            overlap = min(self.overlap, (end - s) // 2) if capped else self.overlap
+            floor = s + max(1, (end - s) // 2) if capped else s + 1
+            nxt = max(end - overlap, floor)
             # Start the overlap at a paragraph or sentence start inside it, else at a word start.
             starts = _first_in(paragraphs, nxt, end) or _first_in(sentences, nxt, end)
             if starts is not None and starts < end:
                 nxt = starts
             else:
                 # Pre-tokenizer words, not adjacent offsets: CJK characters touch but are separate words.
-                while nxt > s + 1 and word_ids[nxt] is not None and word_ids[nxt] == word_ids[nxt - 1]:
+                while nxt > floor and word_ids[nxt] is not None and word_ids[nxt] == word_ids[nxt - 1]:
                     nxt -= 1
+            if ends[end] - offsets[nxt][0] > self.max_chars:
+                nxt = end  # the next token does not fit after the overlap: it would only be repeated
             s = nxt
+        return chunks
+
+    def _split_token(self, text: str, a: int, b: int, chunks: list[Chunk]) -> None:
+        """A token longer than max_chars (no word boundary inside) as even pieces of at most max_chars."""
+        pieces = -(-(b - a) // self.max_chars)
+        bounds = [a + (b - a) * k // pieces for k in range(pieces + 1)]
+        for x, y in zip(bounds, bounds[1:]):
+            piece = text[x:y]
+            stripped = piece.strip()
+            if not stripped:
+                continue
+            x += len(piece) - len(piece.lstrip())
+            y = x + len(stripped)
+            n_tokens = len(self.tokenizer.encode(stripped, add_special_tokens=False).ids)
+            chunks.append(Chunk(len(chunks), stripped, x, y, max(1, n_tokens)))
 
     @staticmethod
     def _boundaries(text: str, offsets: list[tuple[int, int]]) -> tuple[list[int], list[int]]:

@@ -2,14 +2,36 @@
 
 from __future__ import annotations
 
+import shlex
+import signal
+import time
 from pathlib import Path
 
 import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
+from indexer.jobs import JOBS_FILE, JobStore
+from indexer.remote import RemoteIngest
 from indexer.service import IngestService
-from search.cli.support import DataDir, QdrantUrl, TritonUrl, display_path, err, guarded, make_settings, opened, out, to_json
+from indexer.watch import Watcher
+from search import owner
+from search.cli.support import (
+    DataDir,
+    QdrantUrl,
+    TritonUrl,
+    display_path,
+    err,
+    fail,
+    guarded,
+    make_settings,
+    opened,
+    out,
+    printable,
+    say,
+    to_json,
+)
 from search.config import MAX_CHUNK_TOKENS
+from search.paths import readable
 
 app = typer.Typer(no_args_is_help=True, add_completion=False, rich_markup_mode="rich",
                   help="Index documents and photos for `search`: embedded by models served by Triton, stored in Qdrant.")
@@ -18,6 +40,13 @@ app = typer.Typer(no_args_is_help=True, add_completion=False, rich_markup_mode="
 @app.callback()
 def main_options(ctx: typer.Context, data_dir: Path = DataDir, triton_url: str = TritonUrl, qdrant_url: str = QdrantUrl) -> None:
     ctx.obj = make_settings(data_dir, triton_url, qdrant_url)
+
+
+# Exit status of `indexer ingest` (also in the README): a script can tell "some files failed" apart
+# from "nothing worked" and from the errors every command shares (2 usage, 3 Triton, 4 model, 5 store).
+EXIT_ALL_FAILED = 1
+EXIT_MODEL_STOPPED = 4  # a model failed mid-run: the kind it embeds was stopped, the others indexed
+EXIT_SOME_FAILED = 7
 
 
 @app.command()
@@ -30,53 +59,276 @@ def ingest(
     chunk_tokens: int = typer.Option(None, "--chunk-tokens", min=1, max=MAX_CHUNK_TOKENS,
                                      help="Tokens per chunk \\[default: 200; MiniLM reads 256 including two special tokens]."),
     overlap: int = typer.Option(None, "--overlap", min=0, help="Tokens shared by consecutive chunks \\[default: 40]."),
+    verbose: bool = typer.Option(False, "--verbose", "-v", help="Also list each skipped file (and why) and the files "
+                                 "still failing as in the last run."),
     as_json: bool = typer.Option(False, "--json", help="Print the summary as JSON."),
 ) -> None:
     """Index PATHS. Unchanged files are skipped, changed files re-indexed, bad files reported.
 
-    Documents go to the document collection, photos to the image collection, in one run."""
+    Documents go to the document collection, photos to the image collection, in one run.
+    Hidden files and folders and files of other types are skipped (counted by reason; --verbose lists them).
+
+    [bold]Exit status[/]:
+      0  every file was indexed, updated or unchanged
+      7  some files failed (listed with their reasons); the others were indexed
+      1  every file failed (e.g. a PATH that does not exist), or another error
+      4  a model failed mid-run: the files of its kind were not indexed (the reason says how to fix it)
+      2  bad option · 3 Triton not reachable · 5 store unavailable · 130 interrupted"""
     chunking = {k: v for k, v in {"chunk_tokens": chunk_tokens, "chunk_overlap": overlap}.items() if v is not None}
     ctx.obj = ctx.obj.model_copy(update=chunking)
     progress = Progress(TextColumn("[bold]indexing"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                        TextColumn("{task.fields[current]}"), console=err, transient=True,
+                        TextColumn("{task.fields[current]}", markup=False), console=err, transient=True,
                         disable=as_json or not err.is_terminal)  # a bar only helps on a terminal
     task = progress.add_task("files", total=None, current="")
-    try:
-        with opened(IngestService, ctx) as svc, progress:
-            report = svc.ingest(
-                paths, prune=prune,
-                on_start=lambda n: progress.update(task, total=n),
-                on_file=lambda o: progress.update(task, advance=0 if o.status == "pruned" else 1,
-                                                  current=display_path(o.path)[-50:]),
-            )
-    except ValueError as exc:  # chunker arguments
-        raise typer.BadParameter(str(exc)) from exc
-    if as_json:
-        print(to_json(report.as_dict()))
+    running = owner.serving(ctx.obj)
+    if running is not None:  # the server owns the store: the run is its job, followed from here
+        if chunking:
+            fail("--chunk-tokens and --overlap: the running server's chunking settings apply; "
+                 f"stop it ({running.describe()}) to ingest with others", 2)
+        with progress:
+            job = _through_server(running, paths, prune, lambda done, total: progress.update(task, completed=done, total=total))
+        if job["report"] is None:
+            fail(f"the server's ingest job {job['id']} {job['state']}: {job.get('error') or 'no report'}", 1)
+        d = job["report"]
     else:
-        _print_summary(report)
-    if report.outcomes and len(report.failures) == len(report.outcomes):
-        raise typer.Exit(1)
-    if report.stopped:  # a model failed mid-run: its kind was stopped (reason printed above)
-        raise typer.Exit(4)
+        try:
+            with opened(IngestService, ctx) as svc, progress:
+                report = svc.ingest(
+                    paths, prune=prune,
+                    on_start=lambda n: progress.update(task, total=n),
+                    on_file=lambda o: progress.update(task, advance=0 if o.status == "pruned" else 1,
+                                                      current=printable(display_path(o.path))[-50:]),
+                )
+        except ValueError as exc:  # chunker arguments
+            raise typer.BadParameter(str(exc)) from exc
+        except KeyboardInterrupt:
+            fail("interrupted: files written so far stay indexed (complete ones only); run the same command to finish", 130)
+        d = report.as_dict()
+        if verbose:
+            d["skipped_files"] = [{"path": readable(p), "reason": why} for p, why in report.skipped_files]
+    if as_json:
+        print(to_json(d))
+    else:
+        _print_summary(d, verbose)
+    failed = d["failed"]
+    if failed and failed == sum(d[k] for k in ("indexed", "updated", "unchanged", "failed", "pruned")):
+        raise typer.Exit(EXIT_ALL_FAILED)
+    if d.get("stopped"):  # a model failed mid-run: its kind was stopped (reason printed above)
+        raise typer.Exit(EXIT_MODEL_STOPPED)
+    if d.get("cancelled"):
+        raise typer.Exit(130)
+    if failed:
+        raise typer.Exit(EXIT_SOME_FAILED)
 
 
-def _print_summary(report) -> None:
-    d = report.as_dict()
+def _through_server(running, paths: list[Path], prune: bool, progress) -> dict:
+    client = RemoteIngest(running)
+    job_id = client.submit(paths, prune=prune)
+    err.print(f"ingesting through the search server ({running.describe()}), job {job_id}", highlight=False)
+    return client.follow(job_id, lambda job: progress(job["files_done"], job["files_total"]))
+
+
+def _print_summary(d: dict, verbose: bool) -> None:
+    skipped = ", ".join(f"{why}: {n}" for why, n in d["skipped_by_reason"].items())
     out.print(
         f"[bold]{d['indexed']}[/] indexed, [bold]{d['updated']}[/] updated, {d['unchanged']} unchanged, "
         f"[{'red' if d['failed'] else 'default'}]{d['failed']} failed[/]"
         + (f", {d['pruned']} pruned" if d["pruned"] else "")
-        + (f", {d['skipped']} other files skipped" if d["skipped"] else "")
+        + (f", {d['skipped']} skipped ({skipped})" if d["skipped"] else "")
         + (" (" + ", ".join(f"{n} {k}" for k, n in sorted(d["by_kind"].items())) + ")" if len(d["by_kind"]) > 1 else "")
         + f" — {d['embedded_chunks']} chunks embedded in {d['seconds']:.1f} s"
         + (f" ({d['truncated_chunks']} truncated to the model's 256 tokens)" if d["truncated_chunks"] else ""),
         highlight=False,
     )
+    if d.get("cancelled"):
+        say("  [yellow]cancelled[/]: the files written so far stay indexed; run the same command to finish")
     for kind, info in d["unavailable"].items():
-        out.print(f"  [yellow]not indexed[/] {info['files']} {kind}: {info['reason']}", highlight=False, soft_wrap=True)
-    for f in report.failures:
-        out.print(f"  [red]failed[/] {display_path(f.path)}: {f.reason}", highlight=False, soft_wrap=True)
+        say("  [yellow]not indexed[/] {} {}: {}", info["files"], kind, info["reason"])
+    for f in d["failures"]:
+        if not f.get("still_failing"):
+            say("  [red]failed[/] {}: {}", display_path(f["path"]), f["reason"])
+    if d["still_failing"]:
+        n = d["still_failing"]
+        say("  [red]{} file{} still failing[/] (unchanged since last run" + ("" if verbose else "; --verbose lists them") + ")",
+            n, "s" if n > 1 else "")
+        if verbose:
+            for f in d["failures"]:
+                if f.get("still_failing"):
+                    say("  [red]still failing[/] {}: {}", display_path(f["path"]), f["reason"])
+    if verbose:
+        for f in d.get("skipped_files", []):
+            say("  [dim]skipped[/] {} ({})", display_path(f["path"]), f["reason"])
+
+
+@app.command()
+@guarded
+def jobs(ctx: typer.Context, as_json: bool = typer.Option(False, "--json", help="Print machine-readable JSON.")) -> None:
+    """Ingest jobs run by `search serve` (REST, CLI through the server, watches), newest first. They are
+    kept in the data dir: a job the server did not finish runs again when it starts."""
+    running = owner.serving(ctx.obj)
+    if running is not None:
+        listed = RemoteIngest(running).jobs()
+    else:
+        store = JobStore(ctx.obj.data_dir / JOBS_FILE)
+        listed = [j.as_dict() for j in store.newest_first()]
+        store.close()
+    if as_json:
+        print(to_json(listed))
+        return
+    if not listed:
+        out.print("no ingest jobs yet")
+        return
+    for j in listed:
+        done = f"{j['files_done']}/{j['files_total']}" if j["files_total"] is not None else str(j["files_done"])
+        say("{}  {}  {} files  {}  {}", j["id"][:12], j["state"], done, ", ".join(j["paths"])[:80],
+            time.strftime("%Y-%m-%d %H:%M", time.localtime(j["created"])))
+
+
+@app.command()
+@guarded
+def watch(
+    ctx: typer.Context,
+    paths: list[Path] = typer.Argument(..., help="Folders to keep indexed (searched recursively); with --stop, "
+                                        "watched folders or watch ids."),
+    quiet_ms: int = typer.Option(500, "--quiet-ms", min=50, max=60_000,
+                                 help="How long the folders must be quiet before a batch of changes is indexed "
+                                      "(a batch also starts once its oldest change has waited 3 s)."),
+    stop: bool = typer.Option(False, "--stop", help="Stop the server's watches of PATHS (or with these ids)."),
+) -> None:
+    """Keep the index of folders current: created, changed, renamed and deleted files are indexed as
+    they happen, with the rules of `indexer ingest --prune` (a rename keeps its vectors, a delete
+    removes its points and thumbnails). A rescan first catches up with what changed while nothing
+    was watching.
+
+    [bold]Without a server[/], the watch runs here, in the foreground: one line per batch of changes,
+    Ctrl-C stops it. It holds the store while it runs, so searches from another terminal need a
+    server: start `search serve` first.
+
+    [bold]With `search serve` running[/] on this data dir, the watch is registered in that server and the
+    command returns at once: the server owns the store, runs the watch and starts it again (with
+    its catch-up rescan) whenever it restarts, so the index stays current without a terminal left
+    open, which is what a watch is for. `indexer watches` lists the watches; `indexer watch --stop
+    PATH` ends one."""
+    if stop:
+        _stop_watches(ctx.obj, paths)
+        return
+    folders = [p.expanduser().absolute() for p in paths]
+    for given, folder in zip(paths, folders):
+        if not folder.is_dir():
+            fail(f"{display_path(str(given))}: " + ("not a folder (watch the folder that holds it)" if folder.exists()
+                                                    else "no such folder"), 2)
+    running = owner.serving(ctx.obj)
+    if running is not None:
+        w = RemoteIngest(running).watch(folders, quiet_ms=quiet_ms)
+        shown = ", ".join(display_path(p) for p in w["paths"])
+        say("{} {} in the search server ({}), watch {}", "watching" if w.get("new") else "already watching", shown,
+            running.describe(), w["id"][:12])
+        say("it runs while the server runs and again when it restarts; stop it with `indexer watch --stop {}` "
+            "(`indexer watches` lists them, `indexer jobs` shows its batches)", " ".join(shlex.quote(readable(p)) for p in w["paths"]))
+        return
+    _watch_here(ctx.obj, folders, quiet_ms)
+
+
+def _watch_here(settings, folders: list[Path], quiet_ms: int) -> None:
+    svc = IngestService(settings)
+    svc.resources.store  # noqa: B018  (open it now: a store another process holds is this command's one-line error)
+    started = time.monotonic()
+
+    def ingest(paths: list[Path]):
+        return svc.ingest(paths, prune=True, gone_ok=True, stop=watcher.stopping)
+
+    def on_batch(paths: list[Path], report) -> None:
+        _print_batch(report.as_dict(), paths, caught_up=watcher.batches == 1)
+
+    def on_error(paths: list[Path], exc: Exception, retry_s: float) -> None:
+        say("{}  [yellow]not indexed yet[/] ({} path{}): {} — retrying in {:.0f} s", time.strftime("%H:%M:%S"),
+            len(paths), "" if len(paths) == 1 else "s", (str(exc).strip().splitlines() or [type(exc).__name__])[0], retry_s)
+
+    watcher = Watcher(folders, ingest, quiet_s=quiet_ms / 1000, on_batch=on_batch, on_error=on_error,
+                      ignore=[settings.data_dir])
+    previous = signal.signal(signal.SIGTERM, _interrupt)  # a service manager's stop is a Ctrl-C: a clean one
+    try:
+        say("watching {} (Ctrl-C stops); catching up first…", ", ".join(display_path(str(f)) for f in folders), console=err)
+        watcher.start()
+        while watcher.alive():
+            time.sleep(0.2)
+        fail("the watch stopped unexpectedly (see the log above)", 1)
+    except KeyboardInterrupt:
+        say("stopping…", console=err)
+    finally:
+        watcher.stop()
+        svc.close()
+        signal.signal(signal.SIGTERM, previous)
+    say("stopped after {:.0f} s, {} batch{}", time.monotonic() - started, watcher.batches,
+        "" if watcher.batches == 1 else "es", console=err)
+
+
+def _interrupt(_signum, _frame) -> None:
+    raise KeyboardInterrupt
+
+
+def _print_batch(d: dict, paths: list[Path], caught_up: bool) -> None:
+    """One line per batch: when, what, the counts and how long it took; then its failures."""
+    what = "caught up" if caught_up else display_path(str(paths[0])) + (f" (+{len(paths) - 1})" if len(paths) > 1 else "")
+    failed = "[red]{} failed[/]" if d["failed"] else "{} failed"
+    unchanged = f", {d['unchanged']} unchanged" if caught_up else ""
+    cancelled = " (cancelled)" if d["cancelled"] else ""
+    say("{}  {}: {} indexed, {} updated, {} pruned, " + failed + unchanged + " — {:.1f} s" + cancelled,
+        time.strftime("%H:%M:%S"), what, d["indexed"], d["updated"], d["pruned"], d["failed"], d["seconds"])
+    for f in d["failures"]:
+        if not f.get("still_failing"):
+            say("  [red]failed[/] {}: {}", display_path(f["path"]), f["reason"])
+    for kind, info in d["unavailable"].items():
+        say("  [yellow]not indexed[/] {} {}: {}", info["files"], kind, info["reason"])
+
+
+def _stop_watches(settings, names: list[Path]) -> None:
+    running = owner.serving(settings)
+    client = RemoteIngest(running) if running is not None else None
+    if client is not None:
+        listed = client.watches()
+    else:
+        store = JobStore(settings.data_dir / JOBS_FILE)
+        listed = [w.as_dict() for w in store.watches()]
+    wanted = {str(n.expanduser().absolute()) for n in names}
+    ids = {str(n) for n in names if len(str(n)) >= 4}
+    chosen = [w for w in listed if wanted & set(w["paths"]) or any(w["id"].startswith(i) for i in ids)]
+    for w in chosen:
+        if client is not None:
+            client.unwatch(w["id"])
+        else:
+            store.delete_watch(w["id"])
+        say("stopped watch {} ({})", w["id"][:12], ", ".join(display_path(p) for p in w["paths"]))
+    if client is None:
+        store.close()
+    if not chosen:
+        fail("no watch of " + ", ".join(display_path(str(n)) for n in names) + " (`indexer watches` lists them; "
+             "a watch running in a terminal stops with Ctrl-C)", 1)
+
+
+@app.command()
+@guarded
+def watches(ctx: typer.Context, as_json: bool = typer.Option(False, "--json", help="Print machine-readable JSON.")) -> None:
+    """The folder watches `search serve` runs (`indexer watch` with a server, POST /watches), oldest first.
+    They are kept in the data dir: the server starts them again, with a catch-up rescan, when it starts."""
+    running = owner.serving(ctx.obj)
+    if running is not None:
+        listed = RemoteIngest(running).watches()
+    else:
+        store = JobStore(ctx.obj.data_dir / JOBS_FILE)
+        listed = [{**w.as_dict(), "state": "not running (no server)", "batches": 0, "last_batch": None, "last_job": None,
+                   "error": None} for w in store.watches()]
+        store.close()
+    if as_json:
+        print(to_json(listed))
+        return
+    if not listed:
+        out.print("no watches (`indexer watch PATH` adds one)")
+        return
+    for w in listed:
+        last = time.strftime("%H:%M:%S", time.localtime(w["last_batch"])) if w["last_batch"] else "-"
+        say("{}  {}  {}  {} batches, last {}" + ("  {}" if w["error"] else "{}"), w["id"][:12], w["state"],
+            ", ".join(display_path(p) for p in w["paths"]), w["batches"], last, w["error"] or "")
 
 
 def main() -> None:

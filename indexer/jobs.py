@@ -1,10 +1,11 @@
-"""Ingest jobs that outlive the process running them: one SQLite table in the data dir.
+"""Ingest jobs and folder watches that outlive the process running them: SQLite tables in the data dir.
 
 A job is recorded when it is submitted and updated as it runs, so a server restarted after a
 crash finds the jobs it had not finished and runs them again (content-derived ids make the redo
 exact: what was written is recognised, what was not is written). SQLite, not a JSON file: the API's
 threads, a CLI following a job and a restart all read and write it, and SQLite makes each update
-atomic.
+atomic. The server's folder watches (`POST /watches`, `indexer watch` with a server) live in a
+second table of the same file, so a restarted server watches them again.
 """
 
 from __future__ import annotations
@@ -18,6 +19,9 @@ from collections import Counter
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from search.paths import path_bytes, readable
+
+JOBS_FILE = "jobs.sqlite"  # in the data dir
 QUEUED, RUNNING, DONE, FAILED, CANCELLED = "queued", "running", "done", "failed", "cancelled"
 FINISHED = (DONE, FAILED, CANCELLED)
 MAX_FAILURES_KEPT = 1000  # per job: the first ones, enough to act on, bounded for a folder of bad files
@@ -29,6 +33,8 @@ class Job:
     paths: list[str]
     prune: bool = False
     source: str = "rest"  # rest | cli | watch: who asked
+    local: bool = False  # asked by the owner's user on this machine: any path it can read, no roots
+    gone_ok: bool = False  # paths that no longer exist are not failures (a watch's deletes; with prune: removed)
     state: str = QUEUED
     total: int | None = None
     done: int = 0
@@ -44,33 +50,63 @@ class Job:
     request_id: str | None = None  # the request that submitted it, for the logs
 
     @classmethod
-    def new(cls, paths: list[str], *, prune: bool = False, source: str = "rest", request_id: str | None = None) -> Job:
-        return cls(uuid.uuid4().hex, [str(p) for p in paths], prune=prune, source=source, request_id=request_id)
+    def new(cls, paths: list[str], *, prune: bool = False, source: str = "rest", local: bool = False,
+            gone_ok: bool = False, request_id: str | None = None) -> Job:
+        return cls(uuid.uuid4().hex, [str(p) for p in paths], prune=prune, source=source, local=local, gone_ok=gone_ok,
+                   request_id=request_id)
 
     def as_dict(self) -> dict:
         return {"id": self.id, "state": self.state, "paths": self.paths, "prune": self.prune, "source": self.source,
+                "gone_ok": self.gone_ok,
                 "files_done": self.done, "files_total": self.total, "counts": dict(self.counts),
                 "failures": list(self.failures), "report": self.report, "error": self.error,
                 "created": self.created, "started": self.started, "finished": self.finished,
                 "resumed": self.resumed, "cancel_requested": self.cancel_requested}
 
     def note_file(self, status: str, path: str, reason: str | None) -> None:
+        """One file's outcome (``path`` as the OS gives it)."""
         self.done += 1
         self.counts[status] += 1
         if reason and status == "failed" and len(self.failures) < MAX_FAILURES_KEPT:
-            self.failures.append({"path": path, "reason": reason})
+            self.failures.append({"path": readable(path), "path_bytes": path_bytes(path), "reason": reason})
+
+
+@dataclass
+class Watch:
+    """A folder watch the server runs: its folders, how long they must be quiet before a batch, and
+    whether a local face registered it (any local path) or a REST client (inside the API's roots)."""
+    id: str
+    paths: list[str]
+    quiet_ms: int = 500
+    local: bool = False
+    created: float = field(default_factory=time.time)
+
+    @classmethod
+    def new(cls, paths: list[str], *, quiet_ms: int = 500, local: bool = False) -> Watch:
+        return cls(uuid.uuid4().hex, [str(p) for p in paths], quiet_ms=quiet_ms, local=local)
+
+    def as_dict(self) -> dict:
+        return {"id": self.id, "paths": self.paths, "quiet_ms": self.quiet_ms, "created": self.created}
 
 
 class JobStore:
-    """The job table. Thread-safe; every write is its own transaction."""
+    """The job and watch tables. Thread-safe; every write is its own transaction."""
 
     def __init__(self, path: Path) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
         self.path = path
         self._lock = threading.Lock()
-        self._db = sqlite3.connect(str(path), check_same_thread=False, isolation_level=None, timeout=10)
-        self._db.execute("PRAGMA journal_mode=WAL")
-        self._db.execute("CREATE TABLE IF NOT EXISTS jobs (id TEXT PRIMARY KEY, created REAL, state TEXT, body TEXT)")
+        self._conn: sqlite3.Connection | None = None
+
+    @property
+    def _db(self) -> sqlite3.Connection:
+        """The connection, opened on first use (and again after close(): an app may start twice)."""
+        if self._conn is None:
+            self._conn = sqlite3.connect(str(self.path), check_same_thread=False, isolation_level=None, timeout=10)
+            self._conn.execute("PRAGMA journal_mode=WAL")
+            self._conn.execute("CREATE TABLE IF NOT EXISTS jobs (id TEXT PRIMARY KEY, created REAL, state TEXT, body TEXT)")
+            self._conn.execute("CREATE TABLE IF NOT EXISTS watches (id TEXT PRIMARY KEY, created REAL, body TEXT)")
+        return self._conn
 
     def save(self, job: Job) -> None:
         body = json.dumps({**asdict(job), "counts": dict(job.counts)}, ensure_ascii=False)
@@ -104,9 +140,26 @@ class JobStore:
                 f"(SELECT id FROM jobs WHERE state IN ({','.join('?' * len(FINISHED))}) ORDER BY created DESC LIMIT ?)",
                 (*FINISHED, *FINISHED, keep))
 
+    def save_watch(self, watch: Watch) -> None:
+        with self._lock:
+            self._db.execute("INSERT OR REPLACE INTO watches (id, created, body) VALUES (?, ?, ?)",
+                             (watch.id, watch.created, json.dumps(asdict(watch), ensure_ascii=False)))
+
+    def watches(self) -> list[Watch]:
+        """Every watch, oldest first."""
+        with self._lock:
+            rows = self._db.execute("SELECT body FROM watches ORDER BY created").fetchall()
+        return [Watch(**json.loads(r[0])) for r in rows]
+
+    def delete_watch(self, watch_id: str) -> bool:
+        with self._lock:
+            return self._db.execute("DELETE FROM watches WHERE id = ?", (watch_id,)).rowcount > 0
+
     def close(self) -> None:
         with self._lock:
-            self._db.close()
+            if self._conn is not None:
+                self._conn.close()
+                self._conn = None
 
 
 def _load(body: str) -> Job:

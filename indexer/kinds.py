@@ -63,10 +63,13 @@ class Documents:
     name, schema, suffixes = "documents", DOCUMENTS, DOCUMENT_SUFFIXES
     errors = (BadDocument,)
 
-    def __init__(self, triton: TritonClient, chunker: Chunker, max_bytes: int, families: list[Family]) -> None:
+    def __init__(self, triton: TritonClient, chunker: Chunker, max_bytes: int, families: list[Family],
+                 **limits: float) -> None:
         """``families``: the served families that embed documents (registry order: the required one
-        first, then optional ones such as BGE-M3)."""
+        first, then optional ones such as BGE-M3). ``limits``: load_document's parse budget
+        (max_seconds, max_elements, max_pages)."""
         self.triton, self.chunker, self.max_bytes, self.families = triton, chunker, max_bytes, families
+        self.limits = limits
         self.models = [f.family for f in families]
 
     @cached_property
@@ -77,7 +80,7 @@ class Documents:
         return f"{embedders}/v{self.chunker.VERSION}/{self.chunker.max_tokens}/{self.chunker.overlap}"
 
     def units(self, path: Path, data: bytes, sha256: str) -> list[Unit]:
-        doc = load_document(path.suffix.lower(), data)
+        doc = load_document(path.suffix.lower(), data, **self.limits)
         units, section = [], None
         for page in doc.pages:
             headings = [(m.start(), m.group(1).strip()) for m in _HEADING.finditer(page.text)]
@@ -86,7 +89,7 @@ class Documents:
                 before = [h for at, h in headings if at <= c.start]
                 units.append(Unit(c.text, {
                     "text": c.text, "start": c.start, "end": c.end, "page": page.number, "title": doc.title,
-                    "section": before[-1] if before else section, "models": self.models}))
+                    "section": before[-1] if before else section, "models": self.models, "encoding": doc.encoding}))
             if headings:
                 section = headings[-1][1]
         return units

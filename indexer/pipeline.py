@@ -20,7 +20,7 @@ import hashlib
 import os
 import stat
 import time
-from collections import Counter, deque
+from collections import deque
 from collections.abc import Callable, Iterable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
@@ -28,85 +28,17 @@ from pathlib import Path
 
 from qdrant_client import models
 
+from indexer.confine import OUTSIDE, Confinement, Refused, unreadable
+from indexer.discover import discover
 from indexer.kinds import Kind, Unit
 from indexer.loaders import read_bytes
+from indexer.report import FAILED, INDEXED, PRUNED, UNCHANGED, UPDATED, FileOutcome, IngestReport
 from search.errors import ModelNotReady
+from search.paths import from_stored, stored
 from search.store import Store, StoredFile, folders_of, point_id
 
-INDEXED, UNCHANGED, UPDATED, FAILED, PRUNED = "indexed", "unchanged", "updated", "failed", "pruned"
+# discover (indexer/discover.py) and the report types (indexer/report.py) stay importable from here.
 SORT_WINDOW = 4  # batches whose units are sorted by size together
-SKIP_DIRS = {".git", ".hg", ".svn", "__pycache__", "node_modules", ".venv"}
-
-
-@dataclass(frozen=True)
-class FileOutcome:
-    path: str
-    status: str
-    reason: str = ""
-    chunks: int = 0
-    embedded: int = 0  # units sent through the model (0 when vectors were reused)
-    kind: str = ""
-
-
-@dataclass
-class IngestReport:
-    outcomes: list[FileOutcome] = field(default_factory=list)
-    skipped: int = 0  # files that are neither documents nor photos
-    unavailable: dict[str, tuple[int, str]] = field(default_factory=dict)  # kind -> (files, why)
-    stopped: dict[str, str] = field(default_factory=dict)  # kind -> why its model failed mid-run
-    seconds: float = 0.0
-    truncated_chunks: int = 0
-
-    @property
-    def counts(self) -> Counter:
-        return Counter(o.status for o in self.outcomes)
-
-    @property
-    def failures(self) -> list[FileOutcome]:
-        return [o for o in self.outcomes if o.status == FAILED]
-
-    @property
-    def embedded_chunks(self) -> int:
-        return sum(o.embedded for o in self.outcomes)
-
-    def as_dict(self) -> dict:
-        c = self.counts
-        by_kind = Counter(o.kind for o in self.outcomes if o.status in (INDEXED, UPDATED, UNCHANGED))
-        return {
-            **{k: c.get(k, 0) for k in (INDEXED, UNCHANGED, UPDATED, FAILED, PRUNED)},
-            "skipped": self.skipped, "embedded_chunks": self.embedded_chunks,
-            "truncated_chunks": self.truncated_chunks, "seconds": round(self.seconds, 3),
-            "by_kind": dict(by_kind),
-            "unavailable": {k: {"files": n, "reason": why} for k, (n, why) in self.unavailable.items()},
-            "stopped": dict(self.stopped),
-            "failures": [{"path": o.path, "reason": o.reason} for o in self.failures],
-        }
-
-
-def discover(roots: Iterable[Path], suffixes: frozenset[str]) -> tuple[list[Path], list[FileOutcome], int]:
-    """Files to ingest, outcomes for roots that cannot be read, and the count of other files skipped."""
-    files, bad, skipped = [], [], 0
-    for root in roots:
-        if root.is_file():
-            if root.suffix.lower() in suffixes:
-                files.append(root)
-            else:
-                bad.append(FileOutcome(str(root), FAILED, f"unsupported file type '{root.suffix or root.name}'"))
-        elif root.is_dir():
-            def unreadable(e: OSError) -> None:
-                bad.append(FileOutcome(e.filename, FAILED, f"unreadable: {e.strerror}"))
-
-            for dirpath, dirnames, filenames in os.walk(root, onerror=unreadable):
-                dirnames[:] = sorted(d for d in dirnames if d not in SKIP_DIRS and not d.startswith("."))
-                for name in sorted(filenames):
-                    p = Path(dirpath) / name
-                    if p.suffix.lower() in suffixes and not name.startswith("."):
-                        files.append(p)
-                    else:
-                        skipped += 1
-        else:
-            bad.append(FileOutcome(str(root), FAILED, "no such file or folder"))
-    return files, bad, skipped
 
 
 @dataclass
@@ -127,8 +59,9 @@ class _Job:
 class Ingestor:
     """Ingests the files of one kind into that kind's collection."""
 
-    def __init__(self, store: Store, kind: Kind, *, batch_size: int = 16, concurrency: int = 2) -> None:
-        self.store, self.kind = store, kind
+    def __init__(self, store: Store, kind: Kind, *, batch_size: int = 16, concurrency: int = 2,
+                 stop: Callable[[], bool] | None = None, confine: Confinement | None = None) -> None:
+        self.store, self.kind, self.stop, self.confine = store, kind, stop, confine
         self.batch_size, self.concurrency = batch_size, concurrency
         self.write_batch = 256
         self._rest: list[models.PointStruct] = []
@@ -162,7 +95,7 @@ class Ingestor:
             if not self._opened:
                 return  # the model failed before the collection was opened: nothing to write
         self._flush()
-        if prune:
+        if prune and not report.cancelled:
             for outcome in self._prune(roots, {str(p) for p in files}):
                 emit(outcome)
         self.store.optimize(self.kind.schema.name)  # edge: merge segments, build HNSW (a server does it itself)
@@ -172,6 +105,7 @@ class Ingestor:
         self.store.ensure(kind.schema)  # a photo kind's first inference: its dimension
         self._opened = True
         for f in self.store.files(kind.schema.name):
+            f = replace(f, paths=tuple(from_stored(p) for p in f.paths))  # paths are OS strings here
             self.by_sha[f.sha256] = f
             for p in f.paths:
                 self.by_path[p] = f.sha256
@@ -205,6 +139,9 @@ class Ingestor:
 
             try:
                 for path in files:
+                    if self.stop is not None and self.stop():
+                        report.cancelled = True
+                        break
                     job = self._prepare(path)
                     if job is None:
                         continue
@@ -228,18 +165,20 @@ class Ingestor:
 
     def _prepare(self, path: Path) -> _Job | FileOutcome | None:
         key, kind = str(path), self.kind
+        if self.confine and self.confine.outside(path):  # not even stat()ed
+            return FileOutcome(key, FAILED, OUTSIDE)
         try:
             st = path.stat()
         except OSError as exc:
-            return FileOutcome(key, FAILED, f"unreadable: {exc.strerror}")
+            return FileOutcome(key, FAILED, unreadable(exc))
         if not stat.S_ISREG(st.st_mode):
             return FileOutcome(key, FAILED, "not a regular file")
         known = self.by_sha.get(self.by_path.get(key, ""))
         if known and known.size == st.st_size and known.mtime == st.st_mtime and known.chunker == kind.signature:
             return FileOutcome(key, UNCHANGED, chunks=known.chunks)
-        try:
-            data = read_bytes(path, kind.max_bytes)
-        except kind.errors as exc:
+        try:  # confined: the opened file is checked again, so a symlink swapped in since cannot lead out
+            data = self.confine.read(path, kind.max_bytes) if self.confine else read_bytes(path, kind.max_bytes)
+        except (*kind.errors, Refused) as exc:
             return FileOutcome(key, FAILED, str(exc))
         sha = hashlib.sha256(data).hexdigest()
         status = UPDATED if key in self.by_path else INDEXED
@@ -254,7 +193,7 @@ class Ingestor:
                 self._repoint(sha, [*_existing(same.paths), key], size=st.st_size, mtime=st.st_mtime)
             else:
                 self._flush()
-                self.store.set_paths(kind.schema.name, sha, list(same.paths), mtime=st.st_mtime)
+                self._set_paths(sha, list(same.paths), mtime=st.st_mtime)
                 self.by_sha[sha] = replace(same, mtime=st.st_mtime)
                 status = UNCHANGED
             self._leave_old(key, sha)
@@ -273,13 +212,14 @@ class Ingestor:
         paths = list(dict.fromkeys([job.path, *(p for p, _ in job.copies), *_existing(previous.paths if previous else ())]))
         suffix = Path(job.path).suffix.lower()
         n = len(job.units)
-        common = {"path": job.path, "paths": paths, "folders": sorted({f for p in paths for f in folders_of(p)}),
+        kept = [stored(p) for p in paths]  # names that are not UTF-8 kept losslessly (search/paths.py)
+        common = {"path": kept[0], "paths": kept, "folders": sorted({f for p in kept for f in folders_of(p)}),
                   "suffix": suffix, "n_chunks": n, "sha256": job.sha256, "size": job.size, "mtime": job.mtime,
                   "chunker": kind.signature}
         points = [
             models.PointStruct(id=point_id(job.sha256, kind.signature, i), vector=vec,
                                payload={**common, "chunk": i, **unit.payload})
-            for i, (unit, vec) in enumerate(zip(job.units, job.vectors))
+            for i, (unit, vec) in enumerate(zip(job.units, job.vectors, strict=True))
         ]
         self._rest += points[1:]
         self._heads += points[:1]
@@ -307,9 +247,12 @@ class Ingestor:
         self.store.upsert(self.kind.schema.name, rest)
         self.store.upsert(self.kind.schema.name, heads)
 
+    def _set_paths(self, sha: str, paths: list[str], **extra) -> None:
+        self.store.set_paths(self.kind.schema.name, sha, [stored(p) for p in paths], **extra)
+
     def _repoint(self, sha: str, paths: list[str], **extra) -> None:
         self._flush()
-        self.store.set_paths(self.kind.schema.name, sha, paths, **extra)
+        self._set_paths(sha, paths, **extra)
         for p in set(self.by_sha[sha].paths) - set(paths):
             self.by_path.pop(p, None)
         self.by_sha[sha] = replace(self.by_sha[sha], paths=tuple(paths), **extra)
@@ -327,7 +270,7 @@ class Ingestor:
         remaining = [p for p in self.by_sha[sha].paths if p != path]
         self._flush()
         if remaining:
-            self.store.set_paths(self.kind.schema.name, sha, remaining)
+            self._set_paths(sha, remaining)
             self.by_sha[sha] = replace(self.by_sha[sha], paths=tuple(remaining))
         else:
             self.store.delete_content(self.kind.schema.name, sha)
@@ -336,8 +279,9 @@ class Ingestor:
 
     def _prune(self, roots: list[Path], seen: set[str]) -> list[FileOutcome]:
         outcomes = []
+        under = {str(r) for r in roots}  # a set, not a scan of the roots: a watch's batch may name thousands of files
         for path, sha in sorted(self.by_path.items()):
-            if path in seen or not any(_is_under(path, r) for r in roots) or Path(path).exists():
+            if path in seen or not _under_any(path, under) or Path(path).exists():
                 continue
             if sha in self.by_sha:
                 self._drop_path(sha, path)
@@ -351,17 +295,26 @@ def ingest(store: Store, kinds: list[Kind], roots: list[Path], *, prune: bool = 
            unavailable: dict[str, tuple[frozenset[str], str]] | None = None,
            batch_size: int = 16, concurrency: int = 2,
            on_start: Callable[[int], None] | None = None,
-           on_file: Callable[[FileOutcome], None] | None = None) -> IngestReport:
+           on_file: Callable[[FileOutcome], None] | None = None,
+           stop: Callable[[], bool] | None = None, gone_ok: bool = False,
+           confine_to: list[Path] | None = None) -> IngestReport:
     """Ingest every file under ``roots`` with the kind its suffix belongs to.
 
     ``unavailable``: kinds whose model is not served (name -> (suffixes, why)); their files are
-    counted and reported, nothing else is held up."""
+    counted and reported, nothing else is held up. ``stop``: asked between files; when it says so
+    the run ends after the files in flight are written (``report.cancelled``). ``gone_ok``: a root
+    that no longer exists is not an error (with ``prune`` its indexed files are removed).
+    ``confine_to``: folders every file read must lie in, checked on each opened file (the REST
+    API's roots); others are reported, never read."""
     started = time.perf_counter()
     report = IngestReport()
     roots = [Path(r).expanduser().absolute() for r in roots]
     unavailable = unavailable or {}
     suffixes = frozenset().union(*(k.suffixes for k in kinds), *(s for s, _ in unavailable.values()))
-    files, bad, report.skipped = discover(roots, suffixes)
+    confine = Confinement(confine_to) if confine_to is not None else None
+    files, bad, report.skipped_files = discover(roots, suffixes, confine)
+    if gone_ok:
+        bad = [b for b in bad if not (b.reason == "no such file or folder" and not os.path.lexists(b.path))]
     by_kind = {k.name: [f for f in files if f.suffix.lower() in k.suffixes] for k in kinds}
     for name, (sfx, why) in unavailable.items():
         n = sum(f.suffix.lower() in sfx for f in files)
@@ -378,9 +331,11 @@ def ingest(store: Store, kinds: list[Kind], roots: list[Path], *, prune: bool = 
     for outcome in bad:
         done(outcome)
     for kind in kinds:
+        if report.cancelled:
+            break
         if by_kind[kind.name] or prune:
-            Ingestor(store, kind, batch_size=batch_size, concurrency=concurrency).run(
-                by_kind[kind.name], roots, report, done, prune=prune)
+            Ingestor(store, kind, batch_size=batch_size, concurrency=concurrency, stop=stop, confine=confine).run(
+                by_kind[kind.name], roots, report, done, prune=prune and not report.cancelled)
     report.seconds = time.perf_counter() - started
     return report
 
@@ -389,5 +344,13 @@ def _existing(paths: Iterable[str]) -> list[str]:
     return [p for p in paths if os.path.exists(p)]
 
 
-def _is_under(path: str, root: Path) -> bool:
-    return path == str(root) or path.startswith(str(root).rstrip("/") + "/")
+def _under_any(path: str, roots: set[str]) -> bool:
+    """``path`` is one of ``roots`` (absolute, as str(Path) writes them) or lies below one."""
+    p = path
+    while True:
+        if p in roots:
+            return True
+        cut = p.rfind("/")
+        if cut <= 0:
+            return cut == 0 and "/" in roots
+        p = p[:cut]

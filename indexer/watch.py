@@ -6,8 +6,9 @@ for a moment (``quiet_s``) or the oldest change has waited ``max_delay_s``. Inge
 same rules as `indexer ingest --prune` to the changed paths: a rename keeps its vectors and gets
 the new path, a delete removes points and thumbnails, copies are stored once. An editor's save
 (write a temporary file, rename it over the original) arrives as events on a dotfile or a
-`~`/`.swp` name the pipeline skips plus a move onto the real name: one change of one file. A
-burst (thousands of files copied in) becomes a few large batches, not thousands of small ones.
+`~`/`.swp` name, which are not collected (ingest would skip them anyway), plus a move onto the
+real name: one change of one file. A burst (thousands of files copied in) becomes a few large
+batches, not thousands of small ones.
 """
 
 from __future__ import annotations
@@ -15,57 +16,102 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 
 from watchdog.events import FileSystemEvent, FileSystemEventHandler
 from watchdog.observers import Observer
 
+from indexer.discover import SKIP_DIRS
+from indexer.kinds import Documents, Photos
+
 log = logging.getLogger("indexer.watch")
 
-# ingest(paths, prune) -> anything; paths that are gone are pruned
+# ingest(paths) -> anything (the caller's report); paths that are gone are to be pruned
 Ingest = Callable[[list[Path]], object]
+SUFFIXES = Documents.suffixes | Photos.suffixes  # what ingest reads: changes to other files are not collected
+RETRY_MAX_S = 60.0  # a failing ingest (Triton down) is retried with a delay that doubles up to this
 
 
 class Watcher:
-    def __init__(self, roots: list[Path], ingest: Ingest, *, quiet_s: float = 0.5, max_delay_s: float = 3.0,
+    """Watch ``roots`` (folders) and hand their changes to ``ingest``. ``ignore``: folders whose
+    changes are never collected (the data dir: the store's own writes must not trigger batches)."""
+
+    def __init__(self, roots: Iterable[Path], ingest: Ingest, *, quiet_s: float = 0.5, max_delay_s: float = 3.0,
                  on_batch: Callable[[list[Path], object], None] | None = None,
-                 on_error: Callable[[Exception], None] | None = None) -> None:
+                 on_error: Callable[[list[Path], Exception, float], None] | None = None,
+                 ignore: Iterable[Path] = (), suffixes: frozenset[str] = SUFFIXES) -> None:
         self.roots = [Path(r).expanduser().absolute() for r in roots]
         self.ingest, self.on_batch, self.on_error = ingest, on_batch, on_error
-        self.quiet_s, self.max_delay_s = quiet_s, max_delay_s
+        self.quiet_s, self.max_delay_s = quiet_s, max(max_delay_s, quiet_s)
+        self.ignore = [Path(p).expanduser().absolute() for p in ignore]
+        self.suffixes = suffixes
         self._pending: set[Path] = set()
         self._first = self._last = 0.0
         self._lock = threading.Condition()
         self._stop = threading.Event()
         self._observer = Observer()
         self._thread = threading.Thread(target=self._run, name="watch", daemon=True)
+        self.caught_up = threading.Event()  # set once the rescan on start has been ingested
         self.batches = 0
+        self.last_batch: float | None = None  # time.time() of the last ingested batch
+        self.last_error: str | None = None  # the last batch's error, cleared by the next success
+        self._retry_s = 0.0
+        self._busy = False
 
     def start(self) -> Watcher:
-        """Rescan (catch up), then follow changes in the background."""
-        handler = _Handler(self._note)
+        """Follow changes in the background; the first batch is a rescan of the roots (catch-up)."""
+        for root in self.roots:
+            if not root.is_dir():
+                raise NotADirectoryError(f"{root}: not a folder (watch the folder that holds it)")
+        handler = _Handler(self._note, self._wanted)
         for root in self.roots:  # watch before the rescan: nothing that changes during it is missed
             self._observer.schedule(handler, str(root), recursive=True)
         self._observer.start()
-        self._apply(list(self.roots))
         self._thread.start()
         return self
 
     def stop(self) -> None:
+        """Stop watching. A batch being ingested is asked to stop (``stopping()``) and waited for."""
         self._stop.set()
         with self._lock:
             self._lock.notify_all()
-        self._observer.stop()
-        self._observer.join(timeout=5)
+        if self._observer.is_alive():
+            self._observer.stop()
+            self._observer.join(timeout=5)
         if self._thread.is_alive():
-            self._thread.join(timeout=60)  # a batch in progress finishes
+            self._thread.join(timeout=60)
+
+    def stopping(self) -> bool:
+        """For ingest's ``stop`` callback: a batch in progress ends early when the watch stops (the
+        next start's rescan finishes it)."""
+        return self._stop.is_set()
+
+    def idle(self) -> bool:
+        """Caught up, nothing collected and no batch being ingested."""
+        with self._lock:
+            return self.caught_up.is_set() and not self._pending and not self._busy
+
+    def alive(self) -> bool:
+        return self._thread.is_alive() and self._observer.is_alive()
 
     def __enter__(self) -> Watcher:
         return self.start()
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+    def _wanted(self, path: Path, is_directory: bool) -> bool:
+        """A change ingest could act on: not hidden or in a tool folder below a root, not under an
+        ignored folder, and for a file one of the suffixes ingest reads."""
+        if any(path.is_relative_to(i) for i in self.ignore):
+            return False
+        for root in self.roots:
+            if path.is_relative_to(root):
+                if any(p.startswith(".") or p in SKIP_DIRS for p in path.relative_to(root).parts):
+                    return False
+                break
+        return is_directory or path.suffix.lower() in self.suffixes
 
     def _note(self, path: Path) -> None:
         with self._lock:
@@ -77,6 +123,9 @@ class Watcher:
             self._lock.notify_all()
 
     def _run(self) -> None:
+        with self._lock:
+            self._busy = True
+        self._apply(list(self.roots))  # catch up with what changed while nothing watched
         while not self._stop.is_set():
             with self._lock:
                 while not self._pending and not self._stop.is_set():
@@ -89,36 +138,50 @@ class Watcher:
                     self._lock.wait(due - now)
                     continue
                 batch, self._pending = self._pending, set()
+                self._busy = True
             self._apply(sorted(batch))
 
     def _apply(self, changed: list[Path]) -> None:
         paths = _outermost(changed)
         try:
             result = self.ingest(paths)
-        except Exception as exc:  # keep watching: the next change retries these paths too
-            log.warning("watch: ingest of %d path(s) failed: %s", len(paths), exc)
+        except Exception as exc:  # keep watching: these paths are tried again, after a growing delay
+            self._retry_s = min(max(self._retry_s * 2, self.max_delay_s), RETRY_MAX_S)
+            self.last_error = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+            log.warning("watch: ingest of %d path(s) failed (retrying in %.0f s): %s", len(paths), self._retry_s, exc)
             with self._lock:
                 self._pending.update(paths)
                 self._first = self._last = time.monotonic()
+                self._busy = False
             if self.on_error:
-                self.on_error(exc)
-            self._stop.wait(self.max_delay_s)
+                self.on_error(paths, exc, self._retry_s)
+            self._stop.wait(self._retry_s)
             return
+        self._retry_s = 0.0
         self.batches += 1
+        self.last_batch, self.last_error = time.time(), None
         if self.on_batch:
-            self.on_batch(paths, result)
+            try:
+                self.on_batch(paths, result)
+            except Exception:  # reporting a batch must not end the watch
+                log.exception("watch: on_batch failed")
+        with self._lock:
+            self._busy = False
+            self.caught_up.set()  # the first success: every batch before it failed and carried the roots on
 
 
 class _Handler(FileSystemEventHandler):
-    def __init__(self, note: Callable[[Path], None]) -> None:
-        self.note = note
+    def __init__(self, note: Callable[[Path], None], wanted: Callable[[Path, bool], bool]) -> None:
+        self.note, self.wanted = note, wanted
 
     def on_any_event(self, event: FileSystemEvent) -> None:
         if event.event_type in ("opened", "closed_no_write") or (event.is_directory and event.event_type == "modified"):
             return  # reads, and a folder's own mtime: nothing to index
-        self.note(Path(_str(event.src_path)))
-        if getattr(event, "dest_path", ""):
-            self.note(Path(_str(event.dest_path)))
+        for raw in (event.src_path, getattr(event, "dest_path", "")):
+            if raw:
+                path = Path(_str(raw))
+                if self.wanted(path, event.is_directory):
+                    self.note(path)
 
 
 def _outermost(paths: list[Path]) -> list[Path]:

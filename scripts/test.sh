@@ -20,4 +20,9 @@ if ! command -v docker-compose >/dev/null; then
   $SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq docker-compose >/dev/null
 fi
 export HF_HUB_OFFLINE=1 TOKENIZERS_PARALLELISM=false
+# Structure first: imports run one way (import-linter contracts in pyproject.toml), and ruff's rules.
+echo "==> lint-imports"
+.venv/bin/lint-imports
+echo "==> ruff check"
+.venv/bin/ruff check .
 exec .venv/bin/python -m pytest "$@"

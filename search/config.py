@@ -13,7 +13,8 @@ from typing import Annotated, Literal
 from pydantic import AliasChoices, Field, PositiveInt, ValidationError, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-PROJECT_ROOT = Path(__file__).resolve().parent.parent
+from search.locations import DEFAULT_DATA_DIR, PROJECT_ROOT
+
 Port = Annotated[int, Field(ge=1, le=65535)]
 # MiniLM's tokenizer step reads 256 tokens (triton_repo/minilm_tokenize): 254 plus [CLS] and [SEP].
 MAX_CHUNK_TOKENS = 254
@@ -23,7 +24,7 @@ class Settings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="SEARCH_", extra="ignore")
 
     # Where everything the project writes lives: the embedded store, Triton's run state, logs.
-    data_dir: Path = PROJECT_ROOT / ".data"
+    data_dir: Path = DEFAULT_DATA_DIR
 
     # Triton
     triton_repo: Path = PROJECT_ROOT / "triton_repo"
@@ -75,6 +76,12 @@ class Settings(BaseSettings):
     max_image_bytes: PositiveInt = 100_000_000
     # Pillow's decompression-bomb guard stays on; this is its limit (the indexer and the server's step).
     max_image_pixels: PositiveInt = 100_000_000
+    # What parsing one document may cost; past it the file is "too complex" and skipped. The counts
+    # stop bombs early; the CPU seconds are the backstop, above what real files take (pypdf: ~50 ms
+    # a page of text). Elements: a Word file at the 5M-character text limit has ~250-500k.
+    max_parse_seconds: float = Field(default=30.0, gt=0)
+    max_parse_elements: int = Field(default=500_000, ge=1)  # DOCX XML elements, HTML elements, PDF objects
+    max_pdf_pages: int = Field(default=2_000, ge=1)  # ~5M characters, the text limit, at ~2,500 a page
 
     # Document search: "auto" = hybrid when BGE-M3 is served, else semantic (MiniLM).
     search_mode: Literal["auto", "semantic", "dense", "sparse", "hybrid"] = "auto"

@@ -11,6 +11,12 @@ class TritonUnavailable(ServiceError):
     exit_code = 3
 
 
+class TritonError(ServiceError):
+    """The local Triton server could not be started, stopped or found."""
+
+    exit_code = 3
+
+
 class ModelNotReady(ServiceError):
     exit_code = 4
 
@@ -21,6 +27,14 @@ class ModelUnhealthy(ModelNotReady):
 
 class StoreUnavailable(ServiceError):
     exit_code = 5
+
+
+class StoreInUse(StoreUnavailable):
+    """An embedded store that another process holds; ``pid`` when it is known."""
+
+    def __init__(self, message: str, pid: int | None = None) -> None:
+        super().__init__(message)
+        self.pid = pid
 
 
 class EmptyCollection(ServiceError):

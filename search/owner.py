@@ -15,6 +15,8 @@ import secrets
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from search.process import alive
+
 FILE = "server.json"
 
 
@@ -26,10 +28,16 @@ class Owner:
     data_dir: str
 
     def alive(self) -> bool:
-        return _alive(self.pid)
+        return alive(self.pid)
 
     def describe(self) -> str:
         return f"pid {self.pid}, {self.url}"
+
+
+def serving(settings) -> Owner | None:
+    """The server that owns ``settings``' embedded store, if one runs. With a Qdrant server
+    (QDRANT_URL) there is no owner: every process opens the store itself."""
+    return None if settings.qdrant_url else find(settings.data_dir)
 
 
 def record_path(data_dir: Path) -> Path:
@@ -67,17 +75,3 @@ def release(data_dir: Path) -> None:
             path.unlink()
     except (OSError, ValueError):
         pass
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    try:  # a zombie (killed, not yet reaped by its parent) is not a server
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[-1].split()[0] != "Z"
-    except OSError:
-        return True

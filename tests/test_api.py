@@ -1,6 +1,7 @@
 """The REST API against the real local Triton and the embedded store (nothing mocked): every
 endpoint's success path and its 4xx cases, the API key, path escapes, size limits, and a
-schemathesis run over the OpenAPI spec that must never get a 5xx."""
+schemathesis run over the OpenAPI spec that must never get a 5xx nor an answer the spec does not
+document (with and without an API key)."""
 
 from __future__ import annotations
 
@@ -15,11 +16,13 @@ import schemathesis
 from fastapi.testclient import TestClient
 from hypothesis import HealthCheck
 from hypothesis import settings as fuzz_settings
+from ingest_helper import long_passage
 from PIL import Image
-from schemathesis.checks import not_a_server_error
+from schemathesis import checks
 from starlette_testclient import TestClient as RequestsTestClient  # the requests-based client schemathesis sends with
 
 from search.api import create_app
+from search.services import HIT_CHARS, HIT_CHARS_LIMIT, SearchService
 from search.triton.local import free_port
 
 KEY = "s3cret-key"
@@ -117,6 +120,26 @@ def test_ingest_a_folder_then_search_documents(settings, docs):
         assert c.post("/search/documents", json={"query": "reset password", "min_score": 0.999}).json()["hits"] == []
         elsewhere = c.post("/search/documents", json={"query": "reset password", "folder": str(docs / "none")})
         assert elsewhere.status_code == 200 and elsewhere.json()["hits"] == []
+        fails(c.post("/search/documents", json={"query": "x", "folder": "~0"}), 400, "folder")  # no such user: was a 500
+
+
+def test_document_hits_carry_bounded_text(settings, tmp_path):
+    word = "Reset your password: " + "x" * 2_000_000  # a 2 MB "word" stored whole, before chunks were bounded
+    svc = SearchService(settings)
+    try:
+        long_passage(svc, tmp_path / "long", word)
+    finally:
+        svc.close()  # the app opens the store itself
+    with make_client(settings) as c:
+        r = c.post("/search/documents", json={"query": "reset password", "top_k": 1})
+        assert r.status_code == 200 and len(r.content) < 3 * HIT_CHARS, r.text[:500]
+        [hit], context = r.json()["hits"], r.json()["context"]
+        assert hit["truncated"] is True and hit["length"] == len(word) and hit["text"] == word[:HIT_CHARS]
+        assert context.startswith(f"[1] {hit['citation']}\nReset your password: xxx") and context.endswith("x …")
+        [small] = c.post("/search/documents", json={"query": "reset password", "max_chars": 100}).json()["hits"]
+        assert small["text"] == word[:100] and small["truncated"] is True
+        [whole] = c.post("/search/documents", json={"query": "reset password", "full_text": True}).json()["hits"]
+        assert whole["text"] == word and whole["truncated"] is False
 
 
 def test_search_before_anything_is_indexed_is_409(client):
@@ -134,6 +157,9 @@ def test_search_before_anything_is_indexed_is_409(client):
     ({"top_k": 3}, 422, "query"),
     ({"query": "x", "mode": "telepathy"}, 422, "mode"),
     ({"query": "x", "min_score": "high"}, 422, "min_score"),
+    ({"query": "x", "max_chars": 0}, 422, "max_chars"),
+    ({"query": "x", "max_chars": HIT_CHARS_LIMIT + 1}, 422, "max_chars"),
+    ({"query": "x", "max_chars": 10, "full_text": True}, 422, "max_chars"),
     (b'{"query": "\\ud800"}', 422, "query"),  # a lone surrogate (valid JSON, not valid text)
     (None, 422, "body"),
 ])
@@ -204,6 +230,7 @@ def test_upload_then_search_and_upload_limits(settings):
               400, "files")
         fails(c.post("/ingest/upload", data={"nothing": "here"}), 422, "files")
     with make_client(settings, max_upload_bytes=1000, max_request_bytes=5000) as c:
+        earlier = c.get("/ingest/jobs").json()["jobs"]  # kept across restarts: the job above
         fails(c.post("/ingest/upload", files=[("files", ("ok.md", b"fine", "text/plain")),
                                               ("files", ("big.md", b"x" * 2000, "text/plain"))]), 413, "files[1] (big.md)")
         fails(c.post("/ingest/upload", files=[("files", ("huge.md", b"x" * 6000, "text/plain"))]), 413, "body")
@@ -215,7 +242,7 @@ def test_upload_then_search_and_upload_limits(settings):
             yield b"x" * 6000
             yield b'"}'
         fails(c.post("/search/documents", content=chunked(), headers={"content-type": "application/json"}), 413, "body")
-        assert not c.get("/ingest/jobs").json()["jobs"]
+        assert c.get("/ingest/jobs").json()["jobs"] == earlier  # no refused upload started a job
 
 
 def test_oversized_upload_leaves_no_files_behind(settings):
@@ -253,6 +280,7 @@ def test_photo_search_by_text_and_by_upload(settings, tmp_path):
 
         fails(c.post("/search/images", json={"text": "x", "after": "last tuesday"}), 400, "after")
         fails(c.post("/search/images", json={"text": "x", "near": "51.5,-0.1"}), 400, "near")
+        fails(c.post("/search/images", json={"text": "x", "folder": "~nosuchuser/x"}), 400, "folder")
         fails(c.post("/search/images", json={"text": "x", "sort": "random"}), 422, "sort")
         fails(c.post("/search/images", json={"text": ""}), 422, "text")
         fails(c.post("/search/images/like", files={"image": ("q.png", b"not an image", "image/png")}), 400, "like")
@@ -293,22 +321,63 @@ def test_api_key_for_writes_only(settings):
         fails(c.post("/ingest", json={"paths": ["/etc"]}, headers={"X-API-Key": KEY}), 403, "paths[0]")
 
 
+def test_openapi_documents_every_error_with_the_error_body(client):
+    spec = client.get("/openapi.json").json()
+    assert "HTTPValidationError" not in spec["components"]["schemas"]  # FastAPI's 422 body is not ours
+    for path, operations in spec["paths"].items():
+        for method, op in operations.items():
+            where, answers = f"{method.upper()} {path}", op["responses"]
+            assert {"413", "500"} <= answers.keys(), where
+            assert ("401" in answers) == (path != "/healthz"), where
+            if "401" in answers:
+                assert answers["401"]["headers"]["WWW-Authenticate"]["required"], where
+            for status, answer in answers.items():
+                if status >= "400":
+                    ref = answer["content"]["application/json"]["schema"]["$ref"].rsplit("/", 1)[1]
+                    expected = {"422": "ValidationErrorBody", "503": "Readiness" if path == "/readyz" else "ErrorBody"}
+                    assert ref == expected.get(status, "ErrorBody"), (where, status)
+    ingest = spec["paths"]["/ingest"]["post"]["responses"]
+    assert {"400", "403", "404", "422"} <= ingest.keys()
+    assert "409" in spec["paths"]["/search/documents"]["post"]["responses"]
+    assert "404" in spec["paths"]["/ingest/jobs/{job_id}"]["get"]["responses"]
+
+
+def test_an_unexpected_error_is_a_json_500(settings):
+    app = create_app(settings)
+
+    @app.get("/boom")
+    def boom():
+        raise ZeroDivisionError("no")
+
+    with TestClient(app, raise_server_exceptions=False) as c:
+        r = c.get("/boom")
+    assert r.status_code == 500 and r.headers["content-type"] == "application/json"
+    assert "server log" in r.json()["detail"]
+
+
 def test_an_unknown_key_scope_is_refused(settings):
     with pytest.raises(ValueError, match="api_key_scope"):
         create_app(settings.model_copy(update={"api_key_scope": "sometimes"}))
 
 
-# -- schema fuzzing: whatever the spec allows a client to send, the answer is never a 5xx
-@pytest.fixture
-def fuzz_client(settings, docs, tmp_path):
+# -- schema fuzzing: whatever the spec allows a client to send, the answer is never a 5xx, and every
+# answer (status, content type, body, headers) is one the spec documents for that route
+KEY_MODES = {"open": ({}, None), "key sent": ({"api_key": KEY}, KEY), "key missing": ({"api_key": KEY}, None),
+             "writes key missing": ({"api_key": KEY, "api_key_scope": "writes"}, None)}
+
+
+@pytest.fixture(params=list(KEY_MODES))
+def fuzz_client(request, settings, docs, tmp_path):
     """One client for every generated case (schemathesis' own ASGI transport would run the app's
     start-up and shut-down around each request, reopening the store every time)."""
     album = tmp_path / "album"
     for i in range(2):
         photo(album / f"p{i}.jpg", i)
-    app = create_app(settings.model_copy(update={"api_roots": [docs, album], "max_upload_bytes": 200_000}))
+    update, key = KEY_MODES[request.param]
+    app = create_app(settings.model_copy(update={"api_roots": [docs, album], "max_upload_bytes": 200_000, **update}))
     app.state.backend.indexer().ingest([docs, album])  # so searches reach Triton and the store
     with RequestsTestClient(app) as client:
+        client.key_headers = {"X-API-Key": key} if key else {}
         yield client
 
 
@@ -319,11 +388,13 @@ def fuzz_schema(fuzz_client):
 
 schemathesis.experimental.OPEN_API_3_1.enable()  # FastAPI writes OpenAPI 3.1
 fuzz = schemathesis.from_pytest_fixture("fuzz_schema")
+CONFORMANCE = (checks.not_a_server_error, checks.status_code_conformance, checks.content_type_conformance,
+               checks.response_schema_conformance, checks.response_headers_conformance)
 
 
 @fuzz.parametrize()
 @fuzz_settings(max_examples=50, deadline=None,
                suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much, HealthCheck.data_too_large,
                                       HealthCheck.function_scoped_fixture])
-def test_fuzz_openapi_no_server_errors(case, fuzz_client):
-    case.call_and_validate(session=fuzz_client, checks=(not_a_server_error,))
+def test_fuzz_openapi_conformance(case, fuzz_client):
+    case.call_and_validate(session=fuzz_client, headers=fuzz_client.key_headers, checks=CONFORMANCE)

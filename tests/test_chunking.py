@@ -176,3 +176,61 @@ def test_one_megabyte_is_fast(tokenizer):
     assert chunks[-1].end == len(text.rstrip())
     assert len(chunks) < 1_000_000 / 200  # ~5 chars/token: far fewer chunks than tokens
     assert elapsed < 20, f"chunking 1 MB took {elapsed:.1f}s"
+
+
+# --- characters: a chunk never exceeds max_chars (default 10 per token of the budget) ---
+
+def check_char_cap(text: str, chunks: list[Chunk], max_chars: int) -> None:
+    assert [c.index for c in chunks] == list(range(len(chunks)))
+    for c in chunks:
+        assert c.text == text[c.start:c.end] and c.text == c.text.strip() and c.text
+        assert len(c.text) <= max_chars and c.n_tokens >= 1
+    assert all(a.start < b.start for a, b in zip(chunks, chunks[1:]))
+
+
+def test_default_char_cap_follows_the_token_budget(tokenizer):
+    assert Chunker(tokenizer).max_chars == 2000
+    assert Chunker(tokenizer, max_tokens=80, overlap=20).max_chars == 800
+    assert Chunker(tokenizer, max_chars=500).max_chars == 500
+    with pytest.raises(ValueError):
+        Chunker(tokenizer, max_chars=0)
+
+
+def test_a_giant_word_is_split(tokenizer):
+    # Before: one chunk of 2,000,013 characters (the word is a single [UNK] token).
+    text = "Intro sentence here. " + "a" * 2_000_000 + " The end."
+    chunks = Chunker(tokenizer).chunk(text)
+    check_char_cap(text, chunks, 2000)
+    assert chunks[0].text == "Intro sentence here." and chunks[-1].text == "The end."
+    assert "".join(c.text for c in chunks[1:-1]) == "a" * 2_000_000  # every piece, no overlap
+    assert len(chunks) == 1002
+
+
+def test_text_the_tokenizer_skips_is_not_spanned(tokenizer):
+    # Zero-width spaces are dropped by the tokenizer: a window from "start" to "end" would be 1 MB.
+    text = "start " + "\u200b" * 1_000_000 + " end"
+    chunks = Chunker(tokenizer).chunk(text)
+    check_char_cap(text, chunks, 2000)
+    assert [c.text for c in chunks] == ["start", "end"]
+
+
+def test_long_words_cut_windows_short_without_runaway_overlap(tokenizer, plain):
+    # 90-character words are many word pieces each: 200 tokens would span far more than 400 characters.
+    rng = random.Random(4)
+    text = " ".join("".join(rng.choices("abcdefghij", k=90)) for _ in range(300))
+    chunks = Chunker(tokenizer, max_tokens=200, overlap=40, max_chars=400).chunk(text)
+    check_char_cap(text, chunks, 400)
+    covered = bytearray(len(text))
+    for c in chunks:
+        covered[c.start:c.end] = b"\x01" * (c.end - c.start)
+    assert all(covered[i] or ch.isspace() for i, ch in enumerate(text))
+    # Advancing at least half a window each time: the chunks hold at most about twice the text.
+    assert sum(len(c.text) for c in chunks) <= 2.2 * len(text)
+
+
+def test_prose_is_not_cut_by_the_char_cap(tokenizer, plain):
+    rng = random.Random(9)
+    text = "\n\n".join(sentences(rng, rng.randint(1, 12)) for _ in range(40))
+    capped = Chunker(tokenizer, 200, 40).chunk(text)
+    assert max(len(c.text) for c in capped) < 2000 / 1.5  # prose: well under 10 characters a token
+    check_invariants(text, capped, plain, 200, 40)

@@ -8,7 +8,9 @@ import subprocess
 import sys
 
 import pytest
+from ingest_helper import long_passage
 
+from search.services import HIT_CHARS, SearchService
 from search.triton.local import free_port
 
 
@@ -52,7 +54,7 @@ def test_bad_files_summary(env, tmp_path):
     (folder / "ok.md").write_text("# Fine\n\nThis one is fine.\n")
     (folder / "bad.txt").write_bytes(b"\x00\x01\x02binary")
     proc = run(env, "ingest", str(folder), module="indexer")
-    assert proc.returncode == 0
+    assert proc.returncode == 7  # some files failed, the rest indexed
     assert "1 indexed" in proc.stdout and "1 failed" in proc.stdout and "bad.txt: binary content" in proc.stdout
 
 
@@ -97,7 +99,7 @@ def test_photo_search_from_the_command_line(env, tmp_path):
     photo(album / "alps.jpg", 3, taken="2023:01:20 12:00:00", make="FUJIFILM", model="X-T3")
     (album / "broken.jpg").write_text("not a photo")
     ingest = run(env, "ingest", str(album), module="indexer")
-    assert ingest.returncode == 0 and "2 indexed" in ingest.stdout and "broken.jpg: not an image" in ingest.stdout
+    assert ingest.returncode == 7 and "2 indexed" in ingest.stdout and "broken.jpg: not an image" in ingest.stdout
     like = run(env, "--like", str(album / "beach.jpg"), "-k", "1")
     assert like.returncode == 0, like.stderr
     assert "beach.jpg" in like.stdout and "2021-07-14 09:30" in like.stdout and "Canon EOS 5D" in like.stdout
@@ -142,3 +144,84 @@ def test_search_serve_answers_the_readme_example(env, docs):
         proc.send_signal(signal.SIGINT)
         proc.wait(timeout=30)
     assert "Traceback" not in proc.stderr.read()
+
+
+# -- what the faces print: indexed text cannot drive the terminal
+
+# Raw bytes a terminal would act on: ESC (CSI, OSC), BEL, backspace, C1 CSI (U+009B), bidi override and isolate.
+RAW_CONTROLS = (b"\x1b", b"\x07", b"\x08", b"\xc2\x9b", b"\xe2\x80\xae", b"\xe2\x81\xa6")
+HOSTILE = ("# Reset \u202egnp.exe\u202c \x1b]0;pwned\x07\n\n"
+           "To reset your password \x1b[31mclick here\x1b[0m\x07 now\x08\x08\x08 then \x9b2J wipe, "
+           "\u2066isolated\u2069 and [red]not red[/red] [bold red]either[/].\n")
+
+
+def run_bytes(env, *args, module="search") -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", module, *args], env=env, capture_output=True, timeout=300)
+
+
+def no_raw_controls(data: bytes) -> None:
+    assert not [c for c in RAW_CONTROLS if c in data], data
+
+
+def test_indexed_control_characters_and_markup_are_printed_inert(env, tmp_path):
+    folder = tmp_path / "kb"
+    folder.mkdir()
+    doc = folder / "evil\x1b[31m\u202e.md"
+    doc.write_text(HOSTILE)
+    (folder / "bad\x1b[2J[red].txt").write_bytes(b"\x00binary")
+    ingest = run_bytes(env, "ingest", str(folder), module="indexer")
+    assert ingest.returncode == 7, ingest.stderr  # one file failed (the binary one), the other is indexed
+    no_raw_controls(ingest.stdout + ingest.stderr)
+    assert b"failed" in ingest.stdout and b"bad\\x1b[2J[red].txt: binary content" in ingest.stdout
+
+    found = run_bytes(env, "reset password", "-k", "5")
+    assert found.returncode == 0, found.stderr
+    no_raw_controls(found.stdout + found.stderr)
+    shown = found.stdout.decode()
+    assert "evil\\x1b[31m\\u202e.md" in shown  # the path and the section, escaped where a terminal would act
+    assert "§ Reset \\u202egnp.exe\\u202c \\x1b]0;pwned\\x07" in shown
+    assert "\\x1b[31mclick here\\x1b[0m\\x07" in shown and "\\x9b2J" in shown and "\\u2066isolated\\u2069" in shown
+    assert "[red]not red[/red] [bold red]either[/]" in shown  # markup in the text is text
+
+    as_json = run_bytes(env, "reset password", "-k", "5", "--json")
+    assert as_json.returncode == 0, as_json.stderr
+    no_raw_controls(as_json.stdout)  # JSON escapes them (\u001b, \u009b, \u202e): the text itself is kept
+    [hit] = [h for h in json.loads(as_json.stdout)["hits"] if "click here" in h["text"]]
+    assert hit["path"] == str(doc) and hit["section"] == "Reset \u202egnp.exe\u202c \x1b]0;pwned\x07"
+    assert hit["text"] == HOSTILE.strip()  # the whole text, every control character kept
+
+    listing = run_bytes(env, "ingest", str(folder), "--json", module="indexer")
+    no_raw_controls(listing.stdout)
+    assert json.loads(listing.stdout)["failures"][0]["path"] == str(folder / "bad\x1b[2J[red].txt")
+
+
+def test_status_and_errors_echo_user_text_inert(env, tmp_path):
+    odd = {**env, "SEARCH_DATA_DIR": str(tmp_path / "data\x1b]0;x\x07\u202e[bold]")}
+    status = run_bytes(odd, "status")
+    no_raw_controls(status.stdout + status.stderr)
+    assert "data\\x1b]0;x\\x07\\u202e[bold]" in status.stdout.decode()
+    missing = run_bytes(env, "entail", str(tmp_path / "no\x1b[31m[red]such\u202e.jpg"), "two dogs")
+    assert missing.returncode != 0 and b"Traceback" not in missing.stderr
+    no_raw_controls(missing.stderr)
+    assert "no\\x1b[31m[red]such\\u202e.jpg: no such file" in missing.stderr.decode()
+
+
+def test_hit_text_is_bounded_unless_full_text(env, settings, tmp_path):
+    word = "Reset your password: " + "x" * 2_000_000  # a 2 MB "word" stored whole, before chunks were bounded
+    svc = SearchService(settings)
+    try:
+        long_passage(svc, tmp_path / "long", word)
+    finally:
+        svc.close()  # the embedded store admits one process at a time
+    bounded = run(env, "reset password", "--json")
+    assert bounded.returncode == 0 and len(bounded.stdout) < 3 * HIT_CHARS, bounded.stderr
+    [hit] = json.loads(bounded.stdout)["hits"]
+    assert hit["truncated"] is True and hit["length"] == len(word) and hit["text"] == word[:HIT_CHARS]
+    [whole] = json.loads(run(env, "reset password", "--json", "--full-text").stdout)["hits"]
+    assert whole["text"] == word and whole["truncated"] is False
+    shown = run(env, "reset password")
+    assert shown.returncode == 0 and len(shown.stdout) < 1000
+    everything = run(env, "reset password", "--full-text")
+    assert everything.returncode == 0 and word in everything.stdout
+    proc = run(env, "--images", "a dog", "--full-text")
+    assert proc.returncode == 2 and "--full-text applies to document search" in proc.stderr

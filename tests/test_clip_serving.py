@@ -155,6 +155,20 @@ def test_pixels_equal_the_reference_processor(cfg, reference):
         assert np.abs(got - expected).max() <= 1e-6, name
 
 
+def test_normalising_by_table_gives_the_per_pixel_arithmetic_bit_for_bit(cfg):
+    # pixels() looks each 8-bit value up instead of computing it per pixel: the same bits.
+    values = np.arange(256, dtype=np.uint8)
+    x = (values.astype(np.float64) * cfg["rescale_factor"]).astype(np.float32)
+    for c in range(3):
+        expected = (x - np.float32(cfg["mean"][c])) / np.float32(cfg["std"][c])
+        assert np.array_equal(step.normalise_table(cfg["rescale_factor"], tuple(cfg["mean"]), tuple(cfg["std"]))[c], expected)
+    img = Image.fromarray(np.random.default_rng(3).integers(0, 256, (300, 400, 3), np.uint8))
+    arr = np.asarray(img.resize((298, 224), Image.Resampling.BICUBIC))[:, 37:261]
+    per_pixel = ((arr.astype(np.float64) * cfg["rescale_factor"]).astype(np.float32) - np.array(cfg["mean"], np.float32)) \
+        / np.array(cfg["std"], np.float32)
+    assert np.array_equal(step.pixels(img, cfg), per_pixel.transpose(2, 0, 1))
+
+
 def test_documented_choices(cfg):
     exif_rotated = odd_images()["exif_rotated.jpg"]
     assert step.load_image(exif_rotated, MAX_PIXELS).size == (300, 451)  # chelsea is 451×300, stored rotated
@@ -230,6 +244,7 @@ def texts() -> list[str]:
         "a cup of coffee", "an astronaut", "", " ", "?", "a", "cat!!!  dog???", "it's the cat's toy, isn't it",
         "Ein Foto einer Katze im Schnee", "une tasse de café sur la table", "猫の写真", "фотография кошки",
         "صورة قطة", "🐱🐶🚀", "a cat 🐱 on a sofa 🛋️", "naïve café résumé", "route 66 in 1999, 4k hdr",
+        " ".join(["cat"] * 75),  # start + 75 + end: exactly 77 tokens, nothing padded
         "snow " * 80, "a very long caption " * 30,
     ]
 
@@ -242,12 +257,58 @@ def test_served_text_vectors_equal_transformers(client, reference):
     cos = cosines(served, expected)
     worst = int(cos.argmin())
     assert cos.min() >= 0.9999, f"cosine {cos.min():.6f} for {txts[worst]!r}"
+    # One at a time and a few at once: each padded only to its batch's longest, not to 77.
+    alone = np.concatenate([clip.embed_texts(client, [t])[0] for t in txts])
+    with ThreadPoolExecutor(6) as pool:
+        mixed = np.concatenate(list(pool.map(lambda i: clip.embed_texts(TritonClient(client.url), txts[i:i + 3])[0],
+                                             range(0, len(txts), 3))))
+    for got in (alone, mixed):
+        cos = cosines(got, expected)
+        assert cos.min() >= 0.9999, f"cosine {cos.min():.6f} for {txts[int(cos.argmin())]!r}"
     lengths = [len(reference.tokenizer(t)["input_ids"]) for t in txts]
     assert truncated.tolist() == [n > 77 for n in lengths]
     assert truncated[-1] and truncated[-2] and not truncated[:-2].any()
     np.testing.assert_allclose(served[0], served[1], atol=1e-6)  # CLIP lowercases
     distinct = served[[0, 2, 3, 4, 5]]
     assert (distinct @ distinct.T)[~np.eye(5, dtype=bool)].max() < 0.99
+
+
+def test_text_graphs_give_the_77_token_vector_at_the_text_length(model_repo, reference):
+    """CLIP's text tower is causal and pools at the end token: padded only to the batch's longest
+    (what clip_text_tokenize sends), a text gets the vector it gets padded to 77 (the reference),
+    in the exported graph and in the fused CPU graph, 77-token and truncated texts included."""
+    import onnxruntime as ort
+
+    text = json.loads((model_repo / "clip_text_tokenize/1/text.json").read_text())
+    assert text["variable_length"] is True and text["context_length"] == 77
+    enc = reference.tokenizer(texts(), padding="max_length", max_length=77, truncation=True, return_tensors="np")
+    ids, mask = enc["input_ids"].astype(np.int64), enc["attention_mask"].astype(np.int64)
+    lengths = mask.sum(axis=1)
+    assert lengths.max() == 77 and lengths.min() == 2 and (lengths == 77).sum() == 3  # 77 exactly, and two cut there
+    expected = reference.texts(texts())
+    short = np.flatnonzero(lengths < 77)
+    for graph in ("model.onnx", "model.cpu.onnx"):
+        sess = ort.InferenceSession(str(model_repo / "clip_textual/1" / graph), providers=["CPUExecutionProvider"])
+        alone = np.concatenate([sess.run(None, {"input_ids": ids[r:r + 1, :n], "attention_mask": mask[r:r + 1, :n]})[0]
+                                for r, n in enumerate(lengths)])
+        width = int(lengths[short].max())
+        together = sess.run(None, {"input_ids": ids[short, :width], "attention_mask": mask[short, :width]})[0]
+        assert cosines(alone, expected).min() >= 0.9999, graph
+        assert cosines(together, expected[short]).min() >= 0.9999, graph
+
+
+def test_text_batches_are_padded_to_their_longest_text(client):
+    from search.triton.client import text_tensor
+
+    def width(batch: list[str]) -> int:
+        out = client.infer("clip_text_tokenize", {"TEXT": text_tensor(batch)}, ["input_ids", "attention_mask"])
+        assert out["input_ids"].shape == out["attention_mask"].shape
+        assert out["attention_mask"].sum(axis=1).max() == out["input_ids"].shape[1]  # no column of padding only
+        return out["input_ids"].shape[1]
+
+    assert width(["a cat"]) == 4  # start, a, cat, end
+    assert width(["a cat", "two dogs playing in the snow"]) < 20
+    assert width(["a cat", "snow " * 80]) == 77  # cut at the context length
 
 
 def test_open_clip_tokenizer_pipeline_equals_transformers(weights, reference):

@@ -21,6 +21,7 @@ from qdrant_client import models
 from indexer import pipeline
 from indexer.chunking import Chunker
 from indexer.kinds import Documents
+from indexer.service import IngestService
 from search.errors import BadRequest, EmptyCollection
 from search.models import bge_m3, family
 from search.services import SearchService
@@ -126,7 +127,7 @@ def test_sparse_scores_are_idf_weighted_lexical_matches(service, library):
 def test_auto_mode_falls_back_until_documents_have_bge_vectors(service, library, settings):
     """Documents embedded while only MiniLM was served: auto = semantic, BGE modes say what to do;
     once BGE-M3 is served, the next ingest re-embeds them and auto becomes hybrid."""
-    chunker = Chunker(service.chunk_tokenizer(), max_tokens=settings.chunk_tokens, overlap=settings.chunk_overlap)
+    chunker = Chunker(IngestService(service.settings, service.resources).chunk_tokenizer(), max_tokens=settings.chunk_tokens, overlap=settings.chunk_overlap)
     minilm_only = Documents(service.triton, chunker, settings.max_file_bytes, [family("minilm")])
     pipeline.ingest(service.store, [minilm_only], [library])
     assert all(p.payload["models"] == ["minilm"] for p in all_points(service))
@@ -161,7 +162,8 @@ def test_bad_documents_are_reported_and_the_rest_indexed(service, tmp_path):
     (kb / "broken.pdf").write_bytes(make_pdf(["cut short " * 200])[:300])
     (kb / "notes.pdf").write_text("just text with the wrong extension")
     (kb / "memo.docx").write_text("not a word document")
-    (kb / "latin1.md").write_bytes("caf\xe9 menu".encode("latin-1"))
+    # A UTF-8 BOM, then Latin-1: refused (without the BOM the encoding is detected and it is indexed).
+    (kb / "latin1.md").write_bytes(b"\xef\xbb\xbf" + "caf\xe9 menu".encode("latin-1"))
     (kb / "page.html").write_bytes(make_html("<p>Visible text survives.</p>", title="A page"))
     report = ingest(service, [kb])
     failed = {Path(o.path).name: o.reason for o in report.failures}
@@ -184,7 +186,7 @@ def test_long_document_is_chunked_within_budget_and_cited_by_page(service, tmp_p
     outcome = report.outcomes[0]
     assert outcome.status == "indexed" and outcome.chunks >= 10
     payloads = [p.payload for p in all_points(service)]
-    tok = service.chunk_tokenizer()
+    tok = IngestService(service.settings, service.resources).chunk_tokenizer()
     assert all(len(tok.encode(pl["text"], add_special_tokens=False).ids) <= settings.chunk_tokens for pl in payloads)
     assert {pl["page"] for pl in payloads} == {1, 2, 3, 4, 5}
     assert report.as_dict()["truncated_chunks"] == report.truncated_chunks

@@ -8,14 +8,14 @@ import shutil
 from pathlib import Path
 
 import pytest
-from ingest_helper import ingest
+from ingest_helper import ingest, long_passage
 from qdrant_client import models
 
 from indexer.chunking import Chunker
 from search.config import PROJECT_ROOT
 from search.errors import BadRequest, EmptyCollection
-from search.services import SearchService
-from search.store import DOCUMENTS
+from search.services import HIT_CHARS, HIT_CHARS_LIMIT, SearchService, prompt_context
+from search.store import DOCUMENTS, match
 
 QUERIES = json.loads((PROJECT_ROOT / "samples" / "queries.json").read_text())
 
@@ -132,14 +132,14 @@ def test_bad_files_are_reported_and_the_rest_indexed(service, docs):
     report = ingest(service, [docs])
     reasons = {Path(f.path).name: f.reason for f in report.failures}
     assert "binary" in reasons["binary.txt"]
-    assert "UTF-8" in reasons["latin1.md"]
+    assert "latin1.md" not in reasons  # a legacy encoding, detected (it used to be refused)
     assert "empty" in reasons["empty.txt"] and "empty" in reasons["blank.md"]
     assert "unreadable" in reasons["dangling.md"]
     assert "not a regular file" in reasons["pipe.txt"]
     if os.geteuid() != 0:  # root reads mode-000 files
         assert "unreadable" in reasons["locked.txt"]
     assert report.skipped >= 1 and "table.csv" not in reasons
-    assert report.counts["indexed"] == 17 + (1 if os.geteuid() == 0 else 0)
+    assert report.counts["indexed"] == 18 + (1 if os.geteuid() == 0 else 0)
     assert service.search_documents("reset password", top_k=1)[0].path.endswith("reset-password.md")
 
 
@@ -208,3 +208,31 @@ def test_new_chunk_settings_replace_old_chunks(settings, docs):
         assert signature.startswith("minilm+bge_m3:") and signature.endswith(f"/v{Chunker.VERSION}/80/20")
     finally:
         svc.close()
+
+
+def test_hit_text_is_bounded_unless_asked(service, docs, tmp_path):
+    word = "Reset your password: " + "x" * 2_000_000  # one 2 MB "word", as stored before chunks were bounded
+    folder = tmp_path / "long"
+    long_passage(service, folder, word)
+    [hit] = service.search_documents("reset password", top_k=1, folder=str(folder))
+    assert hit.truncated and hit.length == len(word)
+    assert hit.text == word[:HIT_CHARS]  # no space in the second half: cut inside the word
+    assert len(json.dumps(hit.as_dict())) < 2 * HIT_CHARS and len(prompt_context([hit])) < 2 * HIT_CHARS
+    assert prompt_context([hit]).endswith("x …")
+    [whole] = service.search_documents("reset password", top_k=1, folder=str(folder), full_text=True)
+    assert whole.text == word and not whole.truncated and whole.length == len(word)
+
+    prose = " ".join(f"word{i}" for i in range(3000))
+    service.store.set_payload(DOCUMENTS.name, {"text": prose}, match("path", str(folder / "long.md")))
+    [cut] = service.search_documents("reset password", top_k=1, folder=str(folder), max_chars=100)
+    assert cut.truncated and cut.length == len(prose) and 50 <= len(cut.text) <= 100
+    assert prose.startswith(cut.text) and prose[len(cut.text)] == " "  # at a word boundary
+    [asked] = service.search_documents("reset password", top_k=1, folder=str(folder), max_chars=HIT_CHARS_LIMIT)
+    assert asked.text == prose and not asked.truncated
+
+    ingest(service, [docs])  # ordinary passages come back whole
+    hits = service.search_documents("how do I connect to the VPN", top_k=20, folder=str(docs))
+    assert hits and not any(h.truncated for h in hits) and all(h.length == len(h.text) for h in hits)
+    for bad in ({"max_chars": 0}, {"max_chars": HIT_CHARS_LIMIT + 1}, {"max_chars": 10, "full_text": True}):
+        with pytest.raises(BadRequest, match="max_chars"):
+            service.search_documents("vpn", **bad)

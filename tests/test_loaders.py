@@ -1,14 +1,16 @@
-"""load_text: every unusable file becomes a BadDocument with a one-line reason."""
+"""load_text: text in any encoding charset-normalizer recognises; every unusable file becomes a
+BadDocument with a one-line reason."""
 
 from __future__ import annotations
 
 import codecs
 import os
+import random
 from pathlib import Path
 
 import pytest
 
-from indexer.loaders import TEXT_SUFFIXES, BadDocument, load_text
+from indexer.loaders import TEXT_SUFFIXES, BadDocument, decode_text, load_text
 
 
 def write(tmp_path: Path, data: bytes, name: str = "doc.txt") -> Path:
@@ -53,17 +55,21 @@ def test_binary_file_named_txt(tmp_path):
     assert reason(write(tmp_path, png)) == "binary content, not text"
 
 
-def test_utf16_without_bom_is_binary(tmp_path):
-    assert reason(write(tmp_path, "hello".encode("utf-16-le"))) == "binary content, not text"
+@pytest.mark.parametrize("codec", ["utf-16-le", "utf-16-be"])
+def test_utf16_without_bom(tmp_path, codec):
+    # Before charset-normalizer: "binary content, not text" (NUL bytes).
+    text = "Grüße from UTF-16 without a byte order mark ✓\nSecond line: naïve café.\n"
+    assert load_text(write(tmp_path, text.encode(codec))) == text
 
 
 def test_utf32_is_not_mistaken_for_utf16(tmp_path):
     # The UTF-32 LE BOM begins with the UTF-16 LE one.
-    assert reason(write(tmp_path, "hello".encode("utf-32"))) == "binary content, not text"
+    assert load_text(write(tmp_path, "hello".encode("utf-32"))) == "hello"
 
 
-def test_invalid_utf8(tmp_path):
-    assert reason(write(tmp_path, b"caf\xc3 ok \x9f")) == "not valid UTF-8 (byte 0xc3 at offset 3)"
+def test_invalid_utf8_after_a_bom(tmp_path):
+    # A UTF-8 BOM says what the file is: bad bytes after it are an error, not a hint to guess.
+    assert reason(write(tmp_path, codecs.BOM_UTF8 + b"caf\xc3 ok \x9f")) == "not valid UTF-8 (byte 0xc3 at offset 6)"
 
 
 def test_invalid_utf8_offset_counts_the_bom(tmp_path):
@@ -71,8 +77,37 @@ def test_invalid_utf8_offset_counts_the_bom(tmp_path):
     assert reason(write(tmp_path, data)) == "not valid UTF-8 (byte 0xff at offset 6)"
 
 
-def test_latin1_is_rejected_not_guessed(tmp_path):
-    assert reason(write(tmp_path, "naïve".encode("latin-1"))) == "not valid UTF-8 (byte 0xef at offset 2)"
+@pytest.mark.parametrize("text, codec", [
+    ("Le café – naïve ‘quotes’ “and” more… 5 €\n", "cp1252"),
+    ("café – naïve ‘quotes’", "cp1252"),
+    ("Grüße aus Köln, schöne Straße. Naïve façade, ½ price.\n", "latin-1"),
+    ("naïve", "latin-1"),
+])
+def test_single_byte_western_text(tmp_path, text, codec):
+    # Before charset-normalizer: "not valid UTF-8 (byte 0x.. at offset ..)".
+    assert load_text(write(tmp_path, text.encode(codec))) == text
+
+
+def test_other_encodings_are_detected():
+    text = "Привет, мир! Это проверка индексации документов в кодировке Windows.\n" * 3
+    assert decode_text(text.encode("cp1251")) == text
+    text = "これは日本語のテストです。文字コードはシフトJISです。\n" * 3
+    assert decode_text(text.encode("shift_jis")) == text
+
+
+@pytest.mark.parametrize("data", [
+    bytes(range(256)) * 40,
+    random.Random(0).randbytes(10_000),
+    b"\x7fELF\x02\x01\x01\x00" + random.Random(1).randbytes(4000),
+], ids=["all-bytes", "random", "elf"])
+def test_binary_is_still_rejected(tmp_path, data):
+    assert reason(write(tmp_path, data)) == "binary content, not text"
+
+
+def test_no_encoding_fits(tmp_path):
+    rng = random.Random(0)
+    noise = bytes(rng.choice([*range(0x20, 0x7f), *range(0x80, 0x100)]) for _ in range(2000))
+    assert reason(write(tmp_path, noise)).startswith("unknown encoding: not UTF-8 (byte 0x")
 
 
 def test_truncated_utf16(tmp_path):

@@ -113,7 +113,7 @@ class ModelFileAway:
     """Takes the ONNX file of ``model`` away, so reloading the model fails (as after a bad deploy)."""
 
     def __init__(self, repo: Path, model: str) -> None:
-        self.path = repo / model / "1" / "model.onnx"
+        self.path = repo / model / "1" / "model.cpu.onnx"  # the graph config.pbtxt serves
 
     def __enter__(self):
         self.path.rename(self.path.with_suffix(".away"))

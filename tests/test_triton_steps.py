@@ -19,7 +19,7 @@ from tritonclient.utils import InferenceServerException
 
 from search.config import PROJECT_ROOT
 from search.triton.steps import tokens
-from search.triton.steps.requests import BadInput, attempt, one_each, run_batched, split, texts
+from search.triton.steps.requests import BadInput, attempt, one_each, run_batched, run_grouped, split, texts
 
 STEPS = PROJECT_ROOT / "search" / "triton" / "steps"
 BAD = b"caf\xe9 \xff"  # Latin-1, not UTF-8
@@ -91,6 +91,33 @@ def test_tokens_truncate_per_limit_pad_to_the_longest_and_leave_the_tokenizer_ne
     fixed = tokens.pad(tokens.encode(tok, ["a"], 5), width=5)
     assert fixed["input_ids"].tolist() == [[1, 4, 2, 0, 0]] and fixed["token_type_ids"].shape == (1, 5)
     assert tokens.pad([])["input_ids"].shape == (0, 0)
+
+
+def test_requests_of_similar_length_share_a_width_and_others_do_not():
+    # Sorted: 3 4 6 | 9 10 11 | 40 48 | 200 (within 25 % or 4 tokens of each group's first).
+    assert tokens.widths([10, 3, 200, 40, 9, 4, 48, 6, 11]) == [11, 6, 200, 48, 11, 6, 48, 6, 11]
+    assert tokens.widths([]) == [] and tokens.widths([7, 0]) == [7, 0] and tokens.widths([5, 5, 5]) == [5, 5, 5]
+    tok = tiny_tokenizer()
+    encodings = tokens.encode(tok, ["a", "a b", "a b c d e", "a b c d e a b c d e a b c d e a b c d e"], 64)
+    out = tokens.pad_requests(encodings, [2, 0, 1, 1], pad_id=9)
+    assert [o["input_ids"].shape for o in out] == [(2, 7), (0, 0), (1, 7), (1, 22)]  # 4 joins 7; 22 alone
+    assert out[0]["input_ids"].tolist() == [[1, 4, 2, 9, 9, 9, 9], [1, 4, 5, 2, 9, 9, 9]]
+    assert out[3]["attention_mask"].sum() == 22
+
+
+def test_run_grouped_gives_each_request_its_own_outputs():
+    refused = BadInput("TEXT: not valid UTF-8")
+    calls = []
+
+    def run(per_request):
+        calls.append(per_request)
+        return [{"N": np.full((len(rows), len(rows) + 1), 7)} for rows in per_request]
+
+    outcomes = run_grouped([["a", "b"], refused, ["c"]], run)
+    assert calls == [[["a", "b"], ["c"]]]  # one call for the dynamic batch
+    assert outcomes[0]["N"].shape == (2, 3) and outcomes[2]["N"].shape == (1, 2) and outcomes[1] is refused
+    failed = run_grouped([["a"], ["b"]], lambda per_request: 1 / 0)
+    assert isinstance(failed[0], ZeroDivisionError) and failed[0] is failed[1]
 
 
 # -- the package's boundaries

@@ -5,7 +5,6 @@ Screenshots land in tests/artifacts/ for a human to look at."""
 from __future__ import annotations
 
 import importlib.util
-import os
 import re
 import subprocess
 import sys
@@ -17,6 +16,7 @@ import numpy as np
 import pytest
 from ingest_helper import ingest
 from PIL import Image
+from processes import SearchServer, env_for
 
 from search.config import PROJECT_ROOT
 from search.services import SearchService
@@ -47,13 +47,14 @@ def make_photos(root: Path) -> list[Path]:
 
 
 class StreamlitApp:
-    """`streamlit run ui/app.py` on a free port, with the settings passed as SEARCH_* variables."""
+    """`streamlit run ui/app.py` on a free port, with the settings passed as SEARCH_* variables. The page
+    works through the search server that owns the data dir: one is started first unless ``server`` is
+    False (then the page must say how to start one)."""
 
-    def __init__(self, settings, log: Path) -> None:
+    def __init__(self, settings, log: Path, server: bool = True) -> None:
+        self.server = SearchServer(settings, log.with_suffix(".serve.log")) if server else None
         self.port = free_port()
-        env = {k: v for k, v in os.environ.items() if k not in ("QDRANT_URL", "SEARCH_QDRANT_URL")}
-        env.update(SEARCH_DATA_DIR=str(settings.data_dir), SEARCH_TRITON_URL=settings.triton_url,
-                   SEARCH_TRITON_REPO=str(settings.triton_repo))
+        env = env_for(settings)
         self.log = log.open("wb")
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "streamlit", "run", str(PROJECT_ROOT / "ui" / "app.py"),
@@ -84,6 +85,8 @@ class StreamlitApp:
             self.proc.kill()
             self.proc.wait()
         self.log.close()
+        if self.server is not None:
+            self.server.stop()
 
 
 @pytest.fixture
@@ -98,8 +101,8 @@ def browser():
 def app_factory(tmp_path):
     apps = []
 
-    def start(settings) -> StreamlitApp:
-        apps.append(StreamlitApp(settings, tmp_path / f"streamlit-{len(apps)}.log"))
+    def start(settings, server: bool = True) -> StreamlitApp:
+        apps.append(StreamlitApp(settings, tmp_path / f"streamlit-{len(apps)}.log", server=server))
         return apps[-1]
 
     yield start

@@ -109,15 +109,16 @@ def test_command_line_and_readyz(settings):
 # -- a corrupted served model fails
 @pytest.fixture(scope="module")
 def corrupt_repo(model_repo, tmp_path_factory) -> Path:
-    """MiniLM copied from the session's repository, its model.onnx replaced by a perturbed copy:
-    same graph, same inputs and outputs, Triton loads it; the answers are slightly off."""
+    """MiniLM copied from the session's repository, the graph it serves (model.cpu.onnx: the CPU config's
+    default_model_filename) replaced by a perturbed copy: same graph, same inputs and outputs, Triton
+    loads it; the answers are slightly off."""
     import onnx
     from onnx import numpy_helper
 
     repo = tmp_path_factory.mktemp("corrupt-models") / "triton_repo"
     for name in MiniLM().triton_models:
         shutil.copytree(model_repo / name, repo / name)
-    path = repo / "minilm_onnx/1/model.onnx"
+    path = repo / "minilm_onnx/1/model.cpu.onnx"
     model = onnx.load(str(path))
     rng = np.random.default_rng(0)
     touched = 0
@@ -146,7 +147,7 @@ def test_a_corrupted_served_model_fails(corrupt_repo, tmp_path):
         checks = checks_of(report, "minilm")
         vectors = checks["golden: text vectors (13)"]
         assert vectors["status"] == FAIL and float(vectors["measured"].split()[2]) < FP32.cosine
-        assert checks["model files"]["status"] == FAIL and "minilm_onnx/1/model.onnx" in checks["model files"]["detail"]
+        assert checks["model files"]["status"] == FAIL and "minilm_onnx/1/model.cpu.onnx" in checks["model files"]["detail"]
         assert checks["published: sentence-transformers quickstart similarity (3×3)"]["status"] == FAIL
         proc = run(cli_env(settings), "models", "verify")
         assert proc.returncode == 1 and "verification failed" in proc.stdout and "minilm" in proc.stdout

@@ -17,10 +17,12 @@ from pathlib import Path
 import streamlit as st
 
 from indexer.loaders import DOCUMENT_SUFFIXES
+from search import owner
 from search.config import Settings
 from search.errors import ServiceError
 from search.media.photos import IMAGE_SUFFIXES
-from search.services import DEFAULT_MIN_RELEVANCE, MAX_TOP_K, ImageFilters, SearchService
+from search.services import DEFAULT_MIN_RELEVANCE, MAX_TOP_K, ImageFilters, SearchService, admin
+from search.services.remote import RemoteService
 
 
 @dataclass(frozen=True)
@@ -44,16 +46,29 @@ GRID_COLUMNS = 4
 _MARKUP = re.compile(r"^#{1,6}[ \t]+", re.M)
 
 
+def service() -> RemoteService | None:
+    """The search server that owns the data dir (`search ui` starts one when none runs): the page never
+    opens the store itself, so the server, the page and `indexer ingest` run side by side."""
+    settings = Settings()
+    if settings.qdrant_url:  # a Qdrant server: no owner, every process opens the store
+        return _direct(settings)
+    running = owner.serving(settings)
+    return RemoteService(running) if running else None
+
+
 @st.cache_resource
-def service() -> SearchService:
-    # One per process: the embedded Qdrant store can be opened by only one client at a time.
-    return SearchService(Settings())
+def _direct(settings: Settings) -> SearchService:
+    return SearchService(settings)
 
 
 def main() -> None:
     st.set_page_config(page_title="Search", page_icon=":mag:", layout="wide")
     st.title("Search")
     svc = service()
+    if svc is None:
+        st.error("The search server is not running for this data dir: start it with `search serve` "
+                 "(or open the page with `search ui`, which starts it)")
+        return
     try:
         status = svc.status()
     except ServiceError as exc:
@@ -62,9 +77,9 @@ def main() -> None:
     opts = sidebar(status)
     verify_panel(svc)
     mode = st.radio("Mode", MODES, format_func=lambda m: m.label, horizontal=True)
-    blocker = svc.blocker(status, mode.kind, mode.doc_mode)
+    blocker = admin.blocker(status, mode.kind, mode.doc_mode)
     if blocker:
-        (st.error if blocker.startswith("Triton") else st.info)(blocker)
+        (st.error if blocker.startswith("Triton") or blocker == status["store"].get("error") else st.info)(blocker)
         return
     try:
         if mode.kind == "documents":
@@ -72,7 +87,7 @@ def main() -> None:
         elif mode.kind == "entail":
             entail_page(svc)
         else:
-            photos_page(svc, mode, opts, ofa_ready=svc.blocker(status, "entail") is None)
+            photos_page(svc, mode, opts, ofa_ready=admin.blocker(status, "entail") is None)
     except ServiceError as exc:  # one line that says what to do, never a traceback
         st.error(str(exc))
 
@@ -94,7 +109,7 @@ def sidebar(status: dict) -> dict:
         t, s = status["triton"], status["store"]
         st.caption(f"Triton {t['url']}: {'live' if t['live'] else 'down'}")
         st.caption("Models: " + ", ".join(f"{n} {'✓' if m['ready'] else '✗'}" for n, m in t["models"].items()))
-        st.caption(f"Store {s['location']}")
+        st.caption(f"Store {s['location']}" + ("" if s.get("available", True) else f": {s['error']}"))
         st.caption(", ".join(f"{n}: {c}" for n, c in s["collections"].items()))
     after, before = _date_range(dates)
     return {"folder": folder.strip() or None, "types": tuple(types), "min_score": min_score or None,
@@ -103,7 +118,7 @@ def sidebar(status: dict) -> dict:
                                                          folder=folder.strip() or None, suffixes=tuple(types))}
 
 
-def verify_panel(svc: SearchService) -> None:
+def verify_panel(svc: SearchService | RemoteService) -> None:
     """Under the status: do the served models give the expected answers? (`search models verify`)"""
     with st.sidebar:
         if st.button("Verify the models", help="the golden outputs recorded by each build, and the publishers' own "
@@ -136,7 +151,7 @@ def _date_range(dates) -> tuple[float | None, float | None]:
     return None, None
 
 
-def documents_page(svc: SearchService, mode: Mode, opts: dict) -> None:
+def documents_page(svc: SearchService | RemoteService, mode: Mode, opts: dict) -> None:
     query = st.text_input("Query", placeholder="e.g. reset password", key="doc_query")
     if not query.strip():
         return
@@ -152,12 +167,12 @@ def documents_page(svc: SearchService, mode: Mode, opts: dict) -> None:
     for i, hit in enumerate(hits):
         with st.container(border=True):
             head, button = st.columns([5, 1])
-            head.markdown(f"**{Path(hit.path).name}** · score {hit.score:.3f}"
+            head.markdown(f"**{Path(hit.display_path).name}** · score {hit.score:.3f}"
                           + (f" · relevance {hit.relevance:.2f}" if hit.relevance is not None else ""))
             head.caption(hit.citation)
             source = Path(hit.path)
             if source.is_file():  # a browser cannot open file:// links from a page, so serve the file
-                button.download_button("Open source", partial(source.read_bytes), file_name=source.name,
+                button.download_button("Open source", partial(source.read_bytes), file_name=Path(hit.display_path).name,
                                        key=f"src{i}")
             st.html(f'<div style="line-height:1.5">{highlight(hit.text, query)}</div>')
 
@@ -184,7 +199,7 @@ def highlight(text: str, query: str) -> str:
     return pattern.sub(lambda m: f"<mark>{m.group(0)}</mark>", safe)
 
 
-def entail_page(svc: SearchService) -> None:
+def entail_page(svc: SearchService | RemoteService) -> None:
     upload = st.file_uploader("Photo", type=[t.lstrip(".") for t in PHOTO_TYPES], key="entail_photo")
     hypothesis = st.text_input("Hypothesis", placeholder="e.g. there are two dogs", key="entail_hypothesis")
     premise = st.text_input("Premise (optional)", placeholder="a text given with the photo", key="entail_premise")
@@ -199,7 +214,7 @@ def entail_page(svc: SearchService) -> None:
         st.caption("The text was longer than the model takes and was truncated.")
 
 
-def photos_page(svc: SearchService, mode: Mode, opts: dict, ofa_ready: bool = False) -> None:
+def photos_page(svc: SearchService | RemoteService, mode: Mode, opts: dict, ofa_ready: bool = False) -> None:
     kwargs = {"top_k": opts["top_k"], "min_score": opts["min_score"], "filters": opts["filters"],
               "min_relevance": opts["min_relevance"]}
     if mode.kind == "text2image":
@@ -229,14 +244,14 @@ def photos_page(svc: SearchService, mode: Mode, opts: dict, ofa_ready: bool = Fa
             with col.container(border=True):
                 picture = hit.thumbnail if hit.thumbnail and Path(hit.thumbnail).is_file() else hit.path
                 st.image(picture, width="stretch")
-                st.markdown(f"**{Path(hit.path).name}** · {hit.score:.3f}"
+                st.markdown(f"**{Path(hit.display_path).name}** · {hit.score:.3f}"
                             + (f" · relevance {hit.relevance:.2f}" if hit.relevance is not None else ""))
                 if hit.entailment is not None:
                     st.caption(f"entails {hit.entailment:.3f} ({hit.entailment_label})")
                 meta = [hit.taken, hit.camera, f"{hit.width}×{hit.height}" if hit.width else None,
                         f"{hit.latitude:.4f}, {hit.longitude:.4f}" if hit.latitude is not None else None]
                 st.caption(" · ".join(m for m in meta if m) or "no EXIF")
-                st.caption(hit.path)
+                st.caption(hit.display_path)
 
 
 if __name__ == "__main__":  # streamlit runs the file as __main__; tests import highlight()

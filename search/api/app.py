@@ -7,17 +7,21 @@ jobs and maps errors."""
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from contextlib import asynccontextmanager
 
 import uvicorn
 from fastapi import FastAPI
 
+from search import owner
 from search.api.backend import Backend
 from search.api.errors import add_error_handlers
 from search.api.limits import LimitRequestSize
-from search.api.routes import health, ingest, search
+from search.api.routes import health, ingest, search, watches
+from search.api.schemas import errors
 from search.api.security import SCOPES
 from search.config import Settings
+from search.errors import StoreInUse
 from search.observability import ApiMetrics, RequestObserver, configure_logging
 
 log = logging.getLogger("search.api")
@@ -31,27 +35,53 @@ def create_app(settings: Settings) -> FastAPI:
 
     @asynccontextmanager
     async def lifespan(_app: FastAPI):
+        backend.jobs.resume()  # jobs a previous run did not finish (a crash, kill -9) run again
+        backend.watches.start()  # the recorded folder watches, each catching up with a rescan first
         yield
         backend.close()
 
     app = FastAPI(title="Multimodal search API", version="1.0", lifespan=lifespan,
+                  responses=errors(413, 500),  # any request may carry a body over the limit, or fail unexpectedly
                   description="Document search with citations, photo search (text and example image), "
-                              "ingest jobs and health. Send the key in the X-API-Key header when one is configured.")
+                              "ingest jobs, folder watches and health. Send the key in the X-API-Key header when one is configured.")
     app.state.backend, app.state.metrics = backend, metrics
     app.add_middleware(LimitRequestSize, limit=settings.max_request_bytes)
     app.add_middleware(RequestObserver, metrics=metrics)  # outermost: sees 413s and every error too
     add_error_handlers(app)
-    for router in (health.public, health.reads, search.router, ingest.router):
+    for router in (health.public, health.reads, health.writes, search.router, ingest.router, watches.router):
         app.include_router(router)
     return app
 
 
-def serve(settings: Settings, host: str | None = None, port: int | None = None) -> None:
-    """Run the API with uvicorn (one process: the embedded store admits one client). Logs are text or
-    JSON lines (log_format), one per request, with its id."""
-    host = host or settings.api_host
+def serve(settings: Settings, host: str | None = None, port: int | None = None,
+          announce: Callable[[str], None] | None = None) -> None:
+    """Run the API with uvicorn (one process). With the embedded store, this server is its owner: it
+    opens the store before it starts, records its address in the data dir (search/owner.py) so the
+    CLI and the page work through it, and refuses to start when another server owns the data dir.
+    Logs are text or JSON lines (log_format), one per request, with its id."""
+    host, port = host or settings.api_host, port or settings.api_port
     log_config = configure_logging(settings.log_format, settings.log_level)
     if not settings.api_key and host not in ("127.0.0.1", "localhost", "::1"):
         log.warning("serving on %s without an API key: anyone who can reach it can search and ingest", host)
-    uvicorn.run(create_app(settings), host=host, port=port or settings.api_port, log_config=log_config,
-                access_log=False)
+    app = create_app(settings)
+    backend: Backend = app.state.backend
+    if not settings.qdrant_url:  # with a Qdrant server every process opens the store itself
+        running = owner.find(settings.data_dir)
+        if running is not None:
+            raise StoreInUse(f"another search server owns {settings.data_dir}: {running.describe()}", running.pid)
+        backend.open_store()  # the embedded store's lock: a CLI holding it is named here
+        backend.owner = owner.claim(settings.data_dir, _local_url(host, port))
+    if announce:
+        announce(_local_url(host, port) if host in ("127.0.0.1", "localhost", "::1") else f"http://{host}:{port}")
+    try:
+        uvicorn.run(app, host=host, port=port, log_config=log_config, access_log=False)
+    finally:  # a server that failed to start (a busy port) still gives the data dir back
+        if backend.owner is not None:
+            owner.release(settings.data_dir)
+
+
+def _local_url(host: str, port: int) -> str:
+    """How a process on this machine reaches the server."""
+    if host in ("0.0.0.0", "", "::"):
+        host = "127.0.0.1"
+    return f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"

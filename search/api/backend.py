@@ -10,13 +10,18 @@ request or job: a search issued while a job runs waits at most for one upsert ba
 from __future__ import annotations
 
 import functools
+import os
 import threading
 from pathlib import Path
 
+from indexer.jobs import JOBS_FILE, JobStore
 from indexer.service import IngestService
+from search import owner
 from search.api.jobs import Jobs
+from search.api.watches import Watches
 from search.config import Settings
 from search.observability import ApiMetrics
+from search.owner import Owner
 from search.resources import Resources
 from search.services import SearchService
 
@@ -49,7 +54,14 @@ class Backend:
         self.uploads = (settings.data_dir / "uploads").resolve()
         self.roots = [Path(r).expanduser().resolve() for r in settings.api_roots] + [self.uploads]
         self.metrics = metrics
-        self.jobs = Jobs(lambda *a, **kw: self.indexer().ingest(*a, **kw), metrics)
+        self.owner: Owner | None = None  # set by `search serve` when it owns the embedded store
+        self.jobs = Jobs(self._ingest, JobStore(settings.data_dir / JOBS_FILE), metrics)
+        self.watches = Watches(self.jobs, self.jobs.store, ignore=[settings.data_dir], outside_link=self.outside_link)
+
+    def _ingest(self, paths: list[Path], *, local: bool = False, **options):
+        """A job's run. The roots are checked again as each file is opened (a path allowed when the
+        job was submitted may be a symlink out by then); the owner's local faces read any path."""
+        return self.indexer().ingest(paths, confine_to=None if local else self.roots, **options)
 
     def _open(self) -> None:
         """Open the store on first use, so a busy or absent store is a 503 for that request (and
@@ -76,13 +88,35 @@ class Backend:
         """The query service without opening the store: for reporting on a store that may be busy."""
         return SearchService(self.settings, self.resources)
 
+    def open_store(self) -> None:
+        """Open the store now: `search serve` takes the embedded store's lock before it says it owns it."""
+        self._open()
+
     def inside_roots(self, path: Path) -> bool:
         return any(path.is_relative_to(root) for root in self.roots)
 
+    def outside_link(self, path: Path) -> Path | None:
+        """The first symbolic link at or under ``path`` that leads out of the roots (the indexer reads
+        the symlinked files it finds in folders), or None."""
+        if path.is_symlink():  # a file, or a folder a batch would walk
+            return None if self.inside_roots(path.resolve()) else path
+        if path.is_dir():
+            for dirpath, _dirs, files in os.walk(path):
+                for f in files:
+                    p = Path(dirpath, f)
+                    if p.is_symlink() and not self.inside_roots(p.resolve()):
+                        return p
+        return None
+
     def close(self) -> None:
-        """Finish the running job, then release the store. The app may start again after this
-        (test clients run the lifespan per request): the next call opens the store again."""
+        """Stop the watches, finish the running job, then release the store. The app may start again
+        after this (test clients run the lifespan per request): the next call opens the store again."""
+        self.watches.close()
         self.jobs.close()
+        self.jobs.store.close()
+        if self.owner is not None:  # here, not after uvicorn.run: uvicorn re-raises SIGTERM once it has shut down
+            owner.release(self.settings.data_dir)
+            self.owner = None
         with self._open_lock:
             self.resources.close()  # the store's close() takes the store lock like every other call
             self._opened = False

@@ -1,4 +1,5 @@
-"""Errors as JSON: a service error maps to its status code, a validation error names the field."""
+"""Errors as JSON: a service error maps to its status code, a validation error names the field, and
+an unexpected error is a 500 with the same body as every other error (the traceback goes to the log)."""
 
 from __future__ import annotations
 
@@ -17,7 +18,7 @@ def add_error_handlers(app: FastAPI) -> None:
     async def service_error(request: Request, exc: ServiceError) -> JSONResponse:
         status = next((code for cls, code in STATUS.items() if isinstance(exc, cls)), 500)
         note_error(request, exc)
-        return JSONResponse({"detail": str(exc)}, status_code=status)
+        return JSONResponse({"detail": str(exc), "error": type(exc).__name__}, status_code=status)
 
     @app.exception_handler(RequestValidationError)
     async def invalid(_request: Request, exc: RequestValidationError) -> JSONResponse:
@@ -29,3 +30,7 @@ def add_error_handlers(app: FastAPI) -> None:
             messages.append(f"{where}: {e['msg']}")
         errors = [{"loc": list(e["loc"]), "msg": e["msg"], "type": e["type"]} for e in exc.errors()]
         return JSONResponse({"detail": "; ".join(messages), "errors": errors}, status_code=422)
+
+    @app.exception_handler(Exception)  # Starlette answers with this, then re-raises for the server's log
+    async def unexpected(_request: Request, _exc: Exception) -> JSONResponse:
+        return JSONResponse({"detail": "internal error: the server log has the details"}, status_code=500)

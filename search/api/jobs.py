@@ -1,107 +1,156 @@
-"""Ingest jobs of the REST API: queued, run one at a time in a background thread, kept in memory."""
+"""Ingest jobs of the REST API: recorded in the data dir (indexer/jobs.py), run one at a time in a
+background thread, resumed when the server starts again after stopping mid-job, cancelled on request.
+Folder watches (search/api/watches.py) submit their batches here too, and wait for each."""
 
 from __future__ import annotations
 
 import logging
 import threading
 import time
-import uuid
-from collections import Counter
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
 from pathlib import Path
 
+from indexer.jobs import CANCELLED, DONE, FAILED, FINISHED, QUEUED, RUNNING, Job, JobStore
 from search.observability import ApiMetrics, job_id, request_id
+from search.paths import readable
 
 log = logging.getLogger("search.api")
 
 MAX_JOBS_KEPT = 200  # finished jobs beyond this are forgotten, oldest first
-
-
-@dataclass
-class Job:
-    id: str
-    paths: list[str]
-    state: str = "queued"  # queued | running | done | failed
-    total: int | None = None
-    done: int = 0
-    counts: Counter = field(default_factory=Counter)
-    failures: list[dict] = field(default_factory=list)
-    report: dict | None = None
-    error: str | None = None
-    created: float = field(default_factory=time.time)
-    finished: float | None = None
-    request_id: str | None = None  # the request that submitted it, for the logs
-
-    def as_dict(self) -> dict:
-        return {"id": self.id, "state": self.state, "paths": self.paths, "files_done": self.done,
-                "files_total": self.total, "counts": dict(self.counts), "failures": list(self.failures),
-                "report": self.report, "error": self.error, "created": self.created, "finished": self.finished}
+SAVE_EVERY_S = 0.5  # progress is written to the job table at most this often
 
 
 class Jobs:
-    """The job table and the one worker thread. ``ingest(paths, prune, on_start, on_file)`` does the work."""
+    """The job table and the one worker thread. ``ingest(paths, prune=, on_start=, on_file=, stop=, gone_ok=)``
+    does the work."""
 
-    def __init__(self, ingest: Callable, metrics: ApiMetrics | None = None) -> None:
-        self._ingest = ingest
-        self.metrics = metrics
-        self.jobs: dict[str, Job] = {}
+    def __init__(self, ingest: Callable, store: JobStore, metrics: ApiMetrics | None = None) -> None:
+        self._ingest, self.store, self.metrics = ingest, store, metrics
         self._lock = threading.Lock()
+        self._cancel: set[str] = set()
+        self._ended = threading.Condition()  # notified when a job ends or is cancelled before it started
         self.pool: ThreadPoolExecutor | None = None  # started on first use
 
     def get(self, job_id_: str) -> Job | None:
-        return self.jobs.get(job_id_)
+        return self.store.get(job_id_)
 
     def newest_first(self) -> list[Job]:
-        return sorted(list(self.jobs.values()), key=lambda j: -j.created)
+        return self.store.newest_first(MAX_JOBS_KEPT)
 
-    def submit(self, paths: list[Path], prune: bool) -> Job:
-        job = Job(uuid.uuid4().hex, [str(p) for p in paths], request_id=request_id.get())
-        with self._lock:
-            finished = [j for j in self.jobs.values() if j.finished]
-            for old in finished[: max(0, len(finished) - MAX_JOBS_KEPT)]:
-                del self.jobs[old.id]
-            self.jobs[job.id] = job
-            if self.pool is None:
-                self.pool = ThreadPoolExecutor(1, thread_name_prefix="ingest")
-            self.pool.submit(self._run, job, paths, prune)
+    def submit(self, paths: list[Path], prune: bool, source: str = "rest", local: bool = False,
+               gone_ok: bool = False) -> Job:
+        """Queue a job. ``local``: asked by the owner's user on this machine (any path it can read).
+        ``gone_ok``: paths that no longer exist are not failures (with ``prune``, what was indexed
+        under them is removed): a watch's batches carry the paths of deleted files."""
+        job = Job.new([str(p) for p in paths], prune=prune, source=source, local=local, gone_ok=gone_ok,
+                      request_id=request_id.get())
+        self.store.save(job)
+        self._start(job)
         log.info("ingest job %s queued", job.id, extra={"job_id": job.id, "paths": len(paths)})
         return job
 
-    def _run(self, job: Job, paths: list[Path], prune: bool) -> None:
-        job.state = "running"
+    def resume(self) -> list[Job]:
+        """Queue again the jobs a previous run of the server did not finish (a crash, kill -9):
+        content-derived ids make the redo exact."""
+        jobs = self.store.unfinished()
+        for job in jobs:
+            job.resumed += 1 if job.state == RUNNING else 0
+            job.state = QUEUED
+            self.store.save(job)
+            self._start(job)
+            log.info("ingest job %s resumed", job.id, extra={"job_id": job.id})
+        return jobs
+
+    def wait(self, job_id_: str, stop: Callable[[], bool] | None = None, poll_s: float = 0.25) -> Job | None:
+        """The job once it has ended (done, failed, cancelled), or as it is when ``stop()`` says so."""
+        while True:
+            job = self.store.get(job_id_)
+            if job is None or job.state in FINISHED or (stop is not None and stop()):
+                return job
+            with self._ended:
+                self._ended.wait(poll_s)
+
+    def _notify_ended(self) -> None:
+        with self._ended:
+            self._ended.notify_all()
+
+    def cancel(self, job_id_: str) -> Job | None:
+        """Ask a job to stop: a queued one never starts; a running one stops after the files in flight
+        are written, so what is in the store stays whole."""
+        job = self.store.get(job_id_)
+        if job is None or job.state in FINISHED:
+            return job
+        with self._lock:
+            self._cancel.add(job.id)
+        job.cancel_requested = True
+        if job.state == QUEUED:
+            job.state, job.finished = CANCELLED, time.time()
+        self.store.save(job)
+        self._notify_ended()
+        return job
+
+    def _start(self, job: Job) -> None:
+        with self._lock:
+            if self.pool is None:
+                self.pool = ThreadPoolExecutor(1, thread_name_prefix="ingest")
+            self.pool.submit(self._run, job.id)
+
+    def _cancelled(self, job: Job) -> bool:
+        with self._lock:
+            return job.id in self._cancel
+
+    def _run(self, job_id_: str) -> None:
+        job = self.store.get(job_id_)
+        if job is None or job.state != QUEUED:  # cancelled while it waited
+            return
+        job.state, job.started = RUNNING, time.time()
+        job.done, job.counts, job.failures = 0, type(job.counts)(), []  # a resumed job counts afresh
+        self.store.save(job)
         tokens = request_id.set(job.request_id), job_id.set(job.id)  # every log line of the job carries both
-        log.info("ingest job %s started", job.id, extra={"paths": len(paths)})
+        log.info("ingest job %s started", job.id, extra={"paths": len(job.paths)})
+        saved = time.monotonic()
+
+        def on_start(total: int) -> None:
+            job.total = total
+            self.store.save(job)
 
         def on_file(outcome) -> None:
-            job.done += 1
-            job.counts[outcome.status] += 1
+            nonlocal saved
+            job.note_file(outcome.status, outcome.path, outcome.reason)
             if self.metrics:
                 self.metrics.ingest_files.labels(outcome.status).inc()
             if outcome.reason and outcome.status == "failed":
-                job.failures.append({"path": outcome.path, "reason": outcome.reason})
-                log.warning("ingest job %s: %s: %s", job.id, outcome.path, outcome.reason)
+                log.warning("ingest job %s: %s: %s", job.id, readable(outcome.path), outcome.reason)
+            if time.monotonic() - saved > SAVE_EVERY_S:
+                self.store.save(job)
+                saved = time.monotonic()
 
         try:
-            report = self._ingest(paths, prune=prune, on_start=lambda n: setattr(job, "total", n), on_file=on_file)
-            job.report, job.state = report.as_dict(), "done"
+            report = self._ingest([Path(p) for p in job.paths], prune=job.prune, on_start=on_start, on_file=on_file,
+                                  stop=lambda: self._cancelled(job), local=job.local, gone_ok=job.gone_ok)
+            job.report = report.as_dict()
+            job.state = CANCELLED if report.cancelled else DONE
         except Exception as exc:  # the job's status is the only place left to report it
             log.exception("ingest job %s failed", job.id)
-            job.error, job.state = str(exc) or type(exc).__name__, "failed"
+            first = (str(exc).strip().splitlines() or [""])[0]  # the whole message is in the log
+            job.error, job.state = first or type(exc).__name__, FAILED
         job.finished = time.time()
+        self.store.save(job)
+        self.store.forget_finished(MAX_JOBS_KEPT)
+        self._notify_ended()
+        with self._lock:
+            self._cancel.discard(job.id)
         if self.metrics:
             self.metrics.ingest_jobs.labels(job.state).inc()
-        log.info("ingest job %s %s in %.1f s", job.id, job.state, job.finished - job.created,
+        log.info("ingest job %s %s in %.1f s", job.id, job.state, job.finished - (job.started or job.created),
                  extra={"state": job.state, "files": dict(job.counts)})
         request_id.reset(tokens[0])
         job_id.reset(tokens[1])
 
     def close(self) -> None:
-        """Finish the running job; fail the queued ones."""
+        """Finish the running job. Queued ones stay queued in the table: the next start runs them."""
         if self.pool is not None:
-            self.pool.shutdown(wait=True, cancel_futures=True)
-            self.pool = None
-        for job in self.jobs.values():
-            if job.state == "queued":
-                job.state, job.error = "failed", "the server shut down before the job started"
+            with self._lock:
+                pool, self.pool = self.pool, None
+            pool.shutdown(wait=True, cancel_futures=True)

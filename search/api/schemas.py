@@ -1,12 +1,13 @@
-"""Request bodies: pydantic models, so a bad field is a 422 that names it."""
+"""Request bodies (pydantic models, so a bad field is a 422 that names it), and the bodies of the
+error and readiness answers, so the OpenAPI document shows every status a route can answer with."""
 
 from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from pydantic import AfterValidator, BaseModel, Field
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
 
-from search.services import MAX_TOP_K, MODES, SORTS, ImageFilters
+from search.services import HIT_CHARS, HIT_CHARS_LIMIT, MAX_TOP_K, MODES, SORTS, ImageFilters
 
 MAX_PATHS = 100  # per ingest request
 
@@ -28,6 +29,9 @@ MinRelevance = Annotated[float, Field(ge=0, le=1, description="hide hits whose c
                                       "when none is left the answer says no_match: true")]
 
 
+FileTypes = Annotated[list[Annotated[Text, Field(min_length=1, max_length=16)]], Field(max_length=32)]
+
+
 class DocumentQuery(BaseModel):
     query: Text = Field(min_length=1, max_length=2000, examples=["reset password"])
     top_k: TopK = 5
@@ -35,6 +39,17 @@ class DocumentQuery(BaseModel):
     min_score: Score | None = None
     min_relevance: MinRelevance | None = None
     folder: Text | None = Field(None, max_length=4096, description="only files under this folder")
+    types: FileTypes | None = Field(None, description="only files of these types, e.g. [\"pdf\", \"docx\"]")
+    max_chars: Annotated[int, Field(ge=1, le=HIT_CHARS_LIMIT)] | None = Field(
+        None, description=f"characters of text per hit, cut at a word boundary when there is one (the hit then says "
+                          f"truncated and its whole length); null: {HIT_CHARS}")
+    full_text: bool = Field(False, description="each hit's whole text, however long (leave max_chars out)")
+
+    @model_validator(mode="after")
+    def _one_bound(self) -> DocumentQuery:
+        if self.full_text and self.max_chars is not None:
+            raise ValueError("max_chars and full_text: give one or the other")
+        return self
 
 
 class PhotoFilters(BaseModel):
@@ -43,10 +58,11 @@ class PhotoFilters(BaseModel):
     camera: Text | None = Field(None, max_length=200)
     near: Text | None = Field(None, max_length=100, description="LAT,LON,KM", examples=["51.5,-0.12,10"])
     folder: Text | None = Field(None, max_length=4096)
+    types: FileTypes | None = Field(None, description="only files of these types, e.g. [\"jpg\", \"png\"]")
 
     def to_filters(self) -> ImageFilters:
         return ImageFilters.parse(after=self.after, before=self.before, camera=self.camera, near=self.near,
-                                  folder=self.folder)
+                                  folder=self.folder, suffixes=self.types or ())
 
 
 class ImageQuery(PhotoFilters):
@@ -64,3 +80,73 @@ class IngestPaths(BaseModel):
     paths: list[Text] = Field(min_length=1, max_length=MAX_PATHS,
                               description="absolute server-side paths inside the configured roots")
     prune: bool = Field(False, description="also remove indexed files under these paths that are gone from disk")
+
+
+# -- answers other than a route's success
+
+
+class ErrorBody(BaseModel):
+    detail: str = Field(description="one line; it starts with the field or header at fault when there is one")
+    error: str | None = Field(None, description="the kind of error (e.g. ModelNotReady, EmptyCollection), "
+                                                "when the service raised it: what the CLI maps to its exit codes")
+
+
+class ValidationIssue(BaseModel):
+    loc: list[str | int] = Field(description="where: 'body', 'query', 'header' or 'path', then the field")
+    msg: str
+    type: str
+
+
+class ValidationErrorBody(ErrorBody):
+    errors: list[ValidationIssue] = Field(description="pydantic's findings, for programs")
+
+
+class TritonReadiness(BaseModel):
+    model_config = ConfigDict(extra="allow")
+    url: str
+    live: bool
+    models: dict[str, bool] = Field(description="model name -> ready")
+
+
+class StoreReadiness(BaseModel):
+    model_config = ConfigDict(extra="allow")
+    backend: str
+    location: str
+    reachable: bool
+    error: str | None = None
+
+
+class Readiness(BaseModel):
+    ready: bool
+    triton: TritonReadiness
+    qdrant: StoreReadiness
+    verify: dict | None = Field(None, description="with ?verify=1: `search models verify`'s report "
+                                "(passed, families with their checks)")
+
+
+_ERRORS = {
+    400: "A value that cannot be used (a blank query, a bad date or image, a relative path); the message names the field",
+    401: "The X-API-Key header is missing or wrong (only when the server has an API key)",
+    403: "A path outside the folders this server may ingest from",
+    404: "No such path or job",
+    409: "Nothing is indexed yet in the collection searched",
+    413: "The request body, or one uploaded file, is over the server's size limit",
+    422: "The request does not match this schema; `detail` names each field, `errors` lists pydantic's findings",
+    500: "An unexpected error; the server log has the details",
+    503: "Triton, a model or the store is not available",
+}
+_AUTH_HEADER = {"WWW-Authenticate": {"description": "the scheme to authenticate with", "required": True,
+                                     "schema": {"type": "string"}}}
+
+
+def errors(*codes: int) -> dict[int | str, dict]:
+    """The ``responses=`` of a route or router: these statuses, each with the project's error body."""
+    return {code: {"model": ValidationErrorBody if code == 422 else ErrorBody, "description": _ERRORS[code],
+                   **({"headers": _AUTH_HEADER} if code == 401 else {})} for code in codes}
+
+
+class WatchPaths(BaseModel):
+    paths: list[Text] = Field(min_length=1, max_length=MAX_PATHS,
+                              description="absolute server-side folders inside the configured roots")
+    quiet_ms: int = Field(500, ge=50, le=60_000,
+                          description="how long the folders must be quiet before a batch of changes is indexed")

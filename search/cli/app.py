@@ -2,18 +2,27 @@
 
 from __future__ import annotations
 
+import importlib
 from pathlib import Path
 
 import click
 import typer
 from typer.core import TyperGroup
 
-from search.cli import faces, models, query, store, triton
+from search.cli import faces, query
 from search.cli.support import DataDir, QdrantUrl, TritonUrl, make_settings
 
+# Command groups loaded when they run, not when `search "…"` or `search --help` starts: they pull
+# in numpy, tritonclient and the model registry. Their one-line help is here for the listing.
+LAZY_GROUPS = {
+    "triton": ("search.cli.triton", "Run the local Triton server (the binary from nvidia-pytriton)."),
+    "models": ("search.cli.models", "Export the served models into the Triton model repository."),
+    "store": ("search.cli.store", "The vector store: size and index status, optimize, migrate between backends."),
+}
 
-class QueryByDefault(TyperGroup):
-    """`search "reset password"` means `search query "reset password"`."""
+
+class SearchGroup(TyperGroup):
+    """`search "reset password"` means `search query "reset password"`; command groups load lazily."""
 
     def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
         group_opts = {o: p for p in self.params for o in (*p.opts, *p.secondary_opts)}
@@ -21,21 +30,34 @@ class QueryByDefault(TyperGroup):
         while i < len(args) and args[i].split("=", 1)[0] in group_opts:
             p = group_opts[args[i].split("=", 1)[0]]
             i += 1 if ("=" in args[i] or getattr(p, "is_flag", False)) else 2
-        if i < len(args) and args[i] not in self.commands and args[i] not in ("--help", "-h"):
+        if i < len(args) and args[i] not in self.commands and args[i] not in LAZY_GROUPS and args[i] not in ("--help", "-h"):
             args = [*args[:i], "query", *args[i:]]
         return super().parse_args(ctx, args)
 
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return [*super().list_commands(ctx), *(g for g in LAZY_GROUPS if g not in self.commands)]
+
+    def get_command(self, ctx: click.Context, name: str) -> click.Command | None:
+        if name in LAZY_GROUPS and name not in self.commands:  # a help listing: the stand-in is enough
+            return click.Group(name, help=LAZY_GROUPS[name][1])
+        return super().get_command(ctx, name)
+
+    def resolve_command(self, ctx: click.Context, args: list[str]):
+        name = args[0] if args else ""
+        if name in LAZY_GROUPS and name not in self.commands:  # it runs: load it
+            group = typer.main.get_group(importlib.import_module(LAZY_GROUPS[name][0]).app)
+            group.name = name
+            self.commands[name] = group
+        return super().resolve_command(ctx, args)
+
 
 app = typer.Typer(
-    cls=QueryByDefault, no_args_is_help=True, add_completion=False, rich_markup_mode="rich",
+    cls=SearchGroup, no_args_is_help=True, add_completion=False, rich_markup_mode="rich",
     help="Semantic search over your documents and photos, with models served by Triton and vectors in Qdrant.\n\n"
          'Documents: [bold]search "reset password"[/] (same as [bold]search query ...[/]).  '
          'Photos: [bold]search --images "a dog on the beach"[/], [bold]search --like photo.jpg[/].  '
          "Index first with [bold]indexer ingest PATH[/].",
 )
-app.add_typer(triton.app, name="triton")
-app.add_typer(models.app, name="models")
-app.add_typer(store.app, name="store")
 for command in (query.query, query.entail, query.status, faces.serve, faces.ui):
     app.command()(command)
 

@@ -7,29 +7,64 @@ import inspect
 import typer
 from rich.table import Table
 
-from search.cli.support import err, guarded, out
+from search.cli.support import err, guarded, out, say
 from search.cli.verify import models_verify
 from search.config import Settings
-from search.models import FAMILIES
+from search.models import FAMILIES, PRECISIONS
 
 app = typer.Typer(no_args_is_help=True, help="Export the served models into the Triton model repository.")
 
-def models_build(ctx: typer.Context, force: bool = False, **given: str | None) -> None:
+PRECISION_HELP = (
+    f"{' | '.join(PRECISIONS)} for every family that offers it, or per family (minilm=int8,clip=fp32). Default fp32. "
+    "int8 is dynamic quantization of the CPU graph: measured for MiniLM (STS-B, MS MARCO; docs/benchmarks.md), "
+    "unmeasured for CLIP and BGE-M3 (needs --allow-unmeasured-int8); OFA is fp32 only.")
+
+
+def parse_precision(value: str) -> tuple[str, dict[str, str]]:
+    """'int8' -> ('int8', {}); 'minilm=int8,clip=fp32' -> ('fp32', {'minilm': 'int8', 'clip': 'fp32'})."""
+    default, per = "fp32", {}
+    names = {f.family for f in FAMILIES}
+    for part in filter(None, (p.strip() for p in value.split(","))):
+        name, _, prec = part.rpartition("=")
+        if prec not in PRECISIONS or (name and name not in names):
+            raise typer.BadParameter(f"{part!r}: expected one of {', '.join(PRECISIONS)}, optionally as FAMILY=PRECISION "
+                                     f"(families: {', '.join(sorted(names))})", param_hint="--precision")
+        if name:
+            per[name] = prec
+        else:
+            default = prec
+    return default, per
+
+
+def models_build(ctx: typer.Context, force: bool = False, precision: str = "fp32", allow_unmeasured_int8: bool = False,
+                 **given: str | None) -> None:
     """Export every model family whose weights can be reached into triton_repo/."""
     settings: Settings = ctx.obj
-    missing, explicit_missing = 0, 0
+    default, per_family = parse_precision(precision)
+    missing, explicit_failed = 0, 0
     for fam in FAMILIES:
         named = given.get(fam.source_setting)
+        wanted = per_family.get(fam.family, default)
+        status, note = fam.precision_status(wanted), ""
+        if fam.family not in per_family and wanted != "fp32" and \
+                (status is None or (status == "unmeasured" and not allow_unmeasured_int8)):
+            # One precision for all families: those that do not offer it (or only unmeasured) stay fp32.
+            note, wanted = f" ({wanted} {_why_not(status)}: fp32)", "fp32"
         with err.status(f"exporting {fam.family}…"):
-            report = fam.build(settings.triton_repo, named or fam.source(settings), force=force)
+            report = fam.build(settings.triton_repo, named or fam.source(settings), force=force, precision=wanted,
+                               allow_unmeasured=allow_unmeasured_int8)
         colour = {"built": "green", "up to date": "green"}.get(report.status, "yellow")
-        out.print(f"[bold]{fam.family}[/]: [{colour}]{report.status}[/] — {report.detail}", highlight=False, soft_wrap=True)
+        say("[bold]{}[/]: [" + colour + "]{}[/]{} — {}", fam.family, report.status, note, report.detail)
         missing += report.status == "missing weights"
-        explicit_missing += report.status == "missing weights" and named is not None
+        explicit_failed += (report.status == "missing weights" and named is not None) or report.status == "refused"
     if missing:
         out.print("Models without weights are skipped; everything else works without them.")
-    if explicit_missing:
-        raise typer.Exit(1)  # a source the user named could not be used
+    if explicit_failed:
+        raise typer.Exit(1)  # a source or a precision the user named could not be used
+
+
+def _why_not(status: str | None) -> str:
+    return "is not offered" if status is None else "is unmeasured, see --allow-unmeasured-int8"
 
 
 # One --<family>-source option per registered family: adding a family adds its option.
@@ -41,6 +76,12 @@ models_build.__signature__ = inspect.Signature([
       for fam in FAMILIES),
     inspect.Parameter("force", inspect.Parameter.KEYWORD_ONLY, annotation=bool,
                       default=typer.Option(False, "--force", help="Export again even when the files are up to date.")),
+    inspect.Parameter("precision", inspect.Parameter.KEYWORD_ONLY, annotation=str,
+                      default=typer.Option("fp32", "--precision", help=PRECISION_HELP)),
+    inspect.Parameter("allow_unmeasured_int8", inspect.Parameter.KEYWORD_ONLY, annotation=bool,
+                      default=typer.Option(False, "--allow-unmeasured-int8",
+                                           help="Build int8 where its quality was never measured (CLIP, BGE-M3: no real "
+                                                "weights here; other MiniLM weights than those measured).")),
 ])
 app.command("build")(guarded(models_build))
 
@@ -51,8 +92,19 @@ app.command("verify")(models_verify)
 @app.command("list")
 def models_list(ctx: typer.Context) -> None:
     """Show each model family and whether its files are built."""
-    table = Table("family", "model", "Triton ensembles", "built", "steps")
+    table = Table("family", "model", "Triton ensembles", "built", "precision", "steps")
     for fam in FAMILIES:
-        table.add_row(fam.family, fam.display, ", ".join(fam.ensembles), "yes" if fam.is_built(ctx.obj.triton_repo) else "no",
-                      ", ".join(fam.steps))
+        repo = ctx.obj.triton_repo
+        table.add_row(fam.family, fam.display, ", ".join(fam.ensembles), "yes" if fam.is_built(repo) else "no",
+                      _precision(fam, repo), ", ".join(fam.steps))
     out.print(table)
+
+
+def _precision(fam, repo) -> str:
+    """What the build manifest says: fp32, or int8 (measured | unmeasured); '-' when not built."""
+    manifest = fam.manifest(repo)
+    if manifest is None:
+        return "-"
+    precision = manifest.get("precision", "fp32")
+    status = manifest.get("precision_status")
+    return f"{precision} ({status})" if precision != "fp32" and status else precision

@@ -6,11 +6,15 @@ from pathlib import Path
 
 import typer
 
-from search.cli.support import display_path, err, guarded, opened, out, to_json
-from search.cli.verify import print_report
-from search.services import DEFAULT_MIN_RELEVANCE, ImageFilters, SearchService, check_query_options
+from search.cli.connect import query_service
+from search.cli.support import display_path, err, guarded, out, say, to_json
+from search.cli.verify_report import print_report
+from search.paths import readable
+from search.services.options import DEFAULT_MIN_RELEVANCE, HIT_CHARS, ImageFilters, check_query_options
 
-NO_GOOD_MATCH = 7  # exit status: hits were found, but none is clearly above the collection's background
+# Exit status of a query (also in the README): 8 is its own, apart from indexer ingest's 7 ("some files failed").
+NOTHING_MATCHED = 1  # no hit at all (above --min-score, with the entailment asked)
+NO_GOOD_MATCH = 8  # hits were found, but none is clearly above the collection's background (--min-relevance)
 
 
 @guarded
@@ -23,7 +27,8 @@ def query(
     min_score: float = typer.Option(None, "--min-score", help="Hide hits scoring below this (cosine, -1..1, except --mode sparse: "
                                    "unbounded lexical weights)."),
     folder: Path = typer.Option(None, "--folder", help="Only files under this folder."),
-    file_type: list[str] = typer.Option(None, "--type", help="Only files of this type, e.g. --type pdf --type docx (repeatable)."),
+    file_type: list[str] = typer.Option(None, "--type",
+                                        help="Only files of this type, e.g. --type pdf --type docx (repeatable)."),
     after: str = typer.Option(None, "--after", help="Photos taken on or after this date (2021-07-14 or 2021-07-14T09:30, UTC)."),
     before: str = typer.Option(None, "--before", help="Photos taken before this date."),
     camera: str = typer.Option(None, "--camera", help="Photos from this camera (words of make and model, e.g. 'canon 5d')."),
@@ -41,15 +46,23 @@ def query(
                                         help="Hide hits that are not clearly above the collection's background: calibrated "
                                              f"relevance below this ({DEFAULT_MIN_RELEVANCE} = clearly; docs/relevance.md). "
                                              f"When none is left: \"no good match\", exit status {NO_GOOD_MATCH}."),
+    full_text: bool = typer.Option(False, "--full-text", help="Documents: each passage's whole text; without it a hit's text "
+                                   f"stops near {HIT_CHARS:,} characters (JSON: truncated and length say so)."),
     as_json: bool = typer.Option(False, "--json", help="Print machine-readable JSON."),
 ) -> None:
-    """Find the passages that best match TEXT, or photos with --images / --like."""
+    """Find the passages that best match TEXT, or photos with --images / --like.
+
+    [bold]Exit status[/]:
+      0  hits shown
+      1  nothing matched (above --min-score, with the entailment asked), or another error
+      8  no good match: hits were found, but none is clearly above the background (--min-relevance)
+      2  bad option · 3 Triton not reachable · 4 model not served · 5 store unavailable · 6 nothing indexed yet · 130 interrupted"""
     photos = bool(images or like)
     check_query_options(photos=photos, text=bool(text), like=like is not None, mode=mode, verify=verify,
-                        min_entailment=min_entailment,
+                        min_entailment=min_entailment, full_text=full_text,
                         photo_only={"--after": after, "--before": before, "--camera": camera, "--near": near,
                                     "--sort": sort != "score"})
-    with opened(SearchService, ctx) as svc:
+    with query_service(ctx) as svc:
         if photos:
             filters = ImageFilters.parse(after=after, before=before, camera=camera, near=near, folder=folder,
                                          suffixes=file_type)
@@ -58,37 +71,40 @@ def query(
         else:
             hits = svc.search_documents(text, top_k=top_k or 5, min_score=min_score,
                                         folder=str(folder) if folder else None, mode=mode, suffixes=file_type or (),
-                                        min_relevance=min_relevance)
+                                        full_text=full_text, min_relevance=min_relevance)
     if as_json:
-        print(to_json({"query": text, "like": str(like) if like else None, "no_match": hits.no_match,
-                       "relevance_note": hits.note, "hits": [h.as_dict() for h in hits]}))
+        print(to_json({"query": text, "like": readable(str(like)) if like else None, "no_match": hits.no_match,
+                       "relevance_note": hits.note, "best_relevance": hits.best, "hits": [h.as_dict() for h in hits]}))
         if hits.no_match:
             raise typer.Exit(NO_GOOD_MATCH)
         return
     if hits.note and min_relevance is not None:
-        err.print(f"note: {hits.note}; --min-relevance was not applied", highlight=False, soft_wrap=True)
+        say("note: {}; --min-relevance was not applied", hits.note, console=err)
     if hits.no_match:
-        err.print(f"no good match: nothing is clearly above the collection's background (best relevance {hits.best:.2f}, "
-                  f"below --min-relevance {min_relevance})", highlight=False, soft_wrap=True)
+        say("no good match: nothing is clearly above the collection's background (best relevance {:.2f}, "
+            "below --min-relevance {})", hits.best or 0.0, min_relevance, console=err)
         raise typer.Exit(NO_GOOD_MATCH)
     if not hits:
         err.print("nothing matched" + (f" above --min-score {min_score}" if min_score is not None else "")
                   + (f" with entailment ≥ {min_entailment}" if min_entailment is not None else ""))
-        raise typer.Exit(1)
+        raise typer.Exit(NOTHING_MATCHED)
     for rank, h in enumerate(hits, 1):
-        relevance = f" [dim]rel {h.relevance:.2f}[/]" if h.relevance is not None else ""
-        head = f"[bold]{rank}.[/] [green]{h.score:.3f}[/]{relevance}  [cyan]{display_path(h.path)}[/]"
+        relevance = " [dim]rel {relevance:.2f}[/]" if h.relevance is not None else ""
+        head = "[bold]{rank}.[/] [green]{score:.3f}[/]" + relevance + "  [cyan]{path}[/]"
         if images or like:
             facts = [h.taken, h.camera, f"{h.width}×{h.height}" if h.width else None,
                      f"{h.latitude:.5f},{h.longitude:.5f}" if h.latitude is not None else None]
             if verify:
-                head += (f"  [magenta]entails {h.entailment:.3f}[/] [dim]({h.entailment_label})[/]"
-                         if h.entailment is not None else "  [yellow]not verified (file unreadable)[/]")
-            out.print(head + "  [dim]" + " · ".join(f for f in facts if f) + "[/]", highlight=False, soft_wrap=True)
+                head += ("  [magenta]entails {entails:.3f}[/] [dim]({label})[/]" if h.entailment is not None
+                         else "  [yellow]not verified (file unreadable)[/]")
+            say(head + "  [dim]{facts}[/]", rank=rank, score=h.score, relevance=h.relevance, path=display_path(h.path),
+                entails=h.entailment,
+                label=h.entailment_label, facts=" · ".join(f for f in facts if f))
         else:
             where = [f"p. {h.page}" if h.page else None, f"§ {h.section}" if h.section else None, f"chunk {h.chunk}", h.mode]
-            out.print(f"{head} [dim]({', '.join(w for w in where if w)})[/]", highlight=False, soft_wrap=True)
-            out.print(f"   {h.snippet()}", highlight=False, soft_wrap=True)
+            say(head + " [dim]({where})[/]", rank=rank, score=h.score, relevance=h.relevance, path=display_path(h.path),
+                where=", ".join(w for w in where if w))
+            say("   {}", h.text.strip().replace("\n", "\n   ") if full_text else h.snippet())
 
 
 @guarded
@@ -101,7 +117,7 @@ def entail(
 ) -> None:
     """Does PHOTO support HYPOTHESIS? OFA visual entailment: entailment, neutral or contradiction,
     with the three probabilities."""
-    with opened(SearchService, ctx) as svc:
+    with query_service(ctx) as svc:
         verdict = svc.entail(photo, hypothesis, premise)
     if as_json:
         print(to_json({"photo": str(photo), "hypothesis": hypothesis, "premise": premise, **verdict.as_dict()}))
@@ -118,7 +134,7 @@ def status(ctx: typer.Context, as_json: bool = typer.Option(False, "--json"),
            verify: bool = typer.Option(False, "--verify", help="Also check that the served models give the expected "
                                        "answers (`search models verify`); exit status 1 on a miss.")) -> None:
     """Show whether Triton and the store are reachable, which models are served, and counts."""
-    with opened(SearchService, ctx) as svc:
+    with query_service(ctx) as svc:
         st = svc.status()
         report = svc.verify_report() if verify else None
     if as_json:
@@ -127,15 +143,22 @@ def status(ctx: typer.Context, as_json: bool = typer.Option(False, "--json"),
             raise typer.Exit(1)
         return
     t = st["triton"]
-    out.print(f"Triton  {t['url']}: " + ("[green]live[/]" if t["live"] else "[red]not reachable[/] (start it: search triton up)"))
+    say("Triton  {}: " + ("[green]live[/]" if t["live"] else "[red]not reachable[/] (start it: search triton up)"), t["url"])
     for name, m in t["models"].items():
-        out.print(f"  {name}: built={'yes' if m['built'] else 'no'} ready={'yes' if m['ready'] else 'no'}"
-                  + ("" if m.get("healthy", True) else f" [red]unhealthy[/]: {m['reason']}"), highlight=False, soft_wrap=True)
-    out.print(f"Store   {st['store']['backend']} at {st['store']['location']}")
-    for name, n in st["store"]["collections"].items():
-        out.print(f"  {name}: {n} points")
+        say("  {}: built={} ready={}" + ("" if m.get("healthy", True) else " [red]unhealthy[/]: {}"), name,
+            "yes" if m["built"] else "no", "yes" if m["ready"] else "no", *([] if m.get("healthy", True) else [m["reason"]]))
+    s = st["store"]
+    if s.get("in_use"):
+        say("Store   {} at {}: [yellow]in use by another process{}[/]", s["backend"], s["location"],
+            f" (pid {s['holder_pid']})" if s.get("holder_pid") else "")
+    elif not s.get("available", True):
+        say("Store   {} at {}: [red]not available[/]: {}", s["backend"], s["location"], s["error"])
+    else:
+        say("Store   {} at {}", s["backend"], s["location"])
+    for name, n in s["collections"].items():
+        say("  {}: {} points", name, n)
     if "note" in st["store"]:
-        out.print(f"  [yellow]note[/]: {st['store']['note']}", highlight=False, soft_wrap=True)
+        say("  [yellow]note[/]: {}", st["store"]["note"])
     if report is not None:
         print_report(report)
         if not report["passed"]:

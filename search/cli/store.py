@@ -8,7 +8,8 @@ import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from search.cli.support import err, guarded, opened, out, to_json
+from search.cli.connect import owner_of, query_service
+from search.cli.support import err, fail, guarded, opened, out, say, to_json
 from search.services import SearchService
 
 app = typer.Typer(no_args_is_help=True, help="The vector store: size and index status, optimize, migrate between backends.")
@@ -20,12 +21,12 @@ STORE_SPEC = "edge[:PATH] (Qdrant's engine embedded), local[:PATH] (qdrant-clien
 @guarded
 def store_stats(ctx: typer.Context, as_json: bool = typer.Option(False, "--json", help="Print machine-readable JSON.")) -> None:
     """Points, segments, index status, payload indexes and disk size of each collection."""
-    with opened(SearchService, ctx) as svc:
+    with query_service(ctx) as svc:
         st = svc.store_stats()
     if as_json:
         print(to_json(st))
         return
-    out.print(f"Store {st['backend']} at {st['location']}" + (f" — {_size(st['disk_bytes'])} on disk" if st["disk_bytes"] else ""))
+    say("Store {} at {}" + (" — {} on disk" if st["disk_bytes"] else ""), st["backend"], st["location"], _size(st["disk_bytes"]))
     table = Table("collection", "points", "segments", "in HNSW", "status", "payload indexes", "disk")
     for name, c in st["collections"].items():
         table.add_row(name, f"{c['points']:,}", str(c["segments"] if c["segments"] is not None else "-"),
@@ -33,14 +34,14 @@ def store_stats(ctx: typer.Context, as_json: bool = typer.Option(False, "--json"
                       str(len(c["payload_indexes"])), _size(c["disk_bytes"]))  # names: --json
     out.print(table if st["collections"] else "  no collections yet: run `indexer ingest PATH`")
     if "note" in st:
-        out.print(f"[yellow]note[/]: {st['note']}", highlight=False, soft_wrap=True)
+        say("[yellow]note[/]: {}", st["note"])
 
 
 @app.command("optimize")
 @guarded
 def store_optimize(ctx: typer.Context) -> None:
     """Merge segments and build the HNSW indexes now (ingest does this when it ends)."""
-    with opened(SearchService, ctx) as svc:
+    with query_service(ctx) as svc:
         svc.optimize_store()
     out.print("optimized")
 
@@ -65,13 +66,15 @@ def store_migrate(
             tasks[name] = progress.add_task(name, total=total)
         progress.update(tasks[name], completed=done)
 
+    if (running := owner_of(ctx.obj)) is not None:
+        fail(f"the search server ({running.describe()}) has this store open: stop it, then migrate", 5)
     with opened(SearchService, ctx) as svc, progress:
         done = svc.migrate_store(to, source, progress=step)
     if as_json:
         print(to_json([asdict(m) for m in done]))
         return
     for m in done:
-        out.print(f"{m.collection}: {m.copied:,} points copied, {m.target:,} in the target (verified)")
+        say("{}: {:,} points copied, {:,} in the target (verified)", m.collection, m.copied, m.target)
 
 
 def _size(n: int | None) -> str:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import typer
 
-from search.cli.support import err, fail, guarded, out
+from search.cli.support import err, fail, guarded, out, say
 from search.config import Settings
 from search.models import built_triton_models
 from search.triton.local import LocalTriton
@@ -30,7 +30,7 @@ def triton_up(
     settings: Settings = ctx.obj
     running = LocalTriton.attach(settings.triton_run_dir)
     if running and running.is_running():
-        out.print(f"Triton is already running (pid {running.state.pid}, gRPC {running.host}:{running.grpc_port})")
+        say("Triton is already running (pid {}, gRPC {}:{})", running.state.pid, running.host, running.grpc_port)
         return
     if running:
         running.stop()  # stale state from a server that died: clean its leftovers
@@ -40,8 +40,8 @@ def triton_up(
     server = _local(settings, models, http_port=http_port, grpc_port=grpc_port, metrics_port=metrics_port)
     with err.status("starting Triton…"):
         server.start(timeout=settings.triton_start_timeout_s)
-    out.print(f"Triton ready: gRPC {server.host}:{server.grpc_port}, HTTP {server.http_port}, metrics {server.metrics_port} "
-              f"(pid {server.state.pid}); models: {', '.join(models)}", soft_wrap=True)
+    say("Triton ready: gRPC {}:{}, HTTP {}, metrics {} (pid {}); models: {}", server.host, server.grpc_port,
+        server.http_port, server.metrics_port, server.state.pid, ", ".join(models))
 
 
 @app.command("down")
@@ -60,19 +60,29 @@ def triton_down(ctx: typer.Context) -> None:
 @guarded
 def triton_status(ctx: typer.Context) -> None:
     """Say whether the local server runs and which models it has loaded."""
-    server = LocalTriton.attach(ctx.obj.triton_run_dir)
+    run_dir = ctx.obj.triton_run_dir
+    server = LocalTriton.attach(run_dir)
     if server is None or not server.is_running():
-        out.print("Triton is not running (start it: search triton up)")
+        out.print(f"Triton is not running for the data dir {ctx.obj.data_dir} (start it: search triton up)", soft_wrap=True)
+        for other in LocalTriton.running():  # started with another --data-dir / SEARCH_DATA_DIR
+            url = f"{other.host}:{other.grpc_port}"
+            if other.run_dir.name == run_dir.name:  # <data dir>/triton
+                data_dir = other.run_dir.parent
+                where, see = f"with the data dir {data_dir}", f"search --data-dir {data_dir} triton status, or "
+            else:
+                where, see = f"from {other.run_dir}", ""
+            out.print(f"  running {where}: pid {other.state.pid}, gRPC {url} ({see}SEARCH_TRITON_URL={url})",
+                      highlight=False, soft_wrap=True)
         raise typer.Exit(1)
     ready = server.is_ready()
-    out.print(f"Triton pid {server.state.pid}: {'ready' if ready else 'not ready'}; gRPC {server.host}:{server.grpc_port}, "
-              f"HTTP {server.http_port}, metrics {server.metrics_port}; log {server.state.log}")
+    say("Triton pid {}: {}; gRPC {}:{}, HTTP {}, metrics {}; log {}", server.state.pid, "ready" if ready else "not ready",
+        server.host, server.grpc_port, server.http_port, server.metrics_port, server.state.log)
     if ready:
         health = server.health()  # READY stays true when a model's process died: probe each ensemble
-        for m in server.model_status():
+        for m in server.model_status():  # the reason is Triton's own message, which may quote a model's error
             h = health.get(m["name"])
-            sick = f" [red]unhealthy[/]: {h.reason}" if h and not h.healthy else ""
-            out.print(f"  {m['name']} v{m.get('version', '?')}: {m.get('state', '?')} {m.get('reason', '')}{sick}",
-                      highlight=False, soft_wrap=True)
+            sick = h is not None and not h.healthy
+            say("  {} v{}: {} {}" + (" [red]unhealthy[/]: {}" if sick else ""), m["name"], m.get("version", "?"),
+                m.get("state", "?"), m.get("reason", ""), *([h.reason] if sick else []))
         if not all(h.healthy for h in health.values()):
             raise typer.Exit(1)

@@ -9,6 +9,7 @@ import os
 import re
 import stat
 import tempfile
+import warnings
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta, timezone
 from pathlib import Path
@@ -34,6 +35,12 @@ except (ImportError, OSError):  # optional; OSError: installed but its shared li
     pillow_heif = None
 else:
     pillow_heif.register_heif_opener()  # module import runs once, so this registers once
+
+
+# Pillow warns on stderr (a raw multi-line warning) above its MAX_IMAGE_PIXELS (89.5 MP). Our own
+# limit (max_pixels, checked from the header before decoding) decides instead, and a file over it
+# fails with a one-line reason; Pillow's error at twice its limit stays on.
+warnings.filterwarnings("ignore", category=Image.DecompressionBombWarning)
 
 
 class BadImage(Exception):

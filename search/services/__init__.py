@@ -1,18 +1,49 @@
 """The query services: the one implementation of search that the CLI, the REST API and the page
-call. Ingest is the indexer's service (``indexer.service``); both share ``search.resources``."""
+call. Ingest is the indexer's service (``indexer.service``); both share ``search.resources``.
 
-from search.services.admin import Admin
-from search.services.documents import DocumentSearch
-from search.services.filters import MAX_TOP_K, MODES, SORTS, ImageFilters, check_query_options, parse_date, parse_near
-from search.services.images import ImageSearch
-from search.services.relevance import DEFAULT_MIN_RELEVANCE, HitList
-from search.services.results import DocumentHit, ImageHit, prompt_context
-from search.services.verify import Verification
+Names load on first use (PEP 562): the CLI's fast path through a running server imports
+``search.services.results`` and ``search.services.remote`` without qdrant-client (~0.75 s).
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING
+
+_WHERE = {
+    "SearchService": "search.services.query",
+    "MAX_TOP_K": "search.services.options", "MODES": "search.services.options", "SORTS": "search.services.options",
+    "ImageFilters": "search.services.options", "check_query_options": "search.services.options",
+    "parse_date": "search.services.options", "parse_near": "search.services.options",
+    "HIT_CHARS": "search.services.options", "HIT_CHARS_LIMIT": "search.services.options",
+    "DEFAULT_MIN_RELEVANCE": "search.services.options", "HitList": "search.services.results",
+    "DocumentHit": "search.services.results", "ImageHit": "search.services.results",
+    "prompt_context": "search.services.results",
+}
+
+if TYPE_CHECKING:
+    from search.services.options import (
+        DEFAULT_MIN_RELEVANCE,
+        HIT_CHARS,
+        HIT_CHARS_LIMIT,
+        MAX_TOP_K,
+        MODES,
+        SORTS,
+        ImageFilters,
+        check_query_options,
+        parse_date,
+        parse_near,
+    )
+    from search.services.query import SearchService
+    from search.services.results import DocumentHit, HitList, ImageHit, prompt_context
 
 
-class SearchService(DocumentSearch, ImageSearch, Admin, Verification):
-    """Every query a face can ask, over one store and one Triton client."""
+def __getattr__(name: str):
+    if name not in _WHERE:
+        raise AttributeError(f"module 'search.services' has no attribute {name!r}")
+    return getattr(importlib.import_module(_WHERE[name]), name)
 
 
-__all__ = ["DEFAULT_MIN_RELEVANCE", "MAX_TOP_K", "MODES", "SORTS", "DocumentHit", "HitList", "ImageFilters", "ImageHit", "SearchService",
+__all__ = ["DEFAULT_MIN_RELEVANCE", "HIT_CHARS", "HIT_CHARS_LIMIT", "MAX_TOP_K", "MODES", "SORTS", "DocumentHit", "HitList", "ImageFilters",
+           "ImageHit", "SearchService",
            "check_query_options", "parse_date", "parse_near", "prompt_context"]

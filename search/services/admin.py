@@ -7,7 +7,7 @@ from collections.abc import Callable
 from dataclasses import asdict
 from pathlib import Path
 
-from search.errors import BadRequest, EmptyCollection, ServiceError
+from search.errors import BadRequest, EmptyCollection, ServiceError, StoreInUse, StoreUnavailable
 from search.models import FAMILIES, family, for_kind
 from search.services.base import ServiceBase
 from search.store import COLLECTIONS, DOCUMENTS, IMAGES, Migrated, migrate, open_location, parse_spec
@@ -16,8 +16,15 @@ from search.store import COLLECTIONS, DOCUMENTS, IMAGES, Migrated, migrate, open
 class Admin(ServiceBase):
     # -- status
     def status(self) -> dict:
-        out: dict = {"triton": self.triton_status(), "store": self.store_location()}
-        out["store"].update(self.collections())
+        """Triton's part and the store's, each on its own: a store that another process holds (or
+        a server that does not answer) is reported as such, with Triton's part still shown."""
+        out: dict = {"triton": self.triton_status(), "store": {**self.store_location(), "available": True}}
+        try:
+            out["store"].update(self.collections())
+        except StoreUnavailable as exc:
+            in_use = isinstance(exc, StoreInUse)
+            out["store"].update(available=False, error=str(exc), in_use=in_use,
+                                holder_pid=exc.pid if in_use else None, collections={})
         if hint := self._legacy_hint().strip(" ;"):
             out["store"]["note"] = hint
         return out
@@ -60,38 +67,7 @@ class Admin(ServiceBase):
         return {"ready": ready, "triton": triton, "qdrant": store}
 
     def blocker(self, status: dict, kind: str, doc_mode: str | None = None) -> str | None:
-        """What the user must do before a search of ``kind`` ("documents", "text2image",
-        "image2image", "entail") in ``doc_mode`` can answer, given ``status()``; None when it can."""
-        t, counts = status["triton"], status["store"]["collections"]
-        if not t["live"]:
-            return f"Triton is not reachable at {t['url']}: start it with `search triton up`"
-        ready = {n for n, m in t["models"].items() if m["ready"]}
-        ofa, clip, bge_m3 = family("ofa"), family("clip"), family("bge_m3")
-        if kind == "entail":
-            if not set(ofa.ensembles) <= ready:
-                return (f"Entailment needs the {ofa.display} model, which is not built: run `search models build "
-                        f"{ofa.cli_option} DIR` with a ModelScope OFA visual-entailment checkpoint (see docs/ofa.md), "
-                        "then restart Triton")
-            return None
-        if kind == "documents":
-            if not counts.get(DOCUMENTS.name):
-                return "Nothing indexed yet: run `indexer ingest PATH` (e.g. `indexer ingest samples/docs`)"
-            if doc_mode in ("hybrid", "dense", "sparse"):
-                if not set(bge_m3.ensembles) <= ready:
-                    return (f"{doc_mode.capitalize()} search needs the {bge_m3.display} model: run `search models build`, "
-                            "then restart Triton")
-                if not status["store"].get("documents_with_bge_m3"):
-                    return (f"No documents have {bge_m3.display} vectors yet (needed for {doc_mode} search): "
-                            f"run `indexer ingest PATH` again now that {bge_m3.display} is served")
-            needed = for_kind(DOCUMENTS.name)[0]
-            if needed.kinds[DOCUMENTS.name] not in ready:
-                return f"Document search needs the {needed.display} model: run `search models build`, then restart Triton"
-            return None
-        if not set(clip.ensembles) <= ready:
-            return f"Photos need the {clip.display} model: run `search models build`, then restart Triton"
-        if not counts.get(IMAGES):
-            return "No photos indexed yet: run `indexer ingest ./photos`"
-        return None
+        return blocker(status, kind, doc_mode)
 
     # -- the store itself
     def store_stats(self) -> dict:
@@ -129,3 +105,40 @@ class Admin(ServiceBase):
             if not any(src.count(c) for c in src.collections()):
                 raise EmptyCollection(f"nothing to migrate: the {src.describe()} is empty")
             return migrate(src, dst, progress=progress)
+
+
+def blocker(status: dict, kind: str, doc_mode: str | None = None) -> str | None:
+    """What the user must do before a search of ``kind`` ("documents", "text2image",
+    "image2image", "entail") in ``doc_mode`` can answer, given ``status()``; None when it can."""
+    t, counts = status["triton"], status["store"]["collections"]
+    if not t["live"]:
+        return f"Triton is not reachable at {t['url']}: start it with `search triton up`"
+    if not status["store"].get("available", True) and kind != "entail":
+        return status["store"]["error"]
+    ready = {n for n, m in t["models"].items() if m["ready"]}
+    ofa, clip, bge_m3 = family("ofa"), family("clip"), family("bge_m3")
+    if kind == "entail":
+        if not set(ofa.ensembles) <= ready:
+            return (f"Entailment needs the {ofa.display} model, which is not built: run `search models build "
+                    f"{ofa.cli_option} DIR` with a ModelScope OFA visual-entailment checkpoint (see docs/ofa.md), "
+                    "then restart Triton")
+        return None
+    if kind == "documents":
+        if not counts.get(DOCUMENTS.name):
+            return "Nothing indexed yet: run `indexer ingest PATH` (e.g. `indexer ingest samples/docs`)"
+        if doc_mode in ("hybrid", "dense", "sparse"):
+            if not set(bge_m3.ensembles) <= ready:
+                return (f"{doc_mode.capitalize()} search needs the {bge_m3.display} model: run `search models build`, "
+                        "then restart Triton")
+            if not status["store"].get("documents_with_bge_m3"):
+                return (f"No documents have {bge_m3.display} vectors yet (needed for {doc_mode} search): "
+                        f"run `indexer ingest PATH` again now that {bge_m3.display} is served")
+        needed = for_kind(DOCUMENTS.name)[0]
+        if needed.kinds[DOCUMENTS.name] not in ready:
+            return f"Document search needs the {needed.display} model: run `search models build`, then restart Triton"
+        return None
+    if not set(clip.ensembles) <= ready:
+        return f"Photos need the {clip.display} model: run `search models build`, then restart Triton"
+    if not counts.get(IMAGES):
+        return "No photos indexed yet: run `indexer ingest ./photos`"
+    return None

@@ -6,9 +6,10 @@ from qdrant_client import models
 
 from search.errors import BadRequest, EmptyCollection, ModelNotReady, not_served
 from search.models import bge_m3, family, minilm
-from search.services.filters import MODES, check_top_k, document_filter
-from search.services.relevance import DOCUMENT_SPACES, HitList, Relevance, check_min_relevance
-from search.services.results import DocumentHit
+from search.services.filters import document_filter
+from search.services.options import MODES, check_max_chars, check_top_k
+from search.services.relevance import DOCUMENT_SPACES, Relevance, check_min_relevance
+from search.services.results import DocumentHit, HitList
 from search.store import DOCUMENTS
 
 BGE_M3 = family("bge_m3")
@@ -18,10 +19,20 @@ HYBRID_CANDIDATES = 50  # per prefetch (dense, sparse) before fusion and the Col
 class DocumentSearch(Relevance):
     def search_documents(self, query: str, *, top_k: int = 5, min_score: float | None = None,
                          folder: str | None = None, mode: str | None = None,
-                         suffixes: tuple[str, ...] | list[str] = (), min_relevance: float | None = None) -> HitList:
+                         suffixes: tuple[str, ...] | list[str] = (), max_chars: int | None = None,
+                         full_text: bool = False, min_relevance: float | None = None) -> HitList:
         """Passages that match ``query``, with citations and their calibrated relevance. ``mode``:
-        one of MODES (default: the ``search_mode`` setting, "auto"); ``min_relevance`` hides hits
-        that are not that clearly above the collection's background (``no_match`` when none is)."""
+        one of MODES (default: the ``search_mode`` setting, "auto"). Each hit's text stops near
+        ``max_chars`` characters (default HIT_CHARS; the hit says truncated and the whole length), or
+        is whole with ``full_text``. ``min_relevance`` hides hits that are not that clearly above the
+        collection's background (``no_match`` when none is)."""
+        limit = check_max_chars(max_chars, full_text)
+        found = self._find_documents(query, top_k=top_k, min_score=min_score, folder=folder, mode=mode,
+                                     suffixes=suffixes, min_relevance=min_relevance)
+        return found.rewrap([h.bounded(limit) for h in found])
+
+    def _find_documents(self, query: str, *, top_k: int, min_score: float | None, folder: str | None,
+                        mode: str | None, suffixes: tuple[str, ...] | list[str], min_relevance: float | None) -> HitList:
         mode = mode or self.settings.search_mode
         if mode not in MODES:
             raise BadRequest(f"mode: must be one of {', '.join(MODES)}, got {mode!r}")

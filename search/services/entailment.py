@@ -10,14 +10,15 @@ from tritonclient.utils import InferenceServerException
 from search.errors import BadRequest
 from search.models import family, ofa
 from search.services.base import ServiceBase
+from search.services.results import Verdict
 
 OFA = family("ofa")
 
 
 class Entailment(ServiceBase):
-    def entail(self, image: Path | str | bytes, hypothesis: str, premise: str | None = None) -> ofa.Entailment:
+    def entail(self, image: Path | str | bytes, hypothesis: str, premise: str | None = None) -> Verdict:
         """Does the photo (a path or its bytes) support ``hypothesis``, optionally given a text
-        ``premise``? An ``ofa.Entailment``: label, the three probabilities, truncated."""
+        ``premise``? The label, the three probabilities, and whether the text was truncated."""
         hypothesis = (hypothesis or "").strip()
         if not hypothesis:
             raise BadRequest("hypothesis: must not be empty")
@@ -29,7 +30,8 @@ class Entailment(ServiceBase):
             raise BadRequest(f"image: too large: {len(data) / 1e6:.1f} MB > {self.settings.max_image_bytes / 1e6:.1f} MB limit")
         self._require(OFA.ensembles[0], OFA.display)
         try:
-            return ofa.entail(self.triton, [data], [hypothesis], [premise])[0]
+            e = ofa.entail(self.triton, [data], [hypothesis], [premise])[0]
+            return Verdict(e.label, e.probs, e.truncated)
         except InferenceServerException as exc:
             if "INVALID_ARG" not in str(exc.status() or ""):
                 raise

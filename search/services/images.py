@@ -9,9 +9,10 @@ from search.errors import BadRequest, EmptyCollection
 from search.media.photos import BadImage, decode_photo, open_photo
 from search.models import clip, family
 from search.services.entailment import Entailment
-from search.services.filters import SORTS, ImageFilters, check_top_k
-from search.services.relevance import HitList, Relevance, check_min_relevance, image_space
-from search.services.results import ImageHit
+from search.services.filters import image_filter
+from search.services.options import SORTS, ImageFilters, check_top_k
+from search.services.relevance import Relevance, check_min_relevance, image_space
+from search.services.results import HitList, ImageHit
 from search.store import IMAGES, image_vector
 
 CLIP, OFA = family("clip"), family("ofa")
@@ -49,9 +50,9 @@ class ImageSearch(Entailment, Relevance):
         else:
             vector = clip.embed_images(self.triton, [self._example_image(like)])[0]
         points = self.store.search(IMAGES, image_vector(), vector.tolist(), limit=top_k,
-                                   query_filter=filters.to_qdrant(), score_threshold=min_score)
+                                   query_filter=image_filter(filters), score_threshold=min_score)
         rated = self._calibrated([ImageHit.from_point(p) for p in points], image_space("text" if text else "image"),
-                                 vector.tolist(), flt=filters.to_qdrant(), min_relevance=min_relevance)
+                                 vector.tolist(), flt=image_filter(filters), min_relevance=min_relevance)
         hits = list(rated)
         if verify:
             hits = self._verify(text, hits, min_entailment)

@@ -35,13 +35,13 @@ from tritonclient.utils import InferenceServerException
 from search.errors import BadRequest, ServiceError
 from search.models import Family, bge_m3, clip, family, golden, minilm
 from search.services.base import ServiceBase
+from search.services.results import HitList
 from search.store import DOCUMENTS, IMAGES, image_vector, match
 
 SAMPLE = 2000  # background points per query (dense and sparse vectors)
 SAMPLE_MULTIVECTOR = 500  # ColBERT: each background point costs a late-interaction score
 MIN_POINTS = 30  # fewer points than this: no calibration (the background would be the hits themselves)
 REFRESH = 0.10  # draw a new sample when the collection's size moved by more than this fraction
-DEFAULT_MIN_RELEVANCE = 0.9  # what "clearly above the background" means unless asked otherwise
 LN2 = math.log(2.0)
 
 
@@ -60,21 +60,6 @@ class Space:
     def sample_filter(self) -> models.Filter | None:
         """The points that carry this vector: BGE-M3's join documents that MiniLM indexed."""
         return match("models", self.family.family) if self.family.optional else None
-
-
-class HitList(list):
-    """Hits (a plain list to every caller) with what the calibration says about them."""
-
-    def __init__(self, hits=(), *, no_match: bool = False, note: str | None = None,
-                 min_relevance: float | None = None, best: float | None = None) -> None:
-        super().__init__(hits)
-        self.no_match = no_match  # hits were found, but none is clearly above the background
-        self.note = note  # why relevance is missing (a collection too small), else None
-        self.min_relevance = min_relevance
-        self.best = best  # the best relevance among the hits before the cut-off
-
-    def rewrap(self, hits) -> HitList:
-        return HitList(hits, no_match=self.no_match, note=self.note, min_relevance=self.min_relevance, best=self.best)
 
 
 @dataclass

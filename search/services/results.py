@@ -1,15 +1,37 @@
-"""What a search returns: hits with their provenance, and the forms the faces print them in."""
+"""What a search returns: hits with their provenance, and the forms the faces print them in.
+
+A hit's ``path`` is the file's real path (a name that is not UTF-8 comes back surrogate-escaped,
+so ``open(hit.path)`` works); ``display_path`` is its readable form. In ``as_dict()`` (JSON),
+``path`` is the readable form and ``path_bytes`` the exact bytes, base64, when they differ."""
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from datetime import UTC, datetime
+from typing import TYPE_CHECKING
 
-from qdrant_client import models
+if TYPE_CHECKING:  # hits are also built from REST answers, without qdrant-client
+    from qdrant_client import models
+
+from search.paths import from_stored, path_bytes, readable
+
+
+class _Paths:
+    """The path forms every hit has (see the module's docstring)."""
+
+    path: str
+    paths: list[str]
+
+    @property
+    def display_path(self) -> str:
+        return readable(self.path)
+
+    def _json_paths(self) -> dict:
+        return {"path": readable(self.path), "path_bytes": path_bytes(self.path), "paths": [readable(p) for p in self.paths]}
 
 
 @dataclass(frozen=True)
-class DocumentHit:
+class DocumentHit(_Paths):
     """One passage with its citation: file, page (PDFs), section heading and chunk number."""
 
     score: float
@@ -25,31 +47,46 @@ class DocumentHit:
     section: str | None = None  # the nearest heading above the passage
     mode: str = "semantic"  # how it was found (the score's meaning depends on it)
     relevance: float | None = None  # calibrated: how clearly above the collection's background (docs/relevance.md)
+    length: int = 0  # characters in the whole passage; text may hold fewer (truncated)
+    truncated: bool = False
 
     @property
     def citation(self) -> str:
         where = [f"p. {self.page}" if self.page else None, f"§ {self.section}" if self.section else None,
                  f"chunk {self.chunk}"]
-        return f"{self.path} (" + ", ".join(w for w in where if w) + ")"
+        return f"{self.display_path} (" + ", ".join(w for w in where if w) + ")"
 
     def snippet(self, width: int = 240) -> str:
         flat = " ".join(self.text.split())
         return flat if len(flat) <= width else flat[: width - 1].rsplit(" ", 1)[0] + "…"
 
     def as_dict(self) -> dict:
-        return {**asdict(self), "citation": self.citation}
+        return {**asdict(self), **self._json_paths(), "citation": self.citation}
+
+    def bounded(self, max_chars: int | None) -> DocumentHit:
+        """This hit with at most ``max_chars`` characters of text (None: all of it), cut at a word
+        boundary when there is one in the second half."""
+        if max_chars is None or len(self.text) <= max_chars:
+            return self
+        head = self.text[:max_chars]
+        if not self.text[max_chars].isspace():  # mid-word: drop the word's start, unless that loses over half
+            before = head.rsplit(None, 1)
+            if len(before) == 2 and len(before[0]) >= max_chars // 2:
+                head = before[0]
+        return replace(self, text=head.rstrip(), truncated=True)
 
     @classmethod
     def from_point(cls, p: models.ScoredPoint, mode: str, scale: float = 1.0) -> DocumentHit:
         pl = p.payload or {}
-        return cls(score=float(p.score) * scale, path=pl.get("path", ""), chunk=int(pl.get("chunk", 0)),
-                   text=pl.get("text", ""), sha256=pl.get("sha256", ""), paths=list(pl.get("paths", [])),
+        text = pl.get("text", "")
+        return cls(score=float(p.score) * scale, path=from_stored(pl.get("path", "")), chunk=int(pl.get("chunk", 0)),
+                   text=text, sha256=pl.get("sha256", ""), paths=[from_stored(x) for x in pl.get("paths", [])],
                    start=pl.get("start"), end=pl.get("end"), page=pl.get("page"), title=pl.get("title"),
-                   section=pl.get("section"), mode=mode)
+                   section=pl.get("section"), mode=mode, length=len(text))
 
 
 @dataclass(frozen=True)
-class ImageHit:
+class ImageHit(_Paths):
     score: float
     path: str
     sha256: str
@@ -71,19 +108,46 @@ class ImageHit:
         return datetime.fromtimestamp(self.taken_at, UTC).strftime("%Y-%m-%d %H:%M") if self.taken_at is not None else None
 
     def as_dict(self) -> dict:
-        return {**asdict(self), "taken": self.taken}
+        return {**asdict(self), **self._json_paths(), "taken": self.taken}
 
     @classmethod
     def from_point(cls, p: models.ScoredPoint) -> ImageHit:
         pl = p.payload or {}
         loc = pl.get("location") or {}
-        return cls(score=float(p.score), path=pl.get("path", ""), sha256=pl.get("sha256", ""),
-                   paths=list(pl.get("paths", [])), width=pl.get("width"), height=pl.get("height"),
+        return cls(score=float(p.score), path=from_stored(pl.get("path", "")), sha256=pl.get("sha256", ""),
+                   paths=[from_stored(x) for x in pl.get("paths", [])], width=pl.get("width"), height=pl.get("height"),
                    taken_at=pl.get("taken_at"), camera=pl.get("camera"), latitude=loc.get("lat"),
                    longitude=loc.get("lon"), thumbnail=pl.get("thumbnail"))
 
 
-def prompt_context(hits: list[DocumentHit]) -> str:
-    """Numbered passages with their citations, ready to paste into a bot's prompt."""
-    return "\n\n".join(f"[{i}] {h.citation}\n{h.text.strip()}" for i, h in enumerate(hits, 1))
+@dataclass(frozen=True)
+class Verdict:
+    """OFA visual entailment of one photo and hypothesis."""
 
+    label: str  # entailment | neutral | contradiction
+    probs: dict[str, float]  # the three, summing to 1
+    truncated: bool = False  # the hypothesis (or premise) was cut to the model's length
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+def prompt_context(hits: list[DocumentHit]) -> str:
+    """Numbered passages with their citations, ready to paste into a bot's prompt (a cut passage ends in …)."""
+    return "\n\n".join(f"[{i}] {h.citation}\n{h.text.strip()}" + (" …" if h.truncated else "")
+                       for i, h in enumerate(hits, 1))
+
+
+class HitList(list):
+    """Hits (a plain list to every caller) with what the calibration says about them."""
+
+    def __init__(self, hits=(), *, no_match: bool = False, note: str | None = None,
+                 min_relevance: float | None = None, best: float | None = None) -> None:
+        super().__init__(hits)
+        self.no_match = no_match  # hits were found, but none is clearly above the background
+        self.note = note  # why relevance is missing (a collection too small), else None
+        self.min_relevance = min_relevance
+        self.best = best  # the best relevance among the hits before the cut-off
+
+    def rewrap(self, hits) -> HitList:
+        return HitList(hits, no_match=self.no_match, note=self.note, min_relevance=self.min_relevance, best=self.best)

@@ -20,7 +20,7 @@ from pathlib import Path
 import qdrant_edge as qe
 from qdrant_client import models
 
-from search.errors import StoreUnavailable
+from search.errors import StoreInUse, StoreUnavailable
 from search.store.base import CollectionStats, Store
 from search.store.edge_translate import (
     PAYLOAD_TYPES,
@@ -59,8 +59,8 @@ class EdgeStore(Store):
         except BlockingIOError:
             holder = os.pread(self._lock_fd, 32, 0).decode(errors="replace").strip()
             os.close(self._lock_fd)
-            raise StoreUnavailable(f"the embedded store at {location} is in use by another process"
-                                   + (f" (pid {holder})" if holder else "")) from None
+            raise StoreInUse(f"the embedded store at {location} is in use by another process"
+                             + (f" (pid {holder})" if holder else ""), int(holder) if holder.isdigit() else None) from None
         os.ftruncate(self._lock_fd, 0)
         os.pwrite(self._lock_fd, str(os.getpid()).encode(), 0)
 

@@ -22,13 +22,11 @@ import uuid
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from search.errors import TritonError
+from search.process import alive
 from search.triton.client import TritonClient
 
 STANDIN_BACKENDS = Path(__file__).parent / "backends"
-
-
-class TritonError(RuntimeError):
-    """Raised with a one-line, user-facing message."""
 
 
 def _pytriton_dir() -> Path:
@@ -141,6 +139,23 @@ class LocalTriton:
                    grpc_port=st.grpc_port, metrics_port=st.metrics_port, models=st.models)
         inst.state = st
         return inst
+
+    @classmethod
+    def running(cls) -> list[LocalTriton]:
+        """Every live server this project started, whatever its data dir: found by its process
+        (its command line names ``<run dir>/backends``) and confirmed by that run dir's state file."""
+        found = []
+        for pid, args in _tritonserver_processes():
+            for arg in args:
+                if arg.startswith("--backend-directory="):
+                    run_dir = Path(arg.split("=", 1)[1]).parent
+                    try:
+                        server = cls.attach(run_dir)
+                    except (OSError, ValueError, TypeError):  # an unreadable or foreign state file
+                        server = None
+                    if server is not None and server.state.pid == pid:
+                        found.append(server)
+        return found
 
     # -- lifecycle
     def command(self, backends: Path, shm_prefix: str) -> list[str]:
@@ -260,19 +275,7 @@ class LocalTriton:
 
 
 def _alive(pid: int, proc: subprocess.Popen | None = None) -> bool:
-    if proc is not None:
-        return proc.poll() is None
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    # A zombie counts as gone.
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().split(") ", 1)[1][0] != "Z"
-    except OSError:
-        return False
+    return proc.poll() is None if proc is not None else alive(pid)
 
 
 def _port_in_use(host: str, port: int) -> bool:
@@ -291,6 +294,19 @@ def _pids_with_arg(needle: str) -> list[int]:
             except OSError:
                 continue
     return pids
+
+
+def _tritonserver_processes() -> list[tuple[int, list[str]]]:
+    procs = []
+    for p in Path("/proc").iterdir():
+        if p.name.isdigit():
+            try:
+                args = [os.fsdecode(a) for a in (p / "cmdline").read_bytes().split(b"\0") if a]
+            except OSError:
+                continue
+            if args and Path(args[0]).name == "tritonserver":
+                procs.append((int(p.name), args))
+    return procs
 
 
 def _failure_summary(log: Path) -> str:

@@ -7,11 +7,13 @@ from fastapi.responses import JSONResponse, Response
 
 from search.api.backend import Backend
 from search.api.deps import get_backend
+from search.api.schemas import Readiness, errors
 from search.api.security import check_metrics_key, require_key
 from search.errors import ServiceError
 
 public = APIRouter(tags=["health"])
-reads = APIRouter(dependencies=[Depends(require_key(writes=False))])
+reads = APIRouter(dependencies=[Depends(require_key(writes=False))], responses=errors(401))
+writes = APIRouter(dependencies=[Depends(require_key(writes=True))], responses=errors(401))
 
 
 @public.get("/metrics", include_in_schema=False, dependencies=[Depends(check_metrics_key)])
@@ -26,7 +28,9 @@ def healthz() -> dict:
     return {"status": "ok"}
 
 
-@reads.get("/readyz", tags=["health"], summary="Triton and Qdrant, each reported on its own; 503 unless both answer")
+@reads.get("/readyz", tags=["health"], summary="Triton and Qdrant, each reported on its own; 503 unless both answer",
+           response_model=Readiness, responses={503: {"model": Readiness, "description": "Triton or the store does not answer"
+                                                                                       " (or, with verify, a model misses)"}})
 def readyz(verify: bool = Query(False, description="also check that every served model gives the expected answers "
                                                   "(`search models verify`: golden outputs, published examples); "
                                                   "the body gains `verify`, and a miss makes it 503"),
@@ -39,6 +43,39 @@ def readyz(verify: bool = Query(False, description="also check that every served
     return JSONResponse(body, status_code=200 if body["ready"] else 503)
 
 
-@reads.get("/collections", tags=["index"], summary="Points per collection")
+@reads.get("/models/verify", tags=["health"], summary="Do the served models give the expected answers? "
+           "(`search models verify`: golden outputs, published examples)", responses=errors(400, 503))
+def models_verify(family: list[str] | None = Query(None, description="families to check (default: every built one)"),
+                  published: bool | None = Query(None, description="the publishers' known-answer checks: true runs them "
+                                                 "anyway, false skips them (default: where the checkpoint is theirs)"),
+                  backend: Backend = Depends(get_backend)) -> dict:
+    """``passed`` and per family its checks; a miss is ``passed: false`` (200), not an error."""
+    return backend.unopened_service().verify_models(family or None, published_checks=published)  # Triton only
+
+
+@reads.get("/collections", tags=["index"], summary="Points per collection", responses=errors(503))
 def collections(backend: Backend = Depends(get_backend)) -> dict:
     return backend.service().collections()
+
+
+@reads.get("/status", tags=["health"], summary="What `search status` shows: Triton, its models, the store and its counts",
+           responses=errors(503))
+def status(backend: Backend = Depends(get_backend)) -> dict:
+    try:
+        svc = backend.service()
+    except ServiceError:  # a busy or absent store: status() reports it
+        svc = backend.unopened_service()
+    return svc.status()
+
+
+@reads.get("/store/stats", tags=["index"], summary="Points, segments, index status and disk size per collection",
+           responses=errors(503))
+def store_stats(backend: Backend = Depends(get_backend)) -> dict:
+    return backend.service().store_stats()
+
+
+@writes.post("/store/optimize", tags=["index"], summary="Build the HNSW indexes now (ingest does this when it ends)",
+             responses=errors(503))
+def store_optimize(backend: Backend = Depends(get_backend)) -> dict:
+    backend.service().optimize_store()
+    return {"optimized": True}

@@ -7,24 +7,26 @@ import uuid
 
 from fastapi import APIRouter, Depends, File, HTTPException, Request, UploadFile
 
+from indexer.jobs import Job
 from search.api.backend import Backend
 from search.api.deps import get_backend
-from search.api.jobs import Job
 from search.api.limits import MAX_FILES, read_limited, upload_name
 from search.api.paths import allowed_path
-from search.api.schemas import IngestPaths
+from search.api.schemas import IngestPaths, errors
 from search.api.security import require_key
 
-router = APIRouter(dependencies=[Depends(require_key(writes=True))], tags=["ingest"])
+router = APIRouter(dependencies=[Depends(require_key(writes=True))], tags=["ingest"], responses=errors(401))
 
 
-@router.post("/ingest", status_code=202, summary="Index server-side files or folders inside the configured roots")
+@router.post("/ingest", status_code=202, summary="Index server-side files or folders inside the configured roots",
+             responses=errors(400, 403, 404, 422))
 def ingest_paths(body: IngestPaths, request: Request, backend: Backend = Depends(get_backend)) -> dict:
-    paths = [allowed_path(backend, raw, f"paths[{i}]") for i, raw in enumerate(body.paths)]
-    return _accepted(request, backend.jobs.submit(paths, body.prune))
+    local = request.state.local  # a face of the owner's user on this machine: any path it can read
+    paths = [allowed_path(backend, raw, f"paths[{i}]", local=local) for i, raw in enumerate(body.paths)]
+    return _accepted(request, backend.jobs.submit(paths, body.prune, source="cli" if local else "rest", local=local))
 
 
-@router.post("/ingest/upload", status_code=202, summary="Upload documents or photos and index them")
+@router.post("/ingest/upload", status_code=202, summary="Upload documents or photos and index them", responses=errors(400, 422))
 async def ingest_upload(request: Request, files: list[UploadFile] = File(description="documents and photos"),
                         backend: Backend = Depends(get_backend)) -> dict:
     if len(files) > MAX_FILES:
@@ -35,7 +37,7 @@ async def ingest_upload(request: Request, files: list[UploadFile] = File(descrip
     folder = backend.uploads / uuid.uuid4().hex
     folder.mkdir(parents=True)
     try:
-        for i, (upload, name) in enumerate(zip(files, names)):
+        for i, (upload, name) in enumerate(zip(files, names, strict=True)):
             data = await read_limited(upload, f"files[{i}] ({name})", backend.settings.max_upload_bytes)
             (folder / name).write_bytes(data)
     except HTTPException:
@@ -44,11 +46,19 @@ async def ingest_upload(request: Request, files: list[UploadFile] = File(descrip
     return _accepted(request, backend.jobs.submit([folder], prune=False))
 
 
-@router.get("/ingest/jobs/{job_id}", summary="An ingest job's state and progress")
+@router.get("/ingest/jobs/{job_id}", summary="An ingest job's state and progress", responses=errors(404, 422))
 def ingest_job(job_id: str, backend: Backend = Depends(get_backend)) -> dict:
     job = backend.jobs.get(job_id)
     if job is None:
-        raise HTTPException(404, f"job_id: no ingest job {job_id!r} (jobs are kept in memory until restart)")
+        raise HTTPException(404, f"job_id: no ingest job {job_id!r}")
+    return job.as_dict()
+
+
+@router.delete("/ingest/jobs/{job_id}", summary="Cancel an ingest job (what it wrote stays whole)", responses=errors(404, 422))
+def cancel_ingest_job(job_id: str, backend: Backend = Depends(get_backend)) -> dict:
+    job = backend.jobs.cancel(job_id)
+    if job is None:
+        raise HTTPException(404, f"job_id: no ingest job {job_id!r}")
     return job.as_dict()
 
 

@@ -10,21 +10,23 @@ from starlette.concurrency import run_in_threadpool
 from search.api.backend import Backend
 from search.api.deps import get_backend
 from search.api.limits import read_limited
-from search.api.schemas import DocumentQuery, ImageQuery, PhotoFilters, utf8_text
+from search.api.schemas import DocumentQuery, ImageQuery, PhotoFilters, errors, utf8_text
 from search.api.security import require_key
 from search.services import MAX_TOP_K, SORTS, prompt_context
 
-router = APIRouter(dependencies=[Depends(require_key(writes=False))], tags=["search"])
+router = APIRouter(dependencies=[Depends(require_key(writes=False))], tags=["search"], responses=errors(401, 400, 422, 503))
 
 
-@router.post("/search/documents", summary="Passages with citations, ready for a prompt")
+@router.post("/search/documents", summary="Passages with citations, ready for a prompt", responses=errors(409))
 def search_documents(body: DocumentQuery, backend: Backend = Depends(get_backend)) -> dict:
     hits = backend.service().search_documents(body.query, top_k=body.top_k, min_score=body.min_score,
-                                              folder=body.folder, mode=body.mode, min_relevance=body.min_relevance)
+                                              folder=body.folder, mode=body.mode, suffixes=body.types or (),
+                                              max_chars=body.max_chars, full_text=body.full_text,
+                                              min_relevance=body.min_relevance)
     return {"query": body.query, **_relevance(hits), "hits": [h.as_dict() for h in hits], "context": prompt_context(hits)}
 
 
-@router.post("/search/images", summary="Photos that match a text (CLIP)")
+@router.post("/search/images", summary="Photos that match a text (CLIP)", responses=errors(409))
 def search_images(body: ImageQuery, backend: Backend = Depends(get_backend)) -> dict:
     hits = backend.service().search_images(body.text, top_k=body.top_k, min_score=body.min_score,
                                            filters=body.to_filters(), sort=body.sort, verify=body.verify,
@@ -32,7 +34,8 @@ def search_images(body: ImageQuery, backend: Backend = Depends(get_backend)) -> 
     return {"text": body.text, **_relevance(hits), "hits": [h.as_dict() for h in hits]}
 
 
-@router.post("/entail", summary="Does the uploaded photo support the hypothesis? (OFA visual entailment)")
+@router.post("/entail", summary="Does the uploaded photo support the hypothesis? (OFA visual entailment)",
+             responses=errors(413))
 async def entail(hypothesis: Annotated[str, Form(min_length=1, max_length=20000, examples=["there are two dogs"])],
                  image: UploadFile = File(description="the photo"),
                  premise: Annotated[str | None, Form(max_length=20000, description="an optional text premise")] = None,
@@ -43,7 +46,7 @@ async def entail(hypothesis: Annotated[str, Form(min_length=1, max_length=20000,
     return {"image": image.filename, "hypothesis": hypothesis, "premise": premise, **verdict.as_dict()}
 
 
-@router.post("/search/images/like", summary="Photos that look like the uploaded one")
+@router.post("/search/images/like", summary="Photos that look like the uploaded one", responses=errors(409, 413))
 async def search_like(image: UploadFile = File(description="the example photo"),
                       top_k: Annotated[int, Form(ge=1, le=MAX_TOP_K)] = 12,
                       min_score: Annotated[float | None, Form(allow_inf_nan=False)] = None,
@@ -64,5 +67,7 @@ async def search_like(image: UploadFile = File(description="the example photo"),
 
 def _relevance(hits) -> dict:
     """no_match: hits were found but none is clearly above the background (min_relevance asked);
-    relevance_note: why the hits carry no relevance (a collection too small to calibrate)."""
-    return {"no_match": hits.no_match, "relevance_note": hits.note}
+    relevance_note: why the hits carry no relevance (a collection too small to calibrate);
+    best_relevance: the best hit's relevance before the min_relevance cut-off."""
+    return {"no_match": hits.no_match, "relevance_note": hits.note,
+            "best_relevance": None if hits.best is None else round(float(hits.best), 6)}

@@ -4,6 +4,11 @@ weights, ColBERT vectors), plus the tokenizer and the special tokens the Python 
 Weights are a BGE-M3 folder as FlagEmbedding reads it (a Hugging Face XLM-RoBERTa model with its
 tokenizer, plus ``sparse_linear.pt`` and ``colbert_linear.pt`` next to it) or the hub id
 ``BAAI/bge-m3``; the graph computes what ``search.models.bge_m3`` describes.
+
+Two graphs: ``model.onnx`` as exported (checked against PyTorch; the GPU config serves it) and
+``model.cpu.onnx`` (config.pbtxt serves it): onnxruntime's BERT fusions, checked against the
+exported graph (int8 only behind ``--allow-unmeasured-int8``: no real BGE-M3 weights were
+available to measure its quality).
 """
 
 from __future__ import annotations
@@ -16,28 +21,53 @@ import numpy as np
 from search.models.base import BuildReport, WeightsUnavailable
 from search.models.bge_m3 import BGEM3, MAX_LENGTH
 from search.models.export import golden
-from search.models.export.common import check_config_dims, export_checked, resolve_weights, write_manifest
+from search.models.export.common import (
+    Fusion,
+    check_config_dims,
+    cpu_graph,
+    describe_cpu_graph,
+    export_checked,
+    precision_status,
+    resolve_weights,
+    write_manifest,
+)
 from search.triton.steps import bge_m3 as steps  # the served tokenizer step, which the export runs too
 
 HEADS = ("sparse_linear.pt", "colbert_linear.pt")
 
 
-def build(fam: BGEM3, repo: Path, source: str) -> BuildReport:
+def build(fam: BGEM3, repo: Path, source: str, precision: str = "fp32", allow_unmeasured: bool = False) -> BuildReport:
     try:
         weights = resolve_weights(source, fam.family, fam.hub_hint)
         module, tokenizer, text, post = load(weights)
         check_configs(repo, post["dim"])
     except WeightsUnavailable as exc:  # resolve_weights names the flag after the family: the CLI spells it with a dash
         return BuildReport(fam.family, "missing weights", str(exc))
-    diff = export_onnx(module, tokenizer, text, repo / "bge_m3_onnx/1/model.onnx")
+    status = precision_status(fam, weights, precision, allow_unmeasured)
+    if isinstance(status, BuildReport):
+        return status
+    onnx_path = repo / "bge_m3_onnx/1/model.onnx"
+    diff = export_onnx(module, tokenizer, text, onnx_path)
+    config = module.encoder.config
+    fusion = Fusion("bert", int(config.num_attention_heads), int(config.hidden_size))
+    cpu = cpu_graph(onnx_path, fusion, check_inputs(tokenizer, text), fam.family, precision)
     tokenizer.save(str(repo / "bge_m3_tokenize/1/tokenizer.json"))
     (repo / "bge_m3_tokenize/1/text.json").write_text(json.dumps(text, indent=2))
     (repo / "bge_m3_post/1/post.json").write_text(json.dumps(post, indent=2))
     recorded = golden.record_bge_m3(fam, repo, module, weights, source, text["model_max_length"],  # for `search models verify`
                                     post["special_ids"])
-    write_manifest(fam, repo, source, weights, dim=post["dim"], max_abs_diff_vs_torch=diff, **recorded)
+    write_manifest(fam, repo, source, weights, dim=post["dim"], max_abs_diff_vs_torch=diff, precision=precision,
+                   precision_status=status, cpu_graph=cpu, **recorded)
     return BuildReport(fam.family, "built", f"from {source} ({weights}); {post['dim']}-d, up to "
-                       f"{text['model_max_length']} tokens; ONNX vs PyTorch max |Δ| {diff:.1e}")
+                       f"{text['model_max_length']} tokens; ONNX vs PyTorch max |Δ| {diff:.1e}; "
+                       f"{describe_cpu_graph(cpu, status)}")
+
+
+def check_inputs(tok, text: dict) -> list[dict]:
+    """Batches the CPU graph must answer as the exported one does: mixed lengths, one text."""
+    ids, mask = tokenize(tok, text, ["What is BGE M3?", "", "Définition: un modèle multilingue " * 12], 128)
+    one, one_mask = tokenize(tok, text, ["a single query"])
+    return [{"input_ids": ids, "attention_mask": mask}, {"input_ids": one, "attention_mask": one_mask}]
 
 
 def load(weights: Path):

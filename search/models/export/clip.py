@@ -4,6 +4,15 @@ preprocessing and the tokenizer the Python steps read.
 Weights come from a Hugging Face CLIP folder or hub id (transformers ``CLIPModel``), or from
 open_clip as ``open_clip:MODEL/PRETRAINED`` (e.g. ``open_clip:ViT-B-32/laion2b_s34b_b79k``; PRETRAINED
 may also be a checkpoint file). Either way the served models are the same six.
+
+Each tower is written twice: ``model.onnx`` as exported (checked against PyTorch; the GPU configs
+serve it) and ``model.cpu.onnx`` (config.pbtxt serves it): onnxruntime's CLIP fusions, checked
+against the exported graph (int8 only behind ``--allow-unmeasured-int8``: no real CLIP weights
+were available to measure its quality). The text tower takes any length up to the context: CLIP's
+text transformer is causal and pools at the end token, so a text padded only to the longest of
+its batch gives the vector of the same text padded to 77 (checked here on every build, recorded
+as ``variable_length`` in text.json; where the check fails the tokenizer step pads to the context
+length as before).
 """
 
 from __future__ import annotations
@@ -18,7 +27,19 @@ import numpy as np
 from search.models.base import BuildReport, WeightsUnavailable
 from search.models.clip import CLIP, CONTEXT_LENGTH
 from search.models.export import golden
-from search.models.export.common import check_config_dims, export_checked, resolve_weights, write_manifest
+from search.models.export.common import (
+    Fusion,
+    agreement,
+    check_config_dims,
+    cpu_graph,
+    describe_cpu_graph,
+    export_checked,
+    precision_status,
+    resolve_weights,
+    run_graph,
+    write_manifest,
+)
+from search.triton.steps import tokens  # the served tokenizer step's own code
 
 OPENAI_MEAN = [0.48145466, 0.4578275, 0.40821073]
 OPENAI_STD = [0.26862954, 0.26130258, 0.27577711]
@@ -37,9 +58,11 @@ class Loaded:
     text: dict  # written as clip_text_tokenize/1/text.json
     weights: Path
     reference_transform: object = None  # open_clip's own image transform (the golden outputs' reference)
+    visual_fusion: Fusion | None = None  # how onnxruntime's optimizer reads each tower (None: not fused)
+    text_fusion: Fusion | None = None
 
 
-def build(fam: CLIP, repo: Path, source: str) -> BuildReport:
+def build(fam: CLIP, repo: Path, source: str, precision: str = "fp32", allow_unmeasured: bool = False) -> BuildReport:
     try:
         if source.startswith(OPEN_CLIP):
             loaded = load_open_clip(source[len(OPEN_CLIP):])
@@ -48,16 +71,26 @@ def build(fam: CLIP, repo: Path, source: str) -> BuildReport:
         dim = check_configs(repo, loaded)
     except WeightsUnavailable as exc:
         return BuildReport(fam.family, "missing weights", str(exc))
-    visual_diff = export_visual(loaded, repo / "clip_visual/1/model.onnx")
-    text_diff = export_textual(loaded, repo / "clip_textual/1/model.onnx")
+    status = precision_status(fam, loaded.weights, precision, allow_unmeasured)
+    if isinstance(status, BuildReport):
+        return status
+    visual_path, text_path = repo / "clip_visual/1/model.onnx", repo / "clip_textual/1/model.onnx"
+    visual_diff = export_visual(loaded, visual_path)
+    text_diff = export_textual(loaded, text_path)
+    loaded.text["variable_length"] = variable_length(loaded, text_path)
+    cpu = {"clip_visual": cpu_graph(visual_path, loaded.visual_fusion, visual_checks(loaded), fam.family, precision),
+           "clip_textual": cpu_graph(text_path, loaded.text_fusion, text_checks(loaded), fam.family, precision)}
     (repo / "clip_image_preprocess/1/preprocess.json").write_text(json.dumps(loaded.preprocess, indent=2))
     loaded.tokenizer.save(str(repo / "clip_text_tokenize/1/tokenizer.json"))
     (repo / "clip_text_tokenize/1/text.json").write_text(json.dumps(loaded.text, indent=2))
     diff = max(visual_diff, text_diff)
     recorded = golden.record_clip(fam, repo, loaded, source)  # for `search models verify`
-    write_manifest(fam, repo, source, loaded.weights, dim=dim, max_abs_diff_vs_torch=diff, **recorded)
-    return BuildReport(fam.family, "built",
-                       f"from {source} ({loaded.weights}); {dim}-d; ONNX vs PyTorch max |Δ| {diff:.1e}")
+    write_manifest(fam, repo, source, loaded.weights, dim=dim, max_abs_diff_vs_torch=diff, precision=precision,
+                   precision_status=status, cpu_graph=cpu, variable_length_text=loaded.text["variable_length"], **recorded)
+    graphs = "; ".join(f"{name}: {describe_cpu_graph(c, status)}" for name, c in cpu.items())
+    length = "padded to the batch's longest" if loaded.text["variable_length"] else f"padded to {loaded.text['context_length']}"
+    return BuildReport(fam.family, "built", f"from {source} ({loaded.weights}); {dim}-d; ONNX vs PyTorch max |Δ| "
+                       f"{diff:.1e}; texts {length}; {graphs}")
 
 
 def check_configs(repo: Path, loaded: Loaded) -> int:
@@ -76,10 +109,26 @@ def check_configs(repo: Path, loaded: Loaded) -> int:
         raise WeightsUnavailable(f"clip: image vectors are {dim}-d but text vectors {text_dim}-d")
     wanted = {("clip_image_preprocess", "pixel_values"): [3, size, size], ("clip_visual", "pixel_values"): [3, size, size],
               ("clip_visual", "embedding"): [dim], ("clip_image", "EMBEDDING"): [dim],
-              ("clip_text_tokenize", "input_ids"): [n], ("clip_textual", "input_ids"): [n],
+              ("clip_text_tokenize", "input_ids"): [-1], ("clip_textual", "input_ids"): [-1],
               ("clip_textual", "embedding"): [dim], ("clip_text", "EMBEDDING"): [dim]}
-    check_config_dims(repo, "clip", wanted, f"a {dim}-d, {size} px, {n}-token CLIP")
+    check_config_dims(repo, "clip", wanted, f"a {dim}-d, {size} px CLIP")
+    limit = _max_length(repo)
+    if limit is not None and n > limit:
+        raise WeightsUnavailable(f"clip: this model reads {n} tokens but clip_text_tokenize's max_length is {limit} "
+                                 "(and the GPU config's TensorRT profile ends there): raise both to match")
     return dim
+
+
+def _max_length(repo: Path) -> int | None:
+    """clip_text_tokenize's max_length parameter, where the committed config has one."""
+    path = repo / "clip_text_tokenize" / "config.pbtxt"
+    if not path.exists():
+        return None
+    from google.protobuf import text_format  # noqa: PLC0415
+    from tritonclient.grpc import model_config_pb2  # noqa: PLC0415
+
+    cfg = text_format.Parse(path.read_text(), model_config_pb2.ModelConfig())
+    return int(cfg.parameters["max_length"].string_value) if "max_length" in cfg.parameters else None
 
 
 # -- Hugging Face (transformers) weights
@@ -122,7 +171,10 @@ def load_transformers(weights: Path) -> Loaded:
             "pad_token": str(tokenizer.pad_token), "bos_id": int(tokenizer.bos_token_id),
             "eos_id": int(tokenizer.eos_token_id), "pooling": pooling, "lowercase": True}
     preprocess = hf_preprocess(weights / "preprocessor_config.json", int(model.config.vision_config.image_size))
-    return Loaded(Visual().eval(), Textual().eval(), tokenizer.backend_tokenizer, preprocess, text, weights)
+    vision_cfg = model.config.vision_config
+    return Loaded(Visual().eval(), Textual().eval(), tokenizer.backend_tokenizer, preprocess, text, weights,
+                  visual_fusion=Fusion("clip", int(vision_cfg.num_attention_heads), int(vision_cfg.hidden_size)),
+                  text_fusion=Fusion("clip", int(text_cfg.num_attention_heads), int(text_cfg.hidden_size)))
 
 
 def _features(out):
@@ -206,7 +258,18 @@ def load_open_clip(spec: str) -> Loaded:
 
     text, backend = _open_clip_tokenizer(tokenizer, model)
     weights = Path(pretrained) if pretrained and Path(pretrained).exists() else Path(spec)
-    return Loaded(Visual().eval(), Textual().eval(), backend, _open_clip_preprocess(model), text, weights, transform)
+    return Loaded(Visual().eval(), Textual().eval(), backend, _open_clip_preprocess(model), text, weights, transform,
+                  visual_fusion=_open_clip_fusion(getattr(model.visual, "transformer", None)),
+                  text_fusion=_open_clip_fusion(getattr(model, "transformer", None)))
+
+
+def _open_clip_fusion(transformer) -> Fusion | None:
+    """The optimizer's reading of an open_clip tower (nn.MultiheadAttention blocks), where it has one;
+    whatever fuses is checked against the exported graph like any other."""
+    try:
+        return Fusion("clip", int(transformer.resblocks[0].attn.num_heads), int(transformer.width))
+    except (AttributeError, IndexError, TypeError):
+        return None  # a timm or ModifiedResNet tower: served unfused
 
 
 def _open_clip_preprocess(model) -> dict:
@@ -300,27 +363,76 @@ def export_visual(loaded: Loaded, dest: Path) -> float:
     return _export(loaded.visual, {"pixel_values": pixels}, dest)
 
 
+CHECK_TEXTS = ["a photo of a cat", "", "two dogs playing in the snow " * 20, "a red car", "people walking on the "
+               "beach at sunset with their dog, the sky orange and purple above the sea"]
+
+
 def export_textual(loaded: Loaded, dest: Path) -> float:
-    """clip_textual: input_ids, attention_mask [batch, 77] -> embedding [batch, D]."""
+    """clip_textual: input_ids, attention_mask [batch, tokens] -> embedding [batch, D]; traced on
+    texts padded to the context length, with a dynamic token axis (``variable_length`` checks it)."""
     import torch  # noqa: PLC0415
 
-    ids, mask = tokenize(loaded.tokenizer, loaded.text, ["a photo of a cat", "", "two dogs playing in the snow " * 20])
-    return _export(loaded.textual, {"input_ids": torch.from_numpy(ids), "attention_mask": torch.from_numpy(mask)}, dest)
+    ids, mask = tokenize(loaded.tokenizer, loaded.text, CHECK_TEXTS[:3])
+    feeds = {"input_ids": torch.from_numpy(ids), "attention_mask": torch.from_numpy(mask)}
+    axes = {"input_ids": {0: "batch", 1: "tokens"}, "attention_mask": {0: "batch", 1: "tokens"}, "embedding": {0: "batch"}}
+    return export_checked(loaded.textual, feeds, ["embedding"], axes, dest, "clip")
+
+
+def text_checks(loaded: Loaded) -> list[dict]:
+    """Text batches as the tokenizer step sends them: padded to the context length, and (when the
+    graph takes it) each text alone at its own length and the short ones padded to their longest."""
+    ids, mask = tokenize(loaded.tokenizer, loaded.text, CHECK_TEXTS)
+    checks = [{"input_ids": ids, "attention_mask": mask}]
+    if loaded.text.get("variable_length"):
+        checks += trimmed(ids, mask)
+    return checks
+
+
+def trimmed(ids: np.ndarray, mask: np.ndarray) -> list[dict]:
+    """Each row alone cut to its own length, and the rows shorter than the context together, cut
+    to their longest: what the tokenizer step sends instead of 77 tokens."""
+    lengths = mask.sum(axis=1)
+    out = [{"input_ids": ids[r:r + 1, :n], "attention_mask": mask[r:r + 1, :n]} for r, n in enumerate(lengths)]
+    short = np.flatnonzero(lengths < ids.shape[1])
+    if len(short) > 1:
+        n = int(lengths[short].max())
+        out.append({"input_ids": ids[short, :n], "attention_mask": mask[short, :n]})
+    return out
+
+
+def variable_length(loaded: Loaded, graph: Path) -> bool:
+    """Whether the exported text graph gives each text the vector it gives that text padded to the
+    context length, when the text is padded only to the longest of its batch: true for a causal
+    text tower that pools at the end token and builds its masks and positions from the input's
+    shape; false (the tokenizer step then pads to the context) for a graph that fixed the length
+    while tracing (it fails or differs at other lengths)."""
+    ids, mask = tokenize(loaded.tokenizer, loaded.text, CHECK_TEXTS)
+    full = run_graph(graph, [{"input_ids": ids, "attention_mask": mask}])[0][0]
+    cases = trimmed(ids, mask)
+    try:
+        got = run_graph(graph, cases)
+    except Exception:  # a shape the traced graph cannot take
+        return False
+    lengths = mask.sum(axis=1)
+    rows = [[r] for r in range(len(ids))] + ([list(np.flatnonzero(lengths < ids.shape[1]))] if len(cases) > len(ids) else [])
+    return agreement([[full[r]] for r in rows], got) >= 0.9999
+
+
+def visual_checks(loaded: Loaded) -> list[dict]:
+    size = loaded.preprocess["image_size"]
+    pixels = np.random.default_rng(0).normal(size=(3, 3, size, size)).astype(np.float32)
+    return [{"pixel_values": pixels}, {"pixel_values": pixels[:1]}]
 
 
 def tokenize(tok, text: dict, texts: list[str]) -> tuple[np.ndarray, np.ndarray]:
-    """What clip_text_tokenize does: truncate, then pad to the context length (as CLIP does)."""
+    """CLIP's reference tokenization: truncate, then pad to the context length, as CLIP was
+    trained (the tokenizer step's code; it pads only to the batch's longest where the graph allows)."""
     n = text["context_length"]
-    tok.enable_truncation(n)
-    tok.enable_padding(length=n, pad_id=text["pad_id"], pad_token=text["pad_token"])
-    try:
-        enc = tok.encode_batch(texts)
-    finally:
-        tok.no_truncation()  # leave the tokenizer (and the tokenizer.json saved from it) neutral
-        tok.no_padding()
-    return np.array([e.ids for e in enc], dtype=np.int64), np.array([e.attention_mask for e in enc], dtype=np.int64)
+    out = tokens.pad(tokens.encode(tok, texts, n), text["pad_id"], width=n)
+    return out["input_ids"], out["attention_mask"]
 
 
 def _export(module, feeds: dict, dest: Path) -> float:
     axes = {n: {0: "batch"} for n in [*feeds, "embedding"]}
     return export_checked(module, feeds, ["embedding"], axes, dest, "clip")
+

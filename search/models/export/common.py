@@ -6,11 +6,13 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import shutil
 import time
 import warnings
+from dataclasses import dataclass
 from pathlib import Path
 
-from search.models.base import Family, WeightsUnavailable
+from search.models.base import BuildReport, Family, WeightsUnavailable
 
 
 def export_checked(module, feeds: dict, outputs: list[str], dynamic_axes: dict, dest: Path, family: str,
@@ -105,6 +107,20 @@ def _hub_reason(exc: Exception) -> str:
     return (str(exc).splitlines() or [name])[0][:160]
 
 
+def precision_status(fam: Family, weights: Path, precision: str, allow_unmeasured: bool) -> str | BuildReport:
+    """``fam.precision_status`` for these weights (int8 figures hold only for the weights measured),
+    or the refusal to report when it is unmeasured and not allowed."""
+    status = fam.precision_status(precision)
+    if status == "measured" and not any(sha256(f) == fam.int8_quality.weights_sha256
+                                        for f in sorted(weights.glob("*.safetensors")) + sorted(weights.glob("*.bin"))):
+        status = "unmeasured"
+        if not allow_unmeasured:
+            return BuildReport(fam.family, "refused", f"int8 {fam.display} was measured on other weights "
+                               f"({fam.int8_quality.measured_by}), not on {weights}: pass --allow-unmeasured-int8 "
+                               "to build it anyway, or measure it (bench/quality_minilm.py)")
+    return status
+
+
 def write_manifest(fam: Family, repo: Path, source: str, resolved: Path, **extra: object) -> None:
     """build.json: the source, the weights it resolved to, and a checksum per generated file."""
     manifest = fam.manifest_path(repo)
@@ -121,3 +137,158 @@ def sha256(path: Path) -> str:
         for block in iter(lambda: f.read(1 << 20), b""):
             h.update(block)
     return h.hexdigest()
+
+
+# -- the CPU graph: what config.pbtxt serves (the GPU configs serve the exported graph, which
+# TensorRT fuses by itself and whose com.microsoft-free ops it can run)
+CPU_GRAPH = "model.cpu.onnx"
+MIN_COSINE = 0.9999  # fused vs exported graph, on the family's check inputs
+INT8_FLOOR = 0.9  # int8 vs fp32 on the check inputs: below this the quantized graph is broken, not just coarse
+
+
+@dataclass(frozen=True)
+class Fusion:
+    """How onnxruntime's transformer optimizer reads a graph (``optimize_model`` arguments)."""
+
+    model_type: str  # "bert" (BERT, XLM-RoBERTa), "clip" (CLIP's towers)
+    num_heads: int
+    hidden_size: int
+
+
+def cpu_graph(exported: Path, fusion: Fusion | None, checks: list[dict], family: str, precision: str = "fp32") -> dict:
+    """Write ``model.cpu.onnx`` beside ``exported``: onnxruntime's transformer fusions (attention,
+    GELU, LayerNorm, SkipLayerNorm, embedding), then, for ``precision`` "int8", dynamic int8
+    quantization of the MatMul / Attention weights (per channel). ``checks``: input batches (name ->
+    numpy array) on which the fused graph must give the exported graph's outputs (cosine per row
+    >= 0.9999, else this raises and nothing is replaced). Returns what the manifest records."""
+    import numpy as np  # noqa: PLC0415
+
+    dest = exported.with_name(CPU_GRAPH)
+    work = exported.parent / ".cpu-graph"
+    shutil.rmtree(work, ignore_errors=True)
+    work.mkdir()
+    try:
+        big = _graph_bytes(exported) > 1_800_000_000  # protobuf's 2 GB limit: weights go to model.cpu.onnx.data
+        reference = run_graph(exported, checks)
+        record: dict = {"file": CPU_GRAPH, "precision": precision}
+        fused = work / CPU_GRAPH
+        start = time.perf_counter()
+        if fusion is not None:
+            stats = _fuse(exported, fused, fusion, big)
+            cos = agreement(reference, run_graph(fused, checks))
+            if cos < MIN_COSINE:
+                raise RuntimeError(f"{family}: the fused {exported.parent.parent.name} graph differs from the exported "
+                                   f"one (min cosine {cos:.6f} < {MIN_COSINE})")
+            record |= {"fusion": fusion.model_type, "fused_ops": stats, "fused_vs_exported_min_cosine": round(cos, 7)}
+        else:
+            _copy_graph(exported, fused)
+            record |= {"fusion": None, "fused_ops": {}}
+        if precision == "int8":
+            quantized = work / "int8" / CPU_GRAPH
+            quantized.parent.mkdir()
+            quantize_int8(fused, quantized, big)
+            cos = agreement(reference, run_graph(quantized, checks))
+            if not np.isfinite(cos) or cos < INT8_FLOOR:
+                raise RuntimeError(f"{family}: the int8 {exported.parent.parent.name} graph is broken (min cosine "
+                                   f"{cos:.4f} against fp32 on the check inputs)")
+            record["int8_vs_fp32_min_cosine"] = round(cos, 6)
+            fused = quantized
+        elif precision != "fp32":
+            raise ValueError(f"{family}: unknown precision {precision!r}")
+        record["seconds"] = round(time.perf_counter() - start, 1)
+        for stale in (dest, dest.with_name(CPU_GRAPH + ".data")):
+            stale.unlink(missing_ok=True)
+        for f in fused.parent.iterdir():
+            if f.is_file():
+                os.replace(f, dest.parent / f.name)
+        return record
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def describe_cpu_graph(cpu: dict, status: str) -> str:
+    """One line for the build report: what fused, the precision, how close int8 came."""
+    fused = ", ".join(f"{n}×{k}" for k, n in cpu["fused_ops"].items()) or "nothing fused"
+    text = f"CPU graph {cpu['precision']}" + (f" ({status})" if cpu["precision"] != "fp32" else "") + f": {fused}"
+    if "int8_vs_fp32_min_cosine" in cpu:
+        text += f"; int8 vs fp32 min cosine {cpu['int8_vs_fp32_min_cosine']:.4f} on the check inputs"
+    return text
+
+
+def _fuse(src: Path, dest: Path, fusion: Fusion, big: bool) -> dict[str, int]:
+    import logging  # noqa: PLC0415
+
+    from onnxruntime.transformers import optimizer  # noqa: PLC0415  (export only: it imports onnx and sympy)
+
+    quiet = logging.getLogger("onnxruntime.transformers")
+    level = quiet.level
+    quiet.setLevel(logging.ERROR)  # "fused N nodes" chatter; what fused is returned and recorded instead
+    try:
+        # opt_level 0: the optimizer's own fusions only, no onnxruntime session rewrites (those can
+        # be specific to the machine that runs them); onnxruntime adds its own at load time anyway.
+        model = optimizer.optimize_model(str(src), model_type=fusion.model_type, num_heads=fusion.num_heads,
+                                         hidden_size=fusion.hidden_size, opt_level=0)
+        stats = {k: int(v) for k, v in model.get_fused_operator_statistics().items() if v}
+        model.save_model_to_file(str(dest), use_external_data_format=big)
+    finally:
+        quiet.setLevel(level)
+    return stats
+
+
+def quantize_int8(src: Path, dest: Path, big: bool = False) -> None:
+    """Dynamic int8: MatMul and Attention weights as int8 per output channel, activations
+    quantized per batch at run time (no calibration data needed)."""
+    from onnx import TensorProto  # noqa: PLC0415
+    from onnxruntime.quantization import QuantType, quantize_dynamic  # noqa: PLC0415
+
+    # DefaultTensorType: shape inference cannot type the outputs of com.microsoft ops (the fused
+    # Attention, SkipLayerNormalization); they are float.
+    quantize_dynamic(src, dest, op_types_to_quantize=["MatMul", "Attention"], per_channel=True,
+                     weight_type=QuantType.QInt8, use_external_data_format=big,
+                     extra_options={"DefaultTensorType": TensorProto.FLOAT})
+
+
+def run_graph(path: Path, checks: list[dict]) -> list[list]:
+    """The graph's outputs on each input batch (onnxruntime, CPU)."""
+    import onnxruntime as ort  # noqa: PLC0415
+
+    sess = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    return [sess.run(None, feeds) for feeds in checks]
+
+
+def agreement(reference: list[list], got: list[list]) -> float:
+    """The smallest cosine between matching rows (one row per batch item, each output flattened)
+    of two runs; rows that are zero in both (masked positions) agree."""
+    import numpy as np  # noqa: PLC0415
+
+    worst = 1.0
+    for ref_outs, got_outs in zip(reference, got, strict=True):
+        for a, b in zip(ref_outs, got_outs, strict=True):
+            a = np.asarray(a, np.float64).reshape(len(a), -1)
+            b = np.asarray(b, np.float64).reshape(len(b), -1)
+            if a.shape != b.shape:
+                return float("nan")
+            na, nb = np.linalg.norm(a, axis=1), np.linalg.norm(b, axis=1)
+            both_zero = (na == 0) & (nb == 0)
+            cos = np.where(both_zero, 1.0, (a * b).sum(1) / np.maximum(na * nb, 1e-30))
+            worst = min(worst, float(cos.min(initial=1.0)))
+    return worst
+
+
+def _graph_bytes(path: Path) -> int:
+    """The graph's size with its external weight files (torch writes one per tensor beside it)."""
+    import onnx  # noqa: PLC0415
+    from onnx.external_data_helper import ExternalDataInfo, uses_external_data  # noqa: PLC0415
+
+    model = onnx.load(str(path), load_external_data=False)
+    files = {ExternalDataInfo(t).location for t in model.graph.initializer if uses_external_data(t)}
+    return path.stat().st_size + sum((path.parent / f).stat().st_size for f in files)
+
+
+def _copy_graph(src: Path, dest: Path) -> None:
+    import onnx  # noqa: PLC0415
+
+    model = onnx.load(str(src))  # loads external weights too
+    big = _graph_bytes(src) > 1_800_000_000
+    onnx.save_model(model, str(dest), save_as_external_data=big, all_tensors_to_one_file=True,
+                    location=dest.name + ".data")

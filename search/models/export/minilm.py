@@ -1,4 +1,9 @@
-"""all-MiniLM-L6-v2 to ONNX: the encoder with mean pooling + L2 norm in the graph, and its tokenizer."""
+"""all-MiniLM-L6-v2 to ONNX: the encoder with mean pooling + L2 norm in the graph, and its tokenizer.
+
+Two graphs: ``model.onnx`` as exported (checked against PyTorch; the GPU configs serve it) and
+``model.cpu.onnx`` (config.pbtxt serves it): onnxruntime's BERT fusions, checked against the
+exported graph, and with ``precision="int8"`` dynamically quantized (its quality figures:
+``MiniLM.int8_quality``, measured by bench/quality_minilm.py)."""
 
 from __future__ import annotations
 
@@ -8,22 +13,55 @@ from pathlib import Path
 
 from search.models.base import BuildReport, WeightsUnavailable
 from search.models.export import golden
-from search.models.export.common import export_checked, resolve_weights, write_manifest
+from search.models.export.common import (
+    Fusion,
+    cpu_graph,
+    describe_cpu_graph,
+    export_checked,
+    precision_status,
+    resolve_weights,
+    write_manifest,
+)
 from search.models.minilm import MAX_TOKENS, MiniLM, package_weights
 
 
-def build(fam: MiniLM, repo: Path, source: str) -> BuildReport:
+def build(fam: MiniLM, repo: Path, source: str, precision: str = "fp32", allow_unmeasured: bool = False) -> BuildReport:
     try:
         weights = package_weights() if source == "package" else resolve_weights(source, fam.family, fam.hub_hint)
     except WeightsUnavailable as exc:
         return BuildReport(fam.family, "missing weights", str(exc))
+    status = precision_status(fam, weights, precision, allow_unmeasured)
+    if isinstance(status, BuildReport):
+        return status
     _check_pooling(weights)
     onnx_path = repo / "minilm_onnx/1/model.onnx"
     max_diff = export_onnx(weights, onnx_path)
+    config = json.loads((weights / "config.json").read_text())
+    fusion = Fusion("bert", int(config["num_attention_heads"]), int(config["hidden_size"]))
+    cpu = cpu_graph(onnx_path, fusion, check_inputs(), fam.family, precision)
     save_tokenizer(weights, fam.tokenizer_path(repo))
     recorded = golden.record_minilm(fam, repo, weights, source, MAX_TOKENS)  # for `search models verify`
-    write_manifest(fam, repo, source, weights, max_abs_diff_vs_torch=max_diff, **recorded)
-    return BuildReport(fam.family, "built", f"from {source} ({weights}); ONNX vs PyTorch max |Δ| {max_diff:.1e}")
+    write_manifest(fam, repo, source, weights, max_abs_diff_vs_torch=max_diff, precision=precision,
+                   precision_status=status, cpu_graph=cpu, **recorded)
+    return BuildReport(fam.family, "built", f"from {source} ({weights}); ONNX vs PyTorch max |Δ| {max_diff:.1e}; "
+                       f"{describe_cpu_graph(cpu, status)}")
+
+
+def check_inputs() -> list[dict]:
+    """Batches the CPU graph must answer as the exported one does: padded rows, one token, 256 tokens."""
+    import numpy as np  # noqa: PLC0415
+
+    rng = np.random.default_rng(0)
+    out = []
+    for batch, length in ((4, 12), (1, 1), (2, 256)):
+        ids = rng.integers(1000, 29000, (batch, length), dtype=np.int64)
+        ids[:, 0], ids[:, -1] = 101, 102  # [CLS] ... [SEP]
+        mask = np.ones_like(ids)
+        if batch > 1:
+            mask[1, length // 2:] = 0
+            ids[1, length // 2:] = 0
+        out.append({"input_ids": ids, "attention_mask": mask, "token_type_ids": np.zeros_like(ids)})
+    return out
 
 
 def _check_pooling(weights: Path) -> None:

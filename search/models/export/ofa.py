@@ -42,7 +42,8 @@ IMAGENET_MEAN, IMAGENET_STD = [0.485, 0.456, 0.406], [0.229, 0.224, 0.225]
 CHECKPOINT_FILES = ("config.json", "configuration.json", "vocab.json", "merges.txt")
 
 
-def build(fam: OFA, repo: Path, source: str) -> BuildReport:
+def build(fam: OFA, repo: Path, source: str, precision: str = "fp32", allow_unmeasured: bool = False) -> BuildReport:
+    """OFA is served in fp32 only (``OFA.precisions``): ``Family.build`` refuses anything else."""
     try:
         weights = checkpoint_dir(source)
         ve = read_configuration(weights)

@@ -11,7 +11,7 @@ from collections.abc import Callable
 import numpy as np
 import triton_python_backend_utils as pb_utils
 
-from search.triton.steps.requests import BadInput, attempt, run_batched, texts
+from search.triton.steps.requests import BadInput, attempt, run_batched, run_grouped, texts
 
 
 def path(args: dict, filename: str) -> str:
@@ -58,6 +58,11 @@ def respond(outcome) -> pb_utils.InferenceResponse:
 def execute_batched(requests: list, parse: Callable, run: Callable) -> list:
     """``parse(request)`` -> its rows; ``run(rows)`` -> outputs for the rows of every request at once."""
     return [respond(o) for o in run_batched([attempt(parse, r) for r in requests], run)]
+
+
+def execute_grouped(requests: list, parse: Callable, run: Callable) -> list:
+    """``parse(request)`` -> its rows; ``run([rows of each request])`` -> outputs per request, in one call."""
+    return [respond(o) for o in run_grouped([attempt(parse, r) for r in requests], run)]
 
 
 def execute_each(requests: list, handle: Callable) -> list:

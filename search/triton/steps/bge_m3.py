@@ -19,8 +19,16 @@ def limit(asked: int, server: int) -> int:
 
 def tokenize(tok, texts: Sequence[str], limits: Sequence[int], pad_id: int) -> dict[str, np.ndarray]:
     """input_ids, attention_mask [n, longest], TRUNCATED and NUM_TOKENS [n, 1]."""
-    out = tokens.pad(tokens.encode_each(tok, texts, limits), pad_id)
-    del out["token_type_ids"]  # XLM-R takes none
+    return tokenize_requests(tok, texts, limits, pad_id, [len(texts)])[0]
+
+
+def tokenize_requests(tok, texts: Sequence[str], limits: Sequence[int], pad_id: int,
+                      counts: Sequence[int]) -> list[dict[str, np.ndarray]]:
+    """``tokenize`` for the texts of several requests at once (``counts`` per request, in order),
+    each request padded to the width ``tokens.widths`` gives it."""
+    out = tokens.pad_requests(tokens.encode_each(tok, texts, limits), counts, pad_id)
+    for part in out:
+        del part["token_type_ids"]  # XLM-R takes none
     return out
 
 

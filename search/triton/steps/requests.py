@@ -58,6 +58,19 @@ def split(outputs: dict[str, np.ndarray], counts: Sequence[int]) -> list[dict[st
     return [{name: a[end - n:end] for name, a in outputs.items()} for n, end in zip(counts, ends)]
 
 
+def run_grouped(parsed: Sequence, run: Callable[[list[list]], list[dict[str, np.ndarray]]]) -> list:
+    """Like ``run_batched``, but ``run`` gets the good requests' rows as one list per request and
+    returns one output dict per request (their shapes may differ: see ``tokens.widths``)."""
+    good = [i for i, p in enumerate(parsed) if not isinstance(p, Exception)]
+    outcomes = list(parsed)
+    if not good:
+        return outcomes
+    result = attempt(run, [parsed[i] for i in good])
+    for j, i in enumerate(good):
+        outcomes[i] = result if isinstance(result, Exception) else result[j]
+    return outcomes
+
+
 def run_batched(parsed: Sequence, run: Callable[[list], dict[str, np.ndarray]]) -> list:
     """``parsed``: per request its rows (a list), or the exception that refused it. ``run`` gets the
     rows of all the others at once (one tokenizer call, one shape for the batch) and returns arrays

@@ -1,5 +1,11 @@
 """Tokenizing for the text steps (and the exports, which must tokenize as the server does):
-truncate with the model's own fast tokenizer, then pad in numpy to one width for the batch."""
+truncate with the model's own fast tokenizer, then pad in numpy.
+
+Padding within a dynamic batch: every text of one request gets one width (the request's tensor is
+one array), and requests of similar lengths share a width so that the encoder's dynamic batcher
+runs them together. Requests of very different lengths do not: padding a 10-token query to a
+500-token passage that happens to share its dynamic batch costs more on a CPU than running the
+two apart (``widths``)."""
 
 from __future__ import annotations
 
@@ -27,6 +33,33 @@ def encode_each(tok, texts: Sequence[str], limits: Sequence[int]) -> list:
         for r, enc in zip(rows, encode(tok, [texts[r] for r in rows], limit)):
             out[r] = enc
     return out
+
+
+GROUP_RATIO, GROUP_SLACK = 1.25, 4  # a request joins a width up to 25 % (or 4 tokens) over its own longest
+
+
+def widths(longest: Sequence[int]) -> list[int]:
+    """Per request (given its longest text), the width to pad it to: requests sorted by length are
+    grouped while the group's longest is within GROUP_RATIO (or GROUP_SLACK tokens) of its first,
+    and each group is padded to its longest. Exact either way: the encoders mask the padding."""
+    out = [0] * len(longest)  # a request without texts stays 0 wide and groups with nothing
+    order = sorted((r for r in range(len(longest)) if longest[r] > 0), key=lambda r: longest[r])
+    group: list[int] = []
+    for r in order:
+        if group and longest[r] > max(int(longest[group[0]] * GROUP_RATIO), longest[group[0]] + GROUP_SLACK):
+            group = []
+        group.append(r)
+        for g in group:
+            out[g] = longest[r]
+    return out
+
+
+def pad_requests(encodings: list, counts: Sequence[int], pad_id: int = 0) -> list[dict[str, np.ndarray]]:
+    """``pad`` per request (``counts``: its number of texts, in order) at the widths of ``widths``."""
+    ends = np.cumsum(counts, dtype=np.int64)
+    parts = [encodings[end - n:end] for n, end in zip(counts, ends)]
+    longest = [max((len(e.ids) for e in part), default=0) for part in parts]
+    return [pad(part, pad_id, width=w) for part, w in zip(parts, widths(longest))]
 
 
 def pad(encodings: list, pad_id: int = 0, width: int | None = None) -> dict[str, np.ndarray]:

@@ -1,8 +1,10 @@
 """Tokenizer step of the ``minilm`` ensemble: text -> WordPiece ids, attention mask, type ids.
 
 The shipped tokenizer.json carries its own truncation (128) and fixed padding; both are replaced
-here by the model's limit (``max_length`` parameter, 256) and padding to the longest text of the
-whole dynamic batch, so every request of the batch has one shape and the encoder batches them.
+here by the model's limit (``max_length`` parameter, 256) and padding to the longest text: each
+request to the longest of a group of requests of similar lengths in the dynamic batch
+(``tokens.widths``), so that those requests share one shape and the encoder batches them, while a
+short request is not padded to a long one's length.
 """
 
 from tokenizers import Tokenizer
@@ -16,7 +18,8 @@ class TritonPythonModel:
         self.tokenizer = Tokenizer.from_file(backend.path(args, "tokenizer.json"))
 
     def execute(self, requests):
-        return backend.execute_batched(requests, lambda r: backend.text(r, "TEXT"), self._run)
+        return backend.execute_grouped(requests, lambda r: backend.text(r, "TEXT"), self._run)
 
-    def _run(self, texts):
-        return tokens.pad(tokens.encode(self.tokenizer, texts, self.max_length))
+    def _run(self, per_request):
+        encodings = tokens.encode(self.tokenizer, [t for texts in per_request for t in texts], self.max_length)
+        return tokens.pad_requests(encodings, [len(texts) for texts in per_request])

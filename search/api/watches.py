@@ -1,0 +1,147 @@
+"""Folder watches of the REST API (`POST /watches`, `indexer watch` while a server owns the store).
+
+One Watcher (indexer/watch.py) per watch. Each batch of changes becomes an ingest job in the job
+queue (source "watch", prune, gone_ok: deleted files are removed, not failures), and the watcher
+waits for it before it hands over the next batch, so the changes that arrive while a job runs
+become one job, not many. Watches are recorded in the data dir (indexer/jobs.py) and started again,
+each with its catch-up rescan, when the server starts; a batch that fails (Triton down) is retried.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from indexer.jobs import FAILED, JobStore, Watch
+from indexer.watch import Watcher
+from search.api.jobs import Jobs
+
+log = logging.getLogger("search.api")
+
+
+class WatchBatchFailed(RuntimeError):
+    """The ingest job of a batch failed as a whole: the watcher tries the batch again later."""
+
+
+@dataclass
+class _Running:
+    watch: Watch
+    watcher: Watcher | None = None
+    last_job: str | None = None
+    error: str | None = None  # why it is not running (its folder is missing) or what a batch left out
+
+
+class Watches:
+    """The server's watches. ``outside_link(path)``: for a watch a REST client registered, the
+    first symbolic link under ``path`` that leads out of the API's roots (those paths are left out
+    of a batch, as `POST /ingest` refuses them). ``ignore``: folders whose changes are never
+    collected (the data dir)."""
+
+    def __init__(self, jobs: Jobs, store: JobStore, *, ignore: list[Path],
+                 outside_link: Callable[[Path], Path | None]) -> None:
+        self.jobs, self.store, self.ignore, self.outside_link = jobs, store, ignore, outside_link
+        self._lock = threading.Lock()
+        self._running: dict[str, _Running] = {}
+
+    def start(self) -> None:
+        """Start every recorded watch (the server starts): each rescans its folders first."""
+        for watch in self.store.watches():
+            with self._lock:
+                if watch.id not in self._running:
+                    self._running[watch.id] = self._start(watch)
+
+    def add(self, paths: list[Path], *, quiet_ms: int, local: bool) -> tuple[Watch, bool]:
+        """The watch of exactly these folders: a new one (recorded, started), or the one that
+        exists (``False``: nothing was added)."""
+        key = sorted(str(p) for p in paths)
+        with self._lock:
+            for watch in self.store.watches():
+                if sorted(watch.paths) == key:
+                    running = self._running.get(watch.id)
+                    if running is None or running.watcher is None:  # e.g. its folder was missing at start
+                        self._running[watch.id] = self._start(watch)
+                    return watch, False
+            watch = Watch.new(key, quiet_ms=quiet_ms, local=local)
+            self.store.save_watch(watch)
+            self._running[watch.id] = self._start(watch)
+            log.info("watch %s added: %s", watch.id, ", ".join(key))
+            return watch, True
+
+    def remove(self, watch_id: str) -> dict | None:
+        """Stop a watch and forget it; what it indexed stays indexed. Its state as it ended, or None."""
+        watch = next((w for w in self.store.watches() if w.id == watch_id), None)
+        if watch is None:
+            return None
+        with self._lock:
+            running = self._running.pop(watch_id, None)
+        if running is not None and running.watcher is not None:
+            running.watcher.stop()
+        self.store.delete_watch(watch_id)
+        log.info("watch %s removed", watch_id)
+        return self._describe(watch, running)
+
+    def describe(self, watch_id: str) -> dict | None:
+        watch = next((w for w in self.store.watches() if w.id == watch_id), None)
+        return None if watch is None else self._describe(watch, self._running.get(watch_id))
+
+    def listed(self) -> list[dict]:
+        return [self._describe(w, self._running.get(w.id)) for w in self.store.watches()]
+
+    def close(self) -> None:
+        """Stop every watcher (the server stops); the records stay, so the next start watches again."""
+        with self._lock:
+            running, self._running = list(self._running.values()), {}
+        for r in running:
+            if r.watcher is not None:
+                r.watcher.stop()
+
+    def _start(self, watch: Watch) -> _Running:
+        running = _Running(watch)
+        running.watcher = Watcher([Path(p) for p in watch.paths], lambda paths: self._batch(running, paths),
+                                  quiet_s=watch.quiet_ms / 1000, ignore=self.ignore)
+        try:
+            running.watcher.start()
+        except OSError as exc:  # a folder that is gone or not mounted: nothing is pruned, it is reported
+            running.watcher.stop()
+            running.watcher, running.error = None, f"not running: {exc}"
+            log.warning("watch %s %s", watch.id, running.error)
+        return running
+
+    def _batch(self, running: _Running, paths: list[Path]) -> object:
+        watch, watcher = running.watch, running.watcher
+        if not watch.local:
+            refused = {p: link for p in paths if (link := self.outside_link(p)) is not None}
+            if refused:
+                running.error = "left out: " + "; ".join(f"{link} is a symlink to a file outside the allowed folders"
+                                                         for link in refused.values())
+                log.warning("watch %s %s", watch.id, running.error)
+                paths = [p for p in paths if p not in refused]
+            else:
+                running.error = None
+            if not paths:
+                return None
+        job = self.jobs.submit(paths, prune=True, source="watch", gone_ok=True)
+        running.last_job = job.id
+        job = self.jobs.wait(job.id, stop=watcher.stopping if watcher is not None else None)
+        if job is not None and job.state == FAILED:
+            raise WatchBatchFailed(f"ingest job {job.id} failed: {job.error}")
+        return job
+
+    @staticmethod
+    def _describe(watch: Watch, running: _Running | None) -> dict:
+        watcher = running.watcher if running is not None else None
+        if watcher is None:
+            state = "not running"
+        elif watcher.last_error:
+            state = "retrying"
+        elif not watcher.caught_up.is_set():
+            state = "catching up"
+        else:
+            state = "watching"
+        return {**watch.as_dict(), "state": state, "batches": watcher.batches if watcher else 0,
+                "last_batch": watcher.last_batch if watcher else None,
+                "last_job": running.last_job if running else None,
+                "error": (watcher.last_error if watcher else None) or (running.error if running else None)}

@@ -1,0 +1,10 @@
+"""Every query a face can ask, over one store and one Triton client."""
+
+from search.services.admin import Admin
+from search.services.documents import DocumentSearch
+from search.services.images import ImageSearch
+from search.services.verify import Verification
+
+
+class SearchService(DocumentSearch, ImageSearch, Admin, Verification):
+    """Documents, photos, entailment, status, the store's own commands and model verification."""

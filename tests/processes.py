@@ -1,0 +1,79 @@
+"""Real processes the tests start: `search serve` owning a data dir (search/owner.py), and the CLIs."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+from search.config import PROJECT_ROOT
+from search.triton.local import free_port
+
+
+def env_for(settings, **extra: str) -> dict[str, str]:
+    """The environment a child process reads the test's settings from."""
+    env = {k: v for k, v in os.environ.items() if k not in ("QDRANT_URL", "SEARCH_QDRANT_URL")}
+    env.update(SEARCH_DATA_DIR=str(settings.data_dir), SEARCH_TRITON_URL=settings.triton_url,
+               SEARCH_TRITON_REPO=str(settings.triton_repo), SEARCH_SEARCH_MODE=settings.search_mode,
+               HF_HUB_OFFLINE="1", **extra)
+    return env
+
+
+def run_cli(module: str, *args: str, settings, timeout: float = 300) -> subprocess.CompletedProcess:
+    """`python -m search|indexer ARGS` on the test's settings."""
+    return subprocess.run([sys.executable, "-m", module, *args], env=env_for(settings), cwd=PROJECT_ROOT,
+                          capture_output=True, text=True, timeout=timeout)
+
+
+class SearchServer:
+    """`search serve` on a free port, waited for until it owns the data dir."""
+
+    def __init__(self, settings, log: Path, *, port: int | None = None, wait: bool = True) -> None:
+        self.settings, self.port = settings, port or free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.log = log
+        self.proc = subprocess.Popen([sys.executable, "-m", "search", "serve", "--port", str(self.port)],
+                                     env=env_for(settings), cwd=PROJECT_ROOT, stdout=subprocess.DEVNULL,
+                                     stderr=log.open("ab"), start_new_session=True)
+        if wait:
+            self.wait()
+
+    def record(self) -> dict | None:
+        try:
+            return json.loads((self.settings.data_dir / "server.json").read_text())
+        except (OSError, ValueError):
+            return None
+
+    def wait(self, timeout: float = 120) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"search serve exited with {self.proc.returncode}: {self.log.read_text()[-800:]}")
+            rec = self.record()
+            if rec and rec.get("pid") == self.proc.pid:
+                try:
+                    with urllib.request.urlopen(f"{self.url}/healthz", timeout=2) as r:
+                        if r.status == 200:
+                            return
+                except OSError:
+                    pass
+            time.sleep(0.2)
+        raise TimeoutError(f"search serve did not own {self.settings.data_dir} within {timeout}s")
+
+    def kill9(self) -> None:
+        os.killpg(self.proc.pid, signal.SIGKILL)
+        self.proc.wait(10)
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGTERM)
+            try:
+                self.proc.wait(30)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+                self.proc.wait()

@@ -1,0 +1,175 @@
+"""The CPU graphs (model.cpu.onnx: onnxruntime's transformer fusions, opt-in int8) next to the
+exported graphs (model.onnx, checked against PyTorch; the GPU configs serve them): what the CPU
+configs serve, that the fused graphs give the exported graphs' outputs on fresh inputs, and the
+precision rules of `search models build` (int8 measured for MiniLM only, recorded, shown)."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+import typer
+from google.protobuf import text_format
+from tritonclient.grpc import model_config_pb2 as mc
+
+from search.config import PROJECT_ROOT
+from search.models import CLIP, FAMILIES, Int8Quality, MiniLM, family
+from search.models.base import INT8_TOLERANCE
+from search.models.export import clip as clip_export
+from search.models.export.common import agreement, sha256
+from search.models.minilm import package_weights
+from search.models.verify import TOLERANCES
+from search.triton.local import LocalTriton, free_port
+
+REPO = PROJECT_ROOT / "triton_repo"
+ONNX_MODELS = {"minilm_onnx": "minilm", "clip_visual": "clip", "clip_textual": "clip", "bge_m3_onnx": "bge_m3"}
+MICROSOFT_FUSED = {"Attention", "SkipLayerNormalization", "BiasGelu", "QuickGelu", "EmbedLayerNormalization"}
+
+
+def config(path: Path) -> mc.ModelConfig:
+    return text_format.Parse(path.read_text(), mc.ModelConfig())
+
+
+@pytest.mark.parametrize("model", sorted(ONNX_MODELS))
+def test_cpu_configs_serve_the_cpu_graph_and_gpu_configs_the_exported_one(model):
+    assert config(REPO / model / "config.pbtxt").default_model_filename == "model.cpu.onnx"
+    assert config(REPO / model / "configs" / "gpu.pbtxt").default_model_filename in ("", "model.onnx")
+
+
+def inputs(model: str, repo: Path) -> list[dict]:
+    """Fresh inputs (not the export's check inputs): padded batches, one row, long rows."""
+    rng = np.random.default_rng(123)
+    if model == "clip_visual":
+        return [{"pixel_values": rng.normal(size=(2, 3, 224, 224)).astype(np.float32)}]
+    if model == "clip_textual":
+        text = json.loads((repo / "clip_text_tokenize/1/text.json").read_text())
+        from tokenizers import Tokenizer
+
+        tok = Tokenizer.from_file(str(repo / "clip_text_tokenize/1/tokenizer.json"))
+        texts = ["a photo of a cat", "a cup of coffee on a table", " ".join(["cat"] * 75), "snow " * 90, ""]
+        ids, mask = clip_export.tokenize(tok, text, texts)
+        return [{"input_ids": ids, "attention_mask": mask}, *clip_export.trimmed(ids, mask)]
+    vocab = 1000 if model == "bge_m3_onnx" else 29000
+    out = []
+    for batch, length in ((3, 17), (1, 2), (2, 200)):
+        ids = rng.integers(5, vocab, (batch, length), dtype=np.int64)
+        mask = np.ones_like(ids)
+        if batch > 1:
+            mask[0, length // 3:] = 0
+        feeds = {"input_ids": ids, "attention_mask": mask}
+        if model == "minilm_onnx":
+            feeds["token_type_ids"] = np.zeros_like(ids)
+        out.append(feeds)
+    return out
+
+
+@pytest.mark.parametrize("model", sorted(ONNX_MODELS))
+def test_fused_graph_equals_the_exported_graph(model_repo, model):
+    folder = model_repo / model / "1"
+    fused = onnx.load(str(folder / "model.cpu.onnx"), load_external_data=False)
+    ops = {n.op_type for n in fused.graph.node if n.domain == "com.microsoft"}
+    assert ops & MICROSOFT_FUSED, f"{model}: nothing fused ({sorted(ops)})"
+    feeds = inputs(model, model_repo)
+    run = {name: [ort.InferenceSession(str(folder / name), providers=["CPUExecutionProvider"]).run(None, f) for f in feeds]
+           for name in ("model.onnx", "model.cpu.onnx")}
+    assert agreement(run["model.onnx"], run["model.cpu.onnx"]) >= 0.9999
+    manifest = family(ONNX_MODELS[model]).manifest(model_repo)
+    cpu = manifest["cpu_graph"][model] if ONNX_MODELS[model] == "clip" else manifest["cpu_graph"]
+    assert cpu["precision"] == manifest["precision"] == "fp32" and cpu["fused_vs_exported_min_cosine"] >= 0.9999
+    assert set(cpu["fused_ops"]) >= ops & MICROSOFT_FUSED
+
+
+def test_minilm_fuses_every_layer(model_repo):
+    ops = MiniLM().manifest(model_repo)["cpu_graph"]["fused_ops"]
+    assert ops == {"EmbedLayerNormalization": 1, "Attention": 6, "BiasGelu": 6, "SkipLayerNormalization": 12}
+
+
+# -- precision
+def test_precisions_offered_per_family():
+    offered = {f.family: {p: f.precision_status(p) for p in ("fp32", "int8")} for f in FAMILIES}
+    assert offered == {"minilm": {"fp32": "reference", "int8": "measured"},
+                       "clip": {"fp32": "reference", "int8": "unmeasured"},
+                       "bge_m3": {"fp32": "reference", "int8": "unmeasured"},
+                       "ofa": {"fp32": "reference", "int8": None}}
+
+
+def test_minilm_int8_figures_are_recorded_for_the_shipped_weights():
+    q = MiniLM().int8_quality
+    assert q is not None and q.within_tolerance() and set(q.figures) == set(INT8_TOLERANCE)
+    assert q.weights_sha256 == sha256(package_weights() / "model.safetensors")
+    assert "bench/quality_minilm.py" in q.measured_by
+
+
+def test_int8_is_measured_only_within_tolerance():
+    ok = Int8Quality("x", {"stsb_spearman": (86.72, 86.30), "msmarco_ndcg10": (79.8, 78.9)}, "test")
+    assert ok.within_tolerance()
+    assert not Int8Quality("x", {"stsb_spearman": (86.72, 86.1), "msmarco_ndcg10": (79.8, 79.8)}, "test").within_tolerance()
+    assert not Int8Quality("x", {"stsb_spearman": (86.72, 86.7)}, "test").within_tolerance()  # a figure missing
+
+
+def test_unoffered_and_unmeasured_precisions_are_refused(tmp_path):
+    assert family("ofa").build(tmp_path, "anything", precision="int8").status == "refused"
+    report = CLIP().build(tmp_path, "anything", precision="int8")
+    assert report.status == "refused" and "--allow-unmeasured-int8" in report.detail
+    assert not any(tmp_path.iterdir())
+
+
+def test_precision_option_parses():
+    from search.cli.models import parse_precision
+
+    assert parse_precision("fp32") == ("fp32", {})
+    assert parse_precision("int8") == ("int8", {})
+    assert parse_precision("minilm=int8, clip=fp32") == ("fp32", {"minilm": "int8", "clip": "fp32"})
+    for bad in ("fp16", "nobody=int8", "minilm=int4"):
+        with pytest.raises(typer.BadParameter):
+            parse_precision(bad)
+
+
+def test_int8_minilm_is_built_recorded_listed_and_verified(model_repo, tmp_path):
+    repo = tmp_path / "triton_repo"
+    shutil.copytree(model_repo, repo, ignore=shutil.ignore_patterns("clip_*", "bge_m3*", "ofa_*"))
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "SEARCH_TRITON_REPO": str(repo), "SEARCH_DATA_DIR": str(tmp_path / "d")}
+
+    def cli(*args: str) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-m", "search", "models", *args], env=env, capture_output=True, text=True,
+                              timeout=600)
+
+    fp32 = MiniLM().manifest(repo)
+    built = cli("build", "--precision", "int8", "--clip-source", str(tmp_path / "no-clip"))
+    assert built.returncode == 1, built.stdout + built.stderr  # the named CLIP folder is missing: exit 1 ...
+    assert "minilm: built" in built.stdout and "int8 (measured)" in built.stdout  # ... but MiniLM was built
+    manifest = MiniLM().manifest(repo)
+    assert manifest["precision"] == "int8" and manifest["precision_status"] == "measured"
+    assert manifest["files"]["minilm_onnx/1/model.onnx"] == fp32["files"]["minilm_onnx/1/model.onnx"]  # GPU graph: same
+    graph = onnx.load(str(repo / "minilm_onnx/1/model.cpu.onnx"))
+    assert {"DynamicQuantizeLinear", "MatMulInteger"} & {n.op_type for n in graph.graph.node}
+    assert 0.95 <= manifest["cpu_graph"]["int8_vs_fp32_min_cosine"] < 1
+    listed = cli("list")
+    assert listed.returncode == 0 and "int8 (measured)" in listed.stdout, listed.stdout
+    again = cli("build", "--precision", "minilm=int8")
+    assert again.returncode == 0 and "minilm: up to date" in again.stdout
+    refused = cli("build", "--precision", "clip=int8")
+    assert refused.returncode == 1 and "--allow-unmeasured-int8" in refused.stdout
+    # `search models verify` judges the served int8 graph against PyTorch's fp32 golden outputs at the int8 bounds
+    server = LocalTriton(repo, tmp_path / "run", http_port=free_port(), grpc_port=free_port(), metrics_port=free_port(),
+                         models=list(MiniLM().triton_models))
+    server.start(timeout=120)
+    try:
+        env["SEARCH_TRITON_URL"] = f"127.0.0.1:{server.grpc_port}"
+        verified = cli("verify", "minilm", "--json")
+        assert verified.returncode == 0, verified.stdout + verified.stderr
+        (minilm,) = json.loads(verified.stdout)["families"]
+        assert minilm["precision"] == "int8" and minilm["status"] == "pass"
+        vectors = next(c for c in minilm["checks"] if c["check"].startswith("golden: text vectors"))
+        assert vectors["bound"] == f">= {TOLERANCES['int8'].cosine}"
+        assert TOLERANCES["int8"].cosine <= float(vectors["measured"].split()[2]) < TOLERANCES["fp32"].cosine  # int8 shows
+    finally:
+        server.stop()
