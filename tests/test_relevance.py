@@ -16,8 +16,13 @@ import pytest
 from fastapi.testclient import TestClient
 from ingest_helper import ingest
 from PIL import Image
+from processes import SearchServer
 
+from indexer.cli import EXIT_ALL_FAILED, EXIT_MODEL_STOPPED, EXIT_SOME_FAILED
 from search.api import create_app
+from search.cli.query import NO_GOOD_MATCH, NOTHING_MATCHED
+from search.config import PROJECT_ROOT
+from search.errors import ServiceError
 from search.services import DEFAULT_MIN_RELEVANCE, SearchService
 from search.services import relevance as rel
 from search.store import DOCUMENTS
@@ -104,10 +109,10 @@ def test_command_line_and_rest(kb, settings):
     found = search("reset password", "-k", "2", "--min-relevance", "0.9")
     assert found.returncode == 0 and "reset-password.md" in found.stdout and "rel 1.00" in found.stdout, found.stderr
     nothing = search(OFF_TOPIC, "--min-relevance", "0.9")
-    assert nothing.returncode == 7 and nothing.stdout == "" and "no good match" in nothing.stderr
+    assert nothing.returncode == NO_GOOD_MATCH == 8 and nothing.stdout == "" and "no good match" in nothing.stderr
     as_json = search(OFF_TOPIC, "--min-relevance", "0.9", "--json")
     body = json.loads(as_json.stdout)
-    assert as_json.returncode == 7 and body["no_match"] is True and body["hits"] == []
+    assert as_json.returncode == 8 and body["no_match"] is True and body["hits"] == [] and body["best_relevance"] < 0.9
     plain = json.loads(search(OFF_TOPIC, "--json", "-k", "1").stdout)
     assert plain["no_match"] is False and plain["hits"][0]["relevance"] < 0.5
     assert search("x", "--min-relevance", "2").returncode == 2
@@ -117,6 +122,36 @@ def test_command_line_and_rest(kb, settings):
         r = c.post("/search/documents", json={"query": "reset password", "top_k": 2})
         assert r.json()["no_match"] is False and r.json()["hits"][0]["relevance"] >= 0.9
         assert c.post("/search/documents", json={"query": "x", "min_relevance": 1.5}).status_code == 422
+    # the same through the `search serve` that owns the store: the CLI's queries go over its REST API
+    server = SearchServer(settings, settings.data_dir.parent / "serve.log")
+    try:
+        remote = search(OFF_TOPIC, "--min-relevance", "0.9", "--json")
+        body = json.loads(remote.stdout)
+        assert remote.returncode == 8 and body["no_match"] is True and body["hits"] == [] and body["best_relevance"] < 0.9
+        found = search("reset password", "-k", "2", "--min-relevance", "0.9")
+        assert found.returncode == 0 and "reset-password.md" in found.stdout and "rel 1.00" in found.stdout, found.stderr
+        told = search(OFF_TOPIC, "--min-relevance", "0.9")
+        assert told.returncode == 8 and "no good match" in told.stderr and "best relevance 0." in told.stderr
+        status = search("status", "--verify", "--json")  # the verification through the server: GET /models/verify
+        assert status.returncode == 0 and json.loads(status.stdout)["verify"]["passed"] is True, status.stdout[-800:]
+    finally:
+        server.stop()
+
+
+def test_no_good_match_has_an_exit_status_of_its_own():
+    """It was 7, which `indexer ingest` uses for "some files failed": a script could not tell them apart."""
+    taken = {0, 1, 2, 130, EXIT_ALL_FAILED, EXIT_MODEL_STOPPED, EXIT_SOME_FAILED, NOTHING_MATCHED}
+    taken |= {cls.exit_code for cls in _subclasses(ServiceError)}
+    assert NO_GOOD_MATCH not in taken, sorted(taken)
+    readme = (PROJECT_ROOT / "README.md").read_text()
+    assert f"| {NO_GOOD_MATCH} | `search`: no good match" in readme
+    shown = subprocess.run([sys.executable, "-m", "search", "query", "--help"], capture_output=True, text=True, timeout=120,
+                           env={**os.environ, "COLUMNS": "200"})
+    assert shown.returncode == 0 and f"{NO_GOOD_MATCH}  no good match" in shown.stdout, shown.stdout
+
+
+def _subclasses(cls: type) -> list[type]:
+    return [cls] + [s for sub in cls.__subclasses__() for s in _subclasses(sub)]
 
 
 # -- BGE-M3's modes (tiny random model: the mechanism, not the quality)
