@@ -30,7 +30,8 @@ def healthz() -> dict:
 
 @reads.get("/readyz", tags=["health"], summary="Triton and Qdrant, each reported on its own; 503 unless both answer",
            response_model=Readiness, responses={503: {"model": Readiness, "description": "Triton or the store does not answer"
-                                                                                       " (or, with verify, a model misses)"}})
+                                                                                       " (or, with verify, a model misses)"},
+                                                **errors(422)})
 def readyz(verify: bool = Query(False, description="also check that every served model gives the expected answers "
                                                   "(`search models verify`: golden outputs, published examples); "
                                                   "the body gains `verify`, and a miss makes it 503"),
@@ -44,7 +45,7 @@ def readyz(verify: bool = Query(False, description="also check that every served
 
 
 @reads.get("/models/verify", tags=["health"], summary="Do the served models give the expected answers? "
-           "(`search models verify`: golden outputs, published examples)", responses=errors(400, 503))
+           "(`search models verify`: golden outputs, published examples)", responses=errors(400, 422, 503))
 def models_verify(family: list[str] | None = Query(None, description="families to check (default: every built one)"),
                   published: bool | None = Query(None, description="the publishers' known-answer checks: true runs them "
                                                  "anyway, false skips them (default: where the checkpoint is theirs)"),
