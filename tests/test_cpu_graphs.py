@@ -26,6 +26,8 @@ from search.models.base import INT8_TOLERANCE
 from search.models.export import clip as clip_export
 from search.models.export.common import MIN_GAIN, agreement, sha256
 from search.models.minilm import package_weights
+from search.models.verify import TOLERANCES
+from search.triton.local import LocalTriton, free_port
 
 REPO = PROJECT_ROOT / "triton_repo"
 ONNX_MODELS = {"minilm_onnx": "minilm", "clip_visual": "clip", "clip_textual": "clip", "bge_m3_onnx": "bge_m3"}
@@ -149,7 +151,7 @@ def test_precision_option_parses():
             parse_precision(bad)
 
 
-def test_int8_minilm_is_built_recorded_and_listed(model_repo, tmp_path):
+def test_int8_minilm_is_built_recorded_listed_and_verified(model_repo, tmp_path):
     repo = tmp_path / "triton_repo"
     shutil.copytree(model_repo, repo, ignore=shutil.ignore_patterns("clip_*", "bge_m3*", "ofa_*"))
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "SEARCH_TRITON_REPO": str(repo), "SEARCH_DATA_DIR": str(tmp_path / "d")}
@@ -172,5 +174,20 @@ def test_int8_minilm_is_built_recorded_and_listed(model_repo, tmp_path):
     assert listed.returncode == 0 and "int8 (measured)" in listed.stdout, listed.stdout
     again = cli("build", "--precision", "minilm=int8")
     assert again.returncode == 0 and "minilm: up to date" in again.stdout
+    # `search models verify` judges the served int8 graph against PyTorch's fp32 golden outputs at the int8 bounds
+    server = LocalTriton(repo, tmp_path / "run", http_port=free_port(), grpc_port=free_port(), metrics_port=free_port(),
+                         models=list(MiniLM().triton_models))
+    server.start(timeout=120)
+    try:
+        env["SEARCH_TRITON_URL"] = f"127.0.0.1:{server.grpc_port}"
+        verified = cli("verify", "minilm", "--json")
+        assert verified.returncode == 0, verified.stdout + verified.stderr
+        (minilm,) = json.loads(verified.stdout)["families"]
+        assert minilm["precision"] == "int8" and minilm["status"] == "pass"
+        vectors = next(c for c in minilm["checks"] if c["check"].startswith("golden: text vectors"))
+        assert vectors["bound"] == f">= {TOLERANCES['int8'].cosine}"
+        assert TOLERANCES["int8"].cosine <= float(vectors["measured"].split()[2]) < TOLERANCES["fp32"].cosine  # int8 shows
+    finally:
+        server.stop()
     refused = cli("build", "--precision", "clip=int8")
     assert refused.returncode == 1 and "--allow-unmeasured-int8" in refused.stdout

@@ -220,3 +220,30 @@ def test_highlight_escapes_then_marks():
     spec.loader.exec_module(app)
     out = app.highlight("## Reset\nTo **reset** <b>passwords</b>, go", "reset password")
     assert out == "<mark>Reset</mark> To <mark>reset</mark> &lt;b&gt;<mark>passwords</mark>&lt;/b&gt;, go"
+
+
+def test_search_page_relevance_and_verify(settings, docs, app_factory, browser):
+    """The sidebar's "Only clear matches" (calibrated relevance) and "Verify the models" buttons."""
+    svc = SearchService(settings)
+    try:
+        ingest(svc, [docs])
+    finally:
+        svc.close()
+    app = app_factory(settings)
+    page = browser.new_page(viewport={"width": 1400, "height": 1000})
+    page.goto(app.url)
+    box = page.get_by_label("Query")
+    expect(box).to_be_visible(timeout=WAIT_MS)
+    page.get_by_text("Only clear matches").click()
+    box.fill("chocolate cake recipe with strawberries")
+    box.press("Enter")
+    expect(page.get_by_text("No good match")).to_be_visible(timeout=WAIT_MS)
+    shot(page, "8-no-good-match")
+    box.fill("reset password")
+    box.press("Enter")
+    expect(hit_names(page, ".md").first).to_have_text("reset-password.md", timeout=WAIT_MS)
+    expect(page.get_by_text(re.compile(r"relevance 1\.00")).first).to_be_visible()
+    page.get_by_role("button", name="Verify the models").click()
+    expect(page.get_by_text(re.compile(r"✓ minilm \(fp32\): expected answers"))).to_be_visible(timeout=WAIT_MS)
+    expect(page.locator("[data-testid='stException']")).to_have_count(0)
+    shot(page, "9-relevance-and-verify")

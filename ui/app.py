@@ -21,7 +21,7 @@ from search import owner
 from search.config import Settings
 from search.errors import ServiceError
 from search.media.photos import IMAGE_SUFFIXES
-from search.services import MAX_TOP_K, ImageFilters, SearchService, admin
+from search.services import DEFAULT_MIN_RELEVANCE, MAX_TOP_K, ImageFilters, SearchService, admin
 from search.services.remote import RemoteService
 
 
@@ -75,6 +75,7 @@ def main() -> None:
         st.error(str(exc))
         return
     opts = sidebar(status)
+    verify_panel(svc)
     mode = st.radio("Mode", MODES, format_func=lambda m: m.label, horizontal=True)
     if opts["kb"] is not None:  # the counts that decide what the page can search: the chosen KB's
         status["store"]["collections"] = status["store"]["kbs"][opts["kb"]]
@@ -103,8 +104,10 @@ def sidebar(status: dict) -> dict:
         types = st.multiselect("File type", DOC_TYPES + PHOTO_TYPES, help="only files of these types")
         dates = st.date_input("Taken between (photos)", value=(), format="YYYY-MM-DD")
         camera = st.text_input("Camera (photos)", placeholder="e.g. canon eos")
-        min_score = st.slider("Relevance threshold", 0.0, 1.0, 0.0, 0.01,
-                              help="hide hits that score below this (0 = show all)")
+        clear_only = st.toggle("Only clear matches", help=f"hide hits whose calibrated relevance is below "
+                               f"{DEFAULT_MIN_RELEVANCE}: not clearly above the collection's background (docs/relevance.md)")
+        min_score = st.slider("Score cut-off (raw)", 0.0, 1.0, 0.0, 0.01,
+                              help="hide hits whose raw score is below this (0 = show all); its scale differs per model")
         top_k = st.number_input("Results", 1, MAX_TOP_K, 8)
         st.divider()
         st.header("Status")
@@ -115,8 +118,31 @@ def sidebar(status: dict) -> dict:
         st.caption(", ".join(f"{n}: {c}" for n, c in s["collections"].items()))
     after, before = _date_range(dates)
     return {"kb": kb, "folder": folder.strip() or None, "types": tuple(types), "min_score": min_score or None,
+            "min_relevance": DEFAULT_MIN_RELEVANCE if clear_only else None,
             "top_k": int(top_k), "filters": ImageFilters(after=after, before=before, camera=camera.strip() or None,
                                                          folder=folder.strip() or None, suffixes=tuple(types))}
+
+
+def verify_panel(svc: SearchService | RemoteService) -> None:
+    """Under the status: do the served models give the expected answers? (`search models verify`)"""
+    with st.sidebar:
+        if st.button("Verify the models", help="the golden outputs recorded by each build, and the publishers' own "
+                                               "examples where the checkpoint is theirs (docs/verify.md)"):
+            st.session_state["verify_report"] = svc.verify_report()
+        report = st.session_state.get("verify_report")
+        if report is None:
+            return
+        if report.get("error"):
+            st.caption(f"✗ {report['error']}")
+            return
+        for fam in report["families"]:
+            if fam["status"] == "not built":
+                continue
+            misses = [c for c in fam["checks"] if c["status"] == "FAIL"]
+            done = "expected answers" if fam["status"] == "pass" else fam["status"]
+            st.caption(f"{'✓' if fam['status'] == 'pass' else '✗'} {fam['family']}"
+                       + (f" ({fam['precision']})" if fam.get("precision") else "") + ": "
+                       + ("; ".join(f"{c['check']} {c['measured']} {c['detail']}".strip() for c in misses) or done))
 
 
 def _date_range(dates) -> tuple[float | None, float | None]:
@@ -138,11 +164,13 @@ def documents_page(svc: SearchService | RemoteService, mode: Mode, opts: dict) -
         return
     options = dict(top_k=opts["top_k"], min_score=opts["min_score"], folder=opts["folder"], mode=mode.doc_mode,
                    suffixes=opts["types"], kb=opts["kb"])
-    if per_document:
+    if per_document:  # groups carry no calibrated relevance yet: "Only clear matches" does not apply to them
         groups = svc.search_document_groups(query, **options)
         hits, more = [g.hits[0] for g in groups], [g.more for g in groups]
     else:
-        hits = svc.search_documents(query, **options)
+        hits = svc.search_documents(query, min_relevance=opts["min_relevance"], **options)
+        if relevance_notice(hits):
+            return
         more = [0] * len(hits)
     if not hits:
         st.info("No passage matches: lower the relevance threshold or loosen the filters.")
@@ -152,6 +180,7 @@ def documents_page(svc: SearchService | RemoteService, mode: Mode, opts: dict) -
         with st.container(border=True):
             head, button = st.columns([5, 1])
             head.markdown(f"**{Path(hit.display_path).name}** · score {hit.score:.3f}"
+                          + (f" · relevance {hit.relevance:.2f}" if hit.relevance is not None else "")
                           + (f" · +{n_more} more passages" if n_more else ""))
             head.caption(hit.citation)
             source = Path(hit.path)
@@ -159,6 +188,17 @@ def documents_page(svc: SearchService | RemoteService, mode: Mode, opts: dict) -
                 button.download_button("Open source", partial(source.read_bytes), file_name=Path(hit.display_path).name,
                                        key=f"src{i}")
             st.html(f'<div style="line-height:1.5">{highlight(hit.text, query)}</div>')
+
+
+def relevance_notice(hits) -> bool:
+    """Say "no good match" (True: nothing to show) or why relevance is missing."""
+    if hits.no_match:
+        st.warning(f"No good match: nothing is clearly above the collection's background (best relevance "
+                   f"{hits.best:.2f} < {hits.min_relevance}). Turn off “Only clear matches” to see the closest hits.")
+        return True
+    if hits.note and hits.min_relevance is not None:
+        st.caption(f"“Only clear matches” is not applied: {hits.note}.")
+    return False
 
 
 def highlight(text: str, query: str) -> str:
@@ -188,7 +228,8 @@ def entail_page(svc: SearchService | RemoteService) -> None:
 
 
 def photos_page(svc: SearchService | RemoteService, mode: Mode, opts: dict, ofa_ready: bool = False) -> None:
-    kwargs = {"top_k": opts["top_k"], "min_score": opts["min_score"], "filters": opts["filters"], "kb": opts["kb"]}
+    kwargs = {"top_k": opts["top_k"], "min_score": opts["min_score"], "filters": opts["filters"], "kb": opts["kb"],
+              "min_relevance": opts["min_relevance"]}
     if mode.kind == "text2image":
         text = st.text_input("Describe the photo", placeholder="e.g. a beach at sunset", key="photo_query")
         verify = st.toggle("Verify with OFA", disabled=not ofa_ready, key="verify",
@@ -205,6 +246,8 @@ def photos_page(svc: SearchService | RemoteService, mode: Mode, opts: dict, ofa_
             return
         st.image(upload.getvalue(), caption="your example", width=160)
         hits = svc.search_images(like=upload.getvalue(), **kwargs)
+    if relevance_notice(hits):
+        return
     if not hits:
         st.info("No photo matches: lower the relevance threshold or loosen the filters.")
         return
@@ -214,7 +257,8 @@ def photos_page(svc: SearchService | RemoteService, mode: Mode, opts: dict, ofa_
             with col.container(border=True):
                 picture = hit.thumbnail if hit.thumbnail and Path(hit.thumbnail).is_file() else hit.path
                 st.image(picture, width="stretch")
-                st.markdown(f"**{Path(hit.display_path).name}** · {hit.score:.3f}")
+                st.markdown(f"**{Path(hit.display_path).name}** · {hit.score:.3f}"
+                            + (f" · relevance {hit.relevance:.2f}" if hit.relevance is not None else ""))
                 if hit.entailment is not None:
                     st.caption(f"entails {hit.entailment:.3f} ({hit.entailment_label})")
                 meta = [hit.taken, hit.camera, f"{hit.width}×{hit.height}" if hit.width else None,

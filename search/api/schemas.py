@@ -38,6 +38,10 @@ KbName = Annotated[str, Field(pattern=KB_PATTERN, max_length=40, examples=["hr"]
                               description=f"a knowledge base (default: {DEFAULT_KB!r}, today's index)")]
 TopK = Annotated[int, Field(ge=1, le=MAX_TOP_K)]
 Score = Annotated[float, Field(allow_inf_nan=False)]
+# Calibrated relevance (docs/relevance.md): hits below it are hidden; none left -> "no_match": true.
+MinRelevance = Annotated[float, Field(ge=0, le=1, description="hide hits whose calibrated relevance (how clearly they "
+                                      "stand above the collection's background, 0..1; 0.9 = clearly) is below this; "
+                                      "when none is left the answer says no_match: true")]
 
 
 FileTypes = Annotated[list[Annotated[Text, Field(min_length=1, max_length=16)]], Field(max_length=32)]
@@ -57,6 +61,7 @@ class DocumentQuery(BaseModel):
         None, description="with group_by: passages per document (default 1)")
     mode: Literal[MODES] | None = Field(None, description="default: the server's search_mode (auto)")
     min_score: Score | None = None
+    min_relevance: MinRelevance | None = None
     folder: Text | None = Field(None, max_length=4096, description="only files under this folder")
     types: FileTypes | None = Field(None, description="only files of these types, e.g. [\"pdf\", \"docx\"]")
     max_chars: Annotated[int, Field(ge=1, le=HIT_CHARS_LIMIT)] | None = Field(
@@ -72,6 +77,8 @@ class DocumentQuery(BaseModel):
             raise ValueError(f"offset + top_k: must be at most {MAX_DEPTH}")
         if self.group_size is not None and self.group_by is None:
             raise ValueError("group_size: applies only with group_by")
+        if self.min_relevance is not None and self.group_by is not None:
+            raise ValueError("min_relevance: not available with group_by (groups carry no calibrated relevance yet)")
         return self
 
 
@@ -93,6 +100,7 @@ class ImageQuery(PhotoFilters):
     kb: KbName | None = None
     top_k: TopK = 12
     min_score: Score | None = None
+    min_relevance: MinRelevance | None = None
     sort: Literal[SORTS] = "score"
     verify: bool = Field(False, description="re-rank the top_k hits by OFA's probability that each photo entails the text")
     min_entailment: Annotated[float, Field(ge=0, le=1)] | None = Field(
@@ -144,6 +152,8 @@ class Readiness(BaseModel):
     ready: bool
     triton: TritonReadiness
     qdrant: StoreReadiness
+    verify: dict | None = Field(None, description="with ?verify=1: `search models verify`'s report "
+                                "(passed, families with their checks)")
 
 
 _ERRORS = {

@@ -8,6 +8,7 @@ import typer
 from rich.table import Table
 
 from search.cli.support import err, guarded, out, say
+from search.cli.verify import models_verify
 from search.config import Settings
 from search.models import FAMILIES, PRECISIONS
 
@@ -83,6 +84,9 @@ models_build.__signature__ = inspect.Signature([
                                                 "weights here; other MiniLM weights than those measured).")),
 ])
 app.command("build")(guarded(models_build))
+
+
+app.command("verify")(models_verify)
 
 
 @app.command("list")

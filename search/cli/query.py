@@ -8,9 +8,22 @@ import typer
 
 from search.cli.connect import query_service
 from search.cli.support import display_path, err, guarded, out, say, to_json
+from search.cli.verify_report import print_report
 from search.errors import BadRequest
 from search.paths import readable
-from search.services.options import HIT_CHARS, MAX_DEPTH, MAX_GROUP_SIZE, MAX_PAGE, ImageFilters, check_query_options
+from search.services.options import (
+    DEFAULT_MIN_RELEVANCE,
+    HIT_CHARS,
+    MAX_DEPTH,
+    MAX_GROUP_SIZE,
+    MAX_PAGE,
+    ImageFilters,
+    check_query_options,
+)
+
+# Exit status of a query (also in the README): 8 is its own, apart from indexer ingest's 7 ("some files failed").
+NOTHING_MATCHED = 1  # no hit at all (above --min-score, with the entailment asked)
+NO_GOOD_MATCH = 8  # hits were found, but none is clearly above the collection's background (--min-relevance)
 
 
 @guarded
@@ -46,15 +59,27 @@ def query(
                                 "that each one entails TEXT (visual entailment), and show it."),
     min_entailment: float = typer.Option(None, "--min-entailment", min=0.0, max=1.0,
                                          help="With --verify: hide photos whose entailment probability is below this."),
+    min_relevance: float = typer.Option(None, "--min-relevance", min=0.0, max=1.0,
+                                        help="Hide hits that are not clearly above the collection's background: calibrated "
+                                             f"relevance below this ({DEFAULT_MIN_RELEVANCE} = clearly; docs/relevance.md). "
+                                             f"When none is left: \"no good match\", exit status {NO_GOOD_MATCH}."),
     full_text: bool = typer.Option(False, "--full-text", help="Documents: each passage's whole text; without it a hit's text "
                                    f"stops near {HIT_CHARS:,} characters (JSON: truncated and length say so)."),
     kb: str = typer.Option(None, "--kb", help="The knowledge base to search \\[default: default]."),
     as_json: bool = typer.Option(False, "--json", help="Print machine-readable JSON."),
 ) -> None:
-    """Find the passages that best match TEXT, or photos with --images / --like."""
+    """Find the passages that best match TEXT, or photos with --images / --like.
+
+    [bold]Exit status[/]:
+      0  hits shown
+      1  nothing matched (above --min-score, with the entailment asked), or another error
+      8  no good match: hits were found, but none is clearly above the background (--min-relevance)
+      2  bad option · 3 Triton not reachable · 4 model not served · 5 store unavailable · 6 nothing indexed yet · 130 interrupted"""
     photos = bool(images or like)
     if per_document_passages is not None and not per_document:
         raise BadRequest("--per-document-passages needs --per-document")
+    if per_document and min_relevance is not None:
+        raise BadRequest("--min-relevance: not available with --per-document (groups carry no calibrated relevance yet)")
     check_query_options(photos=photos, text=bool(text), like=like is not None, mode=mode, verify=verify,
                         min_entailment=min_entailment, full_text=full_text,
                         document_only={"--offset": offset, "--per-document": per_document},
@@ -65,7 +90,7 @@ def query(
             filters = ImageFilters.parse(after=after, before=before, camera=camera, near=near, folder=folder,
                                          suffixes=file_type)
             hits = svc.search_images(text, like=like, top_k=top_k or 12, min_score=min_score, filters=filters, sort=sort,
-                                     verify=verify, min_entailment=min_entailment, kb=kb)
+                                     verify=verify, min_entailment=min_entailment, kb=kb, min_relevance=min_relevance)
         elif per_document:
             groups = svc.search_document_groups(text, top_k=top_k or 5, offset=offset, group_size=per_document_passages or 1,
                                                 min_score=min_score, folder=str(folder) if folder else None, mode=mode,
@@ -74,27 +99,38 @@ def query(
         else:
             hits = svc.search_documents(text, top_k=top_k or 5, offset=offset, min_score=min_score,
                                         folder=str(folder) if folder else None, mode=mode, suffixes=file_type or (),
-                                        full_text=full_text, kb=kb)
+                                        full_text=full_text, kb=kb, min_relevance=min_relevance)
     if as_json:
-        print(to_json({"query": text, "like": readable(str(like)) if like else None, "hits": [h.as_dict() for h in hits]}))
+        print(to_json({"query": text, "like": readable(str(like)) if like else None, "no_match": hits.no_match,
+                       "relevance_note": hits.note, "best_relevance": hits.best, "hits": [h.as_dict() for h in hits]}))
+        if hits.no_match:
+            raise typer.Exit(NO_GOOD_MATCH)
         return
+    if hits.note and min_relevance is not None:
+        say("note: {}; --min-relevance was not applied", hits.note, console=err)
+    if hits.no_match:
+        say("no good match: nothing is clearly above the collection's background (best relevance {:.2f}, "
+            "below --min-relevance {})", hits.best or 0.0, min_relevance, console=err)
+        raise typer.Exit(NO_GOOD_MATCH)
     if not hits:
         err.print("nothing matched" + (f" above --min-score {min_score}" if min_score is not None else "")
                   + (f" with entailment ≥ {min_entailment}" if min_entailment is not None else ""))
-        raise typer.Exit(1)
+        raise typer.Exit(NOTHING_MATCHED)
     for rank, h in enumerate(hits, offset + 1):
-        head = "[bold]{rank}.[/] [green]{score:.3f}[/]  [cyan]{path}[/]"
+        relevance = " [dim]rel {relevance:.2f}[/]" if h.relevance is not None else ""
+        head = "[bold]{rank}.[/] [green]{score:.3f}[/]" + relevance + "  [cyan]{path}[/]"
         if images or like:
             facts = [h.taken, h.camera, f"{h.width}×{h.height}" if h.width else None,
                      f"{h.latitude:.5f},{h.longitude:.5f}" if h.latitude is not None else None]
             if verify:
                 head += ("  [magenta]entails {entails:.3f}[/] [dim]({label})[/]" if h.entailment is not None
                          else "  [yellow]not verified (file unreadable)[/]")
-            say(head + "  [dim]{facts}[/]", rank=rank, score=h.score, path=display_path(h.path), entails=h.entailment,
+            say(head + "  [dim]{facts}[/]", rank=rank, score=h.score, relevance=h.relevance, path=display_path(h.path),
+                entails=h.entailment,
                 label=h.entailment_label, facts=" · ".join(f for f in facts if f))
         else:
             where = [f"p. {h.page}" if h.page else None, f"§ {h.section}" if h.section else None, f"chunk {h.chunk}", h.mode]
-            say(head + " [dim]({where})[/]", rank=rank, score=h.score, path=display_path(h.path),
+            say(head + " [dim]({where})[/]", rank=rank, score=h.score, relevance=h.relevance, path=display_path(h.path),
                 where=", ".join(w for w in where if w))
             say("   {}", h.text.strip().replace("\n", "\n   ") if full_text else h.snippet())
 
@@ -138,12 +174,17 @@ def entail(
 
 
 @guarded
-def status(ctx: typer.Context, as_json: bool = typer.Option(False, "--json")) -> None:
+def status(ctx: typer.Context, as_json: bool = typer.Option(False, "--json"),
+           verify: bool = typer.Option(False, "--verify", help="Also check that the served models give the expected "
+                                       "answers (`search models verify`); exit status 1 on a miss.")) -> None:
     """Show whether Triton and the store are reachable, which models are served, and counts."""
     with query_service(ctx) as svc:
         st = svc.status()
+        report = svc.verify_report() if verify else None
     if as_json:
-        print(to_json(st))
+        print(to_json({**st, "verify": report} if verify else st))
+        if report is not None and not report["passed"]:
+            raise typer.Exit(1)
         return
     t = st["triton"]
     say("Triton  {}: " + ("[green]live[/]" if t["live"] else "[red]not reachable[/] (start it: search triton up)"), t["url"])
@@ -162,3 +203,7 @@ def status(ctx: typer.Context, as_json: bool = typer.Option(False, "--json")) ->
         say("  {}: {} points", name, n)
     if "note" in st["store"]:
         say("  [yellow]note[/]: {}", st["store"]["note"])
+    if report is not None:
+        print_report(report)
+        if not report["passed"]:
+            raise typer.Exit(1)

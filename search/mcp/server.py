@@ -37,6 +37,8 @@ INSTRUCTIONS = ("Semantic search over an indexed knowledge base (documents: pass
 TopK = Annotated[int, Field(ge=1, le=MAX_TOP_K, description="how many hits")]
 Chars = Annotated[int, Field(ge=1, le=HIT_CHARS_LIMIT)]
 Text = Annotated[str, Field(min_length=1, max_length=2000)]
+MinRelevance = Annotated[float | None, Field(ge=0, le=1, description="hide hits whose calibrated relevance is below "
+                                                                  "this (0.9: clearly above the background)")]
 Kb = Annotated[str | None, Field(description="the knowledge base (default: 'default'); see the collections resource")]
 
 
@@ -52,13 +54,21 @@ def _call(connect: Connect, fn: Callable[[Any], Any]) -> Any:
 def passage(h: DocumentHit) -> dict[str, Any]:
     return {"id": f"{h.sha256}:{h.chunk}", "citation": h.citation, "path": h.display_path, "chunk": h.chunk,
             "page": h.page, "section": h.section, "score": round(h.score, 6), "text": h.text,
-            "truncated": h.truncated, "length": h.length}
+            "truncated": h.truncated, "length": h.length,
+            **({"relevance": h.relevance} if h.relevance is not None else {})}
 
 
 def photo(h: ImageHit) -> dict[str, Any]:
     return {"id": h.sha256, "path": h.display_path, "score": round(h.score, 6), "taken": h.taken, "camera": h.camera,
             "width": h.width, "height": h.height, "latitude": h.latitude, "longitude": h.longitude,
-            **({"entailment": h.entailment} if h.entailment is not None else {})}
+            **({"entailment": h.entailment} if h.entailment is not None else {}),
+            **({"relevance": h.relevance} if h.relevance is not None else {})}
+
+
+def _relevance(hits) -> dict[str, Any]:
+    """no_match: hits were found but none passes min_relevance (say "no good match"); relevance_note:
+    why hits carry no relevance."""
+    return {"no_match": bool(getattr(hits, "no_match", False)), "relevance_note": getattr(hits, "note", None)}
 
 
 def _decode(image_base64: str, name: str) -> bytes:
@@ -107,6 +117,7 @@ def build(connect: Connect, *, name: str = "multimodal-search") -> MCPServer:
                          offset: Annotated[int, Field(ge=0, le=10_000, description="skip this many (the next page)")] = 0,
                          per_document: Annotated[bool, Field(description="one entry per document: its best passage "
                                                                          "and how many more matched")] = False,
+                         min_relevance: MinRelevance = None,
                          ) -> dict[str, Any]:
         """Passages of the indexed documents that answer the query, best first, each with its citation
         (path, page, section, chunk), score and id (for get_passage), plus a numbered context for a prompt."""
@@ -114,12 +125,16 @@ def build(connect: Connect, *, name: str = "multimodal-search") -> MCPServer:
             options = dict(top_k=top_k, offset=offset, mode=mode, folder=folder, suffixes=types or (),
                            min_score=min_score, max_chars=max_chars, kb=kb)
             if per_document:
+                if min_relevance is not None:
+                    raise ToolError("min_relevance: not available with per_document (groups carry no calibrated "
+                                    "relevance yet)")
                 groups = svc.search_document_groups(query, **options)
                 hits = [g.hits[0] for g in groups]
                 return {"query": query, "documents": [{**passage(g.hits[0]), "more_passages": g.more} for g in groups],
                         "context": prompt_context(hits)}
-            hits = svc.search_documents(query, **options)
-            return {"query": query, "hits": [passage(h) for h in hits], "context": prompt_context(hits)}
+            hits = svc.search_documents(query, min_relevance=min_relevance, **options)
+            return {"query": query, **_relevance(hits), "hits": [passage(h) for h in hits],
+                    "context": prompt_context(hits)}
         return _call(connect, run)
 
     @mcp.tool(annotations=READ_ONLY, structured_output=False)
@@ -130,7 +145,8 @@ def build(connect: Connect, *, name: str = "multimodal-search") -> MCPServer:
                       before: str | None = None, camera: str | None = None,
                       near: Annotated[str | None, Field(description="LAT,LON,KM")] = None,
                       folder: str | None = None, types: list[str] | None = None,
-                      sort: Literal[SORTS] = "score", thumbnails: bool = True, kb: Kb = None) -> list:
+                      sort: Literal[SORTS] = "score", thumbnails: bool = True, kb: Kb = None,
+                      min_relevance: MinRelevance = None) -> list:
         """Photos that match a text (CLIP) or look like an example photo, with their metadata as JSON and,
         unless thumbnails is false, a thumbnail of each (in the same order)."""
         like = _decode(image_base64, "image_base64") if image_base64 else None
@@ -138,10 +154,11 @@ def build(connect: Connect, *, name: str = "multimodal-search") -> MCPServer:
         def run(svc):
             filters = ImageFilters.parse(after=after, before=before, camera=camera, near=near, folder=folder,
                                          suffixes=types or ())
-            return svc.search_images(text, like=like, top_k=top_k, filters=filters, sort=sort, kb=kb)
+            return svc.search_images(text, like=like, top_k=top_k, filters=filters, sort=sort, kb=kb,
+                                     min_relevance=min_relevance)
         hits = _call(connect, run)
         found = [photo(h) for h in hits]
-        out: list = [TextContent(type="text", text=json.dumps({"hits": found}, ensure_ascii=False))]
+        out: list = [TextContent(type="text", text=json.dumps({**_relevance(hits), "hits": found}, ensure_ascii=False))]
         if thumbnails:
             out += [t for t in (_thumbnail(h) for h in hits) if t is not None]
         return out

@@ -18,12 +18,14 @@ _WHERE = {
     "ImageFilters": "search.services.options", "check_query_options": "search.services.options",
     "parse_date": "search.services.options", "parse_near": "search.services.options",
     "HIT_CHARS": "search.services.options", "HIT_CHARS_LIMIT": "search.services.options",
+    "DEFAULT_MIN_RELEVANCE": "search.services.options", "HitList": "search.services.results",
     "DocumentHit": "search.services.results", "DocumentGroup": "search.services.results", "ImageHit": "search.services.results",
     "prompt_context": "search.services.results",
 }
 
 if TYPE_CHECKING:
     from search.services.options import (
+        DEFAULT_MIN_RELEVANCE,
         GROUP_BY,
         HIT_CHARS,
         HIT_CHARS_LIMIT,
@@ -39,7 +41,7 @@ if TYPE_CHECKING:
         parse_near,
     )
     from search.services.query import SearchService
-    from search.services.results import DocumentGroup, DocumentHit, ImageHit, prompt_context
+    from search.services.results import DocumentGroup, DocumentHit, HitList, ImageHit, prompt_context
 
 
 def __getattr__(name: str):
@@ -48,6 +50,6 @@ def __getattr__(name: str):
     return getattr(importlib.import_module(_WHERE[name]), name)
 
 
-__all__ = ["GROUP_BY", "HIT_CHARS", "HIT_CHARS_LIMIT", "MAX_DEPTH", "MAX_GROUP_SIZE", "MAX_PAGE", "MAX_TOP_K", "MODES", "SORTS",
-           "DocumentGroup", "DocumentHit", "ImageFilters", "ImageHit", "SearchService",
+__all__ = ["DEFAULT_MIN_RELEVANCE", "GROUP_BY", "HIT_CHARS", "HIT_CHARS_LIMIT", "MAX_DEPTH", "MAX_GROUP_SIZE", "MAX_PAGE",
+           "MAX_TOP_K", "MODES", "SORTS", "DocumentGroup", "DocumentHit", "HitList", "ImageFilters", "ImageHit", "SearchService",
            "check_query_options", "parse_date", "parse_near", "prompt_context"]

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from qdrant_client import models
@@ -10,10 +10,10 @@ from qdrant_client import models
 from search.errors import BadRequest, EmptyCollection, ModelNotReady, NotFound, not_served
 from search.models import bge_m3, family, minilm
 from search.paths import stored
-from search.services.base import ServiceBase
 from search.services.filters import document_filter
 from search.services.options import HIT_CHARS_LIMIT, MODES, check_group_size, check_max_chars, check_page
-from search.services.results import DocumentGroup, DocumentHit
+from search.services.relevance import DOCUMENT_SPACES, Relevance, check_min_relevance
+from search.services.results import DocumentGroup, DocumentHit, HitList
 from search.store import DEFAULT_KB, DOCUMENTS, Store
 
 BGE_M3 = family("bge_m3")
@@ -23,21 +23,23 @@ HYBRID_DEPTHS = (50, 200, 1_000, 10_000)
 DOCUMENT_CHARS = 20_000  # a document's text unless the caller asks for more (up to HIT_CHARS_LIMIT)
 
 
-class DocumentSearch(ServiceBase):
+class DocumentSearch(Relevance):
     def search_documents(self, query: str, *, top_k: int = 5, offset: int = 0, min_score: float | None = None,
                          folder: str | None = None, mode: str | None = None,
                          suffixes: tuple[str, ...] | list[str] = (), max_chars: int | None = None,
-                         full_text: bool = False, kb: str | None = None) -> list[DocumentHit]:
-        """Passages that match ``query``, with citations: the ``top_k`` best after skipping ``offset``
-        (pages of one ranking concatenate to it). ``mode``: one of MODES (default: the ``search_mode``
-        setting, "auto"). Each hit's text stops near ``max_chars`` characters (default HIT_CHARS; the
-        hit says truncated and the whole length), or is whole with ``full_text``. ``kb``: the
-        knowledge base searched (None: the default one)."""
+                         full_text: bool = False, kb: str | None = None, min_relevance: float | None = None) -> HitList:
+        """Passages that match ``query``, with citations and their calibrated relevance: the ``top_k``
+        best after skipping ``offset`` (pages of one ranking concatenate to it). ``mode``: one of MODES
+        (default: the ``search_mode`` setting, "auto"). Each hit's text stops near ``max_chars``
+        characters (default HIT_CHARS; the hit says truncated and the whole length), or is whole with
+        ``full_text``. ``kb``: the knowledge base searched (None: the default one). ``min_relevance``
+        hides hits that are not that clearly above the collection's background (``no_match`` when none is)."""
         limit = check_max_chars(max_chars, full_text)
         check_page(top_k, offset)
-        hits = self._find_documents(query, Page(top_k, offset), min_score=min_score, folder=folder, mode=mode,
-                                    suffixes=suffixes, kb=kb)
-        return [h.bounded(limit) for h in hits]
+        check_min_relevance(min_relevance)
+        found = self._find_documents(query, Page(top_k, offset), min_score=min_score, folder=folder, mode=mode,
+                                     suffixes=suffixes, kb=kb, min_relevance=min_relevance)
+        return found.rewrap([h.bounded(limit) for h in found])
 
     def search_document_groups(self, query: str, *, top_k: int = 5, offset: int = 0, group_size: int = 1,
                                min_score: float | None = None, folder: str | None = None, mode: str | None = None,
@@ -46,7 +48,7 @@ class DocumentSearch(ServiceBase):
         """Per-document results (group_by=document): the ``top_k`` best documents after skipping
         ``offset`` documents, in the order of their best passage, each with up to ``group_size`` of
         its best passages and how many more of its passages the search ranked (see Store.search_groups).
-        The other arguments are search_documents'."""
+        The other arguments are search_documents' (groups carry no calibrated relevance yet)."""
         limit = check_max_chars(max_chars, full_text)
         check_page(top_k, offset)
         check_group_size(group_size)
@@ -55,7 +57,8 @@ class DocumentSearch(ServiceBase):
         return [DocumentGroup([h.bounded(limit) for h in g.hits], g.more) for g in groups]
 
     def _find_documents(self, query: str, page: Page, *, min_score: float | None, folder: str | None,
-                        mode: str | None, suffixes: tuple[str, ...] | list[str], kb: str | None) -> list:
+                        mode: str | None, suffixes: tuple[str, ...] | list[str], kb: str | None,
+                        min_relevance: float | None = None) -> list:
         mode = mode or self.settings.search_mode
         if mode not in MODES:
             raise BadRequest(f"mode: must be one of {', '.join(MODES)}, got {mode!r}")
@@ -73,8 +76,9 @@ class DocumentSearch(ServiceBase):
         run = _Run(self.store, collection, page, flt)
         if mode == "semantic":
             vectors, _ = minilm.embed(self.triton, [query])
-            return run.hits(mode, "minilm", vectors[0].tolist(), min_score)
-        return self._search_bge_m3(query, mode, run, min_score=min_score)
+            vector = vectors[0].tolist()
+            return self._relevant(run, run.hits(mode, "minilm", vector, min_score), "minilm", vector, min_relevance)
+        return self._search_bge_m3(query, mode, run, min_score=min_score, min_relevance=min_relevance)
 
     def document_mode(self, mode: str, kb: str | None = None) -> str:
         """The mode a search in ``mode`` runs in: auto -> hybrid when the index has BGE-M3 vectors and
@@ -92,15 +96,17 @@ class DocumentSearch(ServiceBase):
                                   f"run `indexer ingest PATH` again now that {BGE_M3.display} is served, or use --mode semantic")
         return mode
 
-    def _search_bge_m3(self, query: str, mode: str, run: _Run, *, min_score: float | None) -> list:
+    def _search_bge_m3(self, query: str, mode: str, run: _Run, *, min_score: float | None,
+                       min_relevance: float | None = None) -> list:
         q = bge_m3.encode(self.triton, [query], colbert=mode == "hybrid")[0]
         sparse = models.SparseVector(indices=list(q.sparse), values=list(q.sparse.values()))
         if mode == "dense":
-            return run.hits(mode, "bge_dense", q.dense.tolist(), min_score)
+            dense = q.dense.tolist()
+            return self._relevant(run, run.hits(mode, "bge_dense", dense, min_score), "bge_dense", dense, min_relevance)
         if mode == "sparse":
             if not q.sparse:
-                return []  # nothing but special tokens: no lexical evidence
-            return run.hits(mode, "bge_sparse", sparse, min_score)
+                return HitList()  # nothing but special tokens: no lexical evidence
+            return self._relevant(run, run.hits(mode, "bge_sparse", sparse, min_score), "bge_sparse", sparse, min_relevance)
         # hybrid: dense and sparse candidates, fused by rank (RRF), re-ranked by ColBERT late interaction.
         # The candidate depth comes in steps, so the pages of one ranking see the same candidates.
         depth = next((d for d in HYBRID_DEPTHS if d >= run.page.end), run.page.end)
@@ -109,7 +115,17 @@ class DocumentSearch(ServiceBase):
             candidates.append(models.Prefetch(query=sparse, using="bge_sparse", limit=depth, filter=run.flt))
         fused = models.Prefetch(prefetch=candidates, query=models.FusionQuery(fusion=models.Fusion.RRF), limit=depth)
         # Qdrant's MAX_SIM sums over query vectors; BGE-M3's ColBERT score is their mean.
-        return run.hits(mode, "bge_colbert", q.colbert.tolist(), min_score, prefetch=[fused], scale=1.0 / len(q.colbert))
+        colbert, factor = q.colbert.tolist(), 1.0 / len(q.colbert)
+        found = run.hits(mode, "bge_colbert", colbert, min_score, prefetch=[fused], scale=factor)
+        return self._relevant(run, found, "bge_colbert", colbert, min_relevance, factor)
+
+    def _relevant(self, run: _Run, found: list, vector: str, query, min_relevance: float | None,
+                  factor: float = 1.0) -> list:
+        """Hits with their calibrated relevance in the searched collection (groups are left as they are)."""
+        if run.page.group_size is not None:
+            return found
+        space = replace(DOCUMENT_SPACES[vector], collection=run.collection)
+        return self._calibrated(found, space, query, flt=run.flt, factor=factor, min_relevance=min_relevance)
 
     # -- by id: what a bot fetches after a search (a passage's neighbours, a whole document)
     def get_passage(self, passage_id: str | None = None, *, path: str | None = None, chunk: int | None = None,

@@ -13,21 +13,24 @@ from search.models import clip, family
 from search.services.entailment import Entailment
 from search.services.filters import image_filter
 from search.services.options import SORTS, ImageFilters, check_top_k
-from search.services.results import ImageHit
+from search.services.relevance import Relevance, check_min_relevance, image_space
+from search.services.results import HitList, ImageHit
 from search.store import DEFAULT_KB, IMAGES, image_vector
 
 CLIP, OFA = family("clip"), family("ofa")
 
 
-class ImageSearch(Entailment):
+class ImageSearch(Entailment, Relevance):
     def search_images(self, text: str | None = None, *, like: Path | bytes | None = None, top_k: int = 12,
                       min_score: float | None = None, filters: ImageFilters = ImageFilters(),
                       sort: str = "score", verify: bool = False, min_entailment: float | None = None,
-                      kb: str | None = None) -> list[ImageHit]:
+                      kb: str | None = None, min_relevance: float | None = None) -> HitList:
         """Text-to-image (``text``) or image-to-image (``like``, a photo's path or bytes) search over the
-        photo collection; filters first, then the ``min_score`` cut-off, then (``verify``) the re-rank
-        of the top-k hits by OFA's entailment probability of ``text`` (hits below ``min_entailment``
-        dropped), then the sort. ``kb``: the knowledge base searched (None: the default one)."""
+        photo collection; filters first, then the ``min_score`` cut-off, then the calibrated relevance
+        (hits below ``min_relevance`` dropped; ``no_match`` when none is left), then (``verify``) the
+        re-rank of the top-k hits by OFA's entailment probability of ``text`` (hits below
+        ``min_entailment`` dropped), then the sort. ``kb``: the knowledge base searched (None: the
+        default one)."""
         text = (text or "").strip() or None
         if (text is None) == (like is None):
             raise BadRequest("give either a text query or an example image (like), not both or neither")
@@ -38,6 +41,7 @@ class ImageSearch(Entailment):
         if verify and text is None:
             raise BadRequest("verify: needs a text query (it checks that each photo entails the text)")
         check_top_k(top_k)
+        check_min_relevance(min_relevance)
         if sort not in SORTS:
             raise BadRequest(f"sort: must be one of {', '.join(SORTS)}, got {sort!r}")
         collection = self._collection(kb, IMAGES)
@@ -53,13 +57,16 @@ class ImageSearch(Entailment):
             vector = clip.embed_images(self.triton, [self._example_image(like)])[0]
         points = self.store.search(collection, image_vector(), vector.tolist(), limit=top_k,
                                    query_filter=image_filter(filters), score_threshold=min_score)
-        hits = [ImageHit.from_point(p) for p in points]
+        space = replace(image_space("text" if text else "image"), collection=collection)
+        rated = self._calibrated([ImageHit.from_point(p) for p in points], space, vector.tolist(),
+                                 flt=image_filter(filters), min_relevance=min_relevance)
+        hits = list(rated)
         if verify:
             hits = self._verify(text, hits, min_entailment)
         if sort != "score":
             dated = sorted((h for h in hits if h.taken_at is not None), key=lambda h: h.taken_at, reverse=sort == "newest")
             hits = dated + [h for h in hits if h.taken_at is None]
-        return hits
+        return rated.rewrap(hits)
 
     def photo_path(self, photo: str) -> Path:
         """A photo named by its path or by its id (the sha256 that search hits carry)."""

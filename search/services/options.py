@@ -23,6 +23,7 @@ GROUP_BY = ("document",)
 HIT_CHARS = 2_000
 HIT_CHARS_LIMIT = 100_000  # the most a request may ask for; the whole text is full_text
 SORTS = ("score", "newest", "oldest")
+DEFAULT_MIN_RELEVANCE = 0.9  # calibrated relevance: what "clearly above the background" means (docs/relevance.md)
 # Document search modes: semantic = MiniLM; dense / sparse = one BGE-M3 vector kind; hybrid = BGE-M3
 # dense + sparse fused (RRF), re-ranked by ColBERT; auto = hybrid when BGE-M3 is served, else semantic.
 MODES = ("auto", "semantic", "dense", "sparse", "hybrid")

@@ -4,7 +4,9 @@ from search.services.admin import Admin
 from search.services.documents import DocumentSearch
 from search.services.embeddings import Embeddings
 from search.services.images import ImageSearch
+from search.services.verify import Verification
 
 
-class SearchService(DocumentSearch, ImageSearch, Embeddings, Admin):
-    """Documents, photos, entailment, embeddings on request, status and the store's own commands."""
+class SearchService(DocumentSearch, ImageSearch, Embeddings, Admin, Verification):
+    """Documents, photos, entailment, embeddings on request, status, the store's own commands and
+    model verification."""

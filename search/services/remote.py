@@ -9,7 +9,7 @@ from urllib.parse import quote, urlencode
 from search import errors
 from search.rest_client import RestClient
 from search.services.options import ImageFilters
-from search.services.results import DocumentGroup, DocumentHit, ImageHit, Verdict
+from search.services.results import DocumentGroup, DocumentHit, HitList, ImageHit, Verdict
 
 
 class RemoteService(RestClient):
@@ -21,10 +21,11 @@ class RemoteService(RestClient):
     # -- queries
     def search_documents(self, query: str, *, top_k: int = 5, offset: int = 0, min_score: float | None = None,
                          folder: str | None = None, mode: str | None = None, suffixes=(), max_chars: int | None = None,
-                         full_text: bool = False, kb: str | None = None) -> list[DocumentHit]:
+                         full_text: bool = False, kb: str | None = None, min_relevance: float | None = None) -> HitList:
         body = {"query": query, "kb": kb, "top_k": top_k, "offset": offset, "min_score": min_score, "folder": _here(folder),
-                "mode": mode, "types": list(suffixes) or None, "max_chars": max_chars, "full_text": full_text or None}
-        return [_hit(DocumentHit, h) for h in self.call("POST", "/search/documents", body)["hits"]]
+                "mode": mode, "types": list(suffixes) or None, "max_chars": max_chars, "full_text": full_text or None,
+                "min_relevance": min_relevance}
+        return _hits(DocumentHit, self.call("POST", "/search/documents", body), min_relevance)
 
     def search_document_groups(self, query: str, *, top_k: int = 5, offset: int = 0, group_size: int = 1,
                                min_score: float | None = None, folder: str | None = None, mode: str | None = None,
@@ -38,17 +39,18 @@ class RemoteService(RestClient):
 
     def search_images(self, text: str | None = None, *, like: Path | bytes | None = None, top_k: int = 12,
                       min_score: float | None = None, filters: ImageFilters = ImageFilters(), sort: str = "score",
-                      verify: bool = False, min_entailment: float | None = None, kb: str | None = None) -> list[ImageHit]:
+                      verify: bool = False, min_entailment: float | None = None, kb: str | None = None,
+                      min_relevance: float | None = None) -> HitList:
         fields = {k: v for k, v in {**filters.as_fields(), "kb": kb}.items() if v is not None}
         if "folder" in fields:
             fields["folder"] = _here(fields["folder"])
         if like is None:
             body = {"text": text, "top_k": top_k, "min_score": min_score, "sort": sort, "verify": verify,
-                    "min_entailment": min_entailment, **fields}
-            return [_hit(ImageHit, h) for h in self.call("POST", "/search/images", body)["hits"]]
-        form = {"top_k": top_k, "min_score": min_score, "sort": sort, **fields}
+                    "min_entailment": min_entailment, "min_relevance": min_relevance, **fields}
+            return _hits(ImageHit, self.call("POST", "/search/images", body), min_relevance)
+        form = {"top_k": top_k, "min_score": min_score, "min_relevance": min_relevance, "sort": sort, **fields}
         answer = self.call("POST", "/search/images/like", form=form, upload=("image", _image(like, "like")))
-        return [_hit(ImageHit, h) for h in answer["hits"]]
+        return _hits(ImageHit, answer, min_relevance)
 
     def entail(self, image: Path | str | bytes, hypothesis: str, premise: str | None = None) -> Verdict:
         form = {"hypothesis": hypothesis, "premise": premise}
@@ -74,6 +76,19 @@ class RemoteService(RestClient):
     def status(self) -> dict:
         return self.call("GET", "/status")
 
+    def verify_models(self, families: list[str] | None = None, *, published_checks: bool | None = None) -> dict:
+        query = [("family", f) for f in families or []]
+        if published_checks is not None:
+            query.append(("published", str(published_checks).lower()))
+        return self.call("GET", "/models/verify" + (f"?{urlencode(query)}" if query else ""))
+
+    def verify_report(self) -> dict:
+        """As ``SearchService.verify_report``: an error is reported in ``error``, not raised."""
+        try:
+            return self.verify_models()
+        except errors.ServiceError as exc:
+            return {"passed": False, "error": str(exc), "families": []}
+
     def store_stats(self) -> dict:
         return self.call("GET", "/store/stats")
 
@@ -94,6 +109,12 @@ def _query(params: dict) -> str:
 def _here(folder: str | None) -> str | None:
     """A folder as this process means it (relative to its working folder), for a server elsewhere."""
     return str(Path(folder).expanduser().absolute()) if folder else None
+
+
+def _hits(cls, answer: dict, min_relevance: float | None) -> HitList:
+    """The hits with what the server's calibration said about them (no_match, relevance_note)."""
+    return HitList([_hit(cls, h) for h in answer["hits"]], no_match=bool(answer.get("no_match")),
+                   note=answer.get("relevance_note"), min_relevance=min_relevance, best=answer.get("best_relevance"))
 
 
 def _hit(cls, data: dict):

@@ -46,6 +46,7 @@ class DocumentHit(_Paths):
     title: str | None = None
     section: str | None = None  # the nearest heading above the passage
     mode: str = "semantic"  # how it was found (the score's meaning depends on it)
+    relevance: float | None = None  # calibrated: how clearly above the collection's background (docs/relevance.md)
     length: int = 0  # characters in the whole passage; text may hold fewer (truncated)
     truncated: bool = False
 
@@ -132,6 +133,7 @@ class ImageHit(_Paths):
     # --verify: OFA's probability that the photo entails the query, and its label (None: not verified)
     entailment: float | None = None
     entailment_label: str | None = None
+    relevance: float | None = None  # calibrated: how clearly above the collection's background (docs/relevance.md)
 
     @property
     def taken(self) -> str | None:
@@ -167,3 +169,17 @@ def prompt_context(hits: list[DocumentHit]) -> str:
     return "\n\n".join(f"[{i}] {h.citation}\n{h.text.strip()}" + (" …" if h.truncated else "")
                        for i, h in enumerate(hits, 1))
 
+
+class HitList(list):
+    """Hits (a plain list to every caller) with what the calibration says about them."""
+
+    def __init__(self, hits=(), *, no_match: bool = False, note: str | None = None,
+                 min_relevance: float | None = None, best: float | None = None) -> None:
+        super().__init__(hits)
+        self.no_match = no_match  # hits were found, but none is clearly above the background
+        self.note = note  # why relevance is missing (a collection too small), else None
+        self.min_relevance = min_relevance
+        self.best = best  # the best relevance among the hits before the cut-off
+
+    def rewrap(self, hits) -> HitList:
+        return HitList(hits, no_match=self.no_match, note=self.note, min_relevance=self.min_relevance, best=self.best)

@@ -84,6 +84,15 @@ class TritonClient:
                 "then restart the server (`search triton down && search triton up`)"
             )
 
+    def model_config(self, name: str) -> dict:
+        """The configuration Triton loaded for ``name``, as JSON (e.g. its TensorRT precision)."""
+        try:
+            return self._client.get_model_config(name, as_json=True, client_timeout=10)["config"]
+        except InferenceServerException as exc:
+            if "UNAVAILABLE" in str(exc.status() or ""):
+                raise self._unreachable(exc) from exc
+            raise ModelNotReady(f"model '{name}' is not available in Triton ({_short(exc)})") from exc
+
     def infer(self, model: str, inputs: dict[str, np.ndarray], outputs: list[str]) -> dict[str, np.ndarray]:
         tensors = _tensors(inputs)
         started = time.monotonic()

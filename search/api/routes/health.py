@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from fastapi import APIRouter, Depends, Request
+from fastapi import APIRouter, Depends, Query, Request
 from fastapi.responses import JSONResponse, Response
 
 from search.api.backend import Backend
@@ -29,14 +29,29 @@ def healthz() -> dict:
 
 
 @reads.get("/readyz", tags=["health"], summary="Triton and Qdrant, each reported on its own; 503 unless both answer",
-           response_model=Readiness, responses={503: {"model": Readiness, "description": "Triton or the store does not answer"}})
-def readyz(backend: Backend = Depends(get_backend)) -> JSONResponse:
+           response_model=Readiness, responses={503: {"model": Readiness, "description": "Triton or the store does not answer"
+                                                                                       " (or, with verify, a model misses)"},
+                                                **errors(422)})
+def readyz(verify: bool = Query(False, description="also check that every served model gives the expected answers "
+                                                  "(`search models verify`: golden outputs, published examples); "
+                                                  "the body gains `verify`, and a miss makes it 503"),
+           backend: Backend = Depends(get_backend)) -> JSONResponse:
     try:
         svc = backend.service()
     except ServiceError:  # a busy or absent store: readiness() reports it
         svc = backend.unopened_service()
-    body = svc.readiness()
+    body = svc.readiness_verified() if verify else svc.readiness()
     return JSONResponse(body, status_code=200 if body["ready"] else 503)
+
+
+@reads.get("/models/verify", tags=["health"], summary="Do the served models give the expected answers? "
+           "(`search models verify`: golden outputs, published examples)", responses=errors(400, 422, 503))
+def models_verify(family: list[str] | None = Query(None, description="families to check (default: every built one)"),
+                  published: bool | None = Query(None, description="the publishers' known-answer checks: true runs them "
+                                                 "anyway, false skips them (default: where the checkpoint is theirs)"),
+                  backend: Backend = Depends(get_backend)) -> dict:
+    """``passed`` and per family its checks; a miss is ``passed: false`` (200), not an error."""
+    return backend.unopened_service().verify_models(family or None, published_checks=published)  # Triton only
 
 
 @reads.get("/collections", tags=["index"], summary="Points per collection, and per knowledge base (those the key may read)",

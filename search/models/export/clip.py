@@ -26,6 +26,7 @@ import numpy as np
 
 from search.models.base import BuildReport, WeightsUnavailable
 from search.models.clip import CLIP, CONTEXT_LENGTH
+from search.models.export import golden
 from search.models.export.common import (
     Fusion,
     agreement,
@@ -56,6 +57,7 @@ class Loaded:
     preprocess: dict  # written as clip_image_preprocess/1/preprocess.json
     text: dict  # written as clip_text_tokenize/1/text.json
     weights: Path
+    reference_transform: object = None  # open_clip's own image transform (the golden outputs' reference)
     visual_fusion: Fusion | None = None  # how onnxruntime's optimizer reads each tower (None: not fused)
     text_fusion: Fusion | None = None
 
@@ -83,8 +85,9 @@ def build(fam: CLIP, repo: Path, source: str, precision: str = "fp32", allow_unm
     loaded.tokenizer.save(str(repo / "clip_text_tokenize/1/tokenizer.json"))
     (repo / "clip_text_tokenize/1/text.json").write_text(json.dumps(loaded.text, indent=2))
     diff = max(visual_diff, text_diff)
+    recorded = golden.record_clip(fam, repo, loaded, source)  # for `search models verify`
     write_manifest(fam, repo, source, loaded.weights, dim=dim, max_abs_diff_vs_torch=diff, precision=precision,
-                   precision_status=status, cpu_graph=cpu, variable_length_text=loaded.text["variable_length"])
+                   precision_status=status, cpu_graph=cpu, variable_length_text=loaded.text["variable_length"], **recorded)
     graphs = "; ".join(f"{name}: {describe_cpu_graph(c, status)}" for name, c in cpu.items())
     length = "padded to the batch's longest" if loaded.text["variable_length"] else f"padded to {loaded.text['context_length']}"
     return BuildReport(fam.family, "built", f"from {source} ({loaded.weights}); {dim}-d; ONNX vs PyTorch max |Δ| "
@@ -226,7 +229,7 @@ def load_open_clip(spec: str) -> Loaded:
     import torch  # noqa: PLC0415
 
     try:
-        model, _, _ = open_clip.create_model_and_transforms(model_name, pretrained=pretrained, device="cpu",
+        model, _, transform = open_clip.create_model_and_transforms(model_name, pretrained=pretrained, device="cpu",
                                                             precision="fp32")
         tokenizer = open_clip.get_tokenizer(model_name)
     except Exception as exc:  # unknown model or tag, no network, missing file: all mean "not here"
@@ -256,7 +259,7 @@ def load_open_clip(spec: str) -> Loaded:
 
     text, backend = _open_clip_tokenizer(tokenizer, model)
     weights = Path(pretrained) if pretrained and Path(pretrained).exists() else Path(spec)
-    return Loaded(Visual().eval(), Textual().eval(), backend, _open_clip_preprocess(model), text, weights,
+    return Loaded(Visual().eval(), Textual().eval(), backend, _open_clip_preprocess(model), text, weights, transform,
                   visual_fusion=_open_clip_fusion(getattr(model.visual, "transformer", None)),
                   text_fusion=_open_clip_fusion(getattr(model, "transformer", None)))
 

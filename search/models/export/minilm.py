@@ -12,6 +12,7 @@ import shutil
 from pathlib import Path
 
 from search.models.base import BuildReport, WeightsUnavailable
+from search.models.export import golden
 from search.models.export.common import (
     Fusion,
     cpu_graph,
@@ -21,7 +22,7 @@ from search.models.export.common import (
     resolve_weights,
     write_manifest,
 )
-from search.models.minilm import MiniLM, package_weights
+from search.models.minilm import MAX_TOKENS, MiniLM, package_weights
 
 
 def build(fam: MiniLM, repo: Path, source: str, precision: str = "fp32", allow_unmeasured: bool = False) -> BuildReport:
@@ -39,8 +40,9 @@ def build(fam: MiniLM, repo: Path, source: str, precision: str = "fp32", allow_u
     fusion = Fusion("bert", int(config["num_attention_heads"]), int(config["hidden_size"]))
     cpu = cpu_graph(onnx_path, fusion, check_inputs(), fam.family, precision, timing=timing_inputs())
     save_tokenizer(weights, fam.tokenizer_path(repo))
+    recorded = golden.record_minilm(fam, repo, weights, source, MAX_TOKENS)  # for `search models verify`
     write_manifest(fam, repo, source, weights, max_abs_diff_vs_torch=max_diff, precision=precision,
-                   precision_status=status, cpu_graph=cpu)
+                   precision_status=status, cpu_graph=cpu, **recorded)
     return BuildReport(fam.family, "built", f"from {source} ({weights}); ONNX vs PyTorch max |Δ| {max_diff:.1e}; "
                        f"{describe_cpu_graph(cpu, status)}")
 

@@ -30,6 +30,7 @@ import json
 from pathlib import Path
 
 from search.models.base import BuildReport, WeightsUnavailable
+from search.models.export import golden
 from search.models.export.common import check_config_dims, export_checked, write_manifest
 from search.models.ofa import ANSWERS, HUB_ID, LABELS, OFA, RELATION
 from search.triton.steps import ofa_ve  # the served pre-processing, which the export check runs too
@@ -62,7 +63,10 @@ def build(fam: OFA, repo: Path, source: str, precision: str = "fp32", allow_unme
     (repo / "ofa_ve_post/1/post.json").write_text(json.dumps(post, indent=2))
     size = f"d_model {model.config.d_model}, {model.config.encoder_layers}+{model.config.decoder_layers} layers, " \
            f"{model.config.resnet_type}"
-    write_manifest(fam, repo, source, weights, max_abs_diff_vs_torch=diff, model=size)
+    order = [list(ANSWERS).index(next(a for a, rel in RELATION.items() if rel == label)) for label in LABELS]
+    recorded = golden.record_ofa(fam, repo, ve_module(model, ve["patch_image_size"], answer_ids), tok, ve, order,
+                                 source, weights)  # for `search models verify`
+    write_manifest(fam, repo, source, weights, max_abs_diff_vs_torch=diff, model=size, **recorded)
     return BuildReport(fam.family, "built", f"from {source} ({weights}); {size}; {ve['patch_image_size']} px, "
                        f"prompt_type {ve['prompt_type']}; ONNX vs PyTorch max |Δ| {diff:.1e}")
 
@@ -174,14 +178,12 @@ def load_model(weights: Path):
 
 
 # -- export
-def export_onnx(model, tok, ve: dict, answer_ids: list[int], dest: Path) -> float:
-    """ofa_ve_onnx: input_ids [B, L], patch_images [B, 3, S, S], decoder_input_ids [B, T],
-    last_index [B, 1] -> answer_logits [B, 3] (no, yes, maybe); returns max |ONNX - PyTorch|."""
+def ve_module(model, size: int, answer_ids: list[int]):
+    """The served graph as a PyTorch module: input_ids [B, L], patch_images [B, 3, S, S],
+    decoder_input_ids [B, T], last_index [B, 1] -> answer_logits [B, 3] (no, yes, maybe)."""
     import torch  # noqa: PLC0415
 
     from search.models.ofa_arch.utils.utils import expand_mask  # noqa: PLC0415
-
-    size = ve["patch_image_size"]
 
     class VisualEntailment(torch.nn.Module):
         def __init__(self) -> None:
@@ -205,6 +207,15 @@ def export_onnx(model, tok, ve: dict, answer_ids: list[int], dest: Path) -> floa
             idx = last_index.reshape(-1, 1, 1).expand(-1, 1, logits.shape[-1])
             return logits.gather(1, idx).squeeze(1).index_select(1, self.answer_ids)
 
+    return VisualEntailment().eval()
+
+
+def export_onnx(model, tok, ve: dict, answer_ids: list[int], dest: Path) -> float:
+    """ofa_ve_onnx: input_ids [B, L], patch_images [B, 3, S, S], decoder_input_ids [B, T],
+    last_index [B, 1] -> answer_logits [B, 3] (no, yes, maybe); returns max |ONNX - PyTorch|."""
+    import torch  # noqa: PLC0415
+
+    size = ve["patch_image_size"]
     # A padded batch with decoder prompts longer than one token: modelscope branches in Python on
     # "any padding" and "more than one decoder token"; the traced branches are exact for the others
     # too (tests/test_ofa_serving.py checks unpadded and one-token prompts).
@@ -216,7 +227,7 @@ def export_onnx(model, tok, ve: dict, answer_ids: list[int], dest: Path) -> floa
              "decoder_input_ids": torch.from_numpy(dec), "last_index": torch.from_numpy(last)}
     axes = {"input_ids": {0: "batch", 1: "source"}, "patch_images": {0: "batch"},
             "decoder_input_ids": {0: "batch", 1: "prompt"}, "last_index": {0: "batch"}, "answer_logits": {0: "batch"}}
-    return export_checked(VisualEntailment().eval(), feeds, ["answer_logits"], axes, dest, "ofa", fix=fix_graph)
+    return export_checked(ve_module(model, size, answer_ids), feeds, ["answer_logits"], axes, dest, "ofa", fix=fix_graph)
 
 
 def fix_graph(tmp: Path, dest: Path) -> None:

@@ -1,0 +1,266 @@
+"""`search models verify`, client side (numpy only): send the golden inputs through the live Triton
+ensembles and compare what comes back with the golden outputs the build recorded (``golden.npz``).
+
+Bounds (docs/verify.md): dense vectors by cosine per item, sparse weights by token set and absolute
+difference, ColBERT vectors by count and cosine per token, entailment logits by absolute difference
+and the same label. fp32 serving must reproduce PyTorch's fp32 outputs (cosine >= 0.9999); TensorRT
+FP16 (the GPU configs) and int8 builds get the looser bounds of ``TOLERANCES``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import numpy as np
+
+from search.models import bge_m3, clip, golden, minilm
+from search.models.base import Family, image_tensor
+from search.triton.client import TritonClient, text_tensor
+
+PASS, FAIL, SKIP = "pass", "FAIL", "skipped"
+
+
+@dataclass(frozen=True)
+class Tolerance:
+    cosine: float  # least cosine per dense / ColBERT vector
+    sparse: float  # most |Δ| per sparse weight; tokens above it must be in both sets
+    logits: float  # most |Δ| per entailment logit
+    scale: float  # published checks: how much their own tolerance is widened
+
+
+TOLERANCES = {
+    "fp32": Tolerance(cosine=0.9999, sparse=1e-4, logits=1e-3, scale=1.0),
+    # TensorRT FP16 with LayerNorm in FP32 (configs/gpu.pbtxt); bench/bench_gpu.py holds it to 0.999 as well
+    "fp16": Tolerance(cosine=0.999, sparse=1e-2, logits=5e-2, scale=10.0),
+    # int8 CPU graph (`search models build --precision int8`, dynamic int8): served int8 MiniLM against
+    # PyTorch fp32 measured min cosine 0.9871 on the golden texts (0.9877 on the build's check inputs) and
+    # max |delta| 0.011 on the published similarities; the bound leaves room for other CPUs' int8 kernels.
+    "int8": Tolerance(cosine=0.98, sparse=5e-2, logits=2e-1, scale=30.0),
+}
+
+
+@dataclass(frozen=True)
+class Check:
+    family: str
+    check: str  # what was compared, e.g. "golden: text vectors (13)"
+    status: str  # PASS | FAIL | SKIP
+    measured: str = ""  # e.g. "min cosine 0.999998 (long-truncated)"
+    bound: str = ""  # e.g. ">= 0.9999"
+    detail: str = ""  # why it failed or was skipped, in a few words
+
+    @property
+    def passed(self) -> bool:
+        return self.status != FAIL
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+def golden_path(fam: Family, repo: Path) -> Path:
+    return fam.manifest_path(repo).parent / golden.FILE
+
+
+def precision(fam: Family, manifest: dict | None, client: TritonClient) -> str:
+    """fp16 (an ONNX step served by TensorRT in FP16: the GPU configs serve the exported fp32 graph,
+    whatever the CPU graph's precision), else the build's own: int8 when the manifest says so, fp32."""
+    for step in fam.steps:
+        try:
+            cfg = client.model_config(step)
+        except Exception:  # a step Triton cannot describe: judge by the manifest
+            continue
+        if found := config_precision(cfg):
+            return found
+    declared = str((manifest or {}).get("precision", "")).lower()
+    return declared if declared in TOLERANCES else "fp32"
+
+
+def config_precision(cfg: dict) -> str | None:
+    """"fp16" / "int8" when a model config (Triton's JSON form) runs it with TensorRT at that precision."""
+    accelerators = ((cfg.get("optimization") or {}).get("execution_accelerators") or {}).get(
+        "gpu_execution_accelerator") or []
+    for acc in accelerators:
+        mode = str((acc.get("parameters") or {}).get("precision_mode", "")).upper()
+        if acc.get("name") == "tensorrt" and mode in ("FP16", "INT8"):
+            return mode.lower()
+    return None
+
+
+# -- served outputs on the golden inputs, one function per family (keys as the build's golden file)
+def _served_minilm(client: TritonClient, gold: golden.Inputs) -> dict[str, np.ndarray]:
+    dense, truncated = minilm.embed(client, [t.text for t in gold.texts])
+    return {"text_dense": dense, "text_truncated": truncated}
+
+
+def _served_clip(client: TritonClient, gold: golden.Inputs) -> dict[str, np.ndarray]:
+    dense, truncated = clip.embed_texts(client, [t.text for t in gold.texts])
+    return {"text_dense": dense, "text_truncated": truncated,
+            "image_dense": clip.embed_images(client, [p.data for p in gold.photos])}
+
+
+def _served_bge_m3(client: TritonClient, gold: golden.Inputs) -> dict[str, np.ndarray]:
+    outs: dict[int, bge_m3.M3Output] = {}
+    for limit in dict.fromkeys(t.max_length for t in gold.texts):  # one call per token limit asked for
+        idx = [i for i, t in enumerate(gold.texts) if t.max_length == limit]
+        for i, o in zip(idx, bge_m3.encode(client, [gold.texts[i].text for i in idx], colbert=True, max_length=limit)):
+            outs[i] = o
+    ordered = [outs[i] for i in range(len(gold.texts))]
+    ids, offsets = golden.ragged([np.array(sorted(o.sparse), np.int64) for o in ordered], np.int64)
+    values, _ = golden.ragged([np.array([o.sparse[k] for k in sorted(o.sparse)], np.float32) for o in ordered])
+    colbert, colbert_offsets = golden.ragged([o.colbert for o in ordered], width=int(ordered[0].dense.shape[0]))
+    return {"text_dense": np.stack([o.dense for o in ordered]), "text_truncated": np.array([o.truncated for o in ordered]),
+            "sparse_ids": ids, "sparse_values": values, "sparse_offsets": offsets,
+            "colbert": colbert, "colbert_offsets": colbert_offsets}
+
+
+def _served_ofa(client: TritonClient, gold: golden.Inputs) -> dict[str, np.ndarray]:
+    logits, truncated = [], []
+    for pair in gold.pairs:  # one pair per request, as the service sends them
+        res = client.infer("ofa_ve", {"IMAGE": image_tensor([gold.photo(pair.photo).data]),
+                                      "HYPOTHESIS": text_tensor([pair.hypothesis]),
+                                      "PREMISE": text_tensor([pair.premise or ""])}, ["LOGITS", "TRUNCATED"])
+        logits.append(res["LOGITS"][0])
+        truncated.append(bool(res["TRUNCATED"].reshape(-1)[0]))
+    return {"pair_logits": np.stack(logits).astype(np.float32), "pair_truncated": np.array(truncated)}
+
+
+SERVED: dict[str, Callable[[TritonClient, golden.Inputs], dict[str, np.ndarray]]] = {
+    "minilm": _served_minilm, "clip": _served_clip, "bge_m3": _served_bge_m3, "ofa": _served_ofa,
+}
+
+
+# -- the comparison
+def verify_golden(fam: Family, repo: Path, client: TritonClient, tol: Tolerance) -> list[Check]:
+    """The golden check of one built, served family: one Check per kind of output."""
+    path = golden_path(fam, repo)
+    name = fam.family
+    if not path.exists():
+        return [Check(name, "golden outputs", FAIL, detail=f"none recorded for this build ({path} is missing): "
+                      f"rebuild with `search models build --force {fam.cli_option} SOURCE`")]
+    try:
+        expected, meta = golden.load(path)
+    except (OSError, ValueError, KeyError) as exc:
+        return [Check(name, "golden outputs", FAIL, detail=f"{path} cannot be read ({type(exc).__name__})")]
+    gold = golden.inputs()
+    if meta.get("inputs_digest") != gold.digest:
+        return [Check(name, "golden outputs", FAIL, detail="recorded on another version of the golden inputs: rebuild "
+                      f"with `search models build --force {fam.cli_option} SOURCE`")]
+    if name not in SERVED:
+        return [Check(name, "golden outputs", SKIP, detail="no verify hook for this family (search/models/verify.py)")]
+    got = SERVED[name](client, gold)
+    return compare(name, expected, got, gold, tol)
+
+
+def compare(family: str, expected: dict[str, np.ndarray], got: dict[str, np.ndarray], gold: golden.Inputs,
+            tol: Tolerance) -> list[Check]:
+    """Served outputs against golden ones, key by key (a pure function: the tests feed it too)."""
+    checks: list[Check] = []
+    text_ids = [t.id for t in gold.texts]
+    if "text_dense" in expected:
+        checks.append(_dense(family, f"text vectors ({len(text_ids)})", expected["text_dense"], got["text_dense"],
+                             text_ids, tol))
+    if "image_dense" in expected:
+        checks.append(_dense(family, f"image vectors ({len(gold.photos)})", expected["image_dense"], got["image_dense"],
+                             [p.id for p in gold.photos], tol))
+    if "sparse_ids" in expected:
+        checks.append(_sparse(family, expected, got, text_ids, tol))
+    if "colbert" in expected:
+        checks.append(_colbert(family, expected, got, text_ids, tol))
+    if "pair_logits" in expected:
+        checks.append(_logits(family, expected["pair_logits"], got["pair_logits"], [p.id for p in gold.pairs], tol))
+    for key, ids in (("text_truncated", text_ids), ("pair_truncated", [p.id for p in gold.pairs])):
+        if key in expected:
+            want, have = np.asarray(expected[key], bool), np.asarray(got[key], bool).reshape(-1)
+            wrong = [ids[i] for i in np.flatnonzero(want != have)] if want.shape == have.shape else ids
+            checks.append(Check(family, f"golden: truncation flags ({len(ids)})", FAIL if wrong else PASS,
+                                f"{len(ids) - len(wrong)}/{len(ids)} equal", "all equal",
+                                f"differ for {', '.join(wrong)}" if wrong else ""))
+    return checks
+
+
+def cosines(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    a, b = np.asarray(a, np.float64), np.asarray(b, np.float64)
+    na, nb = np.linalg.norm(a, axis=-1), np.linalg.norm(b, axis=-1)
+    return (a * b).sum(-1) / np.maximum(na * nb, 1e-30)
+
+
+def _dense(family: str, what: str, want: np.ndarray, have: np.ndarray, ids: list[str], tol: Tolerance) -> Check:
+    if want.shape != have.shape:
+        return Check(family, f"golden: {what}", FAIL, f"shape {tuple(have.shape)}", f"shape {tuple(want.shape)}",
+                     "the served model is not the one built")
+    cos = cosines(want, have)
+    worst = int(cos.argmin())
+    ok = bool(cos.min() >= tol.cosine)
+    return Check(family, f"golden: {what}", PASS if ok else FAIL, f"min cosine {cos.min():.6f} ({ids[worst]})",
+                 f">= {tol.cosine}", "" if ok else f"{int((cos < tol.cosine).sum())} of {len(ids)} below the bound")
+
+
+def _sparse(family: str, expected: dict, got: dict, ids: list[str], tol: Tolerance) -> Check:
+    want = [dict(zip(i.tolist(), v.tolist())) for i, v in zip(golden.split(expected["sparse_ids"], expected["sparse_offsets"]),
+                                                              golden.split(expected["sparse_values"], expected["sparse_offsets"]))]
+    have = [dict(zip(i.tolist(), v.tolist())) for i, v in zip(golden.split(got["sparse_ids"], got["sparse_offsets"]),
+                                                              golden.split(got["sparse_values"], got["sparse_offsets"]))]
+    worst, where, problems = 0.0, ids[0], []
+    for k, (w, h) in enumerate(zip(want, have)):
+        # A token whose weight is within the tolerance of zero may be kept on one side and dropped (relu) on the other.
+        missing = {t for t in set(w) ^ set(h) if max(w.get(t, 0.0), h.get(t, 0.0)) > tol.sparse}
+        if missing:
+            problems.append(f"{ids[k]}: token sets differ ({len(missing)} ids)")
+        diff = max((abs(w.get(t, 0.0) - h.get(t, 0.0)) for t in set(w) | set(h)), default=0.0)
+        if diff > worst:
+            worst, where = diff, ids[k]
+    if worst > tol.sparse:
+        problems.append(f"weights differ by up to {worst:.2e} ({where})")
+    return Check(family, f"golden: sparse weights ({len(ids)})", FAIL if problems else PASS,
+                 f"same token sets; max |Δ| {worst:.2e} ({where})" if not problems else f"max |Δ| {worst:.2e}",
+                 f"same sets, |Δ| <= {tol.sparse:g}", "; ".join(problems[:3]))
+
+
+def _colbert(family: str, expected: dict, got: dict, ids: list[str], tol: Tolerance) -> Check:
+    want = golden.split(expected["colbert"], expected["colbert_offsets"])
+    have = golden.split(got["colbert"], got["colbert_offsets"])
+    counts = [ids[k] for k, (w, h) in enumerate(zip(want, have)) if len(w) != len(h)]
+    if counts:
+        return Check(family, f"golden: ColBERT vectors ({len(ids)})", FAIL, "token counts differ", "same counts",
+                     f"for {', '.join(counts[:3])}")
+    mins = [float(cosines(w, h).min()) if len(w) else 1.0 for w, h in zip(want, have)]
+    worst = int(np.argmin(mins))
+    ok = mins[worst] >= tol.cosine
+    return Check(family, f"golden: ColBERT vectors ({len(ids)})", PASS if ok else FAIL,
+                 f"min cosine {mins[worst]:.6f} ({ids[worst]})", f">= {tol.cosine}",
+                 "" if ok else f"{sum(m < tol.cosine for m in mins)} of {len(ids)} texts below the bound")
+
+
+def _logits(family: str, want: np.ndarray, have: np.ndarray, ids: list[str], tol: Tolerance) -> Check:
+    if want.shape != have.shape:
+        return Check(family, f"golden: entailment logits ({len(ids)})", FAIL, f"shape {tuple(have.shape)}",
+                     f"shape {tuple(want.shape)}")
+    diff = np.abs(want.astype(np.float64) - have).max(axis=1)
+    worst = int(diff.argmax())
+    labels = [ids[k] for k in np.flatnonzero(want.argmax(1) != have.argmax(1))]
+    ok = bool(diff.max() <= tol.logits) and not labels
+    detail = "" if ok else (f"labels differ for {', '.join(labels)}; " if labels else "") + \
+        f"{int((diff > tol.logits).sum())} of {len(ids)} beyond the bound"
+    return Check(family, f"golden: entailment logits ({len(ids)})", PASS if ok else FAIL,
+                 f"max |Δ| {diff.max():.2e} ({ids[worst]})", f"<= {tol.logits:g}, same labels", detail)
+
+
+def changed_files(fam: Family, repo: Path, manifest: dict | None) -> list[str]:
+    """The generated files whose checksum differs from the build manifest's (a diagnosis after a
+    failed check: a file swapped or edited since the build)."""
+    out = []
+    for rel, digest in ((manifest or {}).get("files") or {}).items():
+        path = repo / rel
+        h = hashlib.sha256()
+        try:
+            with open(path, "rb") as f:
+                for block in iter(lambda: f.read(1 << 20), b""):
+                    h.update(block)
+        except OSError:
+            out.append(rel)
+            continue
+        if h.hexdigest() != digest:
+            out.append(rel)
+    return out

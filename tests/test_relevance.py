@@ -1,0 +1,199 @@
+"""Calibrated relevance and "no good match": the arithmetic (its meaning, on a known null), then the
+real thing on the sample knowledge base with MiniLM's real weights (every face: service, CLI, REST),
+BGE-M3's three modes and CLIP photos with the tiny random models, the small-collection case and the
+background sample's refresh. Nothing is mocked."""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+from fastapi.testclient import TestClient
+from ingest_helper import ingest
+from PIL import Image
+from processes import SearchServer
+
+from indexer.cli import EXIT_ALL_FAILED, EXIT_MODEL_STOPPED, EXIT_SOME_FAILED
+from search.api import create_app
+from search.cli.query import NO_GOOD_MATCH, NOTHING_MATCHED
+from search.config import PROJECT_ROOT
+from search.errors import ServiceError
+from search.services import DEFAULT_MIN_RELEVANCE, SearchService
+from search.services import relevance as rel
+from search.store import DOCUMENTS
+
+OFF_TOPIC = "chocolate cake recipe with strawberries"  # the sample knowledge base is an IT help desk's
+
+
+# -- the arithmetic
+def test_relevance_means_the_chance_that_unrelated_points_score_lower():
+    """On a background that is what the model assumes (Laplace), the best of M unrelated points gets
+    a relevance spread evenly over 0..1: a threshold t lets through 1 - t of the no-match queries."""
+    rng = np.random.default_rng(0)
+    m, tops = 2000, []
+    for _ in range(2000):
+        background = rng.laplace(0.1, 0.05, 2000)
+        null = rng.laplace(0.1, 0.05, m)
+        tops.append(rel.relevance([null.max()], float(np.median(background)), rel.laplace_scale(background), m)[0])
+    tops = np.array(tops)
+    assert abs(tops.mean() - 0.5) < 0.05 and abs((tops > 0.9).mean() - 0.1) < 0.03
+    # a hit far above the background: ~1; at the background's centre: ~0; more points searched: lower
+    assert rel.relevance([0.9], 0.1, 0.05, m)[0] > 0.999 and rel.relevance([0.1], 0.1, 0.05, m)[0] < 1e-6
+    assert rel.relevance([0.5], 0.1, 0.05, 10)[0] > rel.relevance([0.5], 0.1, 0.05, 10_000_000)[0]
+    values = rel.relevance(np.linspace(-1, 1, 50), 0.1, 0.05, m)
+    assert (np.diff(values) >= 0).all() and values.min() >= 0 and values.max() <= 1
+
+
+def test_sparse_backgrounds_and_degenerate_ones():
+    mostly_zero = np.r_[np.zeros(1900), np.full(100, 0.2)]  # lexical scores: most points share no token
+    assert rel.laplace_scale(mostly_zero) == pytest.approx(0.01)  # mean absolute deviation, not a zero MAD
+    assert rel.laplace_scale(np.zeros(10)) == 0.0
+    assert rel.relevance([0.0, 0.3], 0.0, 0.0, 100).tolist() == [0.0, 1.0]
+    with pytest.raises(Exception, match="min_relevance"):
+        rel.check_min_relevance(1.5)
+
+
+# -- the sample knowledge base, MiniLM's real weights
+@pytest.fixture
+def kb(settings, docs):
+    svc = SearchService(settings)
+    ingest(svc, [docs])
+    assert svc.store.count(DOCUMENTS.name) >= rel.MIN_POINTS
+    yield svc
+    svc.close()
+
+
+def test_a_clear_match_and_no_good_match(kb):
+    hits = kb.search_documents("reset password", top_k=3)
+    assert hits[0].path.endswith("reset-password.md") and hits[0].relevance >= DEFAULT_MIN_RELEVANCE
+    assert all(0 <= h.relevance <= 1 for h in hits) and not hits.no_match and hits.note is None
+    assert [h.relevance for h in hits] == sorted((h.relevance for h in hits), reverse=True)
+    off = kb.search_documents(OFF_TOPIC, top_k=3)
+    assert off and off[0].relevance < 0.5  # the closest passage is not clearly above the background
+    none = kb.search_documents(OFF_TOPIC, top_k=3, min_relevance=DEFAULT_MIN_RELEVANCE)
+    assert list(none) == [] and none.no_match and none.best == off[0].relevance
+    kept = kb.search_documents("how do I connect to the VPN from home", top_k=5, min_relevance=DEFAULT_MIN_RELEVANCE)
+    assert kept and all(h.relevance >= DEFAULT_MIN_RELEVANCE for h in kept) and not kept.no_match
+    # a filter that leaves nothing is "nothing matched", not "no good match"
+    empty = kb.search_documents("reset password", folder="/nowhere", min_relevance=0.9)
+    assert list(empty) == [] and not empty.no_match
+
+
+def test_the_sample_is_kept_and_drawn_again_when_the_collection_grows(kb, settings, tmp_path):
+    kb.search_documents("reset password")
+    saved = settings.data_dir / "relevance" / "documents.minilm.json"
+    first = json.loads(saved.read_text())
+    assert first["count"] == kb.store.count(DOCUMENTS.name) and len(first["ids"]) == first["count"]  # small: all of it
+    assert first["scales"]["text"] > 0 and saved.with_suffix(".npy").exists()
+    more = tmp_path / "more"
+    more.mkdir()
+    for i in range(30):  # +30 chunks on ~46: more than 10 %
+        (more / f"note-{i}.txt").write_text(f"Meeting note {i}: the quarterly budget review moved to room {i}.")
+    ingest(kb, [more])
+    kb.search_documents("reset password")
+    assert json.loads(saved.read_text())["count"] == kb.store.count(DOCUMENTS.name) > first["count"]
+
+
+def test_command_line_and_rest(kb, settings):
+    kb.close()  # the CLI and the API open the store themselves
+    env = {**os.environ, "SEARCH_DATA_DIR": str(settings.data_dir), "SEARCH_TRITON_REPO": str(settings.triton_repo),
+           "SEARCH_TRITON_URL": settings.triton_url, "HF_HUB_OFFLINE": "1", "SEARCH_SEARCH_MODE": "semantic"}
+
+    def search(*args):
+        return subprocess.run([sys.executable, "-m", "search", *args], env=env, capture_output=True, text=True, timeout=300)
+    found = search("reset password", "-k", "2", "--min-relevance", "0.9")
+    assert found.returncode == 0 and "reset-password.md" in found.stdout and "rel 1.00" in found.stdout, found.stderr
+    nothing = search(OFF_TOPIC, "--min-relevance", "0.9")
+    assert nothing.returncode == NO_GOOD_MATCH == 8 and nothing.stdout == "" and "no good match" in nothing.stderr
+    as_json = search(OFF_TOPIC, "--min-relevance", "0.9", "--json")
+    body = json.loads(as_json.stdout)
+    assert as_json.returncode == 8 and body["no_match"] is True and body["hits"] == [] and body["best_relevance"] < 0.9
+    plain = json.loads(search(OFF_TOPIC, "--json", "-k", "1").stdout)
+    assert plain["no_match"] is False and plain["hits"][0]["relevance"] < 0.5
+    assert search("x", "--min-relevance", "2").returncode == 2
+    with TestClient(create_app(settings)) as c:
+        r = c.post("/search/documents", json={"query": OFF_TOPIC, "min_relevance": 0.9})
+        assert r.status_code == 200 and r.json()["no_match"] is True and r.json()["hits"] == []
+        r = c.post("/search/documents", json={"query": "reset password", "top_k": 2})
+        assert r.json()["no_match"] is False and r.json()["hits"][0]["relevance"] >= 0.9
+        assert c.post("/search/documents", json={"query": "x", "min_relevance": 1.5}).status_code == 422
+    # the same through the `search serve` that owns the store: the CLI's queries go over its REST API
+    server = SearchServer(settings, settings.data_dir.parent / "serve.log")
+    try:
+        remote = search(OFF_TOPIC, "--min-relevance", "0.9", "--json")
+        body = json.loads(remote.stdout)
+        assert remote.returncode == 8 and body["no_match"] is True and body["hits"] == [] and body["best_relevance"] < 0.9
+        found = search("reset password", "-k", "2", "--min-relevance", "0.9")
+        assert found.returncode == 0 and "reset-password.md" in found.stdout and "rel 1.00" in found.stdout, found.stderr
+        told = search(OFF_TOPIC, "--min-relevance", "0.9")
+        assert told.returncode == 8 and "no good match" in told.stderr and "best relevance 0." in told.stderr
+        status = search("status", "--verify", "--json")  # the verification through the server: GET /models/verify
+        assert status.returncode == 0 and json.loads(status.stdout)["verify"]["passed"] is True, status.stdout[-800:]
+    finally:
+        server.stop()
+
+
+def test_no_good_match_has_an_exit_status_of_its_own():
+    """It was 7, which `indexer ingest` uses for "some files failed": a script could not tell them apart."""
+    taken = {0, 1, 2, 130, EXIT_ALL_FAILED, EXIT_MODEL_STOPPED, EXIT_SOME_FAILED, NOTHING_MATCHED}
+    taken |= {cls.exit_code for cls in _subclasses(ServiceError)}
+    assert NO_GOOD_MATCH not in taken, sorted(taken)
+    readme = (PROJECT_ROOT / "README.md").read_text()
+    assert f"| {NO_GOOD_MATCH} | `search`: no good match" in readme
+    shown = subprocess.run([sys.executable, "-m", "search", "query", "--help"], capture_output=True, text=True, timeout=120,
+                           env={**os.environ, "COLUMNS": "200"})
+    assert shown.returncode == 0 and f"{NO_GOOD_MATCH}  no good match" in shown.stdout, shown.stdout
+
+
+def _subclasses(cls: type) -> list[type]:
+    return [cls] + [s for sub in cls.__subclasses__() for s in _subclasses(sub)]
+
+
+# -- BGE-M3's modes (tiny random model: the mechanism, not the quality)
+def test_every_document_mode_is_calibrated(kb):
+    for mode in ("semantic", "dense", "sparse", "hybrid"):
+        hits = kb.search_documents("wifi network", top_k=5, mode=mode)  # shares tokens (tiny model)
+        assert hits and all(h.relevance is not None and 0 <= h.relevance <= 1 for h in hits), mode
+        order = sorted(hits, key=lambda h: h.score, reverse=True)
+        assert [h.relevance for h in order] == sorted((h.relevance for h in hits), reverse=True), mode
+        above = kb.search_documents("wifi network", top_k=5, mode=mode,
+                                    min_relevance=min(1.0, max(h.relevance for h in hits) + 1e-6))
+        assert (list(above) == [] and above.no_match) or all(h.relevance >= hits[0].relevance for h in above), mode
+
+
+# -- photos (tiny random CLIP) and a collection too small to calibrate
+def jpeg(seed: int) -> bytes:
+    buf = io.BytesIO()
+    blocks = np.random.default_rng(seed).integers(0, 256, (4, 6, 3), dtype=np.uint8)
+    Image.fromarray(blocks).resize((96, 64), Image.NEAREST).save(buf, "JPEG", quality=90)
+    return buf.getvalue()
+
+
+def test_photos_are_calibrated_and_small_collections_say_why_not(settings, tmp_path):
+    album = tmp_path / "album"
+    album.mkdir()
+    for i in range(12):
+        (album / f"p{i:02}.jpg").write_bytes(jpeg(i))
+    svc = SearchService(settings)
+    try:
+        ingest(svc, [album])
+        few = svc.search_images("a dog", top_k=3, min_relevance=0.9)
+        assert len(few) == 3 and few.note and "at least 30" in few.note and not few.no_match
+        assert all(h.relevance is None for h in few)  # not applied: the background would be the hits themselves
+        for i in range(12, 40):
+            (album / f"p{i:02}.jpg").write_bytes(jpeg(i))
+        ingest(svc, [album])
+        like = svc.search_images(like=album / "p05.jpg", top_k=5)
+        assert like[0].path.endswith("p05.jpg") and like.note is None
+        assert all(0 <= h.relevance <= 1 for h in like) and like[0].relevance == max(h.relevance for h in like)
+        text = svc.search_images("a dog", top_k=5)
+        assert all(h.relevance is not None for h in text)
+        newest = svc.search_images("a dog", top_k=5, sort="newest", min_relevance=0.0)
+        assert len(newest) == 5 and not newest.no_match  # the sort keeps what the calibration said
+    finally:
+        svc.close()
