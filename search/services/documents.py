@@ -143,7 +143,8 @@ class DocumentSearch(Relevance):
         else:
             raise BadRequest("id: give a passage id, or a path and a chunk number", "id")
         flt = models.Filter(must=[which, models.FieldCondition(key="chunk", match=models.MatchValue(value=int(chunk)))])
-        points, _ = self.store.scroll(self._collection(kb, DOCUMENTS.name), flt, limit=1)
+        collection = self._collection(kb, DOCUMENTS.name)
+        points = [] if self.store.is_empty(collection) else self.store.scroll(collection, flt, limit=1)[0]
         if not points:
             raise NotFound(f"no passage {passage_id or f'{path} chunk {chunk}'} in the index", "id" if passage_id else "path")
         return DocumentHit.from_point(points[0], "lookup").bounded(limit)
@@ -161,7 +162,7 @@ class DocumentSearch(Relevance):
         else:
             raise BadRequest("path: give a document's path (or its sha256)", "path")
         hits, offset, collection = [], None, self._collection(kb, DOCUMENTS.name)
-        while True:
+        while not self.store.is_empty(collection):
             points, offset = self.store.scroll(collection, models.Filter(must=[which]), limit=256, offset=offset)
             hits += [DocumentHit.from_point(p, "lookup") for p in points]
             if offset is None or not points:

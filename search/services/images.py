@@ -75,7 +75,7 @@ class ImageSearch(Entailment, Relevance):
         path = Path(photo).expanduser()
         if len(photo) == 64 and all(c in "0123456789abcdef" for c in photo) and not path.exists():
             flt = models.Filter(must=[models.FieldCondition(key="sha256", match=models.MatchValue(value=photo))])
-            points, _ = self.store.scroll(IMAGES, flt, limit=1)
+            points = [] if self.store.is_empty(IMAGES) else self.store.scroll(IMAGES, flt, limit=1)[0]
             if not points:
                 raise NotFound(f"photo: no photo with id {photo} in the index", "photo")
             return Path(ImageHit.from_point(points[0]).path)
