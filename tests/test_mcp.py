@@ -65,6 +65,17 @@ async def exercise(client: Client, docs: Path, album: Path) -> None:
     assert top["path"] == str(docs / "reset-password.md") and top["citation"] in found["context"]
     assert {"id", "chunk", "score", "text", "citation"} <= top.keys() and len(found["hits"]) == 3
 
+    # the calibrated relevance, per-document results and knowledge bases, as the REST search has them
+    assert found["no_match"] is False and ("relevance" in top or found["relevance_note"])
+    strict = structured(await client.call_tool("search_documents", {"query": "reset password", "min_relevance": 0.5}))
+    assert strict["no_match"] or strict["relevance_note"] or all(h["relevance"] >= 0.5 for h in strict["hits"])
+    per_doc = structured(await client.call_tool("search_documents", {"query": "reset password", "top_k": 3,
+                                                                    "per_document": True}))
+    paths = [d["path"] for d in per_doc["documents"]]
+    assert paths[0] == top["path"] and len(paths) == len(set(paths)) and all("more_passages" in d for d in per_doc["documents"])
+    assert (await client.call_tool("search_documents", {"query": "x", "per_document": True, "min_relevance": 0.5})).is_error
+    assert (await client.call_tool("search_documents", {"query": "x", "kb": "nowhere"})).is_error
+
     again = structured(await client.call_tool("get_passage", {"id": top["id"], "max_chars": 50}))
     assert again["path"] == top["path"] and again["chunk"] == top["chunk"] and len(again["text"]) <= 50 and again["truncated"]
     by_path = structured(await client.call_tool("get_passage", {"path": top["path"], "chunk": top["chunk"]}))
