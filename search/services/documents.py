@@ -3,14 +3,12 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from pathlib import Path
 
 from qdrant_client import models
 
 from search.errors import BadRequest, EmptyCollection, ModelNotReady, NotFound, not_served
 from search.models import bge_m3, family, minilm
-from search.paths import stored
-from search.services.filters import document_filter
+from search.services.filters import content_condition, document_filter, path_condition
 from search.services.options import HIT_CHARS_LIMIT, MODES, check_group_size, check_max_chars, check_page
 from search.services.relevance import DOCUMENT_SPACES, Relevance, check_min_relevance
 from search.services.results import DocumentGroup, DocumentHit, HitList
@@ -137,9 +135,9 @@ class DocumentSearch(Relevance):
             sha, _, number = passage_id.strip().rpartition(":")
             if not sha or not number.isdigit():
                 raise BadRequest(f"id: not a passage id (SHA256:CHUNK), got {passage_id!r}", "id")
-            which, chunk = models.FieldCondition(key="sha256", match=models.MatchValue(value=sha)), int(number)
+            which, chunk = content_condition(sha), int(number)
         elif path and chunk is not None:
-            which = self._path_condition(path)
+            which = path_condition(path)
         else:
             raise BadRequest("id: give a passage id, or a path and a chunk number", "id")
         flt = models.Filter(must=[which, models.FieldCondition(key="chunk", match=models.MatchValue(value=int(chunk)))])
@@ -156,9 +154,9 @@ class DocumentSearch(Relevance):
         if not 1 <= max_chars <= HIT_CHARS_LIMIT:
             raise BadRequest(f"max_chars: must be 1..{HIT_CHARS_LIMIT:,}, got {max_chars}", "max_chars")
         if sha256:
-            which = models.FieldCondition(key="sha256", match=models.MatchValue(value=sha256.strip()))
+            which = content_condition(sha256)
         elif path:
-            which = self._path_condition(path)
+            which = path_condition(path)
         else:
             raise BadRequest("path: give a document's path (or its sha256)", "path")
         hits, offset, collection = [], None, self._collection(kb, DOCUMENTS.name)
@@ -178,16 +176,6 @@ class DocumentSearch(Relevance):
         return {"path": first.display_path, "paths": [str(p) for p in first.paths], "sha256": first.sha256,
                 "title": first.title, "chunks": len(seen), "length": len(text), "truncated": len(text) > max_chars,
                 "text": text[:max_chars]}
-
-    @staticmethod
-    def _path_condition(path: str) -> models.FieldCondition:
-        if "\0" in path:
-            raise BadRequest("path: must not contain NUL", "path")
-        try:
-            full = str(Path(path).expanduser().absolute())
-        except RuntimeError as exc:
-            raise BadRequest(f"path: cannot use {path!r}", "path") from exc
-        return models.FieldCondition(key="paths", match=models.MatchValue(value=stored(full)))
 
 
 @dataclass(frozen=True)

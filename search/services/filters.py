@@ -50,3 +50,19 @@ def suffix_condition(suffixes) -> models.FieldCondition:
     return models.FieldCondition(key="suffix", match=models.MatchAny(any=norm))
 
 
+
+
+def path_condition(path: str) -> models.FieldCondition:
+    """A file by one of the paths it is stored under."""
+    if "\0" in path:
+        raise BadRequest("path: must not contain NUL", "path")
+    try:
+        full = str(Path(path).expanduser().absolute())
+    except RuntimeError as exc:
+        raise BadRequest(f"path: cannot use {path!r}", "path") from exc
+    return models.FieldCondition(key="paths", match=models.MatchValue(value=stored(full)))
+
+
+def content_condition(sha256: str) -> models.FieldCondition:
+    """A file's content by its hash (the id that hits give a document or photo)."""
+    return models.FieldCondition(key="sha256", match=models.MatchValue(value=sha256.strip()))

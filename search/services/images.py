@@ -11,7 +11,7 @@ from search.errors import BadRequest, EmptyCollection, NotFound
 from search.media.photos import BadImage, decode_photo, open_photo
 from search.models import clip, family
 from search.services.entailment import Entailment
-from search.services.filters import image_filter
+from search.services.filters import content_condition, image_filter
 from search.services.options import SORTS, ImageFilters, check_top_k
 from search.services.relevance import Relevance, check_min_relevance, image_space
 from search.services.results import HitList, ImageHit
@@ -74,7 +74,7 @@ class ImageSearch(Entailment, Relevance):
             raise BadRequest("photo: give a photo's path or id", "photo")
         path = Path(photo).expanduser()
         if len(photo) == 64 and all(c in "0123456789abcdef" for c in photo) and not path.exists():
-            flt = models.Filter(must=[models.FieldCondition(key="sha256", match=models.MatchValue(value=photo))])
+            flt = models.Filter(must=[content_condition(photo)])
             points = [] if self.store.is_empty(IMAGES) else self.store.scroll(IMAGES, flt, limit=1)[0]
             if not points:
                 raise NotFound(f"photo: no photo with id {photo} in the index", "photo")
