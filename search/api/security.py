@@ -105,6 +105,12 @@ def principal(request: Request) -> Principal:
     return getattr(request.state, "principal", EVERYTHING)
 
 
+def readable_kbs(request: Request, svc) -> list[str] | None:
+    """The knowledge bases the request's key may read (None: every one)."""
+    who = principal(request)
+    return None if who.kbs is None else who.visible(svc.knowledge_bases())
+
+
 def need_kb(request: Request, kb: str | None, right: str = "read") -> str:
     """The knowledge base a request names (None: the default one), if its key has ``right`` on it; else 403."""
     kb = kb or DEFAULT_KB
@@ -128,8 +134,7 @@ def check_metrics_key(request: Request) -> None:
     settings = request.app.state.backend.settings
     if not (settings.api_key and settings.metrics_require_key):
         return
-    bearer = request.headers.get("authorization", "").removeprefix("Bearer ").strip()
-    sent = request.headers.get(API_KEY_HEADER) or bearer
+    sent = request.headers.get(API_KEY_HEADER) or _bearer(request.headers)
     if not sent or not hmac.compare_digest(sent.encode(), settings.api_key.encode()):
         raise HTTPException(401, f"{API_KEY_HEADER}: the API key is required for /metrics",
                             headers={"WWW-Authenticate": "Bearer"})

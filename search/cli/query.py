@@ -101,8 +101,8 @@ def query(
                                         folder=str(folder) if folder else None, mode=mode, suffixes=file_type or (),
                                         full_text=full_text, kb=kb, min_relevance=min_relevance)
     if as_json:
-        print(to_json({"query": text, "like": readable(str(like)) if like else None, "no_match": hits.no_match,
-                       "relevance_note": hits.note, "best_relevance": hits.best, "hits": [h.as_dict() for h in hits]}))
+        print(to_json({"query": text, "like": readable(str(like)) if like else None, **hits.relevance_fields(),
+                       "hits": [h.as_dict() for h in hits]}))
         if hits.no_match:
             raise typer.Exit(NO_GOOD_MATCH)
         return

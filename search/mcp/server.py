@@ -65,12 +65,6 @@ def photo(h: ImageHit) -> dict[str, Any]:
             **({"relevance": h.relevance} if h.relevance is not None else {})}
 
 
-def _relevance(hits) -> dict[str, Any]:
-    """no_match: hits were found but none passes min_relevance (say "no good match"); relevance_note:
-    why hits carry no relevance."""
-    return {"no_match": bool(getattr(hits, "no_match", False)), "relevance_note": getattr(hits, "note", None)}
-
-
 def _decode(image_base64: str, name: str) -> bytes:
     text = image_base64.strip().split(",", 1)[-1] if image_base64.strip().startswith("data:") else image_base64.strip()
     try:
@@ -133,7 +127,7 @@ def build(connect: Connect, *, name: str = "multimodal-search") -> MCPServer:
                 return {"query": query, "documents": [{**passage(g.hits[0]), "more_passages": g.more} for g in groups],
                         "context": prompt_context(hits)}
             hits = svc.search_documents(query, min_relevance=min_relevance, **options)
-            return {"query": query, **_relevance(hits), "hits": [passage(h) for h in hits],
+            return {"query": query, **hits.relevance_fields(), "hits": [passage(h) for h in hits],
                     "context": prompt_context(hits)}
         return _call(connect, run)
 
@@ -158,7 +152,7 @@ def build(connect: Connect, *, name: str = "multimodal-search") -> MCPServer:
                                      min_relevance=min_relevance)
         hits = _call(connect, run)
         found = [photo(h) for h in hits]
-        out: list = [TextContent(type="text", text=json.dumps({**_relevance(hits), "hits": found}, ensure_ascii=False))]
+        out: list = [TextContent(type="text", text=json.dumps({**hits.relevance_fields(), "hits": found}, ensure_ascii=False))]
         if thumbnails:
             out += [t for t in (_thumbnail(h) for h in hits) if t is not None]
         return out

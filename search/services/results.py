@@ -183,3 +183,10 @@ class HitList(list):
 
     def rewrap(self, hits) -> HitList:
         return HitList(hits, no_match=self.no_match, note=self.note, min_relevance=self.min_relevance, best=self.best)
+
+    def relevance_fields(self) -> dict:
+        """What every face answers beside the hits: no_match (hits were found but none passes
+        min_relevance: say "no good match"), relevance_note (why hits carry no relevance),
+        best_relevance (the best hit's relevance before the cut-off)."""
+        return {"no_match": self.no_match, "relevance_note": self.note,
+                "best_relevance": None if self.best is None else round(float(self.best), 6)}

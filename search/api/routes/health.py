@@ -8,7 +8,7 @@ from fastapi.responses import JSONResponse, Response
 from search.api.backend import Backend
 from search.api.deps import get_backend
 from search.api.schemas import Readiness, errors
-from search.api.security import check_metrics_key, need_everything, principal, require_key
+from search.api.security import check_metrics_key, need_everything, readable_kbs, require_key
 from search.errors import ServiceError
 
 public = APIRouter(tags=["health"])
@@ -57,8 +57,8 @@ def models_verify(family: list[str] | None = Query(None, description="families t
 @reads.get("/collections", tags=["index"], summary="Points per collection, and per knowledge base (those the key may read)",
            responses=errors(503))
 def collections(request: Request, backend: Backend = Depends(get_backend)) -> dict:
-    svc, who = backend.service(), principal(request)
-    return svc.collections(kbs=None if who.kbs is None else who.visible(svc.knowledge_bases()))
+    svc = backend.service()
+    return svc.collections(kbs=readable_kbs(request, svc))
 
 
 @reads.get("/status", tags=["health"], summary="What `search status` shows: Triton, its models, the store and its counts",

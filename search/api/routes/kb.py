@@ -7,7 +7,7 @@ from fastapi import APIRouter, Depends, Path, Request
 from search.api.backend import Backend
 from search.api.deps import get_backend
 from search.api.schemas import KB_PATTERN, errors
-from search.api.security import need_kb, principal, require_key
+from search.api.security import need_kb, readable_kbs, require_key
 
 reads = APIRouter(dependencies=[Depends(require_key(writes=False))], tags=["index"], responses=errors(401, 503))
 writes = APIRouter(dependencies=[Depends(require_key(writes=True))], tags=["index"], responses=errors(401, 403, 503))
@@ -15,8 +15,8 @@ writes = APIRouter(dependencies=[Depends(require_key(writes=True))], tags=["inde
 
 @reads.get("/kb", summary="The knowledge bases (those the key may read), with points per kind")
 def list_kbs(request: Request, backend: Backend = Depends(get_backend)) -> dict:
-    svc, who = backend.service(), principal(request)
-    return {"kbs": svc.collections(kbs=None if who.kbs is None else who.visible(svc.knowledge_bases()))["kbs"]}
+    svc = backend.service()
+    return {"kbs": svc.collections(kbs=readable_kbs(request, svc))["kbs"]}
 
 
 @writes.delete("/kb/{name}", summary="Delete a knowledge base: every point of its documents and photos, and its thumbnails "

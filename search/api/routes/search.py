@@ -30,7 +30,7 @@ def search_documents(body: DocumentQuery, request: Request, backend: Backend = D
     # A JSONResponse as is: FastAPI would otherwise walk the whole answer through jsonable_encoder first.
     if body.group_by is None:
         hits = svc.search_documents(body.query, min_relevance=body.min_relevance, **options)
-        return JSONResponse({"query": body.query, "offset": body.offset, **_relevance(hits),
+        return JSONResponse({"query": body.query, "offset": body.offset, **hits.relevance_fields(),
                              "hits": [h.as_dict() for h in hits],
                              "next_offset": body.offset + len(hits) if len(hits) == body.top_k else None,
                              "context": prompt_context(hits)})
@@ -47,7 +47,7 @@ def search_images(body: ImageQuery, request: Request, backend: Backend = Depends
     hits = backend.service().search_images(body.text, top_k=body.top_k, min_score=body.min_score,
                                            filters=body.to_filters(), sort=body.sort, verify=body.verify,
                                            min_entailment=body.min_entailment, kb=kb, min_relevance=body.min_relevance)
-    return JSONResponse({"text": body.text, **_relevance(hits), "hits": [h.as_dict() for h in hits]})
+    return JSONResponse({"text": body.text, **hits.relevance_fields(), "hits": [h.as_dict() for h in hits]})
 
 
 @router.post("/entail", summary="Does the uploaded photo support the hypothesis? (OFA visual entailment)",
@@ -80,7 +80,7 @@ async def search_like(request: Request, image: UploadFile = File(description="th
     filters = PhotoFilters(after=after, before=before, camera=camera, near=near, folder=folder).to_filters()
     hits = await run_in_threadpool(backend.service().search_images, like=data, top_k=top_k, min_score=min_score,
                                    filters=filters, sort=sort, kb=kb, min_relevance=min_relevance)  # off the event loop
-    return {"like": image.filename, **_relevance(hits), "hits": [h.as_dict() for h in hits]}
+    return {"like": image.filename, **hits.relevance_fields(), "hits": [h.as_dict() for h in hits]}
 
 
 SHA256 = r"^[0-9a-f]{64}$"
@@ -113,10 +113,3 @@ def photo_by_id(photo_id: Annotated[str, Path(pattern=SHA256)], request: Request
     need_kb(request, None)  # photos by id: the default knowledge base only
     return {"id": photo_id, "path": str(backend.service().photo_path(photo_id))}
 
-
-def _relevance(hits) -> dict:
-    """no_match: hits were found but none is clearly above the background (min_relevance asked);
-    relevance_note: why the hits carry no relevance (a collection too small to calibrate);
-    best_relevance: the best hit's relevance before the min_relevance cut-off."""
-    return {"no_match": hits.no_match, "relevance_note": hits.note,
-            "best_relevance": None if hits.best is None else round(float(hits.best), 6)}
