@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from functools import cached_property
 
+from search.blas import one_blas_thread
 from search.config import Settings
 from search.store import Store, open_store
 from search.triton.client import TritonClient
@@ -15,6 +16,7 @@ from search.triton.local import LocalTriton
 class Resources:
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
+        one_blas_thread()
 
     @cached_property
     def store(self) -> Store:
