@@ -2,10 +2,18 @@
 with 1, 8 and 32 concurrent clients, next to the same queries through the service layer in-process
 (the app's own SearchService, store lock included). The ratio is what HTTP + FastAPI cost.
 
-    python bench/bench_api.py [--quick] [--repo TRITON_REPO] [--json FILE]
+    python bench/bench_api.py [--quick] [--client wrk|httpx] [--repo TRITON_REPO] [--json FILE]
 
 Needs MiniLM built (`search models build`). Starts its own Triton on free ports and indexes
 samples/docs into a temporary data dir; queries are samples/queries.json, semantic mode.
+
+The HTTP load comes from `wrk` (Debian's package: a C load generator in its own process) when it
+is installed, else from httpx in this process. On a 2-core machine the client shares the cores with
+the server and Triton: httpx, in Python, costs about as much CPU per request as the API itself, a
+cost a deployed server never pays (its clients are elsewhere), so wrk measures the server more
+fairly; `--client httpx` keeps the old way. Every row also gives the CPU milliseconds per request
+of the serving process (the API process, or this one in-process), which the machine's other load
+distorts far less than requests per second.
 """
 
 from __future__ import annotations
@@ -14,6 +22,7 @@ import argparse
 import asyncio
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -40,10 +49,19 @@ CLIENTS = (1, 8, 32)
 QUERIES = [q["query"] for q in json.loads((PROJECT_ROOT / "samples" / "queries.json").read_text())]
 
 
-def summary(path: str, clients: int, latencies: list[float], seconds: float) -> dict:
+def summary(path: str, clients: int, latencies: list[float], seconds: float, cpu_s: float) -> dict:
     ms = np.array(latencies) * 1000
     return {"path": path, "clients": clients, "requests": len(ms), "rps": round(len(ms) / seconds, 1),
-            "p50_ms": round(float(np.percentile(ms, 50)), 2), "p99_ms": round(float(np.percentile(ms, 99)), 2)}
+            "p50_ms": round(float(np.percentile(ms, 50)), 2), "p99_ms": round(float(np.percentile(ms, 99)), 2),
+            "cpu_ms_per_request": round(cpu_s * 1000 / len(ms), 2)}
+
+
+def cpu_seconds(pid: int | None = None) -> float:
+    """CPU seconds (user + system, all threads) of a process: this one when ``pid`` is None."""
+    if pid is None:
+        return time.process_time()
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 # What each row asks: the service call in-process, and the same over HTTP (route, JSON body).
@@ -65,13 +83,16 @@ def in_process(svc, n: int, clients: int, what: str = "search") -> dict:
 
     for i in range(clients):
         one(i)  # warm-up: one gRPC channel per thread
-    start = time.perf_counter()
+    start, cpu = time.perf_counter(), cpu_seconds()
     with ThreadPoolExecutor(clients) as pool:
         latencies = list(pool.map(one, range(n)))
-    return summary(f"{what}: service in-process", clients, latencies, time.perf_counter() - start)
+    return summary(f"{what}: service in-process", clients, latencies, time.perf_counter() - start, cpu_seconds() - cpu)
 
 
-async def over_http(base: str, n: int, clients: int, what: str = "search") -> dict:
+HTTP_PATH = "{what}: HTTP (uvicorn, FastAPI)"
+
+
+async def over_http(base: str, n: int, clients: int, what: str = "search", pid: int | None = None) -> dict:
     _, route, body = WORKLOADS[what]
     latencies: list[float] = []
     limits = httpx.Limits(max_connections=clients, max_keepalive_connections=clients)
@@ -88,9 +109,41 @@ async def over_http(base: str, n: int, clients: int, what: str = "search") -> di
             for i in ids:
                 latencies.append(await one(i))
 
-        start = time.perf_counter()
+        start, cpu = time.perf_counter(), cpu_seconds(pid)
         await asyncio.gather(*(worker(range(w, n, clients)) for w in range(clients)))
-    return summary(f"{what}: HTTP (uvicorn, FastAPI)", clients, latencies, time.perf_counter() - start)
+        seconds, cpu = time.perf_counter() - start, cpu_seconds(pid) - cpu
+    return {**summary(HTTP_PATH.format(what=what), clients, latencies, seconds, cpu), "client": "httpx"}
+
+
+_WRK_UNITS = {"us": 1e-3, "ms": 1.0, "s": 1000.0}
+
+
+def over_wrk(base: str, seconds: float, clients: int, what: str, pid: int, script_dir: Path) -> dict:
+    """The same requests from wrk (one thread, ``clients`` connections) for ``seconds``: requests/s,
+    p50/p99 (wrk's latency distribution) and the API process's CPU per request."""
+    _, route, body = WORKLOADS[what]
+    bodies = [json.dumps(body(q)) for q in QUERIES]
+    script = script_dir / f"{what}.lua"
+    script.write_text("local bodies = {" + ",".join(json.dumps(b) for b in bodies) + "}\nlocal i = 0\n"
+                      "request = function()\n  i = i + 1\n"
+                      f"  return wrk.format('POST', '{route}', {{['Content-Type'] = 'application/json'}}, bodies[(i % #bodies) + 1])\n"
+                      "end\n")
+    run = ["wrk", "-t1", f"-c{clients}", "--latency", "--timeout", "60s", "-s", str(script), base]
+    subprocess.run([*run[:3], "-d2s", *run[3:]], check=True, capture_output=True)  # warm-up: open the connections
+    cpu = cpu_seconds(pid)
+    out = subprocess.run([*run[:3], f"-d{seconds:g}s", *run[3:]], check=True, capture_output=True, text=True).stdout
+    cpu = cpu_seconds(pid) - cpu
+    if re.search(r"Non-2xx or 3xx responses", out):
+        sys.exit(f"wrk got error responses:\n{out}")
+    requests = int(re.search(r"(\d+) requests in", out).group(1))
+
+    def pct(p: str) -> float:
+        value, unit = re.search(rf"^\s+{p}%\s+([\d.]+)(us|ms|s)\s*$", out, re.M).groups()
+        return round(float(value) * _WRK_UNITS[unit], 2)
+
+    return {"path": HTTP_PATH.format(what=what), "clients": clients, "requests": requests,
+            "rps": float(re.search(r"Requests/sec:\s+([\d.]+)", out).group(1)), "p50_ms": pct("50"), "p99_ms": pct("99"),
+            "cpu_ms_per_request": round(cpu * 1000 / requests, 2), "client": "wrk"}
 
 
 def start_api(settings: Settings, port: int, log: Path) -> subprocess.Popen:
@@ -123,6 +176,8 @@ def main() -> None:
     ap.add_argument("--repo", type=Path, help="Triton model repository [default: the setting triton_repo]")
     ap.add_argument("--json", type=Path, help="also write the results here")
     ap.add_argument("--requests", type=int, help="requests per row [default: 1000, --quick: 64]")
+    ap.add_argument("--client", choices=("wrk", "httpx"), default="wrk" if shutil.which("wrk") else "httpx",
+                    help="what sends the HTTP load [default: wrk when installed (apt-get install wrk), else httpx]")
     ap.add_argument("--what", nargs="+", choices=list(WORKLOADS), default=list(WORKLOADS),
                     help="the workloads: document search (MiniLM, top_k 5) and /v1/embeddings (MiniLM, one text)")
     args = ap.parse_args()
@@ -149,7 +204,14 @@ def main() -> None:
         port = free_port()
         api = start_api(settings, port, tmp / "api.log")
         try:
-            rows += [asyncio.run(over_http(f"http://127.0.0.1:{port}", n, c, what)) for what in args.what for c in CLIENTS]
+            base = f"http://127.0.0.1:{port}"
+            for what in args.what:
+                for c, local in ((c, next(r for r in rows if r["clients"] == c and r["path"] == f"{what}: service in-process"))
+                                 for c in CLIENTS):
+                    if args.client == "wrk":  # about as long as the in-process row took, at least 5 s
+                        rows.append(over_wrk(base, max(5.0, round(local["requests"] / local["rps"])), c, what, api.pid, tmp))
+                    else:
+                        rows.append(asyncio.run(over_http(base, n, c, what, api.pid)))
         finally:
             api.terminate()
             try:
@@ -161,18 +223,21 @@ def main() -> None:
         server.stop()
         shutil.rmtree(tmp, ignore_errors=True)
 
-    results = {"machine": machine(), "chunks": report.embedded_chunks, "rows": rows}
+    results = {"machine": machine(), "chunks": report.embedded_chunks, "client": args.client, "rows": rows}
     print(f"machine: {results['machine']}")
-    print(f"index: samples/docs, {results['chunks']} chunks; {n} requests per row, top_k 5, semantic (MiniLM)")
-    print(f"{'path':38} {'clients':>7} {'req/s':>8} {'p50 ms':>8} {'p99 ms':>8}")
+    print(f"index: samples/docs, {results['chunks']} chunks; {n} requests per in-process row, top_k 5, semantic (MiniLM); "
+          f"HTTP load from {args.client}")
+    print(f"{'path':38} {'clients':>7} {'req/s':>8} {'p50 ms':>8} {'p99 ms':>8} {'CPU ms/req':>10}")
     for r in rows:
-        print(f"{r['path']:38} {r['clients']:>7} {r['rps']:>8.1f} {r['p50_ms']:>8.2f} {r['p99_ms']:>8.2f}")
+        print(f"{r['path']:38} {r['clients']:>7} {r['rps']:>8.1f} {r['p50_ms']:>8.2f} {r['p99_ms']:>8.2f} "
+              f"{r['cpu_ms_per_request']:>10.2f}")
     for what in args.what:
         for c in CLIENTS:
             local, http = (next(r for r in rows if r["clients"] == c and r["path"] == f"{what}: {p}")
                            for p in ("service in-process", "HTTP (uvicorn, FastAPI)"))
             print(f"{what:>10}, {c:>2} clients: HTTP / in-process throughput = {http['rps'] / local['rps']:.2f}x, "
-                  f"p50 overhead = {http['p50_ms'] - local['p50_ms']:+.2f} ms")
+                  f"p50 overhead = {http['p50_ms'] - local['p50_ms']:+.2f} ms, "
+                  f"CPU per request {http['cpu_ms_per_request'] - local['cpu_ms_per_request']:+.2f} ms")
     if args.json:
         args.json.write_text(json.dumps(results, indent=2))
 

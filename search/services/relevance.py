@@ -275,11 +275,23 @@ def _both(a: models.Filter | None, b: models.Filter | None) -> models.Filter | N
     return models.Filter(must=[a, b])
 
 
+_MODEL_IDS: dict[Path, tuple[int, str]] = {}
+
+
 def _model_id(fam: Family, repo: Path) -> str:
-    """Which build of the model the scales belong to (a rebuilt model scores differently)."""
+    """Which build of the model the scales belong to (a rebuilt model scores differently). Read
+    again only when the build manifest changes: every search asks, and one stat is all it costs."""
+    path = fam.manifest_path(repo)
     try:
-        manifest = fam.manifest(repo) or {}
-    except (OSError, ValueError):
+        stamp = path.stat().st_mtime_ns
+    except OSError:
         return ""
-    return f"{manifest.get('source', '')}@{manifest.get('built_at', '')}"
+    known = _MODEL_IDS.get(path)
+    if known is None or known[0] != stamp:
+        try:
+            manifest = fam.manifest(repo) or {}
+        except (OSError, ValueError):
+            return ""
+        known = _MODEL_IDS[path] = (stamp, f"{manifest.get('source', '')}@{manifest.get('built_at', '')}")
+    return known[1]
 
