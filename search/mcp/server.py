@@ -229,7 +229,7 @@ def build(connect: Connect, *, name: str = "multimodal-search", caller: Caller |
     def collections() -> str:
         try:
             with connect() as svc:
-                readable = _caller.get().readable(svc.knowledge_bases)
+                readable = _caller.get().readable(lambda: svc.knowledge_bases())  # asked only of a scoped key
                 counts = svc.collections() if readable is None else svc.collections(kbs=readable)
         except ServiceError as exc:
             raise ResourceError(str(exc)) from None
