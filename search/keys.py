@@ -18,6 +18,7 @@ import json
 import os
 import secrets
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -28,6 +29,12 @@ RIGHTS = ("read", "write", "admin")
 ALL_KBS = "*"
 _VERSION = 1
 _PREFIX = "sk-"
+
+
+class KbRefused(ServiceError):
+    """A key asked for a knowledge base it has no such right on (REST: 403; MCP: the tool's error)."""
+
+    exit_code = 2
 
 
 class KeysFileError(ServiceError):
@@ -68,6 +75,17 @@ class Principal:
 
     def visible(self, kbs: list[str]) -> list[str]:
         return [kb for kb in kbs if self.may(kb)]
+
+    def readable(self, known: Callable[[], list[str]]) -> list[str] | None:
+        """The knowledge bases among ``known()`` this key may read (None: every one, without asking)."""
+        return None if self.kbs is None else self.visible(known())
+
+    def need(self, kb: str, right: str = "read") -> str:
+        """``kb`` if this key has ``right`` on it; else KbRefused, whose message every face shows."""
+        if not self.may(kb, right):
+            verb = {"read": "search", "write": "write to", "admin": "administer"}[right]
+            raise KbRefused(f"kb: this API key may not {verb} knowledge base {kb!r}")
+        return kb
 
 
 EVERYTHING = Principal("admin", None, "admin")

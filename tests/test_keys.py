@@ -1,6 +1,6 @@
 """API keys scoped to knowledge bases and rights: the keys file (hashed at rest, checked at start-up)
 and a real `search serve` where a key for KB `hr` is refused on KB `eng` and never sees its passages
-through any route."""
+through any route, MCP (the SDK's own client over streamable HTTP) included."""
 
 from __future__ import annotations
 
@@ -9,9 +9,13 @@ import subprocess
 import sys
 import time
 
+import anyio
 import httpx
 import pytest
 from ingest_helper import ingest
+from mcp import Client
+from mcp.client.streamable_http import streamable_http_client
+from mcp.shared._httpx_utils import create_mcp_http_client
 from processes import PROJECT_ROOT, SearchServer, env_for, run_cli
 
 from search.errors import BadRequest, NotFound
@@ -86,6 +90,25 @@ def make_key(settings, name, kb, right) -> str:
     return r.stdout.strip()
 
 
+REFUSED = "may not search knowledge base"
+
+
+def mcp_as(url: str, key: str, calls: list[tuple[str, dict]]) -> tuple[list, dict]:
+    """The SDK's client at /mcp with ``key``: each (tool, arguments) called in turn, and the collections resource."""
+    async def main():
+        http = create_mcp_http_client(headers={"X-API-Key": key})
+        async with http, Client(streamable_http_client(f"{url}/mcp", http_client=http), read_timeout_seconds=120) as client:
+            assert {t.name for t in (await client.list_tools()).tools} >= {"search_documents", "get_passage", "get_document"}
+            results = [await client.call_tool(name, args) for name, args in calls]
+            resource = await client.read_resource("search://collections")
+            return results, json.loads(resource.contents[0].text)
+    return anyio.run(main)
+
+
+def text_of(result) -> str:
+    return "\n".join(c.text for c in result.content if c.type == "text")
+
+
 def test_a_key_for_hr_never_sees_eng(settings, tmp_path, monkeypatch):
     svc = SearchService(settings)
     hr, eng = write_docs(tmp_path / "hr", "hr"), write_docs(tmp_path / "eng", "eng")
@@ -104,16 +127,21 @@ def test_a_key_for_hr_never_sees_eng(settings, tmp_path, monkeypatch):
         def call(method, path, key, **kw):
             return httpx.request(method, server.url + path, headers={"X-API-Key": key} if key else {}, timeout=60, **kw)
 
-        def mcp_list(key):
-            return httpx.post(server.url + "/mcp", json={"jsonrpc": "2.0", "id": 1, "method": "tools/list"}, timeout=60,
-                              headers={"Accept": "application/json, text/event-stream", "X-API-Key": key})
-
         def search(key, **body):
             return call("POST", "/search/documents", key, json={"query": "handbook deploys", "top_k": 20, **body})
 
         # The server's own key sees both.
         both = {h["path"] for kb in ("hr", "eng") for h in search(ADMIN, kb=kb).json()["hits"]}
         assert any("/eng/" in p for p in both) and any("/hr/" in p for p in both)
+        # and over MCP: every KB in the resource, eng's passages from the tools
+        query = {"query": "handbook deploys", "top_k": 20}
+        (admin_eng, admin_doc), admin_kbs = mcp_as(server.url, ADMIN, [("search_documents", {**query, "kb": "eng"}),
+                                                                        ("get_document", {"path": str(eng / "eng-0.md"), "kb": "eng"})])
+        assert {k["name"] for k in admin_kbs["knowledge_bases"]} == {"default", "hr", "eng"}
+        eng_hits = admin_eng.structured_content["hits"]
+        assert eng_hits and all(h["path"].startswith(str(eng)) for h in eng_hits) and "eng handbook" in eng_hits[0]["text"]
+        assert not admin_doc.is_error and "eng handbook" in admin_doc.structured_content["text"]
+        eng_id = eng_hits[0]["id"]
         seen = []
         for key in (reader, writer, owner):
             for body in ({"kb": "eng"}, {}, {"kb": "default"}, {"kb": "eng", "group_by": "document"},
@@ -133,12 +161,38 @@ def test_a_key_for_hr_never_sees_eng(settings, tmp_path, monkeypatch):
             for path in ("/status", "/store/stats", "/watches"):
                 assert call("GET", path, key).status_code == 403, path
             assert call("DELETE", "/kb/eng", key).status_code == 403
-            # passages by id and the MCP endpoint (whose tools are not scoped per KB yet: refused)
+            # passages by id
             assert call("GET", "/passages", key, params={"path": str(eng / "x.md"), "chunk": 0, "kb": "eng"}).status_code == 403
             assert call("GET", "/documents", key, params={"path": str(eng / "x.md")}).status_code == 403
-            mcp = mcp_list(key)
-            assert mcp.status_code == 403 and "every knowledge base" in mcp.text, mcp.text
-        assert mcp_list(ADMIN).status_code == 200
+
+            # MCP: the same key, the same answers; a KB it may not read is the tool's error, with the 403's words
+            refused = [("search_documents", {**query, "kb": "eng"}), ("search_documents", query),
+                       ("search_documents", {**query, "kb": "default"}),
+                       ("search_documents", {**query, "kb": "eng", "per_document": True}),
+                       ("search_documents", {**query, "kb": "eng", "offset": 3, "top_k": 5}),
+                       ("get_passage", {"id": eng_id, "kb": "eng"}), ("get_passage", {"id": eng_id}),
+                       ("get_passage", {"path": str(eng / "eng-0.md"), "chunk": 0, "kb": "eng"}),
+                       ("get_document", {"path": str(eng / "eng-0.md"), "kb": "eng"}),
+                       ("get_document", {"path": str(eng / "eng-0.md")}),
+                       ("search_images", {"text": "x", "kb": "eng"}),
+                       ("entail", {"photo": "0" * 64, "hypothesis": "a dog"})]  # an indexed photo: the default KB's
+            allowed = [("search_documents", {**query, "kb": "hr"}),
+                       ("search_documents", {**query, "kb": "hr", "per_document": True}),
+                       ("search_documents", {**query, "kb": "hr", "offset": 1, "top_k": 1}),
+                       ("get_document", {"path": str(hr / "hr-0.md"), "kb": "hr"}),
+                       ("get_passage", {"id": eng_id, "kb": "hr"})]  # eng's id asked of hr: not there
+            results, listed_kbs = mcp_as(server.url, key, refused + allowed)
+            for (name, args), result in zip(refused, results):
+                assert result.is_error and REFUSED in text_of(result), (name, args, text_of(result))
+                assert "handbook" not in text_of(result), text_of(result)
+            found, grouped, paged, doc, elsewhere = results[len(refused):]
+            assert not any(r.is_error for r in (found, grouped, paged, doc)), [text_of(r) for r in (found, grouped, paged, doc)]
+            assert found.structured_content["hits"] and all(h["path"].startswith(str(hr)) for h in found.structured_content["hits"])
+            assert grouped.structured_content["documents"] and len(paged.structured_content["hits"]) == 1
+            assert "hr handbook" in doc.structured_content["text"]
+            assert elsewhere.is_error and "no passage" in text_of(elsewhere), text_of(elsewhere)
+            assert [k["name"] for k in listed_kbs["knowledge_bases"]] == ["hr"]
+            seen += [text_of(r) for r in results] + [json.dumps(listed_kbs)]
         assert seen and not any("/eng/" in text or "eng-" in text or "eng handbook" in text for text in seen)
         assert all(h["path"].startswith(str(hr)) for h in search(reader, kb="hr").json()["hits"])
 

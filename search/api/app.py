@@ -20,7 +20,7 @@ from search.api.errors import add_error_handlers
 from search.api.limits import LimitRequestSize
 from search.api.routes import embeddings, health, ingest, kb, search, watches
 from search.api.schemas import errors
-from search.api.security import SCOPES, KeyGuard
+from search.api.security import SCOPES, KeyGuard, principal
 from search.config import Settings
 from search.errors import StoreInUse
 from search.mcp import McpEndpoint
@@ -36,7 +36,7 @@ def create_app(settings: Settings) -> FastAPI:
     metrics = ApiMetrics()
     backend = Backend(settings, metrics)
     local_only = not settings.api_key and settings.api_host in ("127.0.0.1", "localhost", "::1")
-    mcp = McpEndpoint(build_mcp(lambda: nullcontext(backend.service())), local_only=local_only)
+    mcp = McpEndpoint(build_mcp(lambda: nullcontext(backend.service()), caller=principal), local_only=local_only)
 
     @asynccontextmanager
     async def lifespan(_app: FastAPI):
@@ -57,7 +57,8 @@ def create_app(settings: Settings) -> FastAPI:
     for router in (health.public, health.reads, health.writes, search.router, ingest.router, watches.router, kb.reads,
                    kb.writes, embeddings.router):
         app.include_router(router)
-    # MCP over streamable HTTP, behind the same key (the SDK's own transport; tools call the services)
+    # MCP over streamable HTTP, behind the same key (the SDK's own transport; tools call the services and
+    # ask the key, in request.state.principal, for each knowledge base, as the routes do)
     app.router.routes.append(Route("/mcp", KeyGuard(mcp, backend), methods=["GET", "POST", "DELETE"], include_in_schema=False))
     return app
 

@@ -13,7 +13,7 @@ from fastapi.security import APIKeyHeader
 from starlette.datastructures import Headers
 
 from search.api.errors import error_response
-from search.keys import EVERYTHING, KeysFileError, Principal
+from search.keys import EVERYTHING, KbRefused, KeysFileError, Principal
 from search.store.schema import DEFAULT_KB
 
 API_KEY_HEADER = "X-API-Key"
@@ -80,8 +80,9 @@ def require_key(writes: bool) -> Callable:
 
 
 class KeyGuard:
-    """The same key check for a mounted ASGI app (the MCP endpoint). Its tools are not scoped to
-    knowledge bases yet, so a key scoped to some KBs is refused there rather than shown them all."""
+    """The same key check for a mounted ASGI app (the MCP endpoint). Who the request acts as goes in
+    its ``request.state.principal``, as for the routes: the MCP tools read it from the SDK's request
+    context (``principal``) and ask for a right on each knowledge base they touch."""
 
     def __init__(self, app, backend, writes: bool = False) -> None:
         self.app, self.backend, self.writes = app, backend, writes
@@ -89,14 +90,12 @@ class KeyGuard:
     async def __call__(self, scope, receive, send) -> None:
         headers = Headers(scope=scope)
         access = check(self.backend, headers.get(API_KEY_HEADER) or _bearer(headers), self.writes)
-        status, refusal = access.status, access.refusal
-        if not refusal and not access.principal.everything:
-            status, refusal = 403, (f"{API_KEY_HEADER}: the MCP endpoint needs a key over every knowledge base "
-                                    f"(key {access.principal.name!r} is scoped to some)")
-        if refusal:
-            response = error_response(scope["path"], status, refusal,
-                                      headers={"WWW-Authenticate": "Bearer"} if status == 401 else None)
+        if access.refusal:
+            response = error_response(scope["path"], access.status, access.refusal,
+                                      headers={"WWW-Authenticate": "Bearer"} if access.status == 401 else None)
             return await response(scope, receive, send)
+        state = Request(scope).state  # scope["state"]: this request's, which the SDK's Request sees too
+        state.local, state.principal = access.local, access.principal
         await self.app(scope, receive, send)
 
 
@@ -107,18 +106,15 @@ def principal(request: Request) -> Principal:
 
 def readable_kbs(request: Request, svc) -> list[str] | None:
     """The knowledge bases the request's key may read (None: every one)."""
-    who = principal(request)
-    return None if who.kbs is None else who.visible(svc.knowledge_bases())
+    return principal(request).readable(svc.knowledge_bases)
 
 
 def need_kb(request: Request, kb: str | None, right: str = "read") -> str:
     """The knowledge base a request names (None: the default one), if its key has ``right`` on it; else 403."""
-    kb = kb or DEFAULT_KB
-    who = principal(request)
-    if not who.may(kb, right):
-        verb = {"read": "search", "write": "write to", "admin": "administer"}[right]
-        raise HTTPException(403, f"kb: this API key may not {verb} knowledge base {kb!r}")
-    return kb
+    try:
+        return principal(request).need(kb or DEFAULT_KB, right)
+    except KbRefused as exc:
+        raise HTTPException(403, str(exc)) from None
 
 
 def need_everything(request: Request) -> None:

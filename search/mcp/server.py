@@ -3,7 +3,12 @@
 ``build(connect)`` makes the server; ``connect()`` is a context manager that yields a query service
 for one call (the REST face's shared one, or, for `search mcp` over stdio, one opened for the call
 or the owning server's). Tool arguments pass straight through to the service functions, so options
-the services gain reach bots by adding them here too."""
+the services gain reach bots by adding them here too.
+
+``caller`` (the REST face's): who an HTTP request acts as (search/keys.py's Principal). Every tool
+asks it for the read right on the knowledge base it touches, as the REST routes do, and the
+collections resource lists only the knowledge bases it may read. Without one (stdio, in-process)
+the caller is the machine's user, with every right."""
 
 from __future__ import annotations
 
@@ -13,6 +18,7 @@ import json
 import logging
 from collections.abc import Callable
 from contextlib import AbstractContextManager
+from contextvars import ContextVar
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -23,10 +29,13 @@ from mcp_types import TextContent, ToolAnnotations
 from pydantic import Field
 
 from search.errors import ServiceError
+from search.keys import EVERYTHING, Principal
 from search.services.options import HIT_CHARS_LIMIT, MAX_TOP_K, MODES, SORTS, ImageFilters
 from search.services.results import DocumentHit, ImageHit, prompt_context
+from search.store.schema import DEFAULT_KB
 
 Connect = Callable[[], AbstractContextManager[Any]]
+Caller = Callable[[Any], Principal]  # the HTTP request the SDK attached (Starlette's) -> who it acts as
 THUMBNAIL_BYTES = 512 * 1024  # a thumbnail larger than this is left out (they are ~320 px JPEGs)
 DOCUMENT_CHARS = 20_000
 READ_ONLY = ToolAnnotations(readOnlyHint=True, openWorldHint=False)
@@ -40,6 +49,31 @@ Text = Annotated[str, Field(min_length=1, max_length=2000)]
 MinRelevance = Annotated[float | None, Field(ge=0, le=1, description="hide hits whose calibrated relevance is below "
                                                                   "this (0.9: clearly above the background)")]
 Kb = Annotated[str | None, Field(description="the knowledge base (default: 'default'); see the collections resource")]
+
+
+_caller: ContextVar[Principal] = ContextVar("mcp_caller", default=EVERYTHING)
+
+
+class _BindCaller:
+    """SDK middleware (it wraps each MCP request's handler): who the request acts as, from the HTTP
+    request the transport attached, for its tools and resources. A contextvar because the SDK hands
+    static resources no Context; anyio carries it into the worker thread of a sync tool."""
+
+    def __init__(self, caller: Caller) -> None:
+        self.caller = caller
+
+    async def __call__(self, ctx, call_next):
+        token = _caller.set(self.caller(ctx.request))
+        try:
+            return await call_next(ctx)
+        finally:
+            _caller.reset(token)
+
+
+def need_kb(kb: str | None) -> str:
+    """The knowledge base a tool names (None: the default one), if the caller may read it (KbRefused,
+    a ServiceError, becomes the tool's error with the REST 403's words)."""
+    return _caller.get().need(kb or DEFAULT_KB)
 
 
 def _call(connect: Connect, fn: Callable[[Any], Any]) -> Any:
@@ -85,20 +119,20 @@ def _thumbnail(h: ImageHit) -> Image | None:
     return None
 
 
-def _server(name: str) -> MCPServer:
+def _server(name: str, middleware: list) -> MCPServer:
     """MCPServer(), without the logging it sets up: the SDK calls logging.basicConfig (a rich handler
     on the root logger at INFO, so every httpx request of the host process was logged) unless the
     root logger has a handler. Logging is the host process's to configure."""
     root, guard = logging.getLogger(), logging.NullHandler()
     root.addHandler(guard)
     try:
-        return MCPServer(name, instructions=INSTRUCTIONS)
+        return MCPServer(name, instructions=INSTRUCTIONS, middleware=middleware)
     finally:
         root.removeHandler(guard)
 
 
-def build(connect: Connect, *, name: str = "multimodal-search") -> MCPServer:
-    mcp = _server(name)
+def build(connect: Connect, *, name: str = "multimodal-search", caller: Caller | None = None) -> MCPServer:
+    mcp = _server(name, [_BindCaller(caller)] if caller is not None else [])
 
     @mcp.tool(annotations=READ_ONLY)
     def search_documents(query: Text, top_k: TopK = 5,
@@ -117,7 +151,7 @@ def build(connect: Connect, *, name: str = "multimodal-search") -> MCPServer:
         (path, page, section, chunk), score and id (for get_passage), plus a numbered context for a prompt."""
         def run(svc):
             options = dict(top_k=top_k, offset=offset, mode=mode, folder=folder, suffixes=types or (),
-                           min_score=min_score, max_chars=max_chars, kb=kb)
+                           min_score=min_score, max_chars=max_chars, kb=need_kb(kb))
             if per_document:
                 if min_relevance is not None:
                     raise ToolError("min_relevance: not available with per_document (groups carry no calibrated "
@@ -148,7 +182,7 @@ def build(connect: Connect, *, name: str = "multimodal-search") -> MCPServer:
         def run(svc):
             filters = ImageFilters.parse(after=after, before=before, camera=camera, near=near, folder=folder,
                                          suffixes=types or ())
-            return svc.search_images(text, like=like, top_k=top_k, filters=filters, sort=sort, kb=kb,
+            return svc.search_images(text, like=like, top_k=top_k, filters=filters, sort=sort, kb=need_kb(kb),
                                      min_relevance=min_relevance)
         hits = _call(connect, run)
         found = [photo(h) for h in hits]
@@ -169,6 +203,8 @@ def build(connect: Connect, *, name: str = "multimodal-search") -> MCPServer:
         image = _decode(image_base64, "image_base64") if image_base64 else None
 
         def run(svc):
+            if image is None:  # a photo of the index (the default KB's, as GET /photos/{id}); one sent: as POST /entail
+                need_kb(None)
             where = image if image is not None else svc.photo_path(photo)
             return {"photo": photo, "hypothesis": hypothesis, **svc.entail(where, hypothesis, premise).as_dict()}
         return _call(connect, run)
@@ -179,24 +215,25 @@ def build(connect: Connect, *, name: str = "multimodal-search") -> MCPServer:
                     max_chars: Chars = 8000, kb: Kb = None) -> dict[str, Any]:
         """One passage by its id, or by its document's path and chunk number (neighbours: chunk ± 1)."""
         return _call(connect, lambda svc: passage(svc.get_passage(id, path=path, chunk=chunk, max_chars=max_chars,
-                                                                  kb=kb)))
+                                                                  kb=need_kb(kb))))
 
     @mcp.tool(annotations=READ_ONLY)
     def get_document(path: str | None = None, sha256: str | None = None,
                      max_chars: Annotated[Chars, Field(description="the text stops here (truncated says so)")] = DOCUMENT_CHARS,
                      kb: Kb = None) -> dict[str, Any]:
         """A document's indexed text (its passages in order), bounded by max_chars."""
-        return _call(connect, lambda svc: svc.get_document(path, sha256=sha256, max_chars=max_chars, kb=kb))
+        return _call(connect, lambda svc: svc.get_document(path, sha256=sha256, max_chars=max_chars, kb=need_kb(kb)))
 
     @mcp.resource("search://collections", name="collections", mime_type="application/json",
-                  description="The knowledge bases and their collections, with the points in each")
+                  description="The knowledge bases (those the caller may read) and their collections, with the points in each")
     def collections() -> str:
         try:
             with connect() as svc:
-                counts = svc.collections()
+                readable = _caller.get().readable(lambda: svc.knowledge_bases())  # asked only of a scoped key
+                counts = svc.collections() if readable is None else svc.collections(kbs=readable)
         except ServiceError as exc:
             raise ResourceError(str(exc)) from None
-        kbs = counts.get("kbs") or {"default": counts.get("collections", {})}
+        kbs = counts["kbs"] if "kbs" in counts else {DEFAULT_KB: counts.get("collections", {})}
         return json.dumps({"knowledge_bases": [{"name": name, "collections": points} for name, points in kbs.items()]})
 
     return mcp
