@@ -56,6 +56,17 @@ def summary(path: str, clients: int, latencies: list[float], seconds: float, cpu
             "cpu_ms_per_request": round(cpu_s * 1000 / len(ms), 2)}
 
 
+def median_row(runs: list[dict]) -> dict:
+    """One row from its rounds: the median of each figure, and every round's requests/s."""
+    figures = ("rps", "p50_ms", "p99_ms", "cpu_ms_per_request")
+    return {**runs[0], **{k: round(float(np.median([r[k] for r in runs])), 2) for k in figures},
+            "rounds_rps": [r["rps"] for r in runs]}
+
+
+def load() -> str:
+    return " ".join(f"{x:.2f}" for x in os.getloadavg())
+
+
 def cpu_seconds(pid: int | None = None) -> float:
     """CPU seconds (user + system, all threads) of a process: this one when ``pid`` is None."""
     if pid is None:
@@ -178,6 +189,7 @@ def main() -> None:
     ap.add_argument("--requests", type=int, help="requests per row [default: 1000, --quick: 64]")
     ap.add_argument("--client", choices=("wrk", "httpx"), default="wrk" if shutil.which("wrk") else "httpx",
                     help="what sends the HTTP load [default: wrk when installed (apt-get install wrk), else httpx]")
+    ap.add_argument("--rounds", type=int, default=3, help="rounds of every row, the paths taking turns (median reported)")
     ap.add_argument("--what", nargs="+", choices=list(WORKLOADS), default=list(WORKLOADS),
                     help="the workloads: document search (MiniLM, top_k 5) and /v1/embeddings (MiniLM, one text)")
     args = ap.parse_args()
@@ -189,48 +201,61 @@ def main() -> None:
     tmp = Path(tempfile.mkdtemp(prefix="bench-api-"))
     server = LocalTriton(repo, tmp / "triton", http_port=free_port(), grpc_port=free_port(), metrics_port=free_port(),
                          models=[m for m in built_triton_models(repo) if m.startswith("minilm")]).start()
-    rows: list[dict] = []
+    start_load = load()
     try:
         settings = Settings(data_dir=tmp / "data", triton_repo=repo, triton_url=f"127.0.0.1:{server.grpc_port}",
                             qdrant_url=None, search_mode="semantic")
-        # In-process first: the embedded store admits one process at a time.
-        app = create_app(settings)
-        backend = app.state.backend
+        # The embedded store admits one process at a time, so the two paths take turns: in each round
+        # the in-process rows with the store open here, then the HTTP rows with the API owning it;
+        # each figure is the median of its rounds (a burst of other load hits both paths alike).
+        backend = create_app(settings).state.backend
         try:
             report = backend.indexer().ingest([PROJECT_ROOT / "samples" / "docs"])
-            rows += [in_process(backend.service(), n, c, what) for what in args.what for c in CLIENTS]
         finally:
             backend.close()
-        port = free_port()
-        api = start_api(settings, port, tmp / "api.log")
-        try:
-            base = f"http://127.0.0.1:{port}"
-            for what in args.what:
-                for c, local in ((c, next(r for r in rows if r["clients"] == c and r["path"] == f"{what}: service in-process"))
-                                 for c in CLIENTS):
-                    if args.client == "wrk":  # about as long as the in-process row took, at least 5 s
-                        rows.append(over_wrk(base, max(5.0, round(local["requests"] / local["rps"])), c, what, api.pid, tmp))
-                    else:
-                        rows.append(asyncio.run(over_http(base, n, c, what, api.pid)))
-        finally:
-            api.terminate()
+        rounds: list[list[dict]] = []
+        for r in range(args.rounds):
+            done: list[dict] = []
+            backend = create_app(settings).state.backend
             try:
-                api.wait(timeout=60)
-            except subprocess.TimeoutExpired:  # a loaded machine: do not leave the server behind
-                api.kill()
-                api.wait()
+                done += [in_process(backend.service(), n, c, what) for what in args.what for c in CLIENTS]
+            finally:
+                backend.close()
+            port = free_port()
+            api = start_api(settings, port, tmp / "api.log")
+            try:
+                base = f"http://127.0.0.1:{port}"
+                for what in args.what:
+                    for c in CLIENTS:
+                        if args.client == "wrk":  # about as long as the in-process row took, at least 5 s
+                            local = next(x for x in done if x["clients"] == c and x["path"] == f"{what}: service in-process")
+                            done.append(over_wrk(base, max(5.0, round(local["requests"] / local["rps"])), c, what, api.pid, tmp))
+                        else:
+                            done.append(asyncio.run(over_http(base, n, c, what, api.pid)))
+            finally:
+                api.terminate()
+                try:
+                    api.wait(timeout=60)
+                except subprocess.TimeoutExpired:  # a loaded machine: do not leave the server behind
+                    api.kill()
+                    api.wait()
+            rounds.append(done)
+            print(f"  round {r + 1}/{args.rounds} done, load average {load()}", flush=True)
+        rows = [median_row([rnd[i] for rnd in rounds]) for i in range(len(rounds[0]))]
     finally:
         server.stop()
         shutil.rmtree(tmp, ignore_errors=True)
 
-    results = {"machine": machine(), "chunks": report.embedded_chunks, "client": args.client, "rows": rows}
+    results = {"machine": machine(), "chunks": report.embedded_chunks, "client": args.client, "rounds": args.rounds,
+               "load_average": [start_load, load()], "rows": rows}
     print(f"machine: {results['machine']}")
+    print(f"load average: {start_load} at the start, {load()} at the end; {args.rounds} rounds, medians")
     print(f"index: samples/docs, {results['chunks']} chunks; {n} requests per in-process row, top_k 5, semantic (MiniLM); "
           f"HTTP load from {args.client}")
-    print(f"{'path':38} {'clients':>7} {'req/s':>8} {'p50 ms':>8} {'p99 ms':>8} {'CPU ms/req':>10}")
+    print(f"{'path':38} {'clients':>7} {'req/s':>8} {'p50 ms':>8} {'p99 ms':>8} {'CPU ms/req':>10}   rounds (req/s)")
     for r in rows:
         print(f"{r['path']:38} {r['clients']:>7} {r['rps']:>8.1f} {r['p50_ms']:>8.2f} {r['p99_ms']:>8.2f} "
-              f"{r['cpu_ms_per_request']:>10.2f}")
+              f"{r['cpu_ms_per_request']:>10.2f}   {r['rounds_rps']}")
     for what in args.what:
         for c in CLIENTS:
             local, http = (next(r for r in rows if r["clients"] == c and r["path"] == f"{what}: {p}")
