@@ -39,6 +39,7 @@ from search.store import Store, StoredFile, folders_of, point_id
 
 # discover (indexer/discover.py) and the report types (indexer/report.py) stay importable from here.
 SORT_WINDOW = 4  # batches whose units are sorted by size together
+WRITE_BATCH = 256  # points buffered before they are written
 
 
 @dataclass
@@ -54,6 +55,10 @@ class _Job:
     # Other paths with the same new content seen in this run: (path, status).
     copies: list[tuple[str, str]] = field(default_factory=list)
     error: str = ""  # set when the model rejected one of its units
+    # Set when a Ray worker wrote the points itself (indexer/distributed.py): the paths it wrote them
+    # with, and the number of units (the units and vectors stayed on the worker).
+    written: tuple[str, ...] | None = None
+    chunks: int = 0
 
 
 class Ingestor:
@@ -63,14 +68,14 @@ class Ingestor:
                  stop: Callable[[], bool] | None = None, confine: Confinement | None = None) -> None:
         self.store, self.kind, self.stop, self.confine = store, kind, stop, confine
         self.batch_size, self.concurrency = batch_size, concurrency
-        self.write_batch = 256
+        self.write_batch = WRITE_BATCH
         self._rest: list[models.PointStruct] = []
         self._heads: list[models.PointStruct] = []
         self._inflight: dict[str, _Job] = {}
         self.by_sha: dict[str, StoredFile] = {}
         self.by_path: dict[str, str] = {}
         self._opened = False
-        self._written: set[str] = set()  # content embedded and written in this run
+        self._written: dict[str, str] = {}  # content embedded and written in this run -> the path it was written for
 
     def run(self, files: list[Path], roots: list[Path], report: IngestReport, done: Callable[[FileOutcome], None],
             *, prune: bool = False, optimize: bool = True) -> None:
@@ -229,25 +234,28 @@ class Ingestor:
         self._inflight[job.sha256] = job
         return self._write(job) if not job.error else self._reject(job)
 
+    def rewritten(self, sha: str) -> None:
+        """Content written in this run was written again, for a copy of it, by a Ray worker that could
+        not know it was a copy (indexer/distributed.py): put back what the store held for it."""
+        if sha in self._written:
+            f = self.by_sha[sha]
+            self._flush()
+            self._set_paths(sha, list(f.paths), size=f.size, mtime=f.mtime, suffix=_suffix(self._written[sha]))
+
     def _write(self, job: _Job) -> list[FileOutcome]:
         kind = self.kind
         previous = self.by_sha.get(job.sha256)  # the same content, made with other settings or another model
-        paths = list(dict.fromkeys([job.path, *(p for p, _ in job.copies), *_existing(previous.paths if previous else ())]))
-        suffix = Path(job.path).suffix.lower()
-        n = len(job.units)
-        kept = [stored(p) for p in paths]  # names that are not UTF-8 kept losslessly (search/paths.py)
-        common = {"path": kept[0], "paths": kept, "folders": sorted({f for p in kept for f in folders_of(p)}),
-                  "suffix": suffix, "n_chunks": n, "sha256": job.sha256, "size": job.size, "mtime": job.mtime,
-                  "chunker": kind.signature}
-        points = [
-            # Built, not validated: ids, lists of floats and SparseVectors are made right above, and
-            # validating BGE-M3's ColBERT rows (a 1024-float list per token) cost more than the upsert.
-            models.PointStruct.model_construct(id=point_id(job.sha256, kind.signature, i), vector=vec,
-                                               payload={**common, "chunk": i, **unit.payload})
-            for i, (unit, vec) in enumerate(zip(job.units, job.vectors, strict=True))
-        ]
-        self._rest += points[1:]
-        self._heads += points[:1]
+        paths = content_paths(job, previous)
+        if job.written is None:
+            n = len(job.units)
+            points = build_points(job, paths, kind.signature)
+            self._rest += points[1:]
+            self._heads += points[:1]
+        else:  # a Ray worker wrote the points with the store's view of when the run was planned
+            n = job.chunks
+            if list(job.written) != paths:  # a path of the content it replaces was moved or dropped since
+                self._flush()
+                self._set_paths(job.sha256, paths)
         if previous is not None:
             self._flush()
             self.store.delete_content(kind.schema.name, job.sha256, keep_chunker=kind.signature)
@@ -255,7 +263,7 @@ class Ingestor:
             self._flush()
         self.by_sha[job.sha256] = StoredFile(job.sha256, tuple(paths), job.size, job.mtime, kind.signature, n)
         del self._inflight[job.sha256]
-        self._written.add(job.sha256)
+        self._written[job.sha256] = job.path
         for p in paths:
             self._leave_old(p, job.sha256)
         return [FileOutcome(job.path, job.status, chunks=n, embedded=n, kind=kind.name),
@@ -270,8 +278,7 @@ class Ingestor:
         """Write buffered points: all later units first, then the unit-0 points that mark their
         files complete. Every other store write flushes first, so it sees these points."""
         rest, heads, self._rest, self._heads = self._rest, self._heads, [], []
-        self.store.upsert(self.kind.schema.name, rest)
-        self.store.upsert(self.kind.schema.name, heads)
+        write_marked(self.store, self.kind.schema.name, rest, heads)
 
     def _set_paths(self, sha: str, paths: list[str], **extra) -> None:
         self.store.set_paths(self.kind.schema.name, sha, [stored(p) for p in paths], **extra)
@@ -438,6 +445,43 @@ def embed_units(kind: Kind, items: list, batch_size: int) -> Embedded:
             if j in got.errors:
                 out.errors[i] = got.errors[j]
     return out
+
+
+def content_paths(job: _Job, previous: StoredFile | None) -> list[str]:
+    """The paths new content is written with: its file's, those of copies met while it was embedded,
+    and those of the same content stored with other settings (``previous``) that still exist."""
+    return list(dict.fromkeys([job.path, *(p for p, _ in job.copies), *_existing(previous.paths if previous else ())]))
+
+
+def build_points(job: _Job, paths: list[str], signature: str) -> list[models.PointStruct]:
+    """Stage 4: the points of new content, one per unit, in unit order (unit 0 first). Ids come from
+    the content, the signature and the unit number, so writing them again duplicates nothing."""
+    kept = [stored(p) for p in paths]  # names that are not UTF-8 kept losslessly (search/paths.py)
+    common = {"path": kept[0], "paths": kept, "folders": sorted({f for p in kept for f in folders_of(p)}),
+              "suffix": _suffix(job.path), "n_chunks": len(job.units), "sha256": job.sha256, "size": job.size,
+              "mtime": job.mtime, "chunker": signature}
+    return [
+        # Built, not validated: ids, lists of floats and SparseVectors are made right above, and
+        # validating BGE-M3's ColBERT rows (a 1024-float list per token) cost more than the upsert.
+        models.PointStruct.model_construct(id=point_id(job.sha256, signature, i), vector=vec,
+                                           payload={**common, "chunk": i, **unit.payload})
+        for i, (unit, vec) in enumerate(zip(job.units, job.vectors, strict=True))
+    ]
+
+
+def write_marked(store: Store, collection: str, rest: list[models.PointStruct], heads: list[models.PointStruct],
+                 batch: int | None = None) -> None:
+    """Stage 5: write files' points, every unit but unit 0 (``rest``) first, then the unit-0 points
+    (``heads``) that mark their files complete, so a file never looks complete before it is.
+    ``batch``: points per request (None: one request for each list)."""
+    for points in (rest, heads):
+        step = batch or max(1, len(points))
+        for k in range(0, len(points), step):
+            store.upsert(collection, points[k:k + step])
+
+
+def _suffix(path: str) -> str:
+    return Path(path).suffix.lower()
 
 
 def _existing(paths: Iterable[str]) -> list[str]:

@@ -4,24 +4,21 @@ Triton. What it stores must equal what a local ingest of the same folder stores.
 
 from __future__ import annotations
 
-import io
 import os
-import shutil
 import threading
 import time
 from pathlib import Path
 
-import numpy as np
 import pytest
-from PIL import Image
 
 from indexer.service import IngestService
 from search.config import Settings
-from search.store import DOCUMENTS, open_store
+from search.store import DOCUMENTS
 
 ray = pytest.importorskip("ray")
 from processes import run_cli  # noqa: E402
 from ray.cluster_utils import Cluster  # noqa: E402
+from stored_points import assert_same_points, mixed_folder, stored  # noqa: E402
 
 MB = 2**20
 N_NOTES = 64
@@ -43,28 +40,9 @@ def cluster():
     c.shutdown()
 
 
-def photo(path: Path, seed: int, fmt: str = "JPEG") -> None:
-    rng = np.random.default_rng(seed)
-    img = Image.fromarray(rng.integers(0, 256, (48, 64, 3), dtype=np.uint8))
-    buf = io.BytesIO()
-    img.save(buf, fmt)
-    path.write_bytes(buf.getvalue())
-
-
 @pytest.fixture
 def mixed(docs) -> Path:
-    """Documents (the sample knowledge base), photos, a copy, and bad files of both kinds."""
-    for i in range(4):
-        photo(docs / f"photo{i}.jpg", i)
-    photo(docs / "pic.png", 9, "PNG")
-    shutil.copy(docs / "photo0.jpg", docs / "photo0-copy.jpg")
-    first = sorted(docs.glob("*.md"))[0]
-    shutil.copy(first, docs / ("copy-of-" + first.name))
-    (docs / "binary.txt").write_bytes(bytes(range(256)) * 40)
-    (docs / "empty.txt").write_bytes(b"")
-    (docs / "broken.jpg").write_bytes(b"\xff\xd8\xff\xe0 not really a jpeg")
-    (docs / "dangling.md").symlink_to(docs / "does-not-exist.md")
-    return docs
+    return mixed_folder(docs)
 
 
 def run(settings: Settings, paths, **kw):
@@ -73,39 +51,6 @@ def run(settings: Settings, paths, **kw):
         return svc.ingest(paths, **kw)
     finally:
         svc.close()
-
-
-def stored(settings: Settings) -> dict:
-    """Every point of every collection: id -> (vectors, payload), thumbnails relative to the data dir."""
-    store = open_store(settings)
-    try:
-        out = {}
-        for coll in store.collections():
-            for p in store.all_points(coll, with_vectors=True):
-                payload = dict(p.payload)
-                if "thumbnail" in payload:
-                    payload["thumbnail"] = os.path.relpath(payload["thumbnail"], settings.data_dir)
-                out[(coll, str(p.id))] = (p.vector, payload)
-        return out
-    finally:
-        store.close()
-
-
-def cosine(a, b) -> float:
-    a, b = np.asarray(a, dtype=np.float64), np.asarray(b, dtype=np.float64)
-    return float(a @ b / (np.linalg.norm(a) * np.linalg.norm(b)))
-
-
-def assert_same_vectors(x: dict, y: dict) -> None:
-    assert x.keys() == y.keys()
-    for name, v in x.items():
-        if hasattr(v, "indices"):  # sparse
-            assert list(v.indices) == list(y[name].indices)
-            assert np.allclose(v.values, y[name].values, atol=1e-4)
-        elif v and isinstance(v[0], list):  # multivector
-            assert all(cosine(a, b) >= 0.9999 for a, b in zip(v, y[name], strict=True))
-        else:
-            assert cosine(v, y[name]) >= 0.9999
 
 
 def outcomes(report) -> dict:
@@ -130,10 +75,8 @@ def test_ray_ingest_equals_local_ingest(cluster, settings, mixed):
     assert report.embedded_chunks == local.embedded_chunks  # copies are stored once, not embedded twice
     assert set(report.stages) >= {"read", "split", "embed", "write"}
     a, b = stored(settings), stored(on_ray)
-    assert a.keys() == b.keys() and any(c == DOCUMENTS.name for c, _ in a)
-    for key, (vec, payload) in a.items():
-        assert b[key][1] == payload
-        assert_same_vectors(vec, b[key][0])
+    assert any(c == DOCUMENTS.name for c, _ in a)
+    assert_same_points(a, b)
     # A second run changes nothing.
     again = run(on_ray, [mixed], ray="")
     assert again.counts["indexed"] == again.counts["updated"] == 0 and again.embedded_chunks == 0
