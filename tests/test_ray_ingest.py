@@ -7,13 +7,14 @@ from __future__ import annotations
 import os
 import threading
 import time
+import uuid
 from pathlib import Path
 
 import pytest
 
 from indexer.service import IngestService
 from search.config import Settings
-from search.store import DOCUMENTS
+from search.store import DOCUMENTS, open_store
 
 ray = pytest.importorskip("ray")
 from processes import run_cli  # noqa: E402
@@ -22,6 +23,7 @@ from stored_points import assert_same_points, mixed_folder, stored  # noqa: E402
 
 MB = 2**20
 N_NOTES = 64
+SERVER = os.environ.get("QDRANT_URL")  # read before the settings fixture clears it
 
 
 @pytest.fixture(scope="module")
@@ -81,6 +83,35 @@ def test_ray_ingest_equals_local_ingest(cluster, settings, mixed):
     again = run(on_ray, [mixed], ray="")
     assert again.counts["indexed"] == again.counts["updated"] == 0 and again.embedded_chunks == 0
     assert stored(on_ray).keys() == b.keys()
+
+
+@pytest.mark.skipif(not SERVER, reason="QDRANT_URL is not set: no Qdrant server for the Ray workers to write to")
+def test_ray_workers_write_to_a_qdrant_server(cluster, settings, mixed):
+    """With a Qdrant server the embed actors write new content themselves (the driver applies the
+    rules): the server ends with what a local ingest stores in the embedded store."""
+    local = run(settings, [mixed])
+    on_ray = twin(settings, "ray-server").model_copy(update={
+        "qdrant_url": SERVER, "qdrant_api_key": os.environ.get("QDRANT_API_KEY"),
+        "collection_prefix": f"t{uuid.uuid4().hex[:8]}_"})
+    try:
+        report = run(on_ray, [mixed], ray="")
+        assert outcomes(report) == outcomes(local)
+        assert report.embedded_chunks == local.embedded_chunks
+        assert report.stages["write"]["items"] > 0 and "apply" in report.stages  # written by the workers
+        assert_same_points(stored(settings), stored(on_ray))
+        again = run(on_ray, [mixed], ray="")
+        assert again.counts["indexed"] == again.counts["updated"] == 0 and again.embedded_chunks == 0
+        (mixed / "photo1.jpg").rename(mixed / "photo1-moved.jpg")
+        (mixed / "photo2.jpg").unlink()
+        local = run(settings, [mixed], prune=True)
+        report = run(on_ray, [mixed], ray="", prune=True)
+        assert outcomes(report) == outcomes(local) and report.embedded_chunks == 0
+        assert_same_points(stored(settings), stored(on_ray))
+    finally:
+        store = open_store(on_ray)
+        for c in store.collections():
+            store.drop(c)
+        store.close()
 
 
 def test_ray_moves_and_prune_follow_the_local_rules(cluster, settings, mixed):
