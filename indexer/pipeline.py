@@ -214,7 +214,10 @@ class Ingestor:
             return None
         same = self.by_sha.get(sha)
         if same and same.chunker == kind.signature:
-            # Known content (a copy, a move, or a touched file): reuse its vectors.
+            # Known content (a copy, a move, or a touched file): reuse its vectors. The path leaves the
+            # content it held first: _repoint lists it on this one, after which _leave_old would find
+            # nothing to take it off (and a run stopped in between leaves it on none, not on two).
+            self._leave_old(key, sha)
             if key not in same.paths:
                 # A copy keeps the other paths; a move drops the one that is gone. Content written in this
                 # run keeps the size and mtime it was written with, as a copy met while in flight does.
@@ -225,7 +228,6 @@ class Ingestor:
                 self._set_paths(sha, list(same.paths), mtime=got.mtime)
                 self.by_sha[sha] = replace(same, mtime=got.mtime)
                 status = UNCHANGED
-            self._leave_old(key, sha)
             return FileOutcome(key, status, chunks=same.chunks, kind=kind.name)
         return got
 

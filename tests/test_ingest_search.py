@@ -190,6 +190,25 @@ def test_interrupted_file_is_not_seen_as_indexed(service, docs):
     assert pid in points(service)
 
 
+def holders(svc: SearchService, path: Path) -> set[str]:
+    """The contents (sha256) whose points list ``path``."""
+    return {pl["sha256"] for pl in points(svc).values() if str(path) in pl["paths"]}
+
+
+def test_a_file_changed_into_a_copy_of_another_leaves_its_old_content(service, docs):
+    """New content at a known path that is already stored (for another file): the path joins that
+    content and leaves the one it held, in the same run."""
+    target = docs / "printer.md"
+    ingest(service, [docs])
+    [old] = holders(service, target)
+    [wifi] = holders(service, docs / "wifi.md")
+    shutil.copy(docs / "wifi.md", target)
+    report = ingest(service, [docs])
+    assert report.embedded_chunks == 0
+    assert holders(service, target) == {wifi}
+    assert not any(pl["sha256"] == old for pl in points(service).values())
+
+
 def test_new_chunk_settings_replace_old_chunks(settings, docs):
     svc = SearchService(settings)
     try:
