@@ -368,7 +368,7 @@ def make_plan(settings: Settings, ingestors: dict[str, Ingestor], urls: list[str
     return Plan(
         token=uuid.uuid4().hex, settings=settings,
         kinds={name: (tuple(_families(ing.kind)), ing.kind.signature) for name, ing in ingestors.items()},
-        known={name: {p: ing.by_sha[s] for p, s in ing.by_path.items() if s in ing.by_sha} for name, ing in ingestors.items()},
+        known={name: ing.known_paths() for name, ing in ingestors.items()},
         current={name: frozenset(s for s, f in ing.by_sha.items() if f.chunker == ing.kind.signature)
                  for name, ing in ingestors.items()},
         urls=tuple(urls), batch_size=settings.embed_batch_size,

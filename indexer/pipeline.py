@@ -9,7 +9,11 @@ Incremental rules, all keyed on content (sha256 of the file):
   the path that is gone from disk;
 - changed content at a known path is embedded anew, then the path leaves the old content
   (which is deleted once no path refers to it);
-- with ``prune``, paths under the ingested roots that are gone from disk are removed.
+- with ``prune``, paths under the ingested roots that are gone from disk are removed;
+- a path listed on more than one stored content is never unchanged: a run stopped between writing
+  a file's new content and taking its path off the old one (or a Ray run stopped before the driver
+  applied what its workers wrote) left it there, and its size and mtime match the new content. It
+  is read again, and the rules above leave it on the content the file holds only.
 Unit 0 of a file is written after its other units: it marks the file complete, so an
 interrupted ingest never leaves a file that looks indexed but is not.
 """
@@ -74,6 +78,9 @@ class Ingestor:
         self._inflight: dict[str, _Job] = {}
         self.by_sha: dict[str, StoredFile] = {}
         self.by_path: dict[str, str] = {}
+        # Paths listed on more than one stored content (an interrupted run, see the module's rules) ->
+        # those contents; by_path holds one of them. Such a path is never unchanged (``known``).
+        self.stale: dict[str, set[str]] = {}
         self._opened = False
         self._written: dict[str, str] = {}  # content embedded and written in this run -> the path it was written for
 
@@ -97,14 +104,17 @@ class Ingestor:
         self.finish(roots, files, report, emit, prune=prune, optimize=optimize)
 
     def open(self) -> None:
-        """Open the kind's collection and load what it holds (content -> paths)."""
+        """Open the kind's collection and load what it holds (content -> paths): the view every run
+        plans with, the Ray workers' included (``known_paths``)."""
         self.store.ensure(self.kind.schema)  # a photo kind's first inference: its dimension
         self._opened = True
         for f in self.store.files(self.kind.schema.name):
             f = replace(f, paths=tuple(from_stored(p) for p in f.paths))  # paths are OS strings here
             self.by_sha[f.sha256] = f
             for p in f.paths:
-                self.by_path[p] = f.sha256
+                held = self.by_path.setdefault(p, f.sha256)
+                if held != f.sha256:  # listed on another content too: an interrupted run
+                    self.stale.setdefault(p, {held}).add(f.sha256)
 
     def stopped(self, files: list[Path], seen: set[str], report: IngestReport, exc: ModelNotReady) -> None:
         """The kind's model failed as a whole: forget what was in flight, count what is left."""
@@ -197,8 +207,15 @@ class Ingestor:
         return _Job(got.path, got.sha256, got.size, got.mtime, units, self.status_of(got.path))
 
     def known(self, path: str) -> StoredFile | None:
-        """What the store holds for ``path`` (the unchanged check of ``read_file``)."""
+        """What the store holds for ``path`` (the unchanged check of ``read_file``); nothing for a path
+        listed on several contents, so that it is read again and the rules repair it."""
+        if path in self.stale:
+            return None
         return self.by_sha.get(self.by_path.get(path, ""))
+
+    def known_paths(self) -> dict[str, StoredFile]:
+        """``known`` for every path that has something (what a Ray worker's read stage checks against)."""
+        return {p: f for p in self.by_path if (f := self.known(p)) is not None}
 
     def status_of(self, path: str) -> str:
         return UPDATED if path in self.by_path else INDEXED
@@ -295,11 +312,18 @@ class Ingestor:
             self.by_path[p] = sha
 
     def _leave_old(self, path: str, new_sha: str) -> None:
-        """``path`` now holds ``new_sha``: drop it from the content it held before."""
-        old = self.by_path.get(path)
+        """``path`` now holds ``new_sha``: drop it from the content(s) it was listed on before."""
+        held = self._holders(path)
         self.by_path[path] = new_sha
-        if old and old != new_sha and old in self.by_sha:
-            self._drop_path(old, path)
+        for old in held:
+            if old != new_sha:
+                self._drop_path(old, path)
+
+    def _holders(self, path: str) -> list[str]:
+        """The stored contents ``path`` is listed on: one, or several after an interrupted run (then
+        forgotten as stale: the caller takes the path off them)."""
+        held = [self.by_path.get(path), *sorted(self.stale.pop(path, ()))]
+        return [s for s in dict.fromkeys(held) if s and s in self.by_sha]
 
     def _drop_path(self, sha: str, path: str) -> None:
         remaining = [p for p in self.by_sha[sha].paths if p != path]
@@ -315,11 +339,11 @@ class Ingestor:
     def _prune(self, roots: list[Path], seen: set[str]) -> list[FileOutcome]:
         outcomes = []
         under = {str(r) for r in roots}  # a set, not a scan of the roots: a watch's batch may name thousands of files
-        for path, sha in sorted(self.by_path.items()):
+        for path in sorted({*self.by_path, *self.stale}):  # stale: a path moved since may still be listed elsewhere
             if path in seen or not _under_any(path, under) or Path(path).exists():
                 continue
-            if sha in self.by_sha:
-                self._drop_path(sha, path)
+            for held in self._holders(path):
+                self._drop_path(held, path)
             outcomes.append(FileOutcome(path, PRUNED, "gone from disk", kind=self.kind.name))
         for o in outcomes:
             self.by_path.pop(o.path, None)

@@ -18,6 +18,7 @@ import shutil
 from pathlib import Path
 from types import SimpleNamespace
 
+import pytest
 from stored_points import assert_same_points, mixed_folder, photo, points_of, stored
 
 from indexer import distributed
@@ -26,6 +27,7 @@ from indexer.pipeline import Ingestor, listing
 from indexer.report import IngestReport
 from indexer.service import IngestService
 from search.config import Settings
+from search.services import SearchService
 from search.store import Store
 
 
@@ -178,3 +180,64 @@ def test_copies_with_other_suffixes_and_times(settings, tmp_path, monkeypatch):
     a, b = stored(settings), stored(on_ray)
     assert a and all(len(payload["paths"]) == 5 for _, payload in a.values())
     assert_same_points(a, b)
+
+
+def listing_paths(settings: Settings) -> dict[str, list[tuple[str, ...]]]:
+    """Each stored content's paths as its points list them: sha256 -> one tuple per point."""
+    out: dict[str, list[tuple[str, ...]]] = {}
+    for _, payload in stored(settings).values():
+        out.setdefault(payload["sha256"], []).append(tuple(payload["paths"]))
+    return out
+
+
+def cited(settings: Settings, query: str, path: Path) -> set[str]:
+    """The contents of the hits for ``query`` that cite ``path``."""
+    svc = SearchService(settings)
+    try:
+        return {h.sha256 for h in svc.search_documents(query, top_k=5) if str(path) in h.paths}
+    finally:
+        svc.close()
+
+
+def without_order(points: dict) -> dict:
+    """Points with their paths as a set: which of a copy's paths comes first depends on which worker wrote last."""
+    return {k: (v, {**pl, "path": None, "paths": sorted(pl["paths"])}) for k, (v, pl) in points.items()}
+
+
+@pytest.mark.parametrize("repair", ["local", "ray"])
+def test_a_run_stopped_before_the_driver_applied_is_repaired_by_the_next(settings, docs, monkeypatch, repair):
+    """The workers wrote every block and the run stopped before the driver applied any: a changed
+    file's path is listed on its old content and on its new one (a search finds the old passage
+    citing it), a copy of new content lists only the path its own worker wrote. The next run
+    repairs both although the changed file's size and mtime match its new content: the store ends
+    with the points of an uninterrupted run, paths and all."""
+    on_ray = twin(settings, "ray-stopped")
+    run(settings, [docs])
+    run(on_ray, [docs])
+    target = docs / "printer.md"
+    [old] = [sha for sha, paths in listing_paths(on_ray).items() if str(target) in paths[0]]
+    target.write_text("# Parking\n\nStaff parking permits are issued by reception on the ground floor.\n")
+    (docs / "aa-lockers.md").write_text("# Lockers\n\nDay lockers on each floor open with your badge.\n")
+    shutil.copy2(docs / "aa-lockers.md", docs / "zz-lockers.md")  # the same mtime: the copies' payloads agree
+    query = "paper stuck inside the copier on our floor"  # the old printer.md
+
+    stopped = ray_run(monkeypatch, on_ray, [docs], stop=lambda: True)
+    assert stopped.cancelled and not stopped.outcomes
+    held = {sha for sha, paths in listing_paths(on_ray).items() if any(str(target) in p for p in paths)}
+    assert old in held and len(held) == 2  # the stale state: the path on its old and its new content
+    [new] = held - {old}
+    assert old in cited(on_ray, query, target)
+    lockers = [paths for paths in listing_paths(on_ray).values() if any("lockers" in q for p in paths for q in p)]
+    assert len(lockers) == 1 and all(len(p) == 1 for p in lockers[0])  # a copy's worker wrote its own path only
+
+    again = run(on_ray, [docs]) if repair == "local" else ray_run(monkeypatch, on_ray, [docs])
+    assert again.embedded_chunks == 0  # every content is in the store: nothing is embedded again
+    assert {Path(o.path).name: o.status for o in again.outcomes if o.status != "unchanged"} == {"aa-lockers.md": "indexed"}
+    after = listing_paths(on_ray)
+    assert {sha for sha, paths in after.items() if any(str(target) in p for p in paths)} == {new}
+    assert old not in after and old not in cited(on_ray, query, target)
+    [lockers] = [paths for paths in after.values() if any("lockers" in q for p in paths for q in p)]
+    assert {frozenset(p) for p in lockers} == {frozenset({str(docs / "aa-lockers.md"), str(docs / "zz-lockers.md")})}
+
+    run(settings, [docs])  # uninterrupted
+    assert_same_points(without_order(stored(settings)), without_order(stored(on_ray)))
