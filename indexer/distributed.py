@@ -3,13 +3,18 @@ over a Ray cluster, with the rules (content ids, moves, copies, the file-complet
 kept in one place, the driver's ``Ingestor``.
 
     driver: listing ──► blocks of paths ──► read+split (map_batches tasks, CPU)
-            ──► embed (actor pool, one or more per Triton replica) ──► driver: rules + store writes
+            ──► embed (actor pool, one or more per Triton replica) [──► write new content: Qdrant server]
+            ──► driver: rules + store writes
 
 Files must be visible to every node at the same path (a shared filesystem), and so must the data
 dir (workers write the photos' thumbnails there); a node that cannot read a root stops the run
-before anything is read. The store is written by the driver alone: the embedded store admits one
-opener, and the path bookkeeping (moves, copies, prune) needs one view of what is stored. Point ids
-are derived from content, so a block Ray runs twice writes the same points again, never new ones.
+before anything is read. With a Qdrant server (QDRANT_URL) the embed actors write the points of
+new content themselves, in batches, the file-complete markers (unit 0) after the files' other units,
+and send the driver no vectors. The rest of the bookkeeping needs one view of what is stored and
+stays on the driver: known content (moves, copies, unchanged files), the paths of content written
+by a worker that the rules changed since the run was planned, prune. With the embedded store (one
+opener) the driver writes everything. Point ids are derived from content, so a block Ray runs
+twice writes the same points again, never new ones.
 """
 
 from __future__ import annotations
@@ -29,12 +34,25 @@ import numpy as np
 
 from indexer.confine import Confinement
 from indexer.kinds import Kind, Unit, make_kind
-from indexer.pipeline import FileOutcome, Ingestor, Read, _Job, embed_units, listing, read_file, split
+from indexer.pipeline import (
+    WRITE_BATCH,
+    FileOutcome,
+    Ingestor,
+    Read,
+    _Job,
+    build_points,
+    content_paths,
+    embed_units,
+    listing,
+    read_file,
+    split,
+    write_marked,
+)
 from indexer.report import IngestReport
 from search.config import Settings
 from search.errors import ModelNotReady, ServiceError, TritonUnavailable
 from search.models import family
-from search.store import Store, StoredFile, kb_thumbnails
+from search.store import Store, StoredFile, kb_thumbnails, open_store
 from search.triton.client import TritonClient
 
 FILES_PER_READ_BATCH = 8  # files a read+split task takes at once
@@ -59,6 +77,7 @@ class Plan:
     batch_size: int
     confine_to: tuple[Path, ...] | None
     kb: str | None = None  # the knowledge base written (None: the default one)
+    write: bool = False  # the embed actors write new content's points (a Qdrant server: many openers)
 
 
 @dataclass
@@ -74,10 +93,22 @@ class _Rec:
     stopped: str = ""  # the kind's model failed as a whole
     fatal: str = ""  # no Triton replica answered
     truncated: int = 0
+    written: tuple[str, ...] | None = None  # a worker wrote its points, with these paths
+    chunks: int = 0  # its units, once written (units and vectors are dropped then)
     times: dict[str, float] = field(default_factory=dict)
+
+    def count(self) -> int:
+        return len(self.units) if self.units else self.chunks
 
 
 _KINDS: dict[tuple[str, str], dict[str, Kind]] = {}  # (plan token, url) -> kinds, per worker process
+_STORED: dict[str, dict[str, dict[str, StoredFile]]] = {}  # plan token -> kind -> sha256 -> what is stored
+
+
+def workers_write(settings: Settings) -> bool:
+    """Whether the workers write new content themselves: only to a Qdrant server, which many
+    processes may open (the embedded store admits one)."""
+    return settings.store_backend == "server"
 
 
 def _kinds(plan: Plan, url: str) -> dict[str, Kind]:
@@ -125,13 +156,46 @@ def read_and_split(batch: dict, plan: Plan) -> dict:
     return _pack(recs)
 
 
+def write_new(store: Store, plan: Plan, kinds: dict[str, Kind], recs: list[_Rec]) -> None:
+    """The write stage, on a worker: the points of the new content in ``recs`` (built as a local run
+    builds them, with the paths the store held when the run was planned), written in batches, every
+    file's other units before the unit-0 points that mark the files complete. The records keep what
+    the driver needs (the paths written, the number of units), not their units and vectors."""
+    stored = _stored(plan)
+    for name, kind in kinds.items():
+        todo = [r for r in recs if r.kind == name and r.units and r.vectors and not (r.error or r.stopped or r.fatal)]
+        if not todo:
+            continue
+        t0 = time.perf_counter()
+        rest, heads = [], []
+        for r in todo:
+            job = _Job(r.read.path, r.read.sha256, r.read.size, r.read.mtime, r.units, "", vectors=r.vectors)
+            paths = content_paths(job, stored[name].get(job.sha256))  # found: stored with other settings
+            points = build_points(job, paths, kind.signature)
+            rest += points[1:]
+            heads += points[:1]
+            r.written = tuple(paths)
+        write_marked(store, kind.schema.name, rest, heads, batch=WRITE_BATCH)
+        seconds, n = time.perf_counter() - t0, len(rest) + len(heads)
+        for r in todo:
+            r.chunks, r.units, r.vectors = len(r.units), None, None
+            r.times["write"] = seconds * r.chunks / n
+
+
+def _stored(plan: Plan) -> dict[str, dict[str, StoredFile]]:
+    if plan.token not in _STORED:
+        _STORED[plan.token] = {name: {f.sha256: f for f in known.values()} for name, known in plan.known.items()}
+    return _STORED[plan.token]
+
+
 class Embedder:
     """The embed stage: an actor (Ray Data's actor pool) holding Triton clients. It starts on a
     random replica, so the pool spreads over them, and moves to the next one when a request fails
-    because its replica is gone or its model is not there."""
+    because its replica is gone or its model is not there. With ``plan.write`` it writes the new
+    content it embedded (``write_new``) to ``store``, or to the store it opens from the settings."""
 
-    def __init__(self, plan: Plan) -> None:
-        self.plan = plan
+    def __init__(self, plan: Plan, store: Store | None = None) -> None:
+        self.plan, self.store = plan, store
         self.at = random.randrange(len(plan.urls))
 
     def __call__(self, batch: dict) -> dict:
@@ -161,6 +225,10 @@ class Embedder:
                 r.error = next((embedded.errors[i] for i in range(k, k + n) if i in embedded.errors), "")
                 r.times["embed"] = seconds * n / len(items)
                 k += n
+        if self.plan.write:
+            if self.store is None:
+                self.store = open_store(self.plan.settings)
+            write_new(self.store, self.plan, _kinds(self.plan, self.plan.urls[self.at]), recs)
         return _pack(recs)
 
     def _embed(self, name: str, items: list):
@@ -266,7 +334,9 @@ def _run(ray, store, kinds, roots, by_kind, confine, done, report: IngestReport,
             continue
         ingestors[kind.name] = ing
     files = [(f, name) for name in ingestors for f in by_kind[name]]
-    stages = {s: {"items": 0, "seconds": 0.0} for s in ("read", "split", "embed", "write")}
+    write = workers_write(settings)
+    rules = "apply" if write else "write"  # the driver's stage: the rules, and the writes the workers do not do
+    stages = {s: {"items": 0, "seconds": 0.0} for s in ("read", "split", "embed", "write", "apply")}
     seen: set[str] = set()
 
     def emit(outcome: FileOutcome) -> None:
@@ -278,25 +348,31 @@ def _run(ray, store, kinds, roots, by_kind, confine, done, report: IngestReport,
         for t in thumbs:
             t.mkdir(parents=True, exist_ok=True)
         check_nodes(ray, roots, thumbs)
-        plan = Plan(
-            token=uuid.uuid4().hex, settings=settings,
-            kinds={name: (tuple(_families(ing.kind)), ing.kind.signature) for name, ing in ingestors.items()},
-            known={name: {p: ing.by_sha[s] for p, s in ing.by_path.items() if s in ing.by_sha} for name, ing in ingestors.items()},
-            current={name: frozenset(s for s, f in ing.by_sha.items() if f.chunker == ing.kind.signature)
-                     for name, ing in ingestors.items()},
-            urls=tuple(urls), batch_size=settings.embed_batch_size,
-            confine_to=tuple(confine_to) if confine_to is not None else None, kb=kb)
+        plan = make_plan(settings, ingestors, urls, confine_to=confine_to, kb=kb, write=write)
         for rec in _stream(ray, plan, files, settings):
             if stop is not None and stop():
                 report.cancelled = True
                 break
-            _apply(rec, ingestors[rec.kind], report, emit, stages, by_kind, seen)
+            _apply(rec, ingestors[rec.kind], report, emit, stages, by_kind, seen, rules)
     t0 = time.perf_counter()
     for name, ing in ingestors.items():
         if name not in report.stopped:
             ing.finish(roots, by_kind[name], report, emit, prune=prune)
-    stages["write"]["seconds"] += time.perf_counter() - t0
+    stages[rules]["seconds"] += time.perf_counter() - t0
     report.stages = {k: {"items": v["items"], "seconds": round(v["seconds"], 3)} for k, v in stages.items() if v["items"]}
+
+
+def make_plan(settings: Settings, ingestors: dict[str, Ingestor], urls: list[str], *, confine_to: list[Path] | None,
+              kb: str | None, write: bool) -> Plan:
+    """The plan the workers get, from the opened ``ingestors`` (kind name -> Ingestor)."""
+    return Plan(
+        token=uuid.uuid4().hex, settings=settings,
+        kinds={name: (tuple(_families(ing.kind)), ing.kind.signature) for name, ing in ingestors.items()},
+        known={name: ing.known_paths() for name, ing in ingestors.items()},
+        current={name: frozenset(s for s, f in ing.by_sha.items() if f.chunker == ing.kind.signature)
+                 for name, ing in ingestors.items()},
+        urls=tuple(urls), batch_size=settings.embed_batch_size,
+        confine_to=tuple(confine_to) if confine_to is not None else None, kb=kb, write=write)
 
 
 def _stream(ray, plan: Plan, files: list[tuple[Path, str]], settings: Settings):
@@ -318,15 +394,17 @@ def _stream(ray, plan: Plan, files: list[tuple[Path, str]], settings: Settings):
             yield pickle.loads(raw)
 
 
-def _apply(rec: _Rec, ing: Ingestor, report: IngestReport, emit, stages: dict, by_kind: dict, seen: set[str]) -> None:
-    """The driver's part: the rules and the writes, through the same Ingestor as a local run."""
+def _apply(rec: _Rec, ing: Ingestor, report: IngestReport, emit, stages: dict, by_kind: dict, seen: set[str],
+           rules: str = "write") -> None:
+    """The driver's part: the rules and the writes (those the workers did not do), through the same
+    Ingestor as a local run. ``rules``: the stage its time is counted in."""
     name = rec.kind
     if name in report.stopped:
         return  # counted as not indexed when its model stopped
-    for stage in ("read", "split", "embed"):
+    for stage in ("read", "split", "embed", "write"):
         if stage in rec.times:
             stages[stage]["seconds"] += rec.times[stage]
-            stages[stage]["items"] += len(rec.units) if stage == "embed" and rec.units else 1
+            stages[stage]["items"] += rec.count() if stage == "embed" else 1
     if rec.fatal:
         raise TritonUnavailable(rec.fatal)
     if rec.stopped:
@@ -341,16 +419,19 @@ def _apply(rec: _Rec, ing: Ingestor, report: IngestReport, emit, stages: dict, b
         admitted = ing.admit(rec.read)
         if isinstance(admitted, FileOutcome):
             outcomes = [admitted]  # known content, or a copy of content written since this block was planned
-        elif admitted is not None and rec.units:
-            job = _Job(rec.read.path, rec.read.sha256, rec.read.size, rec.read.mtime, rec.units,
-                       ing.status_of(rec.read.path), vectors=rec.vectors or [], error=rec.error)
+            if rec.written is not None:  # ... which the copy's worker wrote again, with its own path
+                ing.rewritten(rec.read.sha256)
+        elif admitted is not None and (rec.units or rec.written is not None):
+            job = _Job(rec.read.path, rec.read.sha256, rec.read.size, rec.read.mtime, rec.units or [],
+                       ing.status_of(rec.read.path), vectors=rec.vectors or [], error=rec.error,
+                       written=rec.written, chunks=rec.chunks)
             outcomes = ing.finished(job)
         elif admitted is not None:
             outcomes = _here(ing, rec.path)  # the content it matched is gone since: read and embed it here
     for o in outcomes:
         emit(o)
-    stages["write"]["seconds"] += time.perf_counter() - t0
-    stages["write"]["items"] += 1
+    stages[rules]["seconds"] += time.perf_counter() - t0
+    stages[rules]["items"] += 1
 
 
 def _here(ing: Ingestor, path: Path) -> list[FileOutcome]:

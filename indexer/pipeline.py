@@ -9,7 +9,11 @@ Incremental rules, all keyed on content (sha256 of the file):
   the path that is gone from disk;
 - changed content at a known path is embedded anew, then the path leaves the old content
   (which is deleted once no path refers to it);
-- with ``prune``, paths under the ingested roots that are gone from disk are removed.
+- with ``prune``, paths under the ingested roots that are gone from disk are removed;
+- a path listed on more than one stored content is never unchanged: a run stopped between writing
+  a file's new content and taking its path off the old one (or a Ray run stopped before the driver
+  applied what its workers wrote) left it there, and its size and mtime match the new content. It
+  is read again, and the rules above leave it on the content the file holds only.
 Unit 0 of a file is written after its other units: it marks the file complete, so an
 interrupted ingest never leaves a file that looks indexed but is not.
 """
@@ -39,6 +43,7 @@ from search.store import Store, StoredFile, folders_of, point_id
 
 # discover (indexer/discover.py) and the report types (indexer/report.py) stay importable from here.
 SORT_WINDOW = 4  # batches whose units are sorted by size together
+WRITE_BATCH = 256  # points buffered before they are written
 
 
 @dataclass
@@ -54,6 +59,10 @@ class _Job:
     # Other paths with the same new content seen in this run: (path, status).
     copies: list[tuple[str, str]] = field(default_factory=list)
     error: str = ""  # set when the model rejected one of its units
+    # Set when a Ray worker wrote the points itself (indexer/distributed.py): the paths it wrote them
+    # with, and the number of units (the units and vectors stayed on the worker).
+    written: tuple[str, ...] | None = None
+    chunks: int = 0
 
 
 class Ingestor:
@@ -63,14 +72,17 @@ class Ingestor:
                  stop: Callable[[], bool] | None = None, confine: Confinement | None = None) -> None:
         self.store, self.kind, self.stop, self.confine = store, kind, stop, confine
         self.batch_size, self.concurrency = batch_size, concurrency
-        self.write_batch = 256
+        self.write_batch = WRITE_BATCH
         self._rest: list[models.PointStruct] = []
         self._heads: list[models.PointStruct] = []
         self._inflight: dict[str, _Job] = {}
         self.by_sha: dict[str, StoredFile] = {}
         self.by_path: dict[str, str] = {}
+        # Paths listed on more than one stored content (an interrupted run, see the module's rules) ->
+        # those contents; by_path holds one of them. Such a path is never unchanged (``known``).
+        self.stale: dict[str, set[str]] = {}
         self._opened = False
-        self._written: set[str] = set()  # content embedded and written in this run
+        self._written: dict[str, str] = {}  # content embedded and written in this run -> the path it was written for
 
     def run(self, files: list[Path], roots: list[Path], report: IngestReport, done: Callable[[FileOutcome], None],
             *, prune: bool = False, optimize: bool = True) -> None:
@@ -92,14 +104,17 @@ class Ingestor:
         self.finish(roots, files, report, emit, prune=prune, optimize=optimize)
 
     def open(self) -> None:
-        """Open the kind's collection and load what it holds (content -> paths)."""
+        """Open the kind's collection and load what it holds (content -> paths): the view every run
+        plans with, the Ray workers' included (``known_paths``)."""
         self.store.ensure(self.kind.schema)  # a photo kind's first inference: its dimension
         self._opened = True
         for f in self.store.files(self.kind.schema.name):
             f = replace(f, paths=tuple(from_stored(p) for p in f.paths))  # paths are OS strings here
             self.by_sha[f.sha256] = f
             for p in f.paths:
-                self.by_path[p] = f.sha256
+                held = self.by_path.setdefault(p, f.sha256)
+                if held != f.sha256:  # listed on another content too: an interrupted run
+                    self.stale.setdefault(p, {held}).add(f.sha256)
 
     def stopped(self, files: list[Path], seen: set[str], report: IngestReport, exc: ModelNotReady) -> None:
         """The kind's model failed as a whole: forget what was in flight, count what is left."""
@@ -192,8 +207,15 @@ class Ingestor:
         return _Job(got.path, got.sha256, got.size, got.mtime, units, self.status_of(got.path))
 
     def known(self, path: str) -> StoredFile | None:
-        """What the store holds for ``path`` (the unchanged check of ``read_file``)."""
+        """What the store holds for ``path`` (the unchanged check of ``read_file``); nothing for a path
+        listed on several contents, so that it is read again and the rules repair it."""
+        if path in self.stale:
+            return None
         return self.by_sha.get(self.by_path.get(path, ""))
+
+    def known_paths(self) -> dict[str, StoredFile]:
+        """``known`` for every path that has something (what a Ray worker's read stage checks against)."""
+        return {p: f for p in self.by_path if (f := self.known(p)) is not None}
 
     def status_of(self, path: str) -> str:
         return UPDATED if path in self.by_path else INDEXED
@@ -209,7 +231,10 @@ class Ingestor:
             return None
         same = self.by_sha.get(sha)
         if same and same.chunker == kind.signature:
-            # Known content (a copy, a move, or a touched file): reuse its vectors.
+            # Known content (a copy, a move, or a touched file): reuse its vectors. The path leaves the
+            # content it held first: _repoint lists it on this one, after which _leave_old would find
+            # nothing to take it off (and a run stopped in between leaves it on none, not on two).
+            self._leave_old(key, sha)
             if key not in same.paths:
                 # A copy keeps the other paths; a move drops the one that is gone. Content written in this
                 # run keeps the size and mtime it was written with, as a copy met while in flight does.
@@ -220,7 +245,6 @@ class Ingestor:
                 self._set_paths(sha, list(same.paths), mtime=got.mtime)
                 self.by_sha[sha] = replace(same, mtime=got.mtime)
                 status = UNCHANGED
-            self._leave_old(key, sha)
             return FileOutcome(key, status, chunks=same.chunks, kind=kind.name)
         return got
 
@@ -229,25 +253,28 @@ class Ingestor:
         self._inflight[job.sha256] = job
         return self._write(job) if not job.error else self._reject(job)
 
+    def rewritten(self, sha: str) -> None:
+        """Content written in this run was written again, for a copy of it, by a Ray worker that could
+        not know it was a copy (indexer/distributed.py): put back what the store held for it."""
+        if sha in self._written:
+            f = self.by_sha[sha]
+            self._flush()
+            self._set_paths(sha, list(f.paths), size=f.size, mtime=f.mtime, suffix=_suffix(self._written[sha]))
+
     def _write(self, job: _Job) -> list[FileOutcome]:
         kind = self.kind
         previous = self.by_sha.get(job.sha256)  # the same content, made with other settings or another model
-        paths = list(dict.fromkeys([job.path, *(p for p, _ in job.copies), *_existing(previous.paths if previous else ())]))
-        suffix = Path(job.path).suffix.lower()
-        n = len(job.units)
-        kept = [stored(p) for p in paths]  # names that are not UTF-8 kept losslessly (search/paths.py)
-        common = {"path": kept[0], "paths": kept, "folders": sorted({f for p in kept for f in folders_of(p)}),
-                  "suffix": suffix, "n_chunks": n, "sha256": job.sha256, "size": job.size, "mtime": job.mtime,
-                  "chunker": kind.signature}
-        points = [
-            # Built, not validated: ids, lists of floats and SparseVectors are made right above, and
-            # validating BGE-M3's ColBERT rows (a 1024-float list per token) cost more than the upsert.
-            models.PointStruct.model_construct(id=point_id(job.sha256, kind.signature, i), vector=vec,
-                                               payload={**common, "chunk": i, **unit.payload})
-            for i, (unit, vec) in enumerate(zip(job.units, job.vectors, strict=True))
-        ]
-        self._rest += points[1:]
-        self._heads += points[:1]
+        paths = content_paths(job, previous)
+        if job.written is None:
+            n = len(job.units)
+            points = build_points(job, paths, kind.signature)
+            self._rest += points[1:]
+            self._heads += points[:1]
+        else:  # a Ray worker wrote the points with the store's view of when the run was planned
+            n = job.chunks
+            if list(job.written) != paths:  # a path of the content it replaces was moved or dropped since
+                self._flush()
+                self._set_paths(job.sha256, paths)
         if previous is not None:
             self._flush()
             self.store.delete_content(kind.schema.name, job.sha256, keep_chunker=kind.signature)
@@ -255,7 +282,7 @@ class Ingestor:
             self._flush()
         self.by_sha[job.sha256] = StoredFile(job.sha256, tuple(paths), job.size, job.mtime, kind.signature, n)
         del self._inflight[job.sha256]
-        self._written.add(job.sha256)
+        self._written[job.sha256] = job.path
         for p in paths:
             self._leave_old(p, job.sha256)
         return [FileOutcome(job.path, job.status, chunks=n, embedded=n, kind=kind.name),
@@ -270,8 +297,7 @@ class Ingestor:
         """Write buffered points: all later units first, then the unit-0 points that mark their
         files complete. Every other store write flushes first, so it sees these points."""
         rest, heads, self._rest, self._heads = self._rest, self._heads, [], []
-        self.store.upsert(self.kind.schema.name, rest)
-        self.store.upsert(self.kind.schema.name, heads)
+        write_marked(self.store, self.kind.schema.name, rest, heads)
 
     def _set_paths(self, sha: str, paths: list[str], **extra) -> None:
         self.store.set_paths(self.kind.schema.name, sha, [stored(p) for p in paths], **extra)
@@ -286,11 +312,18 @@ class Ingestor:
             self.by_path[p] = sha
 
     def _leave_old(self, path: str, new_sha: str) -> None:
-        """``path`` now holds ``new_sha``: drop it from the content it held before."""
-        old = self.by_path.get(path)
+        """``path`` now holds ``new_sha``: drop it from the content(s) it was listed on before."""
+        held = self._holders(path)
         self.by_path[path] = new_sha
-        if old and old != new_sha and old in self.by_sha:
-            self._drop_path(old, path)
+        for old in held:
+            if old != new_sha:
+                self._drop_path(old, path)
+
+    def _holders(self, path: str) -> list[str]:
+        """The stored contents ``path`` is listed on: one, or several after an interrupted run (then
+        forgotten as stale: the caller takes the path off them)."""
+        held = [self.by_path.get(path), *sorted(self.stale.pop(path, ()))]
+        return [s for s in dict.fromkeys(held) if s and s in self.by_sha]
 
     def _drop_path(self, sha: str, path: str) -> None:
         remaining = [p for p in self.by_sha[sha].paths if p != path]
@@ -306,11 +339,11 @@ class Ingestor:
     def _prune(self, roots: list[Path], seen: set[str]) -> list[FileOutcome]:
         outcomes = []
         under = {str(r) for r in roots}  # a set, not a scan of the roots: a watch's batch may name thousands of files
-        for path, sha in sorted(self.by_path.items()):
+        for path in sorted({*self.by_path, *self.stale}):  # stale: a path moved since may still be listed elsewhere
             if path in seen or not _under_any(path, under) or Path(path).exists():
                 continue
-            if sha in self.by_sha:
-                self._drop_path(sha, path)
+            for held in self._holders(path):
+                self._drop_path(held, path)
             outcomes.append(FileOutcome(path, PRUNED, "gone from disk", kind=self.kind.name))
         for o in outcomes:
             self.by_path.pop(o.path, None)
@@ -438,6 +471,43 @@ def embed_units(kind: Kind, items: list, batch_size: int) -> Embedded:
             if j in got.errors:
                 out.errors[i] = got.errors[j]
     return out
+
+
+def content_paths(job: _Job, previous: StoredFile | None) -> list[str]:
+    """The paths new content is written with: its file's, those of copies met while it was embedded,
+    and those of the same content stored with other settings (``previous``) that still exist."""
+    return list(dict.fromkeys([job.path, *(p for p, _ in job.copies), *_existing(previous.paths if previous else ())]))
+
+
+def build_points(job: _Job, paths: list[str], signature: str) -> list[models.PointStruct]:
+    """Stage 4: the points of new content, one per unit, in unit order (unit 0 first). Ids come from
+    the content, the signature and the unit number, so writing them again duplicates nothing."""
+    kept = [stored(p) for p in paths]  # names that are not UTF-8 kept losslessly (search/paths.py)
+    common = {"path": kept[0], "paths": kept, "folders": sorted({f for p in kept for f in folders_of(p)}),
+              "suffix": _suffix(job.path), "n_chunks": len(job.units), "sha256": job.sha256, "size": job.size,
+              "mtime": job.mtime, "chunker": signature}
+    return [
+        # Built, not validated: ids, lists of floats and SparseVectors are made right above, and
+        # validating BGE-M3's ColBERT rows (a 1024-float list per token) cost more than the upsert.
+        models.PointStruct.model_construct(id=point_id(job.sha256, signature, i), vector=vec,
+                                           payload={**common, "chunk": i, **unit.payload})
+        for i, (unit, vec) in enumerate(zip(job.units, job.vectors, strict=True))
+    ]
+
+
+def write_marked(store: Store, collection: str, rest: list[models.PointStruct], heads: list[models.PointStruct],
+                 batch: int | None = None) -> None:
+    """Stage 5: write files' points, every unit but unit 0 (``rest``) first, then the unit-0 points
+    (``heads``) that mark their files complete, so a file never looks complete before it is.
+    ``batch``: points per request (None: one request for each list)."""
+    for points in (rest, heads):
+        step = batch or max(1, len(points))
+        for k in range(0, len(points), step):
+            store.upsert(collection, points[k:k + step])
+
+
+def _suffix(path: str) -> str:
+    return Path(path).suffix.lower()
 
 
 def _existing(paths: Iterable[str]) -> list[str]:

@@ -44,18 +44,12 @@ class IngestService:
         optimized after the run (a watch does it with ``optimize()`` once its folders are quiet).
         With ``ray`` (an address, "auto", or "" for SEARCH_RAY_ADDRESS or else a local Ray) the
         stages run as a Ray Data pipeline."""
-        s, triton = self.settings, self.resources.triton
+        s = self.settings
         try:
             check_kb(kb)
         except ValueError as exc:
             raise BadRequest(str(exc)) from None
-        kinds, unavailable = [], {}
-        for name in ingest_kinds():
-            needed, *optional = for_kind(name)
-            if not triton.model_ready(needed.kinds[name]):
-                unavailable[name] = (SUFFIXES[name], not_served(needed.kinds[name], needed.display))
-                continue
-            kinds.append(self._kind(name, [needed, *(f for f in optional if triton.model_ready(f.kinds[name]))], kb))
+        kinds, unavailable = self.kinds(kb)
         if ray is not None:
             report = distributed.ingest(self.resources.store, kinds, paths, settings=s,
                                         urls=s.triton_replicas or [self.resources.triton_url()],
@@ -69,6 +63,19 @@ class IngestService:
                                      confine_to=confine_to, optimize=optimize)
         FailureMemory(s.data_dir / FAILURES_FILE).update(report)
         return report
+
+    def kinds(self, kb: str | None = None) -> tuple[list[Kind], dict[str, tuple[frozenset[str], str]]]:
+        """The kinds that can be ingested into ``kb`` now (their model is served), and those that
+        cannot: name -> (their suffixes, why)."""
+        triton = self.resources.triton
+        kinds, unavailable = [], {}
+        for name in ingest_kinds():
+            needed, *optional = for_kind(name)
+            if not triton.model_ready(needed.kinds[name]):
+                unavailable[name] = (SUFFIXES[name], not_served(needed.kinds[name], needed.display))
+                continue
+            kinds.append(self._kind(name, [needed, *(f for f in optional if triton.model_ready(f.kinds[name]))], kb))
+        return kinds, unavailable
 
     def optimize(self, kb: str | None = None) -> None:
         """Merge a KB's collections' segments and build their indexes (what a run does at its end)."""

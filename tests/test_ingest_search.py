@@ -12,6 +12,7 @@ from ingest_helper import ingest, long_passage
 from qdrant_client import models
 
 from indexer.chunking import Chunker
+from indexer.pipeline import Ingestor
 from search.config import PROJECT_ROOT
 from search.errors import BadRequest, EmptyCollection
 from search.services import HIT_CHARS, HIT_CHARS_LIMIT, SearchService, prompt_context
@@ -188,6 +189,73 @@ def test_interrupted_file_is_not_seen_as_indexed(service, docs):
     assert report.counts["indexed"] + report.counts["updated"] == 1
     assert len(points(service)) == len({*points(service)})  # no duplicates
     assert pid in points(service)
+
+
+def holders(svc: SearchService, path: Path) -> set[str]:
+    """The contents (sha256) whose points list ``path``."""
+    return {pl["sha256"] for pl in points(svc).values() if str(path) in pl["paths"]}
+
+
+OLD_PRINTER = "paper stuck inside the copier on our floor"  # finds samples/docs/printer.md
+PARKING = "# Parking\n\nStaff parking permits are issued by reception on the ground floor.\n"
+
+
+def test_a_path_left_on_its_old_content_is_repaired_by_the_next_run(service, settings, docs, monkeypatch):
+    """A run stopped between writing a changed file's new content and taking its path off the old
+    content leaves the path listed on both (a search finds the old passage citing it), and the
+    file's size and mtime match the new content. The next run reads it again all the same and
+    leaves the path on the new content only: the store then holds what an uninterrupted run leaves."""
+    target = docs / "printer.md"
+    uninterrupted = SearchService(settings.model_copy(update={"data_dir": settings.data_dir.parent / "uninterrupted"}))
+    try:
+        ingest(uninterrupted, [docs])
+    finally:
+        uninterrupted.close()
+    ingest(service, [docs])
+    [old] = holders(service, target)
+    target.write_text(PARKING)
+
+    class Stopped(Exception):
+        pass
+
+    def stop_after_the_write(self, sha, path):  # killed right after the new content is written
+        self._flush()
+        raise Stopped
+
+    with monkeypatch.context() as m:
+        m.setattr(Ingestor, "_drop_path", stop_after_the_write)
+        with pytest.raises(Stopped):
+            ingest(service, [docs])
+    assert len(holders(service, target)) == 2 and old in holders(service, target)
+    [new] = holders(service, target) - {old}
+    assert any(str(target) in h.paths and h.sha256 == old for h in service.search_documents(OLD_PRINTER, top_k=5))
+
+    report = ingest(service, [docs])
+    assert report.embedded_chunks == 0 and report.counts["unchanged"] == len(list(docs.iterdir()))
+    assert holders(service, target) == {new}
+    assert not any(pl["sha256"] == old for pl in points(service).values())  # it had no other path: deleted
+    assert not any(str(target) in h.paths and h.sha256 != new for h in service.search_documents(OLD_PRINTER, top_k=5))
+
+    uninterrupted = SearchService(uninterrupted.settings)
+    try:
+        ingest(uninterrupted, [docs])
+        assert points(uninterrupted) == points(service)  # the same ids and payloads
+    finally:
+        uninterrupted.close()
+
+
+def test_a_file_changed_into_a_copy_of_another_leaves_its_old_content(service, docs):
+    """New content at a known path that is already stored (for another file): the path joins that
+    content and leaves the one it held, in the same run."""
+    target = docs / "printer.md"
+    ingest(service, [docs])
+    [old] = holders(service, target)
+    [wifi] = holders(service, docs / "wifi.md")
+    shutil.copy(docs / "wifi.md", target)
+    report = ingest(service, [docs])
+    assert report.embedded_chunks == 0
+    assert holders(service, target) == {wifi}
+    assert not any(pl["sha256"] == old for pl in points(service).values())
 
 
 def test_new_chunk_settings_replace_old_chunks(settings, docs):

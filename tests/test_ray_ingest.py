@@ -4,16 +4,13 @@ Triton. What it stores must equal what a local ingest of the same folder stores.
 
 from __future__ import annotations
 
-import io
 import os
-import shutil
 import threading
 import time
+import uuid
 from pathlib import Path
 
-import numpy as np
 import pytest
-from PIL import Image
 
 from indexer.service import IngestService
 from search.config import Settings
@@ -22,9 +19,11 @@ from search.store import DOCUMENTS, open_store
 ray = pytest.importorskip("ray")
 from processes import run_cli  # noqa: E402
 from ray.cluster_utils import Cluster  # noqa: E402
+from stored_points import assert_same_points, mixed_folder, stored  # noqa: E402
 
 MB = 2**20
 N_NOTES = 64
+SERVER = os.environ.get("QDRANT_URL")  # read before the settings fixture clears it
 
 
 @pytest.fixture(scope="module")
@@ -43,28 +42,9 @@ def cluster():
     c.shutdown()
 
 
-def photo(path: Path, seed: int, fmt: str = "JPEG") -> None:
-    rng = np.random.default_rng(seed)
-    img = Image.fromarray(rng.integers(0, 256, (48, 64, 3), dtype=np.uint8))
-    buf = io.BytesIO()
-    img.save(buf, fmt)
-    path.write_bytes(buf.getvalue())
-
-
 @pytest.fixture
 def mixed(docs) -> Path:
-    """Documents (the sample knowledge base), photos, a copy, and bad files of both kinds."""
-    for i in range(4):
-        photo(docs / f"photo{i}.jpg", i)
-    photo(docs / "pic.png", 9, "PNG")
-    shutil.copy(docs / "photo0.jpg", docs / "photo0-copy.jpg")
-    first = sorted(docs.glob("*.md"))[0]
-    shutil.copy(first, docs / ("copy-of-" + first.name))
-    (docs / "binary.txt").write_bytes(bytes(range(256)) * 40)
-    (docs / "empty.txt").write_bytes(b"")
-    (docs / "broken.jpg").write_bytes(b"\xff\xd8\xff\xe0 not really a jpeg")
-    (docs / "dangling.md").symlink_to(docs / "does-not-exist.md")
-    return docs
+    return mixed_folder(docs)
 
 
 def run(settings: Settings, paths, **kw):
@@ -73,39 +53,6 @@ def run(settings: Settings, paths, **kw):
         return svc.ingest(paths, **kw)
     finally:
         svc.close()
-
-
-def stored(settings: Settings) -> dict:
-    """Every point of every collection: id -> (vectors, payload), thumbnails relative to the data dir."""
-    store = open_store(settings)
-    try:
-        out = {}
-        for coll in store.collections():
-            for p in store.all_points(coll, with_vectors=True):
-                payload = dict(p.payload)
-                if "thumbnail" in payload:
-                    payload["thumbnail"] = os.path.relpath(payload["thumbnail"], settings.data_dir)
-                out[(coll, str(p.id))] = (p.vector, payload)
-        return out
-    finally:
-        store.close()
-
-
-def cosine(a, b) -> float:
-    a, b = np.asarray(a, dtype=np.float64), np.asarray(b, dtype=np.float64)
-    return float(a @ b / (np.linalg.norm(a) * np.linalg.norm(b)))
-
-
-def assert_same_vectors(x: dict, y: dict) -> None:
-    assert x.keys() == y.keys()
-    for name, v in x.items():
-        if hasattr(v, "indices"):  # sparse
-            assert list(v.indices) == list(y[name].indices)
-            assert np.allclose(v.values, y[name].values, atol=1e-4)
-        elif v and isinstance(v[0], list):  # multivector
-            assert all(cosine(a, b) >= 0.9999 for a, b in zip(v, y[name], strict=True))
-        else:
-            assert cosine(v, y[name]) >= 0.9999
 
 
 def outcomes(report) -> dict:
@@ -130,14 +77,41 @@ def test_ray_ingest_equals_local_ingest(cluster, settings, mixed):
     assert report.embedded_chunks == local.embedded_chunks  # copies are stored once, not embedded twice
     assert set(report.stages) >= {"read", "split", "embed", "write"}
     a, b = stored(settings), stored(on_ray)
-    assert a.keys() == b.keys() and any(c == DOCUMENTS.name for c, _ in a)
-    for key, (vec, payload) in a.items():
-        assert b[key][1] == payload
-        assert_same_vectors(vec, b[key][0])
+    assert any(c == DOCUMENTS.name for c, _ in a)
+    assert_same_points(a, b)
     # A second run changes nothing.
     again = run(on_ray, [mixed], ray="")
     assert again.counts["indexed"] == again.counts["updated"] == 0 and again.embedded_chunks == 0
     assert stored(on_ray).keys() == b.keys()
+
+
+@pytest.mark.skipif(not SERVER, reason="QDRANT_URL is not set: no Qdrant server for the Ray workers to write to")
+def test_ray_workers_write_to_a_qdrant_server(cluster, settings, mixed):
+    """With a Qdrant server the embed actors write new content themselves (the driver applies the
+    rules): the server ends with what a local ingest stores in the embedded store."""
+    local = run(settings, [mixed])
+    on_ray = twin(settings, "ray-server").model_copy(update={
+        "qdrant_url": SERVER, "qdrant_api_key": os.environ.get("QDRANT_API_KEY"),
+        "collection_prefix": f"t{uuid.uuid4().hex[:8]}_"})
+    try:
+        report = run(on_ray, [mixed], ray="")
+        assert outcomes(report) == outcomes(local)
+        assert report.embedded_chunks == local.embedded_chunks
+        assert report.stages["write"]["items"] > 0 and "apply" in report.stages  # written by the workers
+        assert_same_points(stored(settings), stored(on_ray))
+        again = run(on_ray, [mixed], ray="")
+        assert again.counts["indexed"] == again.counts["updated"] == 0 and again.embedded_chunks == 0
+        (mixed / "photo1.jpg").rename(mixed / "photo1-moved.jpg")
+        (mixed / "photo2.jpg").unlink()
+        local = run(settings, [mixed], prune=True)
+        report = run(on_ray, [mixed], ray="", prune=True)
+        assert outcomes(report) == outcomes(local) and report.embedded_chunks == 0
+        assert_same_points(stored(settings), stored(on_ray))
+    finally:
+        store = open_store(on_ray)
+        for c in store.collections():
+            store.drop(c)
+        store.close()
 
 
 def test_ray_moves_and_prune_follow_the_local_rules(cluster, settings, mixed):

@@ -1,0 +1,243 @@
+"""The Ray ingest's write stage (indexer/distributed.py) without a Ray cluster or a Qdrant server:
+its functions run in this process, against the real Triton and a real embedded store.
+
+- ``write_new``, called directly on records that went through the read+split and embed stages,
+  writes exactly the points a local ingest of the same files writes, every file's unit 0 after its
+  other units, and writing the same records again changes nothing (a block that Ray runs twice).
+- The whole Ray ingest with the workers writing (as with QDRANT_URL), the cluster replaced by the
+  same stage functions run here, every block written before the driver sees the first one (the
+  order a cluster that runs ahead of the driver gives): the driver's rules (copies, moves, changed
+  files, prune) on top of the workers' writes leave what a local ingest leaves.
+"""
+
+from __future__ import annotations
+
+import os
+import pickle
+import shutil
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+from stored_points import assert_same_points, mixed_folder, photo, points_of, stored
+
+from indexer import distributed
+from indexer.distributed import Embedder, _pack, _Rec, make_plan, read_and_split, write_new
+from indexer.pipeline import Ingestor, listing
+from indexer.report import IngestReport
+from indexer.service import IngestService
+from search.config import Settings
+from search.services import SearchService
+from search.store import Store
+
+
+def twin(settings: Settings, name: str) -> Settings:
+    return settings.model_copy(update={"data_dir": settings.data_dir.parent / name})
+
+
+def run(settings: Settings, paths, **kw):
+    svc = IngestService(settings)
+    try:
+        return svc.ingest(paths, **kw)
+    finally:
+        svc.close()
+
+
+class Recording:
+    """A store that notes the (content, unit) of every point upserted, in order."""
+
+    def __init__(self, store: Store) -> None:
+        self.store, self.calls = store, []
+
+    def upsert(self, collection: str, points) -> None:
+        self.calls.append([(p.payload["sha256"], p.payload["chunk"]) for p in points])
+        self.store.upsert(collection, points)
+
+
+def test_write_new_writes_what_a_local_ingest_writes(settings, docs):
+    for i in range(3):
+        photo(docs / f"photo{i}.jpg", i)
+    local = run(settings, [docs])
+    assert local.counts["indexed"] >= 5 and not local.failures
+
+    on_worker = twin(settings, "worker-data")
+    svc = IngestService(on_worker)
+    try:
+        store = svc.resources.store
+        kinds, _ = svc.kinds()
+        ingestors = {}
+        for kind in kinds:
+            ingestors[kind.name] = Ingestor(store, kind)
+            ingestors[kind.name].open()  # creates the collections, as the driver does before the pipeline
+        plan = make_plan(on_worker, ingestors, [on_worker.triton_url], confine_to=None, kb=None, write=False)
+        _, by_kind, _, _ = listing(IngestReport(), kinds, [docs], unavailable=None, gone_ok=False, confine_to=None,
+                                   on_start=None, on_file=None)
+        batch = _pack([_Rec(path, name) for name, paths in by_kind.items() for path in paths])
+        embedded = list(Embedder(plan)(read_and_split(batch, plan))["rec"])
+        assert all(pickle.loads(r).vectors for r in embedded)
+
+        recording = Recording(store)
+        recs = [pickle.loads(r) for r in embedded]
+        write_new(recording, plan, {k.name: k for k in kinds}, recs)
+        # The driver gets the paths written and the number of units, not the units and vectors.
+        assert all(r.written == (str(r.path),) and r.chunks and r.units is None and r.vectors is None for r in recs)
+        assert all(r.times["write"] > 0 for r in recs)
+        order = [unit for call in recording.calls for unit in call]
+        for sha in {s for s, _ in order}:
+            at = [k for k, (s, _) in enumerate(order) if s == sha]
+            marker = order.index((sha, 0))
+            assert marker == max(at), "a file's unit 0 was written before another of its units"
+        first = points_of(store, on_worker.data_dir)
+
+        # The same records again (a block that Ray runs twice): the same points, nothing more.
+        write_new(store, plan, {k.name: k for k in kinds}, [pickle.loads(r) for r in embedded])
+        assert_same_points(first, points_of(store, on_worker.data_dir))
+    finally:
+        svc.close()
+    assert_same_points(stored(settings), first)
+
+
+def fake_ray(monkeypatch, svc: IngestService) -> None:
+    """distributed.ingest with the workers writing, its cluster replaced by this process: every block
+    is read, embedded and written (into the driver's own store, the one opener the embedded store
+    admits) before the driver applies the first record."""
+
+    class RayError(Exception):
+        pass
+
+    def stream(ray, plan, files, settings):
+        assert plan.write
+        out = []
+        for k in range(0, len(files), 3):
+            batch = read_and_split(_pack([_Rec(path, name) for path, name in files[k:k + 3]]), plan)
+            out += list(Embedder(plan, svc.resources.store)(batch)["rec"])
+        for raw in out:
+            yield pickle.loads(raw)
+
+    monkeypatch.setattr(distributed, "workers_write", lambda settings: True)
+    monkeypatch.setattr(distributed, "connect", lambda address: (SimpleNamespace(exceptions=SimpleNamespace(RayError=RayError)), False))
+    monkeypatch.setattr(distributed, "check_nodes", lambda ray, roots, writable: None)
+    monkeypatch.setattr(distributed, "_stream", stream)
+
+
+def ray_run(monkeypatch, settings: Settings, paths, **kw):
+    svc = IngestService(settings)
+    try:
+        with monkeypatch.context() as m:
+            fake_ray(m, svc)
+            return svc.ingest(paths, ray="", **kw)
+    finally:
+        svc.close()
+
+
+def outcomes(report) -> set:
+    return {(Path(o.path).name, o.status, o.reason, o.chunks) for o in report.outcomes}
+
+
+def test_driver_rules_on_top_of_worker_writes_equal_a_local_ingest(settings, docs, monkeypatch):
+    mixed = mixed_folder(docs)  # with a copy of each kind: the copy's worker writes the content again
+    shutil.copy(mixed / "photo1.jpg", mixed / "photo1-copy.png")  # a copy with another suffix
+    local = run(settings, [mixed])
+    on_ray = twin(settings, "ray-data")
+    report = ray_run(monkeypatch, on_ray, [mixed])
+    assert outcomes(report) == outcomes(local)
+    assert report.embedded_chunks == local.embedded_chunks
+    assert report.stages["write"]["items"] > 0 and "apply" in report.stages  # written by the workers
+    assert_same_points(stored(settings), stored(on_ray))
+
+    # Moves, a changed file, a gone file (prune), and a new copy of known content.
+    (mixed / "photo2.jpg").rename(mixed / "photo2-moved.jpg")
+    (mixed / "photo3.jpg").unlink()
+    photo(mixed / "photo0.jpg", 42)  # changed: new content at a known path, the old content keeps its copy
+    changed = sorted(mixed.glob("*.md"))[1]
+    changed.write_text(changed.read_text() + "\n\nOne more paragraph, so the content is new.\n")
+    # Listed after its original: a copy listed first makes the original's size and mtime differ from the
+    # store's in a local run (so it is read again), not in a Ray run (checked against the planned view).
+    shutil.copy(mixed / "pic.png", mixed / "pic2.png")
+    local = run(settings, [mixed], prune=True)
+    report = ray_run(monkeypatch, on_ray, [mixed], prune=True)
+    assert outcomes(report) == outcomes(local)
+    assert report.embedded_chunks == local.embedded_chunks > 0
+    assert_same_points(stored(settings), stored(on_ray))
+
+    again = ray_run(monkeypatch, on_ray, [mixed])
+    assert again.counts["indexed"] == again.counts["updated"] == 0 and again.embedded_chunks == 0
+
+
+def test_copies_with_other_suffixes_and_times(settings, tmp_path, monkeypatch):
+    """Five copies of new content, in two blocks, with other suffixes and mtimes: each copy's worker
+    writes the content again with its own path, suffix and mtime; the store ends with what a local
+    ingest stores (every path, and the first file's suffix, size and mtime)."""
+    folder = tmp_path / "copies"
+    folder.mkdir()
+    for k, name in enumerate(["a.md", "b.txt", "c.md", "d.txt", "e.md"]):
+        (folder / name).write_text("# Same\n\nThe same words in every copy.\n")
+        os.utime(folder / name, (1_700_000_000 + 1000 * k,) * 2)
+    local = run(settings, [folder])
+    on_ray = twin(settings, "ray-copies")
+    report = ray_run(monkeypatch, on_ray, [folder])
+    assert report.counts["indexed"] == 5 and report.embedded_chunks == local.embedded_chunks
+    a, b = stored(settings), stored(on_ray)
+    assert a and all(len(payload["paths"]) == 5 for _, payload in a.values())
+    assert_same_points(a, b)
+
+
+def listing_paths(settings: Settings) -> dict[str, list[tuple[str, ...]]]:
+    """Each stored content's paths as its points list them: sha256 -> one tuple per point."""
+    out: dict[str, list[tuple[str, ...]]] = {}
+    for _, payload in stored(settings).values():
+        out.setdefault(payload["sha256"], []).append(tuple(payload["paths"]))
+    return out
+
+
+def cited(settings: Settings, query: str, path: Path) -> set[str]:
+    """The contents of the hits for ``query`` that cite ``path``."""
+    svc = SearchService(settings)
+    try:
+        return {h.sha256 for h in svc.search_documents(query, top_k=5) if str(path) in h.paths}
+    finally:
+        svc.close()
+
+
+def without_order(points: dict) -> dict:
+    """Points with their paths as a set: which of a copy's paths comes first depends on which worker wrote last."""
+    return {k: (v, {**pl, "path": None, "paths": sorted(pl["paths"])}) for k, (v, pl) in points.items()}
+
+
+@pytest.mark.parametrize("repair", ["local", "ray"])
+def test_a_run_stopped_before_the_driver_applied_is_repaired_by_the_next(settings, docs, monkeypatch, repair):
+    """The workers wrote every block and the run stopped before the driver applied any: a changed
+    file's path is listed on its old content and on its new one (a search finds the old passage
+    citing it), a copy of new content lists only the path its own worker wrote. The next run
+    repairs both although the changed file's size and mtime match its new content: the store ends
+    with the points of an uninterrupted run, paths and all."""
+    on_ray = twin(settings, "ray-stopped")
+    run(settings, [docs])
+    run(on_ray, [docs])
+    target = docs / "printer.md"
+    [old] = [sha for sha, paths in listing_paths(on_ray).items() if str(target) in paths[0]]
+    target.write_text("# Parking\n\nStaff parking permits are issued by reception on the ground floor.\n")
+    (docs / "aa-lockers.md").write_text("# Lockers\n\nDay lockers on each floor open with your badge.\n")
+    shutil.copy2(docs / "aa-lockers.md", docs / "zz-lockers.md")  # the same mtime: the copies' payloads agree
+    query = "paper stuck inside the copier on our floor"  # the old printer.md
+
+    stopped = ray_run(monkeypatch, on_ray, [docs], stop=lambda: True)
+    assert stopped.cancelled and not stopped.outcomes
+    held = {sha for sha, paths in listing_paths(on_ray).items() if any(str(target) in p for p in paths)}
+    assert old in held and len(held) == 2  # the stale state: the path on its old and its new content
+    [new] = held - {old}
+    assert old in cited(on_ray, query, target)
+    lockers = [paths for paths in listing_paths(on_ray).values() if any("lockers" in q for p in paths for q in p)]
+    assert len(lockers) == 1 and all(len(p) == 1 for p in lockers[0])  # a copy's worker wrote its own path only
+
+    again = run(on_ray, [docs]) if repair == "local" else ray_run(monkeypatch, on_ray, [docs])
+    assert again.embedded_chunks == 0  # every content is in the store: nothing is embedded again
+    assert {Path(o.path).name: o.status for o in again.outcomes if o.status != "unchanged"} == {"aa-lockers.md": "indexed"}
+    after = listing_paths(on_ray)
+    assert {sha for sha, paths in after.items() if any(str(target) in p for p in paths)} == {new}
+    assert old not in after and old not in cited(on_ray, query, target)
+    [lockers] = [paths for paths in after.values() if any("lockers" in q for p in paths for q in p)]
+    assert {frozenset(p) for p in lockers} == {frozenset({str(docs / "aa-lockers.md"), str(docs / "zz-lockers.md")})}
+
+    run(settings, [docs])  # uninterrupted
+    assert_same_points(without_order(stored(settings)), without_order(stored(on_ray)))
