@@ -288,7 +288,12 @@ def check_nodes(ray, roots: list[Path], writable: list[Path]) -> None:
     refs = [(n, probe.options(scheduling_strategy=NodeAffinitySchedulingStrategy(n["NodeID"], soft=False))
              .remote(paths, [str(w) for w in writable])) for n in nodes]
     for node, ref in refs:
-        missing = ray.get(ref, timeout=60)
+        try:
+            missing = ray.get(ref, timeout=60)
+        except (ray.exceptions.TaskUnschedulableError, ray.exceptions.NodeDiedError, ray.exceptions.WorkerCrashedError):
+            # The node left after ray.nodes() still listed it (a node killed moments ago is "Alive"
+            # until the cluster notices): it gets no work either, so there is nothing to check.
+            continue
         if missing:
             raise RayUnavailable(f"Ray node {node.get('NodeManagerAddress', '?')} cannot access {missing[0]}: every node "
                                  "must see the files and the data dir at the same path (a shared filesystem)")

@@ -11,6 +11,7 @@ from pathlib import Path
 import numpy as np
 from PIL import Image
 
+from indexer.service import IngestService
 from search.config import Settings
 from search.store import Store, open_store
 
@@ -82,3 +83,12 @@ def assert_same_points(a: dict, b: dict) -> None:
     for key, (vec, payload) in a.items():
         assert b[key][1] == payload, (key, payload, b[key][1])
         assert_same_vectors(vec, b[key][0])
+
+
+def run(settings: Settings, paths, **kw):
+    """One ingest of ``paths`` with its own service (store opened and closed)."""
+    svc = IngestService(settings)
+    try:
+        return svc.ingest(paths, **kw)
+    finally:
+        svc.close()

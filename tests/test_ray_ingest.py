@@ -12,14 +12,13 @@ from pathlib import Path
 
 import pytest
 
-from indexer.service import IngestService
 from search.config import Settings
 from search.store import DOCUMENTS, open_store
 
 ray = pytest.importorskip("ray")
 from processes import run_cli  # noqa: E402
 from ray.cluster_utils import Cluster  # noqa: E402
-from stored_points import assert_same_points, mixed_folder, stored  # noqa: E402
+from stored_points import assert_same_points, mixed_folder, run, stored  # noqa: E402
 
 MB = 2**20
 N_NOTES = 64
@@ -45,14 +44,6 @@ def cluster():
 @pytest.fixture
 def mixed(docs) -> Path:
     return mixed_folder(docs)
-
-
-def run(settings: Settings, paths, **kw):
-    svc = IngestService(settings)
-    try:
-        return svc.ingest(paths, **kw)
-    finally:
-        svc.close()
 
 
 def outcomes(report) -> dict:

@@ -19,7 +19,7 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
-from stored_points import assert_same_points, mixed_folder, photo, points_of, stored
+from stored_points import assert_same_points, mixed_folder, photo, points_of, run, stored
 
 from indexer import distributed
 from indexer.distributed import Embedder, _pack, _Rec, make_plan, read_and_split, write_new
@@ -33,14 +33,6 @@ from search.store import Store
 
 def twin(settings: Settings, name: str) -> Settings:
     return settings.model_copy(update={"data_dir": settings.data_dir.parent / name})
-
-
-def run(settings: Settings, paths, **kw):
-    svc = IngestService(settings)
-    try:
-        return svc.ingest(paths, **kw)
-    finally:
-        svc.close()
 
 
 class Recording:
