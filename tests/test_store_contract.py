@@ -161,6 +161,17 @@ def test_is_empty_follows_the_points(store):
     assert store.is_empty(DOCUMENTS.name)
 
 
+def test_approximate_count_follows_upserts_replacements_and_deletes(store):
+    # Relevance asks it on every query (exact=False: the segment counts, not a scan of the points).
+    put(store, "s1", ["/a/x.md"], chunks=3)
+    put(store, "s1", ["/a/x.md", "/b/x.md"], chunks=3)  # the same points again: replaced, not added
+    put(store, "s2", ["/a/y.md"])
+    assert store.count(DOCUMENTS.name, exact=False) == store.count(DOCUMENTS.name) == 5
+    store.delete_content(DOCUMENTS.name, "s1")
+    assert store.count(DOCUMENTS.name, exact=False) == 2
+    assert store.count("no-such-collection", exact=False) == 0
+
+
 def test_files_and_set_paths_by_filter(store):
     put(store, "s1", ["/a/x.md"])
     put(store, "s2", ["/b/y.md"], chunks=3)

@@ -78,7 +78,9 @@ class Store(ABC):
         """The collections this store holds (names without the prefix)."""
 
     @abstractmethod
-    def count(self, collection: str, flt: models.Filter | None = None) -> int: ...
+    def count(self, collection: str, flt: models.Filter | None = None, *, exact: bool = True) -> int:
+        """Points matching ``flt``. ``exact=False`` lets the backend answer from its segment counts where
+        it can (no filter): the number is then approximate while points are being replaced."""
 
     def is_empty(self, collection: str) -> bool:
         """No points in the collection (or no collection); cheaper than an exact count where the

