@@ -13,7 +13,8 @@ the server and Triton: httpx, in Python, costs about as much CPU per request as 
 cost a deployed server never pays (its clients are elsewhere), so wrk measures the server more
 fairly; `--client httpx` keeps the old way. Every row also gives the CPU milliseconds per request
 of the serving process (the API process, or this one in-process), which the machine's other load
-distorts far less than requests per second.
+distorts far less than requests per second, and of Triton (the server and its Python-backend stubs):
+the same queries cost Triton less when more of them arrive together and are batched.
 """
 
 from __future__ import annotations
@@ -49,16 +50,16 @@ CLIENTS = (1, 8, 32)
 QUERIES = [q["query"] for q in json.loads((PROJECT_ROOT / "samples" / "queries.json").read_text())]
 
 
-def summary(path: str, clients: int, latencies: list[float], seconds: float, cpu_s: float) -> dict:
+def summary(path: str, clients: int, latencies: list[float], seconds: float, cpu_s: float, triton_s: float) -> dict:
     ms = np.array(latencies) * 1000
     return {"path": path, "clients": clients, "requests": len(ms), "rps": round(len(ms) / seconds, 1),
             "p50_ms": round(float(np.percentile(ms, 50)), 2), "p99_ms": round(float(np.percentile(ms, 99)), 2),
-            "cpu_ms_per_request": round(cpu_s * 1000 / len(ms), 2)}
+            "cpu_ms_per_request": round(cpu_s * 1000 / len(ms), 2), "triton_cpu_ms_per_request": round(triton_s * 1000 / len(ms), 2)}
 
 
 def median_row(runs: list[dict]) -> dict:
     """One row from its rounds: the median of each figure, and every round's requests/s."""
-    figures = ("rps", "p50_ms", "p99_ms", "cpu_ms_per_request")
+    figures = ("rps", "p50_ms", "p99_ms", "cpu_ms_per_request", "triton_cpu_ms_per_request")
     return {**runs[0], **{k: round(float(np.median([r[k] for r in runs])), 2) for k in figures},
             "rounds_rps": [r["rps"] for r in runs]}
 
@@ -73,6 +74,22 @@ def cpu_seconds(pid: int | None = None) -> float:
         return time.process_time()
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+TRITON_SESSION: int | None = None  # the local Triton's session id: the server and its Python-backend stubs
+
+
+def triton_seconds() -> float:
+    """CPU seconds of the local Triton and every process of its session (the Python-backend stubs)."""
+    total = 0
+    for entry in Path("/proc").iterdir():
+        try:
+            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            continue
+        if int(fields[3]) == TRITON_SESSION:
+            total += int(fields[11]) + int(fields[12])
+    return total / os.sysconf("SC_CLK_TCK")
 
 
 # What each row asks: the service call in-process, and the same over HTTP (route, JSON body).
@@ -94,10 +111,11 @@ def in_process(svc, n: int, clients: int, what: str = "search") -> dict:
 
     for i in range(clients):
         one(i)  # warm-up: one gRPC channel per thread
-    start, cpu = time.perf_counter(), cpu_seconds()
+    start, cpu, triton = time.perf_counter(), cpu_seconds(), triton_seconds()
     with ThreadPoolExecutor(clients) as pool:
         latencies = list(pool.map(one, range(n)))
-    return summary(f"{what}: service in-process", clients, latencies, time.perf_counter() - start, cpu_seconds() - cpu)
+    return summary(f"{what}: service in-process", clients, latencies, time.perf_counter() - start, cpu_seconds() - cpu,
+                   triton_seconds() - triton)
 
 
 HTTP_PATH = "{what}: HTTP (uvicorn, FastAPI)"
@@ -120,10 +138,10 @@ async def over_http(base: str, n: int, clients: int, what: str = "search", pid: 
             for i in ids:
                 latencies.append(await one(i))
 
-        start, cpu = time.perf_counter(), cpu_seconds(pid)
+        start, cpu, triton = time.perf_counter(), cpu_seconds(pid), triton_seconds()
         await asyncio.gather(*(worker(range(w, n, clients)) for w in range(clients)))
-        seconds, cpu = time.perf_counter() - start, cpu_seconds(pid) - cpu
-    return {**summary(HTTP_PATH.format(what=what), clients, latencies, seconds, cpu), "client": "httpx"}
+        seconds, cpu, triton = time.perf_counter() - start, cpu_seconds(pid) - cpu, triton_seconds() - triton
+    return {**summary(HTTP_PATH.format(what=what), clients, latencies, seconds, cpu, triton), "client": "httpx"}
 
 
 _WRK_UNITS = {"us": 1e-3, "ms": 1.0, "s": 1000.0}
@@ -141,9 +159,9 @@ def over_wrk(base: str, seconds: float, clients: int, what: str, pid: int, scrip
                       "end\n")
     run = ["wrk", "-t1", f"-c{clients}", "--latency", "--timeout", "60s", "-s", str(script), base]
     subprocess.run([*run[:3], "-d2s", *run[3:]], check=True, capture_output=True)  # warm-up: open the connections
-    cpu = cpu_seconds(pid)
+    cpu, triton = cpu_seconds(pid), triton_seconds()
     out = subprocess.run([*run[:3], f"-d{seconds:g}s", *run[3:]], check=True, capture_output=True, text=True).stdout
-    cpu = cpu_seconds(pid) - cpu
+    cpu, triton = cpu_seconds(pid) - cpu, triton_seconds() - triton
     if re.search(r"Non-2xx or 3xx responses", out):
         sys.exit(f"wrk got error responses:\n{out}")
     requests = int(re.search(r"(\d+) requests in", out).group(1))
@@ -154,7 +172,8 @@ def over_wrk(base: str, seconds: float, clients: int, what: str, pid: int, scrip
 
     return {"path": HTTP_PATH.format(what=what), "clients": clients, "requests": requests,
             "rps": float(re.search(r"Requests/sec:\s+([\d.]+)", out).group(1)), "p50_ms": pct("50"), "p99_ms": pct("99"),
-            "cpu_ms_per_request": round(cpu * 1000 / requests, 2), "client": "wrk"}
+            "cpu_ms_per_request": round(cpu * 1000 / requests, 2),
+            "triton_cpu_ms_per_request": round(triton * 1000 / requests, 2), "client": "wrk"}
 
 
 def start_api(settings: Settings, port: int, log: Path) -> subprocess.Popen:
@@ -201,6 +220,8 @@ def main() -> None:
     tmp = Path(tempfile.mkdtemp(prefix="bench-api-"))
     server = LocalTriton(repo, tmp / "triton", http_port=free_port(), grpc_port=free_port(), metrics_port=free_port(),
                          models=[m for m in built_triton_models(repo) if m.startswith("minilm")]).start()
+    global TRITON_SESSION
+    TRITON_SESSION = server.state.pid  # started with start_new_session: its pid is the session id
     start_load = load()
     try:
         settings = Settings(data_dir=tmp / "data", triton_repo=repo, triton_url=f"127.0.0.1:{server.grpc_port}",
@@ -252,10 +273,10 @@ def main() -> None:
     print(f"load average: {start_load} at the start, {load()} at the end; {args.rounds} rounds, medians")
     print(f"index: samples/docs, {results['chunks']} chunks; {n} requests per in-process row, top_k 5, semantic (MiniLM); "
           f"HTTP load from {args.client}")
-    print(f"{'path':38} {'clients':>7} {'req/s':>8} {'p50 ms':>8} {'p99 ms':>8} {'CPU ms/req':>10}   rounds (req/s)")
+    print(f"{'path':38} {'clients':>7} {'req/s':>8} {'p50 ms':>8} {'p99 ms':>8} {'CPU ms/req':>10} {'Triton ms/req':>13}   rounds (req/s)")
     for r in rows:
         print(f"{r['path']:38} {r['clients']:>7} {r['rps']:>8.1f} {r['p50_ms']:>8.2f} {r['p99_ms']:>8.2f} "
-              f"{r['cpu_ms_per_request']:>10.2f}   {r['rounds_rps']}")
+              f"{r['cpu_ms_per_request']:>10.2f} {r['triton_cpu_ms_per_request']:>13.2f}   {r['rounds_rps']}")
     for what in args.what:
         for c in CLIENTS:
             local, http = (next(r for r in rows if r["clients"] == c and r["path"] == f"{what}: {p}")
