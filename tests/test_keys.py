@@ -135,8 +135,12 @@ def test_a_key_for_hr_never_sees_eng(settings, tmp_path, monkeypatch):
         assert any("/eng/" in p for p in both) and any("/hr/" in p for p in both)
         # and over MCP: every KB in the resource, eng's passages from the tools
         query = {"query": "handbook deploys", "top_k": 20}
-        (admin_eng, admin_doc), admin_kbs = mcp_as(server.url, ADMIN, [("search_documents", {**query, "kb": "eng"}),
-                                                                        ("get_document", {"path": str(eng / "eng-0.md"), "kb": "eng"})])
+        (admin_eng, admin_doc, elsewhere), admin_kbs = mcp_as(server.url, ADMIN, [
+            ("search_documents", {**query, "kb": "eng"}), ("get_document", {"path": str(eng / "eng-0.md"), "kb": "eng"}),
+            ("entail", {"photo": "/etc/hostname", "hypothesis": "a dog"})])
+        # Even a key over every KB has the server read no file outside the API's roots that is not an
+        # indexed photo (REST ingest draws the same line); only the owner's local token may.
+        assert elsewhere.is_error and "not a photo of the index" in text_of(elsewhere), text_of(elsewhere)
         assert {k["name"] for k in admin_kbs["knowledge_bases"]} == {"default", "hr", "eng"}
         eng_hits = admin_eng.structured_content["hits"]
         assert eng_hits and all(h["path"].startswith(str(eng)) for h in eng_hits) and "eng handbook" in eng_hits[0]["text"]

@@ -36,7 +36,8 @@ def create_app(settings: Settings) -> FastAPI:
     metrics = ApiMetrics()
     backend = Backend(settings, metrics)
     local_only = not settings.api_key and settings.api_host in ("127.0.0.1", "localhost", "::1")
-    mcp = McpEndpoint(build_mcp(lambda: nullcontext(backend.service()), caller=principal), local_only=local_only)
+    mcp = McpEndpoint(build_mcp(lambda: nullcontext(backend.service()), caller=principal, reads_files=backend.may_read),
+                      local_only=local_only)
 
     @asynccontextmanager
     async def lifespan(_app: FastAPI):

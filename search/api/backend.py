@@ -103,6 +103,11 @@ class Backend:
     def inside_roots(self, path: Path) -> bool:
         return any(path.is_relative_to(root) for root in self.roots)
 
+    def may_read(self, request, path: Path) -> bool:
+        """Whether an HTTP request may have the server read ``path`` (a file it names, not an upload):
+        the owner's local faces read anything; anyone else only files inside the API's roots."""
+        return bool(getattr(request.state, "local", False)) or self.inside_roots(path.expanduser().resolve())
+
     def outside_link(self, path: Path) -> Path | None:
         """The first symbolic link at or under ``path`` that leads out of the roots (the indexer reads
         the symlinked files it finds in folders), or None."""

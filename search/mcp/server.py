@@ -7,8 +7,10 @@ the services gain reach bots by adding them here too.
 
 ``caller`` (the REST face's): who an HTTP request acts as (search/keys.py's Principal). Every tool
 asks it for the read right on the knowledge base it touches, as the REST routes do, and the
-collections resource lists only the knowledge bases it may read. Without one (stdio, in-process)
-the caller is the machine's user, with every right."""
+collections resource lists only the knowledge bases it may read. ``reads_files`` (the REST face's):
+whether an HTTP request may name a file on the server that is not an indexed photo (entail's
+``photo``); REST ingest draws the same line (the API's roots, or the owner's local token). Without
+them (stdio, in-process) the caller is the machine's user, with every right and every file."""
 
 from __future__ import annotations
 
@@ -36,6 +38,7 @@ from search.store.schema import DEFAULT_KB
 
 Connect = Callable[[], AbstractContextManager[Any]]
 Caller = Callable[[Any], Principal]  # the HTTP request the SDK attached (Starlette's) -> who it acts as
+FileRule = Callable[[Any, Path], bool]  # the HTTP request, a server path -> may it read that file
 THUMBNAIL_BYTES = 512 * 1024  # a thumbnail larger than this is left out (they are ~320 px JPEGs)
 DOCUMENT_CHARS = 20_000
 READ_ONLY = ToolAnnotations(readOnlyHint=True, openWorldHint=False)
@@ -52,6 +55,7 @@ Kb = Annotated[str | None, Field(description="the knowledge base (default: 'defa
 
 
 _caller: ContextVar[Principal] = ContextVar("mcp_caller", default=EVERYTHING)
+_reads_file: ContextVar[Callable[[Path], bool]] = ContextVar("mcp_reads_file", default=lambda _path: True)
 
 
 class _BindCaller:
@@ -59,14 +63,17 @@ class _BindCaller:
     request the transport attached, for its tools and resources. A contextvar because the SDK hands
     static resources no Context; anyio carries it into the worker thread of a sync tool."""
 
-    def __init__(self, caller: Caller) -> None:
-        self.caller = caller
+    def __init__(self, caller: Caller, reads_files: FileRule | None = None) -> None:
+        self.caller, self.reads_files = caller, reads_files
 
     async def __call__(self, ctx, call_next):
-        token = _caller.set(self.caller(ctx.request))
+        request, rule = ctx.request, self.reads_files
+        token = _caller.set(self.caller(request))
+        files = _reads_file.set((lambda path: rule(request, path)) if rule is not None else _reads_file.get())
         try:
             return await call_next(ctx)
         finally:
+            _reads_file.reset(files)
             _caller.reset(token)
 
 
@@ -131,8 +138,9 @@ def _server(name: str, middleware: list) -> MCPServer:
         root.removeHandler(guard)
 
 
-def build(connect: Connect, *, name: str = "multimodal-search", caller: Caller | None = None) -> MCPServer:
-    mcp = _server(name, [_BindCaller(caller)] if caller is not None else [])
+def build(connect: Connect, *, name: str = "multimodal-search", caller: Caller | None = None,
+          reads_files: FileRule | None = None) -> MCPServer:
+    mcp = _server(name, [_BindCaller(caller, reads_files)] if caller is not None else [])
 
     @mcp.tool(annotations=READ_ONLY)
     def search_documents(query: Text, top_k: TopK = 5,
@@ -203,9 +211,13 @@ def build(connect: Connect, *, name: str = "multimodal-search", caller: Caller |
         image = _decode(image_base64, "image_base64") if image_base64 else None
 
         def run(svc):
+            where = image
             if image is None:  # a photo of the index (the default KB's, as GET /photos/{id}); one sent: as POST /entail
                 need_kb(None)
-            where = image if image is not None else svc.photo_path(photo)
+                where = svc.photo_path(photo)
+                if not _reads_file.get()(where) and not svc.is_indexed_photo(where):
+                    raise ToolError("photo: not a photo of the index (give its id or indexed path, or send the "
+                                    "photo as image_base64)")
             return {"photo": photo, "hypothesis": hypothesis, **svc.entail(where, hypothesis, premise).as_dict()}
         return _call(connect, run)
 

@@ -81,6 +81,11 @@ class ImageSearch(Entailment, Relevance):
             return Path(ImageHit.from_point(points[0]).path)
         return path
 
+    def is_indexed_photo(self, path: Path) -> bool:
+        """Whether ``path`` is a photo of the index (the default knowledge base's), as ingest recorded it."""
+        names = {str(path), str(path.resolve())} if path.is_absolute() else {str(path.resolve())}
+        return any(self.store.count_where(IMAGES, "paths", name) for name in names)
+
     def _verify(self, text: str, hits: list[ImageHit], min_entailment: float | None) -> list[ImageHit]:
         """Re-rank by P(entailment) of ``text`` per photo (OFA). A photo whose file can no longer be
         read or decoded is kept last, unverified (dropped under a threshold)."""
