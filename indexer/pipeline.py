@@ -108,13 +108,22 @@ class Ingestor:
         plans with, the Ray workers' included (``known_paths``)."""
         self.store.ensure(self.kind.schema)  # a photo kind's first inference: its dimension
         self._opened = True
+        doubled = set()
         for f in self.store.files(self.kind.schema.name):
             f = replace(f, paths=tuple(from_stored(p) for p in f.paths))  # paths are OS strings here
+            seen = self.by_sha.get(f.sha256)
+            if seen is not None and seen.chunker != f.chunker:
+                doubled.add(f.sha256)  # chunked twice: a re-chunk stopped before the old chunks went
+                if seen.chunker == self.kind.signature:
+                    continue
             self.by_sha[f.sha256] = f
             for p in f.paths:
                 held = self.by_path.setdefault(p, f.sha256)
                 if held != f.sha256:  # listed on another content too: an interrupted run
                     self.stale.setdefault(p, {held}).add(f.sha256)
+        for sha in doubled:  # the current settings' chunks are complete (their chunk 0 is written): finish the run's delete
+            if self.by_sha[sha].chunker == self.kind.signature:
+                self.store.delete_content(self.kind.schema.name, sha, keep_chunker=self.kind.signature)
 
     def stopped(self, files: list[Path], seen: set[str], report: IngestReport, exc: ModelNotReady) -> None:
         """The kind's model failed as a whole: forget what was in flight, count what is left."""

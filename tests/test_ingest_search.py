@@ -17,6 +17,7 @@ from search.config import PROJECT_ROOT
 from search.errors import BadRequest, EmptyCollection
 from search.services import HIT_CHARS, HIT_CHARS_LIMIT, SearchService, prompt_context
 from search.store import DOCUMENTS, match
+from search.store.base import Store
 
 QUERIES = json.loads((PROJECT_ROOT / "samples" / "queries.json").read_text())
 
@@ -274,6 +275,37 @@ def test_new_chunk_settings_replace_old_chunks(settings, docs):
         assert len(after) == report.embedded_chunks > n_default
         [signature] = {pl["chunker"] for pl in after.values()}
         assert signature.startswith("minilm+bge_m3:") and signature.endswith(f"/v{Chunker.VERSION}/80/20")
+    finally:
+        svc.close()
+
+
+def test_a_rechunk_stopped_before_the_old_chunks_went_is_finished_by_the_next_run(settings, docs, monkeypatch):
+    """New chunk settings: a run writes each file's new chunks, then deletes its old ones. Stopped in
+    between, the store holds both; the next run deletes the old ones without embedding again, whichever
+    of the two the store lists first."""
+    svc = SearchService(settings)
+    try:
+        ingest(svc, [docs])
+    finally:
+        svc.close()
+    settings.chunk_tokens, settings.chunk_overlap = 80, 20
+    delete_content = Store.delete_content
+
+    def stopped_before_the_delete(self, collection, sha256, *, keep_chunker=None):
+        if keep_chunker is None:
+            delete_content(self, collection, sha256)
+
+    monkeypatch.setattr(Store, "delete_content", stopped_before_the_delete)
+    svc = SearchService(settings)
+    try:
+        ingest(svc, [docs])
+        assert len({pl["chunker"] for pl in points(svc).values()}) == 2
+        monkeypatch.setattr(Store, "delete_content", delete_content)
+        report = ingest(svc, [docs])
+        after = points(svc)
+        [signature] = {pl["chunker"] for pl in after.values()}
+        assert signature.endswith("/80/20") and report.embedded_chunks == 0
+        assert report.counts["unchanged"] == len(list(docs.iterdir()))
     finally:
         svc.close()
 
