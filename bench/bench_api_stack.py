@@ -125,7 +125,11 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("-n", type=int, default=3000, help="requests per row")
     args = ap.parse_args()
-    settings = Settings(data_dir=Path(tempfile.mkdtemp(prefix="bench-stack-")), qdrant_url=None, api_key=None)
+    with tempfile.TemporaryDirectory(prefix="bench-stack-") as tmp:
+        run(Settings(data_dir=Path(tmp), qdrant_url=None, api_key=None), args.n)
+
+
+def run(settings: Settings, n: int) -> None:
     logging.config.dictConfig(configure_logging(settings.log_format, settings.log_level))
     sink = open(os.devnull, "w")  # the log lines are formatted and written, to nowhere
     for handler in logging.getLogger().handlers + logging.getLogger("search.api.access").handlers:
@@ -134,7 +138,7 @@ def main() -> None:
     app = app_with_probes(settings)
     paths = ["/probe/async", "/probe/async+body+key", "/probe/sync", "/probe/sync+body", "/probe/sync+body+key",
              "/probe/sync+body+key+backend", "/search/documents"]
-    rows = asyncio.run(measure(app, paths, args.n, logging.getLogger("search.api.access")))
+    rows = asyncio.run(measure(app, paths, n, logging.getLogger("search.api.access")))
     print(f"{'route (ASGI app called directly, one request at a time)':62} {'CPU us':>7} {'wall us':>8}")
     for path, cpu, wall in rows:
         print(f"{path:62} {cpu:7.0f} {wall:8.0f}")

@@ -3,6 +3,7 @@ and a pipe nobody reads fills after a few hundred requests and blocks the server
 
 from __future__ import annotations
 
+import subprocess
 import sys
 
 import httpx
@@ -25,3 +26,12 @@ def test_the_benchmarked_server_answers_past_a_pipe_full_of_log_lines(settings, 
         api.terminate()
         api.wait(timeout=30)
     assert log.read_text().count("GET /healthz 200") >= 2000
+
+
+def test_the_stack_benchmark_runs_every_probe():
+    """bench/bench_api_stack.py mounts probe routes on the real app: a changed app must not leave it broken."""
+    out = subprocess.run([sys.executable, str(PROJECT_ROOT / "bench" / "bench_api_stack.py"), "-n", "20"],
+                         capture_output=True, text=True, timeout=300, cwd=PROJECT_ROOT)
+    assert out.returncode == 0, out.stderr[-2000:]
+    rows = [line for line in out.stdout.splitlines() if line.startswith("/")]
+    assert len(rows) == 8 and any(r.startswith("/search/documents") for r in rows), out.stdout
