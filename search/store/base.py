@@ -83,9 +83,8 @@ class Store(ABC):
         it can (no filter): the number is then approximate while points are being replaced."""
 
     def is_empty(self, collection: str) -> bool:
-        """No points in the collection (or no collection); cheaper than an exact count where the
-        backend can say so (asked before every query)."""
-        return self.count(collection) == 0
+        """No points in the collection (or no collection), from the cheap count (asked before every query)."""
+        return self.count(collection, exact=False) == 0
 
     @abstractmethod
     def upsert(self, collection: str, points: list[models.PointStruct]) -> None:

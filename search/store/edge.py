@@ -133,10 +133,6 @@ class EdgeStore(Store):
         return _edge(self._shard(collection).count, qe.CountRequest(exact=True, filter=edge_filter(flt)),
                      where=self.location)
 
-    def is_empty(self, collection: str) -> bool:
-        # The shard's point count, not an exact count: 10 ms at 100k points, before every query.
-        return not self.exists(collection) or _edge(self._shard(collection).info, where=self.location).points_count == 0
-
     # -- writes
     def _update(self, collection: str, op) -> None:
         _edge(self._shard(collection).update, op, where=self.location)
