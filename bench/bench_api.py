@@ -72,8 +72,13 @@ def cpu_seconds(pid: int | None = None) -> float:
     """CPU seconds (user + system, all threads) of a process: this one when ``pid`` is None."""
     if pid is None:
         return time.process_time()
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    return _stat(Path(f"/proc/{pid}/stat"))[1] / os.sysconf("SC_CLK_TCK")
+
+
+def _stat(path: Path) -> tuple[int, int]:
+    """A process's session id and CPU clock ticks (user + system, all threads), from /proc/PID/stat."""
+    fields = path.read_text().rsplit(")", 1)[1].split()
+    return int(fields[3]), int(fields[11]) + int(fields[12])
 
 
 TRITON_SESSION: int | None = None  # the local Triton's session id: the server and its Python-backend stubs
@@ -84,11 +89,11 @@ def triton_seconds() -> float:
     total = 0
     for entry in Path("/proc").iterdir():
         try:
-            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
-        except (OSError, IndexError):
+            session, ticks = _stat(entry / "stat")
+        except (OSError, IndexError):  # not a process, or one that just exited
             continue
-        if int(fields[3]) == TRITON_SESSION:
-            total += int(fields[11]) + int(fields[12])
+        if session == TRITON_SESSION:
+            total += ticks
     return total / os.sysconf("SC_CLK_TCK")
 
 

@@ -58,18 +58,22 @@ _caller: ContextVar[Principal] = ContextVar("mcp_caller", default=EVERYTHING)
 _reads_file: ContextVar[Callable[[Path], bool]] = ContextVar("mcp_reads_file", default=lambda _path: True)
 
 
+def _any_file(_request, _path: Path) -> bool:
+    return True
+
+
 class _BindCaller:
     """SDK middleware (it wraps each MCP request's handler): who the request acts as, from the HTTP
     request the transport attached, for its tools and resources. A contextvar because the SDK hands
     static resources no Context; anyio carries it into the worker thread of a sync tool."""
 
-    def __init__(self, caller: Caller, reads_files: FileRule | None = None) -> None:
+    def __init__(self, caller: Caller, reads_files: FileRule) -> None:
         self.caller, self.reads_files = caller, reads_files
 
     async def __call__(self, ctx, call_next):
         request, rule = ctx.request, self.reads_files
         token = _caller.set(self.caller(request))
-        files = _reads_file.set((lambda path: rule(request, path)) if rule is not None else _reads_file.get())
+        files = _reads_file.set(lambda path: rule(request, path))
         try:
             return await call_next(ctx)
         finally:
@@ -140,7 +144,7 @@ def _server(name: str, middleware: list) -> MCPServer:
 
 def build(connect: Connect, *, name: str = "multimodal-search", caller: Caller | None = None,
           reads_files: FileRule | None = None) -> MCPServer:
-    mcp = _server(name, [_BindCaller(caller, reads_files)] if caller is not None else [])
+    mcp = _server(name, [_BindCaller(caller, reads_files or _any_file)] if caller is not None else [])
 
     @mcp.tool(annotations=READ_ONLY)
     def search_documents(query: Text, top_k: TopK = 5,
