@@ -197,3 +197,27 @@ def test_photos_are_calibrated_and_small_collections_say_why_not(settings, tmp_p
         assert len(newest) == 5 and not newest.no_match  # the sort keeps what the calibration said
     finally:
         svc.close()
+
+
+def test_a_filtered_search_counts_its_filter_again_when_the_collection_changes(kb, docs, tmp_path, monkeypatch):
+    """The m of a filtered search is its filter's count, kept while the collection's size holds
+    (counting a filter scans the collection): a change of size, or the time limit, counts again."""
+    space = rel.DOCUMENT_SPACES["minilm"]
+    folder = rel.match("path", str(docs / "reset-password.md"))
+    exact = kb.store.count(DOCUMENTS.name, folder)
+    size = kb.store.count(DOCUMENTS.name, exact=False)
+    assert exact >= 1 and kb._filtered_count(space, folder, size) == exact
+    kb.store.set_payload(DOCUMENTS.name, {"path": "/moved.md"}, folder)  # same size: the kept count stands
+    assert kb._filtered_count(space, folder, size) == exact
+    monkeypatch.setattr(rel, "FILTER_COUNT_TTL_S", 0.0)  # ... until it is too old
+    assert kb._filtered_count(space, folder, size) == 0 == kb.store.count(DOCUMENTS.name, folder)
+    monkeypatch.undo()
+    more = tmp_path / "more"
+    more.mkdir()
+    (more / "reset-password.md").write_text("Resetting a password: open the portal and choose Forgot password.")
+    ingest(kb, [more])
+    moved = rel.match("path", str(more / "reset-password.md"))
+    grown = kb.store.count(DOCUMENTS.name, exact=False)
+    assert grown > size and kb._filtered_count(space, moved, grown) == kb.store.count(DOCUMENTS.name, moved) >= 1
+    hits = kb.search_documents("reset password", folder=str(more))
+    assert hits and all(h.path.startswith(str(more)) and 0 <= h.relevance <= 1 for h in hits)
