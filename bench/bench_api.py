@@ -14,7 +14,8 @@ cost a deployed server never pays (its clients are elsewhere), so wrk measures t
 fairly; `--client httpx` keeps the old way. Every row also gives the CPU milliseconds per request
 of the serving process (the API process, or this one in-process), which the machine's other load
 distorts far less than requests per second, and of Triton (the server and its Python-backend stubs):
-the same queries cost Triton less when more of them arrive together and are batched.
+the same queries cost Triton less when more of them arrive together and are batched. The batch
+column is the MiniLM encoder's mean dynamic batch over the row (texts per run, Triton's statistics).
 """
 
 from __future__ import annotations
@@ -37,6 +38,7 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 import httpx  # noqa: E402
 import numpy as np  # noqa: E402
+import tritonclient.grpc as grpcclient  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_minilm import machine  # noqa: E402
@@ -50,16 +52,18 @@ CLIENTS = (1, 8, 32)
 QUERIES = [q["query"] for q in json.loads((PROJECT_ROOT / "samples" / "queries.json").read_text())]
 
 
-def summary(path: str, clients: int, latencies: list[float], seconds: float, cpu_s: float, triton_s: float) -> dict:
+def summary(path: str, clients: int, latencies: list[float], seconds: float, cpu_s: float, triton_s: float,
+            batch: float) -> dict:
     ms = np.array(latencies) * 1000
     return {"path": path, "clients": clients, "requests": len(ms), "rps": round(len(ms) / seconds, 1),
             "p50_ms": round(float(np.percentile(ms, 50)), 2), "p99_ms": round(float(np.percentile(ms, 99)), 2),
-            "cpu_ms_per_request": round(cpu_s * 1000 / len(ms), 2), "triton_cpu_ms_per_request": round(triton_s * 1000 / len(ms), 2)}
+            "cpu_ms_per_request": round(cpu_s * 1000 / len(ms), 2), "triton_cpu_ms_per_request": round(triton_s * 1000 / len(ms), 2),
+            "encoder_batch": batch}
 
 
 def median_row(runs: list[dict]) -> dict:
     """One row from its rounds: the median of each figure, and every round's requests/s."""
-    figures = ("rps", "p50_ms", "p99_ms", "cpu_ms_per_request", "triton_cpu_ms_per_request")
+    figures = ("rps", "p50_ms", "p99_ms", "cpu_ms_per_request", "triton_cpu_ms_per_request", "encoder_batch")
     return {**runs[0], **{k: round(float(np.median([r[k] for r in runs])), 2) for k in figures},
             "rounds_rps": [r["rps"] for r in runs]}
 
@@ -82,6 +86,22 @@ def _stat(path: Path) -> tuple[int, int]:
 
 
 TRITON_SESSION: int | None = None  # the local Triton's session id: the server and its Python-backend stubs
+
+
+TRITON_URL = ""  # the local Triton's gRPC address
+
+
+def encoder_runs() -> tuple[int, int]:
+    """(texts, runs) the MiniLM encoder (minilm_onnx) has served so far, from Triton's statistics:
+    their ratio over a row is the mean dynamic batch, which sets Triton's CPU per request."""
+    stats = grpcclient.InferenceServerClient(TRITON_URL).get_inference_statistics("minilm_onnx", as_json=True)
+    s = stats["model_stats"][0]
+    return int(s.get("inference_count", 0)), int(s.get("execution_count", 0))
+
+
+def mean_batch(before: tuple[int, int]) -> float:
+    texts, runs = (a - b for a, b in zip(encoder_runs(), before))
+    return round(texts / max(runs, 1), 2)
 
 
 def triton_seconds() -> float:
@@ -116,11 +136,11 @@ def in_process(svc, n: int, clients: int, what: str = "search") -> dict:
 
     for i in range(clients):
         one(i)  # warm-up: one gRPC channel per thread
-    start, cpu, triton = time.perf_counter(), cpu_seconds(), triton_seconds()
+    start, cpu, triton, runs = time.perf_counter(), cpu_seconds(), triton_seconds(), encoder_runs()
     with ThreadPoolExecutor(clients) as pool:
         latencies = list(pool.map(one, range(n)))
     return summary(f"{what}: service in-process", clients, latencies, time.perf_counter() - start, cpu_seconds() - cpu,
-                   triton_seconds() - triton)
+                   triton_seconds() - triton, mean_batch(runs))
 
 
 HTTP_PATH = "{what}: HTTP (uvicorn, FastAPI)"
@@ -143,10 +163,10 @@ async def over_http(base: str, n: int, clients: int, what: str = "search", pid: 
             for i in ids:
                 latencies.append(await one(i))
 
-        start, cpu, triton = time.perf_counter(), cpu_seconds(pid), triton_seconds()
+        start, cpu, triton, runs = time.perf_counter(), cpu_seconds(pid), triton_seconds(), encoder_runs()
         await asyncio.gather(*(worker(range(w, n, clients)) for w in range(clients)))
         seconds, cpu, triton = time.perf_counter() - start, cpu_seconds(pid) - cpu, triton_seconds() - triton
-    return {**summary(HTTP_PATH.format(what=what), clients, latencies, seconds, cpu, triton), "client": "httpx"}
+    return {**summary(HTTP_PATH.format(what=what), clients, latencies, seconds, cpu, triton, mean_batch(runs)), "client": "httpx"}
 
 
 _WRK_UNITS = {"us": 1e-3, "ms": 1.0, "s": 1000.0}
@@ -164,9 +184,9 @@ def over_wrk(base: str, seconds: float, clients: int, what: str, pid: int, scrip
                       "end\n")
     run = ["wrk", "-t1", f"-c{clients}", "--latency", "--timeout", "60s", "-s", str(script), base]
     subprocess.run([*run[:3], "-d2s", *run[3:]], check=True, capture_output=True)  # warm-up: open the connections
-    cpu, triton = cpu_seconds(pid), triton_seconds()
+    cpu, triton, runs = cpu_seconds(pid), triton_seconds(), encoder_runs()
     out = subprocess.run([*run[:3], f"-d{seconds:g}s", *run[3:]], check=True, capture_output=True, text=True).stdout
-    cpu, triton = cpu_seconds(pid) - cpu, triton_seconds() - triton
+    cpu, triton, batch = cpu_seconds(pid) - cpu, triton_seconds() - triton, mean_batch(runs)
     if re.search(r"Non-2xx or 3xx responses", out):
         sys.exit(f"wrk got error responses:\n{out}")
     requests = int(re.search(r"(\d+) requests in", out).group(1))
@@ -178,7 +198,7 @@ def over_wrk(base: str, seconds: float, clients: int, what: str, pid: int, scrip
     return {"path": HTTP_PATH.format(what=what), "clients": clients, "requests": requests,
             "rps": float(re.search(r"Requests/sec:\s+([\d.]+)", out).group(1)), "p50_ms": pct("50"), "p99_ms": pct("99"),
             "cpu_ms_per_request": round(cpu * 1000 / requests, 2),
-            "triton_cpu_ms_per_request": round(triton * 1000 / requests, 2), "client": "wrk"}
+            "triton_cpu_ms_per_request": round(triton * 1000 / requests, 2), "encoder_batch": batch, "client": "wrk"}
 
 
 def start_api(settings: Settings, port: int, log: Path) -> subprocess.Popen:
@@ -227,6 +247,8 @@ def main() -> None:
                          models=[m for m in built_triton_models(repo) if m.startswith("minilm")]).start()
     global TRITON_SESSION
     TRITON_SESSION = server.state.pid  # started with start_new_session: its pid is the session id
+    global TRITON_URL
+    TRITON_URL = f"127.0.0.1:{server.grpc_port}"
     start_load = load()
     try:
         settings = Settings(data_dir=tmp / "data", triton_repo=repo, triton_url=f"127.0.0.1:{server.grpc_port}",
@@ -278,10 +300,11 @@ def main() -> None:
     print(f"load average: {start_load} at the start, {load()} at the end; {args.rounds} rounds, medians")
     print(f"index: samples/docs, {results['chunks']} chunks; {n} requests per in-process row, top_k 5, semantic (MiniLM); "
           f"HTTP load from {args.client}")
-    print(f"{'path':38} {'clients':>7} {'req/s':>8} {'p50 ms':>8} {'p99 ms':>8} {'CPU ms/req':>10} {'Triton ms/req':>13}   rounds (req/s)")
+    print(f"{'path':38} {'clients':>7} {'req/s':>8} {'p50 ms':>8} {'p99 ms':>8} {'CPU ms/req':>10} {'Triton ms/req':>13} "
+          f"{'batch':>5}   rounds (req/s)")
     for r in rows:
         print(f"{r['path']:38} {r['clients']:>7} {r['rps']:>8.1f} {r['p50_ms']:>8.2f} {r['p99_ms']:>8.2f} "
-              f"{r['cpu_ms_per_request']:>10.2f} {r['triton_cpu_ms_per_request']:>13.2f}   {r['rounds_rps']}")
+              f"{r['cpu_ms_per_request']:>10.2f} {r['triton_cpu_ms_per_request']:>13.2f} {r['encoder_batch']:>5.2f}   {r['rounds_rps']}")
     for what in args.what:
         for c in CLIENTS:
             local, http = (next(r for r in rows if r["clients"] == c and r["path"] == f"{what}: {p}")
