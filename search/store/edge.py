@@ -107,7 +107,9 @@ class EdgeStore(Store):
                       where=self.location)
 
     def exists(self, collection: str) -> bool:
-        return (self._dir(collection) / CONFIG_FILE).exists()
+        # An open shard exists (drop closes it first; no other process writes while we hold the lock):
+        # every search asks, twice, and a stat holds up the request threads' GIL hand-offs.
+        return collection in self._shards or (self._dir(collection) / CONFIG_FILE).exists()
 
     def drop(self, collection: str) -> None:
         with self._open_lock:
