@@ -92,11 +92,12 @@ TRITON_URL = ""  # the local Triton's gRPC address
 
 
 def encoder_runs() -> tuple[int, int]:
-    """(texts, runs) the MiniLM encoder (minilm_onnx) has served so far, from Triton's statistics:
-    their ratio over a row is the mean dynamic batch, which sets Triton's CPU per request."""
-    stats = grpcclient.InferenceServerClient(TRITON_URL).get_inference_statistics("minilm_onnx", as_json=True)
-    s = stats["model_stats"][0]
-    return int(s.get("inference_count", 0)), int(s.get("execution_count", 0))
+    """(texts, runs) the MiniLM encoders (minilm_onnx for batches, minilm_query_onnx for one text) have
+    served so far, from Triton's statistics: their ratio over a row is the mean dynamic batch, which
+    sets Triton's CPU per request."""
+    client = grpcclient.InferenceServerClient(TRITON_URL)
+    stats = [client.get_inference_statistics(m, as_json=True)["model_stats"][0] for m in ("minilm_onnx", "minilm_query_onnx")]
+    return sum(int(s.get("inference_count", 0)) for s in stats), sum(int(s.get("execution_count", 0)) for s in stats)
 
 
 def mean_batch(before: tuple[int, int]) -> float:

@@ -81,9 +81,11 @@ def workloads(batch: int) -> dict:
     def cycle(items: list, i: int) -> list:
         return [items[(i * batch + k) % len(items)] for k in range(batch)]
 
+    # minilm.embed sends one text to the query deployment, several to minilm
+    ensemble, step = ("minilm_query", "minilm_query_onnx") if batch == 1 else ("minilm", "minilm_onnx")
     return {
-        "minilm": ("minilm", "minilm_onnx", lambda i: cycle(texts, i), lambda c, x: minilm.embed(c, x)[0]),
-        "minilm_query": ("minilm", "minilm_onnx", lambda i: cycle(queries, i), lambda c, x: minilm.embed(c, x)[0]),
+        "minilm": (ensemble, step, lambda i: cycle(texts, i), lambda c, x: minilm.embed(c, x)[0]),
+        "minilm_query": (ensemble, step, lambda i: cycle(queries, i), lambda c, x: minilm.embed(c, x)[0]),
         "clip_text": ("clip_text", "clip_textual", lambda i: cycle(queries, i), lambda c, x: clip.embed_texts(c, x)[0]),
         "clip_text_long": ("clip_text", "clip_textual", lambda i: cycle(captions, i), lambda c, x: clip.embed_texts(c, x)[0]),
         "clip_image": ("clip_image", "clip_visual", lambda i: cycle(images, i), clip.embed_images),

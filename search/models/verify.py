@@ -91,7 +91,9 @@ def config_precision(cfg: dict) -> str | None:
 # -- served outputs on the golden inputs, one function per family (keys as the build's golden file)
 def _served_minilm(client: TritonClient, gold: golden.Inputs) -> dict[str, np.ndarray]:
     dense, truncated = minilm.embed(client, [t.text for t in gold.texts])
-    return {"text_dense": dense, "text_truncated": truncated}
+    # one text per request: the query deployment (minilm_query), which must serve the same model
+    query = np.concatenate([minilm.embed(client, [t.text])[0] for t in gold.texts])
+    return {"text_dense": dense, "text_truncated": truncated, "query_dense": query}
 
 
 def _served_clip(client: TritonClient, gold: golden.Inputs) -> dict[str, np.ndarray]:
@@ -161,6 +163,9 @@ def compare(family: str, expected: dict[str, np.ndarray], got: dict[str, np.ndar
     if "text_dense" in expected:
         checks.append(_dense(family, f"text vectors ({len(text_ids)})", expected["text_dense"], got["text_dense"],
                              text_ids, tol))
+    if "text_dense" in expected and "query_dense" in got:
+        checks.append(_dense(family, f"query vectors, one text per request ({len(text_ids)})", expected["text_dense"],
+                             got["query_dense"], text_ids, tol))
     if "image_dense" in expected:
         checks.append(_dense(family, f"image vectors ({len(gold.photos)})", expected["image_dense"], got["image_dense"],
                              [p.id for p in gold.photos], tol))

@@ -109,7 +109,9 @@ class Embeddings(ServiceBase):
         batch = minilm.BATCH if m.family == "minilm" else clip.TEXT_BATCH
         vectors, tokens = [], []
         for s in range(0, len(items), batch):
-            out = self.triton.infer(m.ensemble, {"TEXT": text_tensor(items[s:s + batch])}, ["EMBEDDING", "NUM_TOKENS"])
+            part = items[s:s + batch]
+            ensemble = minilm.ensemble_for(len(part)) if m.family == "minilm" else m.ensemble
+            out = self.triton.infer(ensemble, {"TEXT": text_tensor(part)}, ["EMBEDDING", "NUM_TOKENS"])
             vectors.append(out["EMBEDDING"])
             tokens += out["NUM_TOKENS"].reshape(-1).astype(int).tolist()
         return Embedded(m, np.concatenate(vectors), tokens)

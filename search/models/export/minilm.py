@@ -8,6 +8,7 @@ exported graph, and with ``precision="int8"`` dynamically quantized (its quality
 from __future__ import annotations
 
 import json
+import os
 import shutil
 from pathlib import Path
 
@@ -40,11 +41,27 @@ def build(fam: MiniLM, repo: Path, source: str, precision: str = "fp32", allow_u
     fusion = Fusion("bert", int(config["num_attention_heads"]), int(config["hidden_size"]))
     cpu = cpu_graph(onnx_path, fusion, check_inputs(), fam.family, precision, timing=timing_inputs())
     save_tokenizer(weights, fam.tokenizer_path(repo))
+    link_query_copy(repo)
     recorded = golden.record_minilm(fam, repo, weights, source, MAX_TOKENS)  # for `search models verify`
     write_manifest(fam, repo, source, weights, max_abs_diff_vs_torch=max_diff, precision=precision,
                    precision_status=status, cpu_graph=cpu, **recorded)
     return BuildReport(fam.family, "built", f"from {source} ({weights}); ONNX vs PyTorch max |Δ| {max_diff:.1e}; "
                        f"{describe_cpu_graph(cpu, status)}")
+
+
+def link_query_copy(repo: Path) -> None:
+    """The query deployment (minilm_query_onnx) serves the same graphs: hard links (one copy on
+    disk; a copy where the file system has none), replaced atomically."""
+    for name in ("model.onnx", "model.cpu.onnx"):
+        src, dst = repo / "minilm_onnx/1" / name, repo / "minilm_query_onnx/1" / name
+        dst.parent.mkdir(parents=True, exist_ok=True)
+        tmp = dst.with_name(f".{name}.tmp")
+        tmp.unlink(missing_ok=True)
+        try:
+            os.link(src, tmp)
+        except OSError:
+            shutil.copyfile(src, tmp)
+        os.replace(tmp, dst)
 
 
 def timing_inputs() -> list[dict]:
