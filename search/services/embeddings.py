@@ -109,9 +109,9 @@ class Embeddings(ServiceBase):
         batch = minilm.BATCH if m.family == "minilm" else clip.TEXT_BATCH
         vectors, tokens = [], []
         for s in range(0, len(items), batch):
-            part = items[s:s + batch]
-            ensemble = minilm.ensemble_for(len(part)) if m.family == "minilm" else m.ensemble
-            out = self.triton.infer(ensemble, {"TEXT": text_tensor(part)}, ["EMBEDDING", "NUM_TOKENS"])
+            part, outputs = items[s:s + batch], ["EMBEDDING", "NUM_TOKENS"]
+            out = (minilm.infer_texts(self.triton, part, outputs) if m.family == "minilm"
+                   else self.triton.infer(m.ensemble, {"TEXT": text_tensor(part)}, outputs))
             vectors.append(out["EMBEDDING"])
             tokens += out["NUM_TOKENS"].reshape(-1).astype(int).tolist()
         return Embedded(m, np.concatenate(vectors), tokens)
