@@ -99,12 +99,25 @@ class EdgeStore(Store):
                 self._shards[schema.name] = _edge(qe.EdgeShard.create, str(path), edge_config(schema), where=self.location)
         else:
             _check_layout(path / CONFIG_FILE, schema, self.name(schema.name))
+            self._load_configured(schema)
         shard = self._shard(schema.name)
         have = shard.info().payload_schema
         for field_name, kind in schema.payload_indexes.items():
             if field_name not in have:
                 _edge(shard.update, qe.UpdateOperation.create_field_index(field_name, PAYLOAD_TYPES[kind]),
                       where=self.location)
+
+    def _load_configured(self, schema: CollectionSchema) -> None:
+        """Open an existing shard with this version's settings (the search pool), which the shard
+        then keeps on disk; one whose stored layout the engine finds incompatible opens as it is."""
+        with self._open_lock:
+            if schema.name in self._shards or self._lock_fd is None:
+                return
+            path = str(self._dir(schema.name))
+            try:
+                self._shards[schema.name] = qe.EdgeShard.load(path, edge_config(schema))
+            except Exception:  # noqa: BLE001  (any refusal: the shard as stored still serves)
+                self._shards[schema.name] = _edge(qe.EdgeShard.load, path, where=self.location)
 
     def exists(self, collection: str) -> bool:
         # An open shard exists (drop closes it first; no other process writes while we hold the lock):
