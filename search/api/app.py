@@ -55,8 +55,9 @@ def create_app(settings: Settings) -> FastAPI:
     app.add_middleware(LimitRequestSize, limit=settings.max_request_bytes)
     app.add_middleware(RequestObserver, metrics=metrics)  # outermost: sees 413s and every error too
     add_error_handlers(app)
-    for router in (health.public, health.reads, health.writes, search.router, ingest.router, watches.router, kb.reads,
-                   kb.writes, embeddings.router):
+    # The query routes first: a request is matched against the routers in this order
+    for router in (search.router, embeddings.router, health.public, health.reads, health.writes, ingest.router,
+                   watches.router, kb.reads, kb.writes):
         app.include_router(router)
     # MCP over streamable HTTP, behind the same key (the SDK's own transport; tools call the services and
     # ask the key, in request.state.principal, for each knowledge base, as the routes do)

@@ -6,7 +6,6 @@ from typing import Annotated, Literal
 
 from fastapi import APIRouter, Depends, File, Form, Path, Query, Request, UploadFile
 from fastapi.responses import JSONResponse
-from starlette.concurrency import run_in_threadpool
 
 from search.api.backend import Backend
 from search.api.deps import get_backend
@@ -22,8 +21,12 @@ router = APIRouter(dependencies=[Depends(require_key(writes=False))], tags=["sea
 
 @router.post("/search/documents", summary="Passages with citations, ready for a prompt; in pages, or one entry per document",
              responses=errors(409))
-def search_documents(body: DocumentQuery, request: Request, backend: Backend = Depends(get_backend)) -> dict:
-    options = dict(kb=need_kb(request, body.kb), top_k=body.top_k, offset=body.offset, min_score=body.min_score,
+async def search_documents(body: DocumentQuery, request: Request, backend: Backend = Depends(get_backend)) -> dict:
+    return await backend.run(_documents, backend, body, need_kb(request, body.kb))
+
+
+def _documents(backend: Backend, body: DocumentQuery, kb: str) -> JSONResponse:
+    options = dict(kb=kb, top_k=body.top_k, offset=body.offset, min_score=body.min_score,
                    folder=body.folder, mode=body.mode, suffixes=body.types or (), max_chars=body.max_chars, full_text=body.full_text)
     svc = backend.service()
     # next_offset: where the next page starts (null once a page comes back short: nothing more).
@@ -42,8 +45,11 @@ def search_documents(body: DocumentQuery, request: Request, backend: Backend = D
 
 
 @router.post("/search/images", summary="Photos that match a text (CLIP)", responses=errors(409))
-def search_images(body: ImageQuery, request: Request, backend: Backend = Depends(get_backend)) -> dict:
-    kb = need_kb(request, body.kb)
+async def search_images(body: ImageQuery, request: Request, backend: Backend = Depends(get_backend)) -> dict:
+    return await backend.run(_images, backend, body, need_kb(request, body.kb))
+
+
+def _images(backend: Backend, body: ImageQuery, kb: str) -> JSONResponse:
     hits = backend.service().search_images(body.text, top_k=body.top_k, min_score=body.min_score,
                                            filters=body.to_filters(), sort=body.sort, verify=body.verify,
                                            min_entailment=body.min_entailment, kb=kb, min_relevance=body.min_relevance)
@@ -57,8 +63,8 @@ async def entail(hypothesis: Annotated[str, Form(min_length=1, max_length=20000,
                  premise: Annotated[str | None, Form(max_length=20000, description="an optional text premise")] = None,
                  backend: Backend = Depends(get_backend)) -> dict:
     data = await read_limited(image, "image", backend.settings.max_upload_bytes)
-    verdict = await run_in_threadpool(backend.service().entail, data, utf8_text(hypothesis),
-                                      utf8_text(premise) if premise else None)
+    verdict = await backend.run(lambda: backend.service().entail(data, utf8_text(hypothesis),
+                                                                 utf8_text(premise) if premise else None))
     return {"image": image.filename, "hypothesis": hypothesis, "premise": premise, **verdict.as_dict()}
 
 
@@ -78,8 +84,8 @@ async def search_like(request: Request, image: UploadFile = File(description="th
     kb = need_kb(request, kb)
     data = await read_limited(image, "image", backend.settings.max_upload_bytes)
     filters = PhotoFilters(after=after, before=before, camera=camera, near=near, folder=folder).to_filters()
-    hits = await run_in_threadpool(backend.service().search_images, like=data, top_k=top_k, min_score=min_score,
-                                   filters=filters, sort=sort, kb=kb, min_relevance=min_relevance)  # off the event loop
+    hits = await backend.run(lambda: backend.service().search_images(like=data, top_k=top_k, min_score=min_score, filters=filters,
+                                                                      sort=sort, kb=kb, min_relevance=min_relevance))
     return {"like": image.filename, **hits.relevance_fields(), "hits": [h.as_dict() for h in hits]}
 
 
