@@ -65,6 +65,14 @@ class _Job:
     chunks: int = 0
 
 
+def _last_requests(units: int, batch_size: int, slots: int) -> int:
+    """The request size for the run's last units: as many requests as fill the slots evenly, so the
+    model's instances finish together instead of one running the last request alone."""
+    requests = -(-max(units, 1) // batch_size)
+    requests = -(-requests // slots) * slots
+    return max(1, -(-units // requests))
+
+
 class Ingestor:
     """Ingests the files of one kind into that kind's collection."""
 
@@ -152,16 +160,19 @@ class Ingestor:
 
         pending: deque[tuple[Future, list[tuple[_Job, int]]]] = deque()
         batch: list[tuple[_Job, int]] = []
+        sent = 0  # requests submitted
         with ThreadPoolExecutor(max_workers=self.concurrency) as pool:
 
-            def submit() -> None:
+            def submit(last: bool = False) -> None:
                 # Sorted by size, so each request pads little: on CPU padding costs more than batching saves.
-                nonlocal batch
+                nonlocal batch, sent
                 batch.sort(key=lambda m: kind.sort_key(m[0].units[m[1]].item))
-                for k in range(0, len(batch), self.batch_size):
-                    members = batch[k:k + self.batch_size]
+                size = _last_requests(len(batch), self.batch_size, self.concurrency) if last else self.batch_size
+                for k in range(0, len(batch), size):
+                    members = batch[k:k + size]
                     items = [job.units[i].item for job, i in members]
                     pending.append((pool.submit(kind.embed, items), members))
+                    sent += 1
                 batch = []
 
             def drain(keep: int) -> None:
@@ -193,10 +204,12 @@ class Ingestor:
                     job.remaining = len(job.units)
                     for i in range(len(job.units)):
                         batch.append((job, i))
-                        if len(batch) >= self.batch_size * SORT_WINDOW:
+                        # A full sort window; at the run's start, each full request as it fills, so the model
+                        # works while the first window is read
+                        if len(batch) >= self.batch_size * SORT_WINDOW or (len(batch) >= self.batch_size and sent < self.concurrency):
                             submit()
                             drain(keep=self.concurrency)
-                submit()
+                submit(last=True)
                 drain(keep=0)
             except BaseException:
                 for fut, _ in pending:  # queued requests would only meet the same dead model

@@ -12,7 +12,8 @@ from ingest_helper import ingest, long_passage
 from qdrant_client import models
 
 from indexer.chunking import Chunker
-from indexer.pipeline import Ingestor
+from indexer.kinds import Documents
+from indexer.pipeline import Ingestor, _last_requests
 from search.config import PROJECT_ROOT
 from search.errors import BadRequest, EmptyCollection
 from search.services import HIT_CHARS, HIT_CHARS_LIMIT, SearchService, prompt_context
@@ -54,6 +55,30 @@ def test_sample_queries_find_their_documents(service, docs):
     assert not misses, misses
     top = service.search_documents("reset password", top_k=1)[0]
     assert top.path == str(docs / "reset-password.md") and "password" in top.text.lower()
+
+
+def test_a_run_feeds_the_model_from_its_start_and_ends_on_even_requests(service, docs, monkeypatch):
+    """The first requests go out as soon as they fill (the model works while the first sort window is
+    read), and the run's last units are split evenly over the requests in flight, so the model's
+    instances finish together rather than one running the last request alone."""
+    sizes = []
+    embed = Documents.embed
+
+    def counted(self, items):
+        sizes.append(len(items))
+        return embed(self, items)
+
+    monkeypatch.setattr(Documents, "embed", counted)
+    batch, slots = service.settings.embed_batch_size, service.settings.embed_concurrency
+    report = ingest(service, [docs])
+    assert not report.failures and sum(sizes) == report.embedded_chunks > batch * slots
+    assert sizes[:slots] == [batch] * slots
+    tail = sizes[-slots:]
+    assert max(tail) - min(tail) <= 1 and max(tail) <= batch
+    for units in (0, 1, 8, 16, 17, 40, 63):  # the arithmetic behind the tail
+        size = _last_requests(units, 16, 2)
+        requests = -(-units // size)
+        assert 1 <= size <= 16 and (units == 0 or requests % 2 == 0 or units == 1)
 
 
 def test_ingest_twice_is_idempotent(service, docs):
