@@ -29,14 +29,14 @@ from search.owner import Owner
 from search.resources import Resources
 from search.services import SearchService
 
-SEARCH_THREADS = 40  # requests in flight at once, each waiting on Triton in its thread (Starlette's pool has as many)
+QUERY_THREADS = 40  # requests in flight at once, each waiting on Triton in its thread (Starlette's pool has as many)
 
 
-def _search_threads() -> ThreadPoolExecutor:
+def _query_threads() -> ThreadPoolExecutor:
     """Where the query routes run their service call: a blocking call (Triton, the store) per request.
-    asyncio's executor hands a call over for ~70 us less of the event loop's time than Starlette's
+    asyncio's executor hands a call over for ~35-70 us less of the event loop's time than Starlette's
     thread pool (bench/bench_api_stack.py); threads start on demand."""
-    return ThreadPoolExecutor(SEARCH_THREADS, thread_name_prefix="search")
+    return ThreadPoolExecutor(QUERY_THREADS, thread_name_prefix="query")
 
 
 class _Serialised:
@@ -71,12 +71,12 @@ class Backend:
         self.keys.load()  # a missing (when configured), unreadable or altered keys file stops the start
         self.owner: Owner | None = None  # set by `search serve` when it owns the embedded store
         self.jobs = Jobs(self._ingest, JobStore(settings.data_dir / JOBS_FILE), metrics)
-        self._pool = _search_threads()
+        self._pool = _query_threads()
         self.watches = Watches(self.jobs, self.jobs.store, ignore=[settings.data_dir], outside_link=self.outside_link,
                                optimize=lambda: self.indexer().optimize())
 
     async def run(self, fn, /, *args, **kwargs):
-        """``fn(*args, **kwargs)`` in a search thread, off the event loop, in the request's context
+        """``fn(*args, **kwargs)`` in a query thread, off the event loop, in the request's context
         (its id in the log lines the call writes)."""
         call = functools.partial(contextvars.copy_context().run, fn, *args, **kwargs)
         return await asyncio.get_running_loop().run_in_executor(self._pool, call)
@@ -145,7 +145,7 @@ class Backend:
         after this (test clients run the lifespan per request): the next call opens the store again."""
         self.watches.close()
         self.jobs.close()
-        pool, self._pool = self._pool, _search_threads()  # a fresh one, unstarted, for an app that starts again
+        pool, self._pool = self._pool, _query_threads()  # a fresh one, unstarted, for an app that starts again
         pool.shutdown(wait=False)
         self.jobs.store.close()
         if self.owner is not None:  # here, not after uvicorn.run: uvicorn re-raises SIGTERM once it has shut down
