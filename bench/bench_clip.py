@@ -1,6 +1,7 @@
 """CLIP photo search: ingest rate versus the raw visual encoder, and text-to-image query latency.
 
     python bench/bench_clip.py [--quick] [--json FILE] [--no-ingest] [--no-latency] [--no-padded]
+                               [--ingest-rounds N] [--model-dir DIR]
 
 Real CLIP weights cannot be had offline, so this builds a randomly initialised CLIP of
 ViT-B/32's size (transformers' default CLIPConfig: ViT-B/32 vision tower, 12-layer text tower,
@@ -8,8 +9,9 @@ ViT-B/32's size (transformers' default CLIPConfig: ViT-B/32 vision tower, 12-lay
 the vectors meaningless. In one run:
 - images/s of `indexer ingest` end to end (read, EXIF, thumbnail, Triton decode + preprocess +
   ViT, upsert) versus the served visual graph (model.cpu.onnx) alone in-process on the same,
-  already preprocessed images (measured before and after the ingest, averaged), and where the
-  rest of the time goes per photo (client work, server pre-processing, encoder; in-process);
+  already preprocessed images (the two taking turns, 3 rounds by default: the ratio of the
+  medians), and where the rest of the time goes per photo (client work, server pre-processing,
+  encoder; in-process);
 - text-to-image latency p50/p99 through the service layer (`SearchService.search_images`) on the
   default store (the embedded Qdrant engine) with its HNSW index built (`store.optimize`, what
   `search store optimize` and ingest run), at 10k and 100k photos, 1 and 8 clients, and its two
