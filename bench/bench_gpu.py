@@ -81,8 +81,8 @@ def workloads(batch: int) -> dict:
     def cycle(items: list, i: int) -> list:
         return [items[(i * batch + k) % len(items)] for k in range(batch)]
 
-    # minilm.embed sends one text to the query deployment, several to minilm
-    ensemble, step = ("minilm_query", "minilm_query_onnx") if batch == 1 else ("minilm", "minilm_onnx")
+    ensemble = minilm.ensemble_for(batch)  # where minilm.embed sends a request of this size
+    step = f"{ensemble}_onnx"
     return {
         "minilm": (ensemble, step, lambda i: cycle(texts, i), lambda c, x: minilm.embed(c, x)[0]),
         "minilm_query": (ensemble, step, lambda i: cycle(queries, i), lambda c, x: minilm.embed(c, x)[0]),

@@ -109,15 +109,15 @@ class EdgeStore(Store):
 
     def _load_configured(self, schema: CollectionSchema) -> None:
         """Open an existing shard with this version's settings (the search pool), which the shard
-        then keeps on disk; one whose stored layout the engine finds incompatible opens as it is."""
+        then keeps on disk; one whose stored layout the engine finds incompatible is left to
+        ``_shard``, which opens it as it is."""
         with self._open_lock:
             if schema.name in self._shards or self._lock_fd is None:
                 return
-            path = str(self._dir(schema.name))
             try:
-                self._shards[schema.name] = qe.EdgeShard.load(path, edge_config(schema))
-            except Exception:  # noqa: BLE001  (any refusal: the shard as stored still serves)
-                self._shards[schema.name] = _edge(qe.EdgeShard.load, path, where=self.location)
+                self._shards[schema.name] = qe.EdgeShard.load(str(self._dir(schema.name)), edge_config(schema))
+            except Exception:  # any refusal: the shard as stored still serves
+                pass
 
     def exists(self, collection: str) -> bool:
         # An open shard exists (drop closes it first; no other process writes while we hold the lock):
