@@ -1,6 +1,7 @@
-"""REST API overhead: document search and /v1/embeddings over HTTP (`search serve`, a real uvicorn in a subprocess)
-with 1, 8 and 32 concurrent clients, next to the same queries through the service layer in-process
-(the app's own SearchService, store lock included). The ratio is what HTTP + FastAPI cost.
+"""REST API overhead: document search, the same grouped per document (group_by=document) and
+/v1/embeddings over HTTP (`search serve`, a real uvicorn in a subprocess) with 1, 8 and 32
+concurrent clients, next to the same queries through the service layer in-process (the app's own
+SearchService, store lock included). The ratio is what HTTP + FastAPI cost.
 
     python bench/bench_api.py [--quick] [--client wrk|httpx] [--repo TRITON_REPO] [--json FILE]
 
@@ -122,6 +123,9 @@ def triton_seconds() -> float:
 WORKLOADS = {
     "search": (lambda svc, q: svc.search_documents(q, top_k=5, mode="semantic"),
                "/search/documents", lambda q: {"query": q, "top_k": 5, "mode": "semantic"}),
+    "grouped": (lambda svc, q: svc.search_document_groups(q, top_k=5, group_size=2, mode="semantic"),
+                "/search/documents", lambda q: {"query": q, "top_k": 5, "group_by": "document", "group_size": 2,
+                                                "mode": "semantic"}),
     "embeddings": (lambda svc, q: svc.embed("minilm", [q]),
                    "/v1/embeddings", lambda q: {"model": "minilm", "input": [q]}),
 }

@@ -116,6 +116,20 @@ def test_store_grouping_is_the_same_on_every_backend(backend, tmp_path):
         assert [g.matched for g in got] == [len(ids) for _, ids in want]
         page = store.search("documents", "v", q.tolist(), limit=10, offset=10)
         assert [p.payload["i"] for p in page] == [int(i) for i in order[10:20]]
+
+        # Points deleted between the window's search and the read of the kept hits' payloads are left
+        # out; a group they leave empty is too.
+        gone = [*want[0][1][:2], want[1][1][0]]
+        read = store.payloads
+
+        def deleted_meanwhile(collection, ids):
+            store.delete(collection, models.Filter(must=[models.HasIdCondition(has_id=gone)]))
+            return read(collection, ids)
+
+        store.payloads = deleted_meanwhile
+        got = store.search_groups("documents", "v", q.tolist(), group_by="sha256", limit=5, group_size=2, offset=3)
+        assert [g.key for g in got] == [k for k, _ in want[1:]]
+        assert [[p.payload["i"] for p in g.hits] for g in got] == [[i for i in ids[:2] if i not in gone] for _, ids in want[1:]]
     finally:
         store.close()
 

@@ -221,6 +221,17 @@ def test_dense_search_matches_exact_cosine(store):
     assert got[0].payload["sha256"] == PAYLOAD[int(IDS.index(got[0].id))]["sha256"]
 
 
+def test_a_search_returns_the_payload_fields_asked_and_payloads_come_by_id(store):
+    fill(store)
+    q = unit(MINILM[5] + 0.2 * RNG.normal(size=384))
+    got = store.search(DOCUMENTS.name, "minilm", q.tolist(), limit=10, with_payload=["sha256"])
+    same(got, ranked(MINILM @ q, 10))
+    assert all(p.payload == {"sha256": PAYLOAD[IDS.index(p.id)]["sha256"]} for p in got)
+    gone = point_id("nothing-here", "c1", 0)
+    assert store.payloads(DOCUMENTS.name, [got[3].id, gone, got[0].id]) == {
+        got[3].id: PAYLOAD[IDS.index(got[3].id)], got[0].id: PAYLOAD[IDS.index(got[0].id)]}
+
+
 def test_filters_keyword_any_range_must_not_and_count(store):
     fill(store)
     q = unit(RNG.normal(size=384))

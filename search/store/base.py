@@ -104,10 +104,14 @@ class Store(ABC):
     @abstractmethod
     def search(self, collection: str, vector_name: str | None, query, *, limit: int,
                query_filter: models.Filter | None = None, score_threshold: float | None = None,
-               prefetch: list[models.Prefetch] | None = None,
-               params: models.SearchParams | None = None, offset: int = 0) -> list[models.ScoredPoint]:
+               prefetch: list[models.Prefetch] | None = None, params: models.SearchParams | None = None,
+               offset: int = 0, with_payload: bool | list[str] = True) -> list[models.ScoredPoint]:
         """One query: a dense vector, a sparse vector, a multivector, or a fusion over ``prefetch``;
-        ``offset`` best points skipped (a page)."""
+        ``offset`` best points skipped (a page); ``with_payload``: the whole payload, none, or these fields."""
+
+    @abstractmethod
+    def payloads(self, collection: str, ids: list) -> dict:
+        """The whole payloads of these points, by id (a point that no longer exists is left out)."""
 
     @abstractmethod
     def stats(self, collection: str) -> CollectionStats: ...
@@ -126,16 +130,26 @@ class Store(ABC):
         every backend: the query is run over a window of the best points (grown until it holds
         enough groups or the collection ends, up to GROUP_WINDOW_MAX), and each group also says how
         many of its points were in that window (``matched``). A server's query_points_groups
-        reports no such count, so it is not used."""
+        reports no such count, so it is not used.
+
+        The window's points carry only the ``group_by`` field: reading whole payloads (a passage's
+        text) for hundreds of points was most of a grouped search's time. The hits kept get theirs
+        afterwards; one deleted in between is left out of its group (a group left empty, too)."""
         want = offset + limit
         window = min(GROUP_WINDOW_MAX, max(GROUP_WINDOW_MIN, want * group_size * 4))
         while True:
             points = self.search(collection, vector_name, query, limit=window, query_filter=query_filter,
-                                 score_threshold=score_threshold, prefetch=deepen(prefetch, window), params=params)
+                                 score_threshold=score_threshold, prefetch=deepen(prefetch, window), params=params,
+                                 with_payload=[group_by])
             groups = group_points(points, group_by, group_size)
             if len(groups) >= want or len(points) < window or window >= GROUP_WINDOW_MAX:
-                return groups[offset:want]
+                break
             window = min(GROUP_WINDOW_MAX, window * 4)
+        kept = groups[offset:want]
+        payloads = self.payloads(collection, [p.id for g in kept for p in g.hits])
+        for g in kept:
+            g.hits = [p.model_copy(update={"payload": payloads[p.id]}) for p in g.hits if p.id in payloads]
+        return [g for g in kept if g.hits]
 
     # -- content-level operations, the same on every backend
     def delete_content(self, collection: str, sha256: str, *, keep_chunker: str | None = None) -> None:

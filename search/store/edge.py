@@ -180,14 +180,18 @@ class EdgeStore(Store):
         return out, (client_id(nxt) if nxt is not None else None)
 
     def search(self, collection, vector_name, query, *, limit, query_filter=None, score_threshold=None,
-               prefetch=None, params=None, offset=0):
+               prefetch=None, params=None, offset=0, with_payload=True):
         req = qe.QueryRequest(limit=limit, offset=offset or None, query=edge_query(query, vector_name),
                               prefetches=[edge_prefetch(p) for p in prefetch] if prefetch else None,
                               filter=edge_filter(query_filter), score_threshold=score_threshold,
-                              params=edge_params(params), with_payload=True)
+                              params=edge_params(params), with_payload=with_payload)
         points = _edge(self._shard(collection).query, req, where=self.location)
         return [models.ScoredPoint.model_construct(id=client_id(p.id), version=p.version, score=p.score, payload=p.payload,
                                                    vector=None, shard_key=None, order_value=None) for p in points]
+
+    def payloads(self, collection, ids):
+        records = _edge(self._shard(collection).retrieve, [edge_id(i) for i in ids], True, False, where=self.location)
+        return {client_id(r.id): r.payload for r in records}
 
     def stats(self, collection: str) -> CollectionStats:
         info = self._shard(collection).info()

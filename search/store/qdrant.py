@@ -106,14 +106,18 @@ class QdrantStore(Store):
                           with_payload=with_payload, with_vectors=with_vectors)
 
     def search(self, collection, vector_name, query, *, limit, query_filter=None, score_threshold=None,
-               prefetch=None, params=None, offset=0):
+               prefetch=None, params=None, offset=0, with_payload=True):
         res = self._call(self.client.query_points, self.name(collection), query=query, using=vector_name,
                          prefetch=prefetch, limit=limit, offset=offset or None, query_filter=query_filter,
-                         score_threshold=score_threshold, search_params=params, with_payload=True)
+                         score_threshold=score_threshold, search_params=params, with_payload=with_payload)
         if self.backend == "local" and isinstance(query, models.SparseVector):
             # Local mode also returns points that share no token (score 0); the engine and a server do not.
             return [p for p in res.points if p.score != 0]
         return res.points
+
+    def payloads(self, collection, ids):
+        records = self._call(self.client.retrieve, self.name(collection), ids=ids, with_payload=True)
+        return {r.id: r.payload for r in records}
 
     def stats(self, collection: str) -> CollectionStats:
         info = self._call(self.client.get_collection, self.name(collection))
