@@ -227,7 +227,7 @@ class Relevance(ServiceBase):
         ids = bg.ids
         points = self.store.search(space.collection, space.vector, query, limit=len(ids),
                                    query_filter=models.Filter(must=[models.HasIdCondition(has_id=ids)]),
-                                   params=models.SearchParams(exact=True))
+                                   params=models.SearchParams(exact=True), with_payload=False)
         scores = [float(p.score) for p in points]
         if space.sparse:  # the store leaves out points that share no token with the query: they score 0
             scores += [0.0] * (len(ids) - len(scores))
