@@ -15,7 +15,7 @@ content-level operations written once), ``edge`` (the engine backend) with ``edg
 a backend), ``migration`` (copies one store into another), ``util`` (disk usage).
 """
 
-from search.store.base import BACKENDS, CollectionStats, PointGroup, Store, StoredFile, group_points, match
+from search.store.base import BACKENDS, CollectionStats, PointGroup, Store, StoredFile, match
 from search.store.factory import open_location, open_store
 from search.store.migration import Migrated, migrate, parse_spec, schema_for
 from search.store.schema import (
@@ -39,7 +39,7 @@ from search.store.schema import (
 __all__ = [
     "BACKENDS", "COLLECTIONS", "DOCUMENTS", "IMAGES", "ID_NAMESPACE", "CollectionSchema", "CollectionStats",
     "Migrated", "PointGroup", "Store", "StoredFile",
-    "folders_of", "group_points", "image_vector", "images_schema", "match", "migrate", "open_location",
+    "folders_of", "image_vector", "images_schema", "match", "migrate", "open_location",
     "open_store", "parse_spec", "point_id", "schema_for", "DEFAULT_KB", "check_kb", "in_kb", "kb_collection", "kb_of",
     "kb_thumbnails",
 ]

@@ -132,24 +132,38 @@ class Store(ABC):
         many of its points were in that window (``matched``). A server's query_points_groups
         reports no such count, so it is not used.
 
-        The window's points carry only the ``group_by`` field: reading whole payloads (a passage's
-        text) for hundreds of points was most of a grouped search's time. The hits kept get theirs
-        afterwards; one deleted in between is left out of its group (a group left empty, too)."""
+        The window's points come as (id, score, ``group_by`` value) only (``ranked_keys``): reading
+        whole payloads (a passage's text) and building a client point for hundreds of points was most
+        of a grouped search's time. The hits kept get theirs afterwards; one deleted in between is
+        left out of its group (a group left empty, too)."""
         want = offset + limit
         window = min(GROUP_WINDOW_MAX, max(GROUP_WINDOW_MIN, want * group_size * 4))
         while True:
-            points = self.search(collection, vector_name, query, limit=window, query_filter=query_filter,
-                                 score_threshold=score_threshold, prefetch=deepen(prefetch, window), params=params,
-                                 with_payload=[group_by])
-            groups = group_points(points, group_by, group_size)
-            if len(groups) >= want or len(points) < window or window >= GROUP_WINDOW_MAX:
+            ranked = self.ranked_keys(collection, vector_name, query, key=group_by, limit=window, query_filter=query_filter,
+                                      score_threshold=score_threshold, prefetch=deepen(prefetch, window), params=params)
+            groups = _group(ranked, group_size)
+            if len(groups) >= want or len(ranked) < window or window >= GROUP_WINDOW_MAX:
                 break
             window = min(GROUP_WINDOW_MAX, window * 4)
         kept = groups[offset:want]
-        payloads = self.payloads(collection, [p.id for g in kept for p in g.hits])
-        for g in kept:
-            g.hits = [p.model_copy(update={"payload": payloads[p.id]}) for p in g.hits if p.id in payloads]
-        return [g for g in kept if g.hits]
+        payloads = self.payloads(collection, [pid for _, hits, _ in kept for pid, _ in hits])
+        out = []
+        for key, hits, matched in kept:
+            points = [models.ScoredPoint.model_construct(id=pid, version=0, score=score, payload=payloads[pid], vector=None,
+                                                         shard_key=None, order_value=None)
+                      for pid, score in hits if pid in payloads]
+            if points:
+                out.append(PointGroup(key, points, matched))
+        return out
+
+    def ranked_keys(self, collection: str, vector_name: str | None, query, *, key: str, limit: int,
+                    query_filter: models.Filter | None = None, score_threshold: float | None = None,
+                    prefetch: list[models.Prefetch] | None = None,
+                    params: models.SearchParams | None = None) -> list[tuple[object, float, object]]:
+        """The best points of a search as (id, score, the payload field ``key``): what grouping needs."""
+        points = self.search(collection, vector_name, query, limit=limit, query_filter=query_filter,
+                             score_threshold=score_threshold, prefetch=prefetch, params=params, with_payload=[key])
+        return [(p.id, p.score, (p.payload or {}).get(key)) for p in points]
 
     # -- content-level operations, the same on every backend
     def delete_content(self, collection: str, sha256: str, *, keep_chunker: str | None = None) -> None:
@@ -209,20 +223,20 @@ class PointGroup:
     matched: int  # points of this group in the window searched (>= len(hits))
 
 
-def group_points(points: list[models.ScoredPoint], group_by: str, group_size: int) -> list[PointGroup]:
-    """Points (best first) grouped by a payload field, groups in the order of their best point;
-    points without the field are left out, as Qdrant's grouping does."""
-    groups: dict[object, PointGroup] = {}
-    for p in points:
-        key = (p.payload or {}).get(group_by)
+def _group(ranked: list[tuple[object, float, object]], group_size: int) -> list[list]:
+    """Points (best first, as ranked_keys gives them) grouped by their key, in the order of their best
+    point: [key, up to ``group_size`` (id, score), points of the key]. Points without the key are
+    left out, as Qdrant's grouping does."""
+    groups: dict[object, list] = {}
+    for pid, score, key in ranked:
         if key is None or isinstance(key, (list, dict)):
             continue
         g = groups.get(key)
         if g is None:
-            g = groups[key] = PointGroup(key, [], 0)
-        g.matched += 1
-        if len(g.hits) < group_size:
-            g.hits.append(p)
+            g = groups[key] = [key, [], 0]
+        g[2] += 1
+        if len(g[1]) < group_size:
+            g[1].append((pid, score))
     return list(groups.values())
 
 

@@ -181,13 +181,25 @@ class EdgeStore(Store):
 
     def search(self, collection, vector_name, query, *, limit, query_filter=None, score_threshold=None,
                prefetch=None, params=None, offset=0, with_payload=True):
+        points = self._query(collection, vector_name, query, limit, query_filter, score_threshold, prefetch, params,
+                             offset, with_payload)
+        return [models.ScoredPoint.model_construct(id=client_id(p.id), version=p.version, score=p.score, payload=p.payload,
+                                                   vector=None, shard_key=None, order_value=None) for p in points]
+
+    def ranked_keys(self, collection, vector_name, query, *, key, limit, query_filter=None, score_threshold=None,
+                    prefetch=None, params=None):
+        # The engine's points as they come: no client point built for each of a window's hundreds.
+        points = self._query(collection, vector_name, query, limit, query_filter, score_threshold, prefetch, params,
+                             0, [key])
+        return [(client_id(p.id), p.score, (p.payload or {}).get(key)) for p in points]
+
+    def _query(self, collection, vector_name, query, limit, query_filter, score_threshold, prefetch, params, offset,
+               with_payload):
         req = qe.QueryRequest(limit=limit, offset=offset or None, query=edge_query(query, vector_name),
                               prefetches=[edge_prefetch(p) for p in prefetch] if prefetch else None,
                               filter=edge_filter(query_filter), score_threshold=score_threshold,
                               params=edge_params(params), with_payload=with_payload)
-        points = _edge(self._shard(collection).query, req, where=self.location)
-        return [models.ScoredPoint.model_construct(id=client_id(p.id), version=p.version, score=p.score, payload=p.payload,
-                                                   vector=None, shard_key=None, order_value=None) for p in points]
+        return _edge(self._shard(collection).query, req, where=self.location)
 
     def payloads(self, collection, ids):
         records = _edge(self._shard(collection).retrieve, [edge_id(i) for i in ids], True, False, where=self.location)
