@@ -6,6 +6,7 @@ document (with and without an API key)."""
 from __future__ import annotations
 
 import io
+import json
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -22,6 +23,7 @@ from schemathesis import checks
 from starlette_testclient import TestClient as RequestsTestClient  # the requests-based client schemathesis sends with
 
 from search.api import create_app
+from search.api.responses import FastJSON
 from search.services import HIT_CHARS, HIT_CHARS_LIMIT, MAX_PAGE, SearchService
 from search.triton.local import free_port
 
@@ -401,3 +403,12 @@ CONFORMANCE = (checks.not_a_server_error, checks.status_code_conformance, checks
                                       HealthCheck.function_scoped_fixture])
 def test_fuzz_openapi_conformance(case, fuzz_client):
     case.call_and_validate(session=fuzz_client, headers=fuzz_client.key_headers, checks=CONFORMANCE)
+
+
+def test_answers_are_json_with_the_same_numbers_also_where_orjson_refuses():
+    """orjson writes the answers, floats with the same shortest round-trip digits as json; what it
+    refuses (a non-str key) json writes instead, never a 500."""
+    body = {"query": "café", "scores": [0.1, 1e-05, 0.30000001192092896, -2.5e+20], "n": {1: "one"}}
+    assert json.loads(FastJSON(body).body) == {**body, "n": {"1": "one"}}
+    scores = [0.1, 1e-05, 0.30000001192092896, -2.5e+20, 0.012345678918063641]
+    assert json.loads(FastJSON({"scores": scores}).body)["scores"] == scores

@@ -18,6 +18,7 @@ from search import owner
 from search.api.backend import Backend
 from search.api.errors import add_error_handlers
 from search.api.limits import LimitRequestSize
+from search.api.responses import FastJSON
 from search.api.routes import embeddings, health, ingest, kb, search, watches
 from search.api.schemas import errors
 from search.api.security import SCOPES, KeyGuard, principal
@@ -47,7 +48,7 @@ def create_app(settings: Settings) -> FastAPI:
             yield
         backend.close()
 
-    app = FastAPI(title="Multimodal search API", version="1.0", lifespan=lifespan,
+    app = FastAPI(title="Multimodal search API", version="1.0", lifespan=lifespan, default_response_class=FastJSON,
                   responses=errors(413, 500),  # any request may carry a body over the limit, or fail unexpectedly
                   description="Document search with citations, photo search (text and example image), "
                               "ingest jobs, folder watches and health. Send the key in the X-API-Key header when one is configured.")

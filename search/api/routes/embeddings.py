@@ -5,11 +5,11 @@ from __future__ import annotations
 import base64
 
 from fastapi import APIRouter, Depends
-from fastapi.responses import JSONResponse
 
 from search.api.backend import Backend
 from search.api.deps import get_backend
 from search.api.openai import EmbeddingList, EmbeddingRequest, ModelCard, ModelList, errors
+from search.api.responses import FastJSON
 from search.api.security import require_key
 from search.errors import NotFound
 
@@ -23,15 +23,15 @@ async def embeddings(body: EmbeddingRequest, backend: Backend = Depends(get_back
     return await backend.run(_embeddings, backend, body)
 
 
-def _embeddings(backend: Backend, body: EmbeddingRequest) -> JSONResponse:
+def _embeddings(backend: Backend, body: EmbeddingRequest) -> FastJSON:
     out = backend.embedder().embed(body.model, body.input, dimensions=body.dimensions)
     if body.encoding_format == "base64":
         data = [base64.b64encode(v.astype("<f4").tobytes()).decode("ascii") for v in out.vectors]
     else:
         data = out.vectors.tolist()
     tokens = sum(out.tokens)
-    # A JSONResponse as is: jsonable_encoder over thousands of floats per vector costs more than the model
-    return JSONResponse({"object": "list", "model": out.model.name, "usage": {"prompt_tokens": tokens, "total_tokens": tokens},
+    # A FastJSON as is: jsonable_encoder over thousands of floats per vector costs more than the model
+    return FastJSON({"object": "list", "model": out.model.name, "usage": {"prompt_tokens": tokens, "total_tokens": tokens},
                          "data": [{"object": "embedding", "index": i, "embedding": e} for i, e in enumerate(data)]})
 
 

@@ -5,11 +5,11 @@ from __future__ import annotations
 from typing import Annotated, Literal
 
 from fastapi import APIRouter, Depends, File, Form, Path, Query, Request, UploadFile
-from fastapi.responses import JSONResponse
 
 from search.api.backend import Backend
 from search.api.deps import get_backend
 from search.api.limits import read_limited
+from search.api.responses import FastJSON
 from search.api.schemas import DocumentQuery, ImageQuery, KbName, PhotoFilters, errors, utf8_text
 from search.api.security import need_kb, require_key
 from search.services import HIT_CHARS_LIMIT, MAX_TOP_K, SORTS, prompt_context
@@ -25,20 +25,20 @@ async def search_documents(body: DocumentQuery, request: Request, backend: Backe
     return await backend.run(_documents, backend, body, need_kb(request, body.kb))
 
 
-def _documents(backend: Backend, body: DocumentQuery, kb: str) -> JSONResponse:
+def _documents(backend: Backend, body: DocumentQuery, kb: str) -> FastJSON:
     options = dict(kb=kb, top_k=body.top_k, offset=body.offset, min_score=body.min_score,
                    folder=body.folder, mode=body.mode, suffixes=body.types or (), max_chars=body.max_chars, full_text=body.full_text)
     svc = backend.service()
     # next_offset: where the next page starts (null once a page comes back short: nothing more).
-    # A JSONResponse as is: FastAPI would otherwise walk the whole answer through jsonable_encoder first.
+    # A FastJSON as is: FastAPI would otherwise walk the whole answer through jsonable_encoder first.
     if body.group_by is None:
         hits = svc.search_documents(body.query, min_relevance=body.min_relevance, **options)
-        return JSONResponse({"query": body.query, "offset": body.offset, **hits.relevance_fields(),
+        return FastJSON({"query": body.query, "offset": body.offset, **hits.relevance_fields(),
                              "hits": [h.as_dict() for h in hits],
                              "next_offset": body.offset + len(hits) if len(hits) == body.top_k else None,
                              "context": prompt_context(hits)})
     groups = svc.search_document_groups(body.query, group_size=body.group_size or 1, **options)
-    return JSONResponse({"query": body.query, "offset": body.offset, "group_by": body.group_by,
+    return FastJSON({"query": body.query, "offset": body.offset, "group_by": body.group_by,
                          "groups": [g.as_dict() for g in groups],
                          "next_offset": body.offset + len(groups) if len(groups) == body.top_k else None,
                          "context": prompt_context([h for g in groups for h in g.hits])})
@@ -49,11 +49,11 @@ async def search_images(body: ImageQuery, request: Request, backend: Backend = D
     return await backend.run(_images, backend, body, need_kb(request, body.kb))
 
 
-def _images(backend: Backend, body: ImageQuery, kb: str) -> JSONResponse:
+def _images(backend: Backend, body: ImageQuery, kb: str) -> FastJSON:
     hits = backend.service().search_images(body.text, top_k=body.top_k, min_score=body.min_score,
                                            filters=body.to_filters(), sort=body.sort, verify=body.verify,
                                            min_entailment=body.min_entailment, kb=kb, min_relevance=body.min_relevance)
-    return JSONResponse({"text": body.text, **hits.relevance_fields(), "hits": [h.as_dict() for h in hits]})
+    return FastJSON({"text": body.text, **hits.relevance_fields(), "hits": [h.as_dict() for h in hits]})
 
 
 @router.post("/entail", summary="Does the uploaded photo support the hypothesis? (OFA visual entailment)",

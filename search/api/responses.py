@@ -1,0 +1,15 @@
+"""The API's JSON answers, encoded with orjson: Python's json spends ~0.27 ms writing one 384-float
+vector (its float repr), orjson ~0.01 ms, with the same shortest round-trip digits."""
+
+from __future__ import annotations
+
+import orjson
+from fastapi.responses import JSONResponse
+
+
+class FastJSON(JSONResponse):
+    def render(self, content) -> bytes:
+        try:
+            return orjson.dumps(content)
+        except TypeError:  # what orjson refuses and json writes (a non-str key); a lone surrogate fails both
+            return super().render(content)
