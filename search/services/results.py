@@ -29,6 +29,11 @@ class _Paths:
     def _json_paths(self) -> dict:
         return {"path": readable(self.path), "path_bytes": path_bytes(self.path), "paths": [readable(p) for p in self.paths]}
 
+    def _json(self, **extra) -> dict:
+        """The fields one level deep, then the path forms and ``extra`` (dataclasses.asdict deep-copies:
+        an answer of 100 hits paid ~4x for it)."""
+        return {**{name: getattr(self, name) for name in self.__dataclass_fields__}, **self._json_paths(), **extra}
+
 
 @dataclass(frozen=True)
 class DocumentHit(_Paths):
@@ -61,8 +66,7 @@ class DocumentHit(_Paths):
         return flat if len(flat) <= width else flat[: width - 1].rsplit(" ", 1)[0] + "…"
 
     def as_dict(self) -> dict:
-        # the fields one level deep (dataclasses.asdict deep-copies: a REST answer of 100 hits paid for it)
-        return {**{name: getattr(self, name) for name in _DOCUMENT_FIELDS}, **self._json_paths(), "citation": self.citation}
+        return self._json(citation=self.citation)
 
     def bounded(self, max_chars: int | None) -> DocumentHit:
         """This hit with at most ``max_chars`` characters of text (None: all of it), cut at a word
@@ -85,9 +89,6 @@ class DocumentHit(_Paths):
                    text=text, sha256=pl.get("sha256", ""), paths=[from_stored(x) for x in pl.get("paths", [])],
                    start=pl.get("start"), end=pl.get("end"), page=pl.get("page"), title=pl.get("title"),
                    section=pl.get("section"), mode=mode, length=len(text))
-
-
-_DOCUMENT_FIELDS = tuple(DocumentHit.__dataclass_fields__)
 
 
 @dataclass(frozen=True)
@@ -140,7 +141,7 @@ class ImageHit(_Paths):
         return datetime.fromtimestamp(self.taken_at, UTC).strftime("%Y-%m-%d %H:%M") if self.taken_at is not None else None
 
     def as_dict(self) -> dict:
-        return {**asdict(self), **self._json_paths(), "taken": self.taken}
+        return self._json(taken=self.taken)
 
     @classmethod
     def from_point(cls, p: models.ScoredPoint | models.Record) -> ImageHit:
