@@ -30,9 +30,9 @@ def _embeddings(backend: Backend, body: EmbeddingRequest) -> FastJSON:
     else:
         data = out.vectors.tolist()
     tokens = sum(out.tokens)
-    # A FastJSON as is: jsonable_encoder over thousands of floats per vector costs more than the model
+    # A response as is: jsonable_encoder over thousands of floats per vector costs more than the model
     return FastJSON({"object": "list", "model": out.model.name, "usage": {"prompt_tokens": tokens, "total_tokens": tokens},
-                         "data": [{"object": "embedding", "index": i, "embedding": e} for i, e in enumerate(data)]})
+                     "data": [{"object": "embedding", "index": i, "embedding": e} for i, e in enumerate(data)]})
 
 
 @router.get("/models", summary="The embedding models served now", response_model=ModelList)

@@ -30,18 +30,18 @@ def _documents(backend: Backend, body: DocumentQuery, kb: str) -> FastJSON:
                    folder=body.folder, mode=body.mode, suffixes=body.types or (), max_chars=body.max_chars, full_text=body.full_text)
     svc = backend.service()
     # next_offset: where the next page starts (null once a page comes back short: nothing more).
-    # A FastJSON as is: FastAPI would otherwise walk the whole answer through jsonable_encoder first.
+    # A response as is: FastAPI would otherwise walk the whole answer through jsonable_encoder first.
     if body.group_by is None:
         hits = svc.search_documents(body.query, min_relevance=body.min_relevance, **options)
         return FastJSON({"query": body.query, "offset": body.offset, **hits.relevance_fields(),
-                             "hits": [h.as_dict() for h in hits],
-                             "next_offset": body.offset + len(hits) if len(hits) == body.top_k else None,
-                             "context": prompt_context(hits)})
+                         "hits": [h.as_dict() for h in hits],
+                         "next_offset": body.offset + len(hits) if len(hits) == body.top_k else None,
+                         "context": prompt_context(hits)})
     groups = svc.search_document_groups(body.query, group_size=body.group_size or 1, **options)
     return FastJSON({"query": body.query, "offset": body.offset, "group_by": body.group_by,
-                         "groups": [g.as_dict() for g in groups],
-                         "next_offset": body.offset + len(groups) if len(groups) == body.top_k else None,
-                         "context": prompt_context([h for g in groups for h in g.hits])})
+                     "groups": [g.as_dict() for g in groups],
+                     "next_offset": body.offset + len(groups) if len(groups) == body.top_k else None,
+                     "context": prompt_context([h for g in groups for h in g.hits])})
 
 
 @router.post("/search/images", summary="Photos that match a text (CLIP)", responses=errors(409))
