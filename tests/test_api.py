@@ -116,6 +116,10 @@ def test_ingest_a_folder_then_search_documents(settings, docs):
         assert {"score", "path", "page", "chunk", "text", "citation", "section"} <= top.keys()
         assert body["context"].startswith(f"[1] {top['citation']}\n") and "[3] " in body["context"]
         assert len(body["hits"]) == 3
+        backend = c.app.state.backend
+        assert backend.store_in_loop()  # the search awaited Triton and read the store in the event loop
+        plain = backend.service().search_documents("reset password", top_k=3, mode="semantic")
+        assert body["hits"] == json.loads(json.dumps([h.as_dict() for h in plain]))
 
         auto = c.post("/search/documents", json={"query": "reset password", "mode": "auto"}).json()
         assert auto["hits"] and len(auto["hits"]) == 5

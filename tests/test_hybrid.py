@@ -4,6 +4,7 @@ hybrid queries. The model is random, so these tests check plumbing and exact for
 
 from __future__ import annotations
 
+import asyncio
 import json
 import math
 import os
@@ -211,3 +212,32 @@ def test_cli_modes_and_citations(settings, library):
     assert proc.returncode == 0 and "travel.pdf" in proc.stdout and "p. 2" in proc.stdout
     bad = search("hotel receipts", "--mode", "fuzzy")
     assert bad.returncode == 2 and "mode: must be one of" in bad.stderr and "Traceback" not in bad.stderr
+
+
+def test_a_search_that_awaits_its_encoding_finds_what_the_plain_call_finds(service, library):
+    """The event loop's half (aencode_query, on Triton's asyncio client) and the store's half
+    (search_documents(encoded=...)) give the plain call's hits and groups in every mode."""
+    ingest(service, [library])
+
+    async def encode_all() -> dict:
+        try:
+            return {(q, m): await service.aencode_query(q, mode=m) for q in QUERIES for m in MODES}
+        finally:
+            await service.triton.aclose()
+
+    encoded = asyncio.run(encode_all())
+    for (query, mode), enc in encoded.items():
+        plain = service.search_documents(query, top_k=4, mode=mode)
+        assert enc.mode == service.document_mode(mode) and enc.asked == mode
+        assert plain or mode == "sparse", (query, mode)  # the random model's sparse weights may share no token
+        assert [h.as_dict() for h in service.search_documents(query, top_k=4, mode=mode, encoded=enc)] == [h.as_dict() for h in plain]
+        grouped = service.search_document_groups(query, top_k=3, group_size=2, mode=mode, encoded=enc)
+        assert [g.as_dict() for g in grouped] == [g.as_dict() for g in service.search_document_groups(query, top_k=3, group_size=2, mode=mode)]
+    with pytest.raises(ValueError, match="another text"):
+        service.search_documents("something else", mode="semantic", encoded=encoded[(QUERIES[0], "semantic")])
+    with pytest.raises(BadRequest, match="query: must not be empty"):
+        asyncio.run(service.aencode_query("   ", mode="semantic"))
+
+
+QUERIES = ("reset password", "Hotel receipts are uploaded within thirty days")
+MODES = ("semantic", "dense", "sparse", "hybrid", "auto")

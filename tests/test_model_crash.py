@@ -6,6 +6,7 @@ clear line and stops only the kind of file that needs the model. Nothing is mock
 
 from __future__ import annotations
 
+import asyncio
 import os
 import shutil
 import signal
@@ -150,14 +151,23 @@ def test_dead_minilm_is_reported_then_reloaded_by_the_next_search(server, settin
         assert ready["triton"]["models"]["minilm_query"] is False and ready["triton"]["models"]["clip_text"] is True
         assert "minilm_query_onnx" in ready["triton"]["unhealthy"]["minilm_query"]
 
-        # No `search triton down && up`: the search itself reloads the dead step and is answered.
-        hits = svc.search_documents("I forgot my password", top_k=3)
+        # No `search triton down && up`: the search itself reloads the dead step and is answered. The
+        # API's way: the query awaited on Triton's asyncio client (the reload runs in a worker thread).
+        encoded = asyncio.run(encode(svc, "I forgot my password"))
+        hits = svc.search_documents("I forgot my password", top_k=3, encoded=encoded)
         assert hits and hits[0].path.endswith("reset-password.md")
         assert stubs(server, "minilm_query_onnx") and not old & set(stubs(server, "minilm_query_onnx"))
         assert svc.status()["triton"]["models"]["minilm_query"]["healthy"] is True
     finally:
         svc.close()
     assert cli("--data-dir", str(home), "triton", "status").returncode == 0
+
+
+async def encode(svc: SearchService, query: str):
+    try:
+        return await svc.aencode_query(query)
+    finally:
+        await svc.triton.aclose()
 
 
 def test_a_crash_that_cannot_be_reloaded_is_one_line_and_stops_only_documents(server, settings, crash_repo, tmp_path):

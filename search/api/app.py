@@ -46,6 +46,7 @@ def create_app(settings: Settings) -> FastAPI:
         backend.watches.start()  # the recorded folder watches, each catching up with a rescan first
         async with mcp.run():
             yield
+        await backend.resources.triton.aclose()  # this loop's channel (searches await Triton in the loop)
         backend.close()
 
     app = FastAPI(title="Multimodal search API", version="1.0", lifespan=lifespan, default_response_class=FastJSON,

@@ -1,10 +1,12 @@
 """What the routes share: the query and ingest services over one store, the folders the API may
 read, and the ingest jobs.
 
-Concurrency: one store per app. qdrant-client's local mode is not thread-safe, so there every call
-into its client takes one lock (``_Serialised``), held for a single store operation, not for a whole
-request or job: a search issued while a job runs waits at most for one upsert batch, and embedding
-(Triton) runs outside the lock. The embedded engine and a server take concurrent calls.
+Concurrency: one store per app. Document searches on the embedded engine await Triton in the event
+loop and call the store there (``store_in_loop``); other calls run in the query threads.
+qdrant-client's local mode is not thread-safe, so there every call into its client takes one lock
+(``_Serialised``), held for a single store operation, not for a whole request or job: a search
+issued while a job runs waits at most for one upsert batch, and embedding (Triton) runs outside the
+lock. The embedded engine and a server take concurrent calls.
 """
 
 from __future__ import annotations
@@ -80,6 +82,13 @@ class Backend:
         (its id in the log lines the call writes)."""
         call = functools.partial(contextvars.copy_context().run, fn, *args, **kwargs)
         return await asyncio.get_running_loop().run_in_executor(self._pool, call)
+
+    def store_in_loop(self) -> bool:
+        """Whether a query's store calls run in the event loop: for the embedded engine once it is open.
+        Its calls are in-process and take well under a millisecond on a query's scale, less than the hop
+        to a thread costs under load, so a search awaits only Triton (``aencode_query``). A Qdrant server
+        (a network wait) and local mode (a lock wait) keep their calls in the query threads."""
+        return self._opened and self.resources.store.backend == "edge"
 
     def _ingest(self, paths: list[Path], *, local: bool = False, **options):
         """A job's run. The roots are checked again as each file is opened (a path allowed when the

@@ -65,24 +65,40 @@ def encode(client: TritonClient, texts: list[str], *, colbert: bool = True, max_
     """Dense, sparse and (unless ``colbert=False``) ColBERT outputs per text from the ``bge_m3``
     ensemble; ``max_length`` lowers the served limit (8192 tokens, or the model's own if smaller)."""
     outs: list[M3Output] = []
-    names = ["DENSE", "SPARSE_INDICES", "SPARSE_VALUES", "COLBERT", "TRUNCATED", "NUM_TOKENS"]
     for start in range(0, len(texts), BATCH):
         chunk = texts[start:start + BATCH]
-        n = len(chunk)
-        inputs = {"TEXT": text_tensor(chunk), "WITH_COLBERT": np.full((n, 1), bool(colbert), bool)}
-        if max_length:  # absent: the server's limit
-            inputs["MAX_LENGTH"] = np.full((n, 1), int(max_length), np.int32)
-        res = client.infer("bge_m3", inputs, names)
-        for i in range(n):
-            keep = res["SPARSE_INDICES"][i] >= 0  # ragged per text: padded with -1 / 0
-            count = int(res["NUM_TOKENS"][i].reshape(-1)[0])
-            outs.append(M3Output(
-                dense=res["DENSE"][i],
-                sparse=dict(zip(res["SPARSE_INDICES"][i][keep].tolist(), res["SPARSE_VALUES"][i][keep].tolist())),
-                colbert=res["COLBERT"][i][:count - 1] if colbert else None,  # padded with zero vectors
-                truncated=bool(res["TRUNCATED"][i].reshape(-1)[0]),
-                n_tokens=count,
-            ))
+        outs += _decode(client.infer("bge_m3", _inputs(chunk, colbert, max_length), OUTPUTS), len(chunk), colbert)
+    return outs
+
+
+async def aencode(client: TritonClient, texts: list[str], *, colbert: bool = True) -> list[M3Output]:
+    """``encode`` for an event loop (Triton's asyncio client): up to BATCH texts, e.g. a query."""
+    return _decode(await client.ainfer("bge_m3", _inputs(texts, colbert, None), OUTPUTS), len(texts), colbert)
+
+
+OUTPUTS = ["DENSE", "SPARSE_INDICES", "SPARSE_VALUES", "COLBERT", "TRUNCATED", "NUM_TOKENS"]
+
+
+def _inputs(texts: list[str], colbert: bool, max_length: int | None) -> dict[str, np.ndarray]:
+    n = len(texts)
+    inputs = {"TEXT": text_tensor(texts), "WITH_COLBERT": np.full((n, 1), bool(colbert), bool)}
+    if max_length:  # absent: the server's limit
+        inputs["MAX_LENGTH"] = np.full((n, 1), int(max_length), np.int32)
+    return inputs
+
+
+def _decode(res: dict[str, np.ndarray], n: int, colbert: bool) -> list[M3Output]:
+    outs = []
+    for i in range(n):
+        keep = res["SPARSE_INDICES"][i] >= 0  # ragged per text: padded with -1 / 0
+        count = int(res["NUM_TOKENS"][i].reshape(-1)[0])
+        outs.append(M3Output(
+            dense=res["DENSE"][i],
+            sparse=dict(zip(res["SPARSE_INDICES"][i][keep].tolist(), res["SPARSE_VALUES"][i][keep].tolist())),
+            colbert=res["COLBERT"][i][:count - 1] if colbert else None,  # padded with zero vectors
+            truncated=bool(res["TRUNCATED"][i].reshape(-1)[0]),
+            n_tokens=count,
+        ))
     return outs
 
 

@@ -14,6 +14,7 @@ from search.triton.client import TritonClient, text_tensor
 DIM = 384
 MAX_TOKENS = 256
 BATCH = 64  # max_batch_size of the minilm models
+OUTPUTS = ["EMBEDDING", "TRUNCATED"]
 QUERY_ENSEMBLE = "minilm_query"  # one text at a time, on single-threaded instances
 
 
@@ -65,17 +66,37 @@ def infer_texts(client: TritonClient, texts: list[str], outputs: list[str]) -> d
     """The ``minilm`` ensembles' ``outputs`` for ``texts`` (at most BATCH), from ``ensemble_for``'s
     ensemble. A server whose repository predates the query deployment (loaded before an upgrade's
     `search models build`) answers one-text requests through ``minilm``, asked again every few minutes."""
-    tensor = {"TEXT": text_tensor(texts)}
-    model = ensemble_for(len(texts))
-    if model == QUERY_ENSEMBLE and time.monotonic() - _NO_QUERY_ENSEMBLE.get(client.url, -QUERY_RECHECK_S) < QUERY_RECHECK_S:
-        model = "minilm"
+    model, tensor = _request(client, texts)
     try:
         return client.infer(model, tensor, outputs)
     except ModelNotReady:
         if model != QUERY_ENSEMBLE:
             raise
-        _NO_QUERY_ENSEMBLE[client.url] = time.monotonic()
-        return client.infer("minilm", tensor, outputs)
+        return client.infer(_fall_back(client), tensor, outputs)
+
+
+async def ainfer_texts(client: TritonClient, texts: list[str], outputs: list[str]) -> dict[str, np.ndarray]:
+    """``infer_texts`` for an event loop (Triton's asyncio client)."""
+    model, tensor = _request(client, texts)
+    try:
+        return await client.ainfer(model, tensor, outputs)
+    except ModelNotReady:
+        if model != QUERY_ENSEMBLE:
+            raise
+        return await client.ainfer(_fall_back(client), tensor, outputs)
+
+
+def _request(client: TritonClient, texts: list[str]) -> tuple[str, dict[str, np.ndarray]]:
+    model = ensemble_for(len(texts))
+    if model == QUERY_ENSEMBLE and time.monotonic() - _NO_QUERY_ENSEMBLE.get(client.url, -QUERY_RECHECK_S) < QUERY_RECHECK_S:
+        model = "minilm"
+    return model, {"TEXT": text_tensor(texts)}
+
+
+def _fall_back(client: TritonClient) -> str:
+    """The query ensemble is not served: note it, and ask ``minilm`` instead."""
+    _NO_QUERY_ENSEMBLE[client.url] = time.monotonic()
+    return "minilm"
 
 
 def ensemble_for(n_texts: int) -> str:
@@ -89,5 +110,13 @@ def embed(client: TritonClient, texts: list[str]) -> tuple[np.ndarray, np.ndarra
     """Unit vectors [n, 384] and a truncated flag per text, from the served model (``ensemble_for``)."""
     if not texts:
         return np.zeros((0, DIM), np.float32), np.zeros(0, bool)
-    out = infer_texts(client, texts, ["EMBEDDING", "TRUNCATED"])
+    out = infer_texts(client, texts, OUTPUTS)
+    return out["EMBEDDING"], out["TRUNCATED"].reshape(-1)
+
+
+async def aembed(client: TritonClient, texts: list[str]) -> tuple[np.ndarray, np.ndarray]:
+    """``embed`` for an event loop (Triton's asyncio client)."""
+    if not texts:
+        return np.zeros((0, DIM), np.float32), np.zeros(0, bool)
+    out = await ainfer_texts(client, texts, OUTPUTS)
     return out["EMBEDDING"], out["TRUNCATED"].reshape(-1)

@@ -25,24 +25,27 @@ class DocumentSearch(Relevance):
     def search_documents(self, query: str, *, top_k: int = 5, offset: int = 0, min_score: float | None = None,
                          folder: str | None = None, mode: str | None = None,
                          suffixes: tuple[str, ...] | list[str] = (), max_chars: int | None = None,
-                         full_text: bool = False, kb: str | None = None, min_relevance: float | None = None) -> HitList:
+                         full_text: bool = False, kb: str | None = None, min_relevance: float | None = None,
+                         encoded: EncodedQuery | None = None) -> HitList:
         """Passages that match ``query``, with citations and their calibrated relevance: the ``top_k``
         best after skipping ``offset`` (pages of one ranking concatenate to it). ``mode``: one of MODES
         (default: the ``search_mode`` setting, "auto"). Each hit's text stops near ``max_chars``
         characters (default HIT_CHARS; the hit says truncated and the whole length), or is whole with
         ``full_text``. ``kb``: the knowledge base searched (None: the default one). ``min_relevance``
-        hides hits that are not that clearly above the collection's background (``no_match`` when none is)."""
+        hides hits that are not that clearly above the collection's background (``no_match`` when none is).
+        ``encoded``: the query already encoded (``aencode_query``: an event loop awaits Triton itself)."""
         limit = check_max_chars(max_chars, full_text)
         check_page(top_k, offset)
         check_min_relevance(min_relevance)
         found = self._find_documents(query, Page(top_k, offset), min_score=min_score, folder=folder, mode=mode,
-                                     suffixes=suffixes, kb=kb, min_relevance=min_relevance)
+                                     suffixes=suffixes, kb=kb, min_relevance=min_relevance, encoded=encoded)
         return found.rewrap([h.bounded(limit) for h in found])
 
     def search_document_groups(self, query: str, *, top_k: int = 5, offset: int = 0, group_size: int = 1,
                                min_score: float | None = None, folder: str | None = None, mode: str | None = None,
                                suffixes: tuple[str, ...] | list[str] = (), max_chars: int | None = None,
-                               full_text: bool = False, kb: str | None = None) -> list[DocumentGroup]:
+                               full_text: bool = False, kb: str | None = None,
+                               encoded: EncodedQuery | None = None) -> list[DocumentGroup]:
         """Per-document results (group_by=document): the ``top_k`` best documents after skipping
         ``offset`` documents, in the order of their best passage, each with up to ``group_size`` of
         its best passages and how many more of its passages the search ranked (see Store.search_groups).
@@ -51,12 +54,21 @@ class DocumentSearch(Relevance):
         check_page(top_k, offset)
         check_group_size(group_size)
         groups = self._find_documents(query, Page(top_k, offset, group_size), min_score=min_score, folder=folder,
-                                      mode=mode, suffixes=suffixes, kb=kb)
+                                      mode=mode, suffixes=suffixes, kb=kb, encoded=encoded)
         return [DocumentGroup([h.bounded(limit) for h in g.hits], g.more) for g in groups]
 
     def _find_documents(self, query: str, page: Page, *, min_score: float | None, folder: str | None,
                         mode: str | None, suffixes: tuple[str, ...] | list[str], kb: str | None,
-                        min_relevance: float | None = None) -> list:
+                        min_relevance: float | None = None, encoded: EncodedQuery | None = None) -> list:
+        if encoded is None:
+            encoded = self._encode(self._target(query, mode, kb))
+        elif (encoded.text, encoded.asked, encoded.kb) != ((query or "").strip(), mode or self.settings.search_mode, kb):
+            raise ValueError("encoded: the query was encoded for another text, mode or knowledge base")
+        run = _Run(self.store, encoded.collection, page, document_filter(folder, suffixes))
+        return self._hits(run, encoded, min_score, min_relevance)
+
+    def _target(self, query: str, mode: str | None, kb: str | None) -> Target:
+        """What a query searches, after the checks that need no model."""
         mode = mode or self.settings.search_mode
         if mode not in MODES:
             raise BadRequest(f"mode: must be one of {', '.join(MODES)}, got {mode!r}")
@@ -69,21 +81,33 @@ class DocumentSearch(Relevance):
                 raise EmptyCollection(f"kb: nothing indexed in knowledge base {kb!r} yet: run `indexer ingest PATH --kb {kb}`")
             raise EmptyCollection("nothing indexed yet: run `indexer ingest PATH` (e.g. `indexer ingest samples/docs`)"
                                   + self._legacy_hint())
-        mode = self.document_mode(mode, kb)
-        flt = document_filter(folder, suffixes)
-        run = _Run(self.store, collection, page, flt)
-        if mode == "semantic":
-            vectors, _ = minilm.embed(self.triton, [query])
-            vector = vectors[0].tolist()
-            return self._relevant(run, run.hits(mode, "minilm", vector, min_score), "minilm", vector, min_relevance)
-        return self._search_bge_m3(query, mode, run, min_score=min_score, min_relevance=min_relevance)
+        return Target(query, mode, kb, collection)
 
-    def document_mode(self, mode: str, kb: str | None = None) -> str:
+    def _encode(self, target: Target) -> EncodedQuery:
+        mode = self.document_mode(target.asked, target.kb)
+        if mode == "semantic":
+            return target.encoded(mode, minilm.embed(self.triton, [target.text])[0][0].tolist())
+        return target.encoded(mode, bge_m3.encode(self.triton, [target.text], colbert=mode == "hybrid")[0])
+
+    async def aencode_query(self, query: str, *, mode: str | None = None, kb: str | None = None) -> EncodedQuery:
+        """A document query encoded by its mode's served model, awaited on Triton's asyncio client: an
+        event loop's half of a search, whose store half is ``search_documents(..., encoded=...)`` (or
+        ``search_document_groups``). Checks and errors as ``search_documents``'."""
+        target = self._target(query, mode, kb)
+        served = None if target.asked == "semantic" else await self.triton.amodel_ready(BGE_M3.ensembles[0])
+        mode = self.document_mode(target.asked, kb, served=served)
+        if mode == "semantic":
+            return target.encoded(mode, (await minilm.aembed(self.triton, [target.text]))[0][0].tolist())
+        return target.encoded(mode, (await bge_m3.aencode(self.triton, [target.text], colbert=mode == "hybrid"))[0])
+
+    def document_mode(self, mode: str, kb: str | None = None, *, served: bool | None = None) -> str:
         """The mode a search in ``mode`` runs in: auto -> hybrid when the index has BGE-M3 vectors and
-        the model is served, else semantic. A BGE-M3 mode that cannot run raises, saying why."""
+        the model is served, else semantic. A BGE-M3 mode that cannot run raises, saying why.
+        ``served``: whether BGE-M3 is served, when the caller already asked Triton."""
         if mode == "semantic":
             return mode
-        served = self.triton.model_ready(BGE_M3.ensembles[0])
+        if served is None:
+            served = self.triton.model_ready(BGE_M3.ensembles[0])
         indexed = self.store.count_where(self._collection(kb, DOCUMENTS.name), "models", BGE_M3.family) > 0
         if mode == "auto":
             return "hybrid" if served and indexed else "semantic"
@@ -94,9 +118,10 @@ class DocumentSearch(Relevance):
                                   f"run `indexer ingest PATH` again now that {BGE_M3.display} is served, or use --mode semantic")
         return mode
 
-    def _search_bge_m3(self, query: str, mode: str, run: _Run, *, min_score: float | None,
-                       min_relevance: float | None = None) -> list:
-        q = bge_m3.encode(self.triton, [query], colbert=mode == "hybrid")[0]
+    def _hits(self, run: _Run, encoded: EncodedQuery, min_score: float | None, min_relevance: float | None) -> list:
+        mode, q = encoded.mode, encoded.value
+        if mode == "semantic":
+            return self._relevant(run, run.hits(mode, "minilm", q, min_score), "minilm", q, min_relevance)
         sparse = models.SparseVector(indices=list(q.sparse), values=list(q.sparse.values()))
         if mode == "dense":
             dense = q.dense.tolist()
@@ -176,6 +201,31 @@ class DocumentSearch(Relevance):
         return {"path": first.display_path, "paths": [str(p) for p in first.paths], "sha256": first.sha256,
                 "title": first.title, "chunks": len(seen), "length": len(text), "truncated": len(text) > max_chars,
                 "text": text[:max_chars]}
+
+
+@dataclass(frozen=True)
+class EncodedQuery:
+    """A document query and its encoding by the served model of the mode it runs in."""
+
+    text: str  # stripped
+    asked: str  # the mode asked for (e.g. auto)
+    mode: str  # the mode it runs in: semantic (value: the MiniLM vector), dense, sparse or hybrid (a BGE-M3 M3Output)
+    kb: str | None
+    collection: str
+    value: object
+
+
+@dataclass(frozen=True)
+class Target:
+    """What a document query searches, before its encoding."""
+
+    text: str
+    asked: str
+    kb: str | None
+    collection: str
+
+    def encoded(self, mode: str, value: object) -> EncodedQuery:
+        return EncodedQuery(self.text, self.asked, mode, self.kb, self.collection, value)
 
 
 @dataclass(frozen=True)

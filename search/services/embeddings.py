@@ -4,6 +4,7 @@ compute them, so a bot that embeds here gets the vectors the index holds."""
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import binascii
 import re
@@ -75,6 +76,34 @@ class Embeddings(ServiceBase):
         """Unit vectors for ``inputs`` (texts; base64 images for an image model), one per input in
         order, from the served model ``model``. ``dimensions``: only the model's own width (no
         model here is trained to be cut shorter), anything else is refused."""
+        m, items = self._checked(model, inputs)
+        self._check_served(m, self.triton.model_ready(m.ensemble), dimensions)
+        if m.input == "image":
+            images = [self._image(item, i if not isinstance(inputs, str) else None) for i, item in enumerate(items)]
+            vectors = np.concatenate([clip.embed_images(self.triton, images[s:s + clip.IMAGE_BATCH])
+                                      for s in range(0, len(images), clip.IMAGE_BATCH)])
+            return Embedded(m, vectors, [0] * len(items))
+        if m.family == "bge_m3":
+            return _dense(m, bge_m3.encode(self.triton, items, colbert=False))
+        return _texts(m, [minilm.infer_texts(self.triton, part, TEXT_OUTPUTS) if m.family == "minilm"
+                          else self.triton.infer(m.ensemble, {"TEXT": text_tensor(part)}, TEXT_OUTPUTS)
+                          for part in _batches(m, items)])
+
+    async def aembed(self, model: str, inputs: str | list[str], *, dimensions: int | None = None) -> Embedded:
+        """``embed`` for an event loop: texts await Triton's asyncio client; images, which are decoded
+        here first, run in a worker thread."""
+        m, items = self._checked(model, inputs)
+        if m.input == "image":
+            return await asyncio.to_thread(self.embed, model, inputs, dimensions=dimensions)
+        self._check_served(m, await self.triton.amodel_ready(m.ensemble), dimensions)
+        if m.family == "bge_m3":
+            return _dense(m, [o for part in _batches(m, items) for o in await bge_m3.aencode(self.triton, part, colbert=False)])
+        return _texts(m, [await minilm.ainfer_texts(self.triton, part, TEXT_OUTPUTS) if m.family == "minilm"
+                          else await self.triton.ainfer(m.ensemble, {"TEXT": text_tensor(part)}, TEXT_OUTPUTS)
+                          for part in _batches(m, items)])
+
+    def _checked(self, model: str, inputs: str | list[str]) -> tuple[EmbeddingModel, list[str]]:
+        """The model asked for and the inputs as a list, every input checked."""
         m = embedding_model(model)
         items = [inputs] if isinstance(inputs, str) else list(inputs)
         if not items:
@@ -93,28 +122,14 @@ class Embeddings(ServiceBase):
                 item.encode("utf-8")  # JSON may carry lone surrogates, which the tokenizers cannot take
             except UnicodeEncodeError:
                 raise BadRequest(f"{where}: must be valid UTF-8 text", "input") from None
-        if not self.triton.model_ready(m.ensemble):
+        return m, items
+
+    def _check_served(self, m: EmbeddingModel, ready: bool, dimensions: int | None) -> None:
+        if not ready:
             raise ModelNotReady(not_served(m.ensemble, family(m.family).display))
         if dimensions is not None and dimensions != (m.dim or self._dim(m)):
             raise BadRequest(f"dimensions: {m.name} gives {m.dim or self._dim(m)}-dimensional vectors only "
                              f"(it cannot shorten them), got {dimensions}", "dimensions")
-        if m.input == "image":
-            images = [self._image(item, i if not isinstance(inputs, str) else None) for i, item in enumerate(items)]
-            vectors = np.concatenate([clip.embed_images(self.triton, images[s:s + clip.IMAGE_BATCH])
-                                      for s in range(0, len(images), clip.IMAGE_BATCH)])
-            return Embedded(m, vectors, [0] * len(items))
-        if m.family == "bge_m3":
-            outs = bge_m3.encode(self.triton, items, colbert=False)
-            return Embedded(m, np.stack([o.dense for o in outs]), [o.n_tokens for o in outs])
-        batch = minilm.BATCH if m.family == "minilm" else clip.TEXT_BATCH
-        vectors, tokens = [], []
-        for s in range(0, len(items), batch):
-            part, outputs = items[s:s + batch], ["EMBEDDING", "NUM_TOKENS"]
-            out = (minilm.infer_texts(self.triton, part, outputs) if m.family == "minilm"
-                   else self.triton.infer(m.ensemble, {"TEXT": text_tensor(part)}, outputs))
-            vectors.append(out["EMBEDDING"])
-            tokens += out["NUM_TOKENS"].reshape(-1).astype(int).tolist()
-        return Embedded(m, np.concatenate(vectors), tokens)
 
     def _dim(self, m: EmbeddingModel) -> int | None:
         if m.dim:
@@ -136,3 +151,22 @@ class Embeddings(ServiceBase):
         except BadRequest as exc:
             raise BadRequest(f"{where}: {str(exc).removeprefix('like: the uploaded image: ')}", "input") from None
 
+
+TEXT_OUTPUTS = ["EMBEDDING", "NUM_TOKENS"]
+
+
+def _batches(m: EmbeddingModel, items: list[str]) -> list[list[str]]:
+    """Requests of at most the model's batch size."""
+    batch = {"minilm": minilm.BATCH, "bge_m3": bge_m3.BATCH}.get(m.family, clip.TEXT_BATCH)
+    return [items[s:s + batch] for s in range(0, len(items), batch)]
+
+
+def _dense(m: EmbeddingModel, outs: list) -> Embedded:
+    """BGE-M3's dense vectors and token counts."""
+    return Embedded(m, np.stack([o.dense for o in outs]), [o.n_tokens for o in outs])
+
+
+def _texts(m: EmbeddingModel, outs: list[dict[str, np.ndarray]]) -> Embedded:
+    """A text model's vectors and token counts, from its answers to ``_batches``' requests."""
+    return Embedded(m, np.concatenate([o["EMBEDDING"] for o in outs]),
+                    [int(t) for o in outs for t in o["NUM_TOKENS"].reshape(-1)])

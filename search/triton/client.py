@@ -10,6 +10,7 @@ a crash costs one slow request instead of a manual `search triton down && search
 
 from __future__ import annotations
 
+import asyncio
 import io
 import json
 import logging
@@ -20,6 +21,7 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 import tritonclient.grpc as grpcclient
+import tritonclient.grpc.aio as aio
 from tritonclient.utils import InferenceServerException, np_to_triton_dtype
 
 from search.errors import ModelNotReady, ModelUnhealthy, TritonUnavailable
@@ -50,6 +52,7 @@ class TritonClient:
         self._heal_lock = threading.Lock()
         self._healed_at: dict[str, float] = {}  # step -> monotonic time of its last reload
         self._healthy_at: dict[str, float] = {}  # model -> monotonic time of its last healthy probe
+        self._aio_client: tuple[asyncio.AbstractEventLoop, aio.InferenceServerClient] | None = None
 
     @property
     def _client(self) -> grpcclient.InferenceServerClient:
@@ -99,34 +102,86 @@ class TritonClient:
         try:
             return self._infer(model, tensors, outputs, self.timeout_s)
         except _StubDied as dead:
-            self._healthy_at.pop(model, None)
-            if not self.heal_enabled:
-                raise dead.error(model, f"its backend process died: {RESTART_HINT}") from None
-            self._recover(model, dead, started)
+            self._after_death(model, dead, started)
         try:  # once: a step that dies on every request must not loop
             return self._infer(model, tensors, outputs, self.timeout_s)
         except _StubDied as again:
-            raise again.error(model, "it died again right after a reload (see Triton's log for why): "
-                                     + RESTART_HINT) from None
+            raise self._died_again(model, again) from None
+
+    async def ainfer(self, model: str, inputs: dict[str, np.ndarray], outputs: list[str]) -> dict[str, np.ndarray]:
+        """``infer`` for an event loop: awaited on Triton's asyncio client, so a request waits for the
+        model without holding a thread. A dead step is reloaded in a worker thread, as ``infer`` does."""
+        tensors = _tensors(inputs)
+        started = time.monotonic()
+        try:
+            return await self._ainfer(model, tensors, outputs)
+        except _StubDied as dead:
+            await asyncio.to_thread(self._after_death, model, dead, started)
+        try:
+            return await self._ainfer(model, tensors, outputs)
+        except _StubDied as again:
+            raise self._died_again(model, again) from None
+
+    async def amodel_ready(self, name: str) -> bool:
+        try:
+            return await self._aio().is_model_ready(name, client_timeout=5)
+        except InferenceServerException as exc:
+            raise self._unreachable(exc) from exc
+
+    def _aio(self) -> aio.InferenceServerClient:
+        """The asyncio client of the running loop (a gRPC asyncio channel belongs to one loop)."""
+        loop = asyncio.get_running_loop()
+        held = self._aio_client
+        if held is None or held[0] is not loop:
+            held = self._aio_client = (loop, aio.InferenceServerClient(self.url))
+        return held[1]
+
+    async def aclose(self) -> None:
+        """Close the running loop's asyncio channel (an app's shutdown)."""
+        held, self._aio_client = self._aio_client, None
+        if held is not None and held[0] is asyncio.get_running_loop():
+            await held[1].close()
 
     def _infer(self, model: str, tensors: list, outputs: list[str] | None, timeout: float) -> dict[str, np.ndarray]:
         try:
-            result = self._client.infer(
-                model, tensors, outputs=[grpcclient.InferRequestedOutput(o) for o in outputs] if outputs else None,
-                client_timeout=timeout,
-            )
+            result = self._client.infer(model, tensors, outputs=_requested(outputs), client_timeout=timeout)
         except InferenceServerException as exc:
-            status = str(exc.status() or "")
-            if "UNAVAILABLE" in status or "DEADLINE" in status:
-                raise self._unreachable(exc) from exc
-            if "NOT_FOUND" in status or "unknown model" in str(exc) or "not ready" in str(exc):
-                raise ModelNotReady(f"model '{model}' is not available in Triton ({_short(exc)})") from exc
-            if m := _STUB_DEAD.search(exc.message() or ""):
-                ens = _ENSEMBLE.search(exc.message() or "")
-                raise _StubDied(m.group(1), ens.group(1) if ens else None, exc) from exc
-            raise
-        names = outputs or [o.name for o in result.get_response().outputs]
-        return {o: result.as_numpy(o) for o in names}
+            if (error := self._error(model, exc)) is None:
+                raise
+            raise error from exc
+        return _outputs(result, outputs)
+
+    async def _ainfer(self, model: str, tensors: list, outputs: list[str]) -> dict[str, np.ndarray]:
+        try:
+            result = await self._aio().infer(model, tensors, outputs=_requested(outputs), client_timeout=self.timeout_s)
+        except InferenceServerException as exc:
+            if (error := self._error(model, exc)) is None:
+                raise
+            raise error from exc
+        return _outputs(result, outputs)
+
+    def _error(self, model: str, exc: InferenceServerException) -> Exception | None:
+        """A failed inference as this project's errors (None: none applies)."""
+        status = str(exc.status() or "")
+        if "UNAVAILABLE" in status or "DEADLINE" in status:
+            return self._unreachable(exc)
+        if "NOT_FOUND" in status or "unknown model" in str(exc) or "not ready" in str(exc):
+            return ModelNotReady(f"model '{model}' is not available in Triton ({_short(exc)})")
+        if m := _STUB_DEAD.search(exc.message() or ""):
+            ens = _ENSEMBLE.search(exc.message() or "")
+            return _StubDied(m.group(1), ens.group(1) if ens else None, exc)
+        return None
+
+    def _after_death(self, model: str, dead: _StubDied, started: float) -> None:
+        """A request found ``model``'s step dead: reload it (the caller retries once), or say how to."""
+        self._healthy_at.pop(model, None)
+        if not self.heal_enabled:
+            raise dead.error(model, f"its backend process died: {RESTART_HINT}") from None
+        self._recover(model, dead, started)
+
+    @staticmethod
+    def _died_again(model: str, again: _StubDied) -> ModelUnhealthy:
+        return again.error(model, "it died again right after a reload (see Triton's log for why): " + RESTART_HINT)
 
     # -- recovery
     def _recover(self, model: str, dead: _StubDied, started: float) -> None:
@@ -219,6 +274,15 @@ class _StubDied(Exception):
     def error(self, model: str, fix: str) -> ModelUnhealthy:
         where = f"the process of its step '{re.sub(r'_[0-9]+_[0-9]+$', '', self.instance)}'" if self.instance else "its process"
         return ModelUnhealthy(f"model '{model}' crashed in Triton ({where} is gone): {fix}")
+
+
+def _requested(outputs: list[str] | None) -> list | None:
+    return [grpcclient.InferRequestedOutput(o) for o in outputs] if outputs else None
+
+
+def _outputs(result, outputs: list[str] | None) -> dict[str, np.ndarray]:
+    names = outputs or [o.name for o in result.get_response().outputs]
+    return {o: result.as_numpy(o) for o in names}
 
 
 def _tensors(inputs: dict[str, np.ndarray]) -> list:

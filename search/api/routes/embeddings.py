@@ -20,11 +20,7 @@ router = APIRouter(prefix="/v1", dependencies=[Depends(require_key(writes=False)
 @router.post("/embeddings", summary="Vectors from the served models, in OpenAI's request and response shape",
              response_model=EmbeddingList, responses=errors(400, 404))
 async def embeddings(body: EmbeddingRequest, backend: Backend = Depends(get_backend)) -> dict:
-    return await backend.run(_embeddings, backend, body)
-
-
-def _embeddings(backend: Backend, body: EmbeddingRequest) -> FastJSON:
-    out = backend.embedder().embed(body.model, body.input, dimensions=body.dimensions)
+    out = await backend.embedder().aembed(body.model, body.input, dimensions=body.dimensions)  # Triton's wait, awaited
     if body.encoding_format == "base64":
         data = [base64.b64encode(v.astype("<f4").tobytes()).decode("ascii") for v in out.vectors]
     else:

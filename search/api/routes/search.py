@@ -13,7 +13,7 @@ from search.api.responses import FastJSON
 from search.api.schemas import DocumentQuery, ImageQuery, KbName, PhotoFilters, errors, utf8_text
 from search.api.security import need_kb, require_key
 from search.services import HIT_CHARS_LIMIT, MAX_TOP_K, SORTS, prompt_context
-from search.services.documents import DOCUMENT_CHARS
+from search.services.documents import DOCUMENT_CHARS, EncodedQuery
 
 router = APIRouter(dependencies=[Depends(require_key(writes=False))], tags=["search"],
                    responses=errors(401, 400, 403, 422, 503))
@@ -22,12 +22,16 @@ router = APIRouter(dependencies=[Depends(require_key(writes=False))], tags=["sea
 @router.post("/search/documents", summary="Passages with citations, ready for a prompt; in pages, or one entry per document",
              responses=errors(409))
 async def search_documents(body: DocumentQuery, request: Request, backend: Backend = Depends(get_backend)) -> dict:
-    return await backend.run(_documents, backend, body, need_kb(request, body.kb))
+    kb = need_kb(request, body.kb)
+    if not backend.store_in_loop():
+        return await backend.run(_documents, backend, body, kb)
+    encoded = await backend.service().aencode_query(body.query, mode=body.mode, kb=kb)
+    return _documents(backend, body, kb, encoded)
 
 
-def _documents(backend: Backend, body: DocumentQuery, kb: str) -> FastJSON:
-    options = dict(kb=kb, top_k=body.top_k, offset=body.offset, min_score=body.min_score,
-                   folder=body.folder, mode=body.mode, suffixes=body.types or (), max_chars=body.max_chars, full_text=body.full_text)
+def _documents(backend: Backend, body: DocumentQuery, kb: str, encoded: EncodedQuery | None = None) -> FastJSON:
+    options = dict(kb=kb, top_k=body.top_k, offset=body.offset, min_score=body.min_score, folder=body.folder, mode=body.mode,
+                   suffixes=body.types or (), max_chars=body.max_chars, full_text=body.full_text, encoded=encoded)
     svc = backend.service()
     # next_offset: where the next page starts (null once a page comes back short: nothing more).
     # A response as is: FastAPI would otherwise walk the whole answer through jsonable_encoder first.
