@@ -35,10 +35,13 @@ from search.store.edge_translate import (
     edge_query,
     edge_vector,
 )
-from search.store.schema import CollectionSchema
+from search.store.schema import ID_KEY, CollectionSchema
 from search.store.util import disk_usage
 
 CONFIG_FILE = "edge_config.json"
+
+
+ID_KEYS_KEPT = 1_000_000  # point ids whose ID_KEY is kept in memory (~200 bytes each)
 
 
 class EdgeStore(Store):
@@ -49,6 +52,7 @@ class EdgeStore(Store):
         self.location = location
         self.root = Path(location)
         self._shards: dict[str, qe.EdgeShard] = {}
+        self._id_keys: dict[str, object] = {}  # point id -> its ID_KEY, read once (see ranked_keys)
         self._open_lock = threading.Lock()
         try:
             self.root.mkdir(parents=True, exist_ok=True)
@@ -189,9 +193,24 @@ class EdgeStore(Store):
     def ranked_keys(self, collection, vector_name, query, *, key, limit, query_filter=None, score_threshold=None,
                     prefetch=None, params=None):
         # The engine's points as they come: no client point built for each of a window's hundreds.
-        points = self._query(collection, vector_name, query, limit, query_filter, score_threshold, prefetch, params,
-                             0, [key])
-        return [(client_id(p.id), p.score, (p.payload or {}).get(key)) for p in points]
+        if key != ID_KEY:
+            points = self._query(collection, vector_name, query, limit, query_filter, score_threshold, prefetch, params,
+                                 0, [key])
+            return [(client_id(p.id), p.score, (p.payload or {}).get(key)) for p in points]
+        # A point's id is derived from its sha256, so the sha256 read once stays right for as long as the
+        # id exists: the window comes without payloads (a payload field read from the engine's on-disk
+        # store costs ~10x the search: 0.35 against 0.03 ms for 46 points), and only unseen ids are read.
+        ranked = [(client_id(p.id), p.score) for p in self._query(collection, vector_name, query, limit, query_filter,
+                                                                   score_threshold, prefetch, params, 0, False)]
+        known = self._id_keys
+        unseen = [pid for pid, _ in ranked if pid not in known]
+        if unseen:
+            if len(known) + len(unseen) > ID_KEYS_KEPT:
+                known.clear()
+            records = _edge(self._shard(collection).retrieve, [edge_id(i) for i in unseen], [key], False, where=self.location)
+            known.update({client_id(r.id): (r.payload or {}).get(key) for r in records})
+        # A point deleted since the search has no key to read: it is left out, as a hit deleted before its payload read is
+        return [(pid, score, known[pid]) for pid, score in ranked if pid in known]
 
     def _query(self, collection, vector_name, query, limit, query_filter, score_threshold, prefetch, params, offset,
                with_payload):

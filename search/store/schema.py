@@ -20,6 +20,7 @@ from qdrant_client import models
 from search.models import for_kind
 
 ID_NAMESPACE = uuid.UUID("6f1c1f3e-3b7a-4c1e-9a57-4d0c2e8b9a11")
+ID_KEY = "sha256"  # the payload field a point's id is derived from (point_id): the same for as long as the id exists
 
 
 @dataclass(frozen=True)
