@@ -181,6 +181,8 @@ def test_files_and_set_paths_by_filter(store):
     res, _ = store.scroll(DOCUMENTS.name, limit=100)
     assert all(("/c" in p.payload.get("folders", [])) == (p.payload["sha256"] == "s1") for p in res)
     assert store.count_where(DOCUMENTS.name, "folders", "/c") == 2
+    assert store.any_where(DOCUMENTS.name, "folders", "/c") and not store.any_where(DOCUMENTS.name, "folders", "/d")
+    assert not store.any_where("no_such_collection", "folders", "/c")
 
 
 def test_delete_content_keeping_one_chunker(store):

@@ -108,7 +108,7 @@ class DocumentSearch(Relevance):
             return mode
         if served is None:
             served = self.triton.model_ready(BGE_M3.ensembles[0])
-        indexed = self.store.count_where(self._collection(kb, DOCUMENTS.name), "models", BGE_M3.family) > 0
+        indexed = self.store.any_where(self._collection(kb, DOCUMENTS.name), "models", BGE_M3.family)
         if mode == "auto":
             return "hybrid" if served and indexed else "semantic"
         if not served:

@@ -84,7 +84,7 @@ class ImageSearch(Entailment, Relevance):
     def is_indexed_photo(self, path: Path) -> bool:
         """Whether ``path`` is a photo of the index (the default knowledge base's), as ingest recorded it."""
         names = {str(path), str(path.resolve())} if path.is_absolute() else {str(path.resolve())}
-        return any(self.store.count_where(IMAGES, "paths", name) for name in names)
+        return any(self.store.any_where(IMAGES, "paths", name) for name in names)
 
     def _verify(self, text: str, hits: list[ImageHit], min_entailment: float | None) -> list[ImageHit]:
         """Re-rank by P(entailment) of ``text`` per photo (OFA). A photo whose file can no longer be

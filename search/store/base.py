@@ -198,6 +198,10 @@ class Store(ABC):
             return 0
         return self.count(collection, match(key, value))
 
+    def any_where(self, collection: str, key: str, value: object) -> bool:
+        """Whether any point has ``key`` = ``value``: the first match ends it, where an exact count reads them all."""
+        return self.exists(collection) and bool(self.scroll(collection, match(key, value), limit=1, with_payload=False)[0])
+
     def all_points(self, collection: str, *, with_vectors: bool = False, batch: int = 256) -> Iterator[models.Record]:
         offset = None
         while self.exists(collection):
