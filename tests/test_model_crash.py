@@ -158,6 +158,13 @@ def test_dead_minilm_is_reported_then_reloaded_by_the_next_search(server, settin
         assert hits and hits[0].path.endswith("reset-password.md")
         assert stubs(server, "minilm_query_onnx") and not old & set(stubs(server, "minilm_query_onnx"))
         assert svc.status()["triton"]["models"]["minilm_query"]["healthy"] is True
+
+        # A second crash is reloaded too: Triton leaves a model whose config is unchanged as it is,
+        # so each reload's config must be new (the first reload's, read back, was the loaded one).
+        old = kill_stub(server, "minilm_query_onnx")
+        hits = svc.search_documents("I forgot my password", top_k=3)
+        assert hits and hits[0].path.endswith("reset-password.md")
+        assert stubs(server, "minilm_query_onnx") and not old & set(stubs(server, "minilm_query_onnx"))
     finally:
         svc.close()
     assert cli("--data-dir", str(home), "triton", "status").returncode == 0

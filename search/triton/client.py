@@ -29,6 +29,7 @@ from search.errors import ModelNotReady, ModelUnhealthy, TritonUnavailable
 log = logging.getLogger(__name__)
 
 PROBE_TTL_S = 10.0  # a healthy probe is reused this long: the page and /readyz ask often, OFA is slow on CPU
+RELOAD_PARAMETER = "search_reloaded_ns"  # set by heal: when the model was last reloaded
 RESTART_HINT = "restart Triton (`search triton down && search triton up`, or restart the Triton container)"
 _STUB_DEAD = re.compile(r"Stub process(?: '([^']+)')? is not healthy")
 _ENSEMBLE = re.compile(r"in ensemble '([^']+)'")
@@ -205,7 +206,10 @@ class TritonClient:
         targets = [step] if step else (self._steps(model) or [model])
         for name in targets:
             cfg = self._client.get_model_config(name, as_json=True, client_timeout=10)["config"]
-            # Passing the config forces the reload: an unchanged model is otherwise left as it is.
+            # Triton reloads a model only when the config it is given differs from the loaded one: an
+            # unchanged model is left as it is, dead instances and all (the first reload's config, read
+            # back, is the loaded one). A parameter no step reads makes each reload's config new.
+            cfg.setdefault("parameters", {})[RELOAD_PARAMETER] = {"string_value": str(time.time_ns())}
             self._client.load_model(name, config=json.dumps(cfg), client_timeout=self.heal_timeout_s)
         return targets
 
