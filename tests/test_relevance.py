@@ -5,6 +5,7 @@ background sample's refresh. Nothing is mocked."""
 
 from __future__ import annotations
 
+import asyncio
 import io
 import json
 import os
@@ -85,7 +86,11 @@ def test_a_clear_match_and_no_good_match(kb):
 
 
 def test_the_sample_is_kept_and_drawn_again_when_the_collection_grows(kb, settings, tmp_path):
+    # What the REST API asks before running a search's store half in its event loop: whether a sample is due
+    encoded = asyncio.run(encode(kb, "reset password"))
+    assert kb.needs_sampling(encoded) and not kb.needs_sampling(encoded, grouped=True)
     kb.search_documents("reset password")
+    assert not kb.needs_sampling(encoded)
     saved = settings.data_dir / "relevance" / "documents.minilm.json"
     first = json.loads(saved.read_text())
     assert first["count"] == kb.store.count(DOCUMENTS.name) and len(first["ids"]) == first["count"]  # small: all of it
@@ -95,8 +100,17 @@ def test_the_sample_is_kept_and_drawn_again_when_the_collection_grows(kb, settin
     for i in range(30):  # +30 chunks on ~46: more than 10 %
         (more / f"note-{i}.txt").write_text(f"Meeting note {i}: the quarterly budget review moved to room {i}.")
     ingest(kb, [more])
+    assert kb.needs_sampling(encoded)
     kb.search_documents("reset password")
     assert json.loads(saved.read_text())["count"] == kb.store.count(DOCUMENTS.name) > first["count"]
+    assert not kb.needs_sampling(encoded)
+
+
+async def encode(svc: SearchService, query: str):
+    try:
+        return await svc.aencode_query(query)
+    finally:
+        await svc.triton.aclose()
 
 
 def test_command_line_and_rest(kb, settings):

@@ -18,6 +18,8 @@ BGE_M3 = family("bge_m3")
 # Candidates per prefetch (dense, sparse) before fusion and the ColBERT re-rank: the first step that
 # reaches offset + top_k.
 HYBRID_DEPTHS = (50, 200, 1_000, 10_000)
+# The store vector a mode's hits are ranked and calibrated by (as _hits asks the store)
+MODE_VECTORS = {"semantic": "minilm", "dense": "bge_dense", "sparse": "bge_sparse", "hybrid": "bge_colbert"}
 DOCUMENT_CHARS = 20_000  # a document's text unless the caller asks for more (up to HIT_CHARS_LIMIT)
 
 
@@ -99,6 +101,13 @@ class DocumentSearch(Relevance):
         if mode == "semantic":
             return target.encoded(mode, (await minilm.aembed(self.triton, [target.text]))[0][0].tolist())
         return target.encoded(mode, (await bge_m3.aencode(self.triton, [target.text], colbert=mode == "hybrid"))[0])
+
+    def needs_sampling(self, encoded: EncodedQuery, *, grouped: bool = False) -> bool:
+        """Whether the store half of ``encoded``'s search would first draw its relevance background (a
+        new collection, or one whose size moved: see Relevance.background_ready). Grouped searches
+        carry no relevance."""
+        return not grouped and not self.background_ready(replace(DOCUMENT_SPACES[MODE_VECTORS[encoded.mode]],
+                                                                  collection=encoded.collection))
 
     def document_mode(self, mode: str, kb: str | None = None, *, served: bool | None = None) -> str:
         """The mode a search in ``mode`` runs in: auto -> hybrid when the index has BGE-M3 vectors and

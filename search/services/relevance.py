@@ -169,12 +169,26 @@ class Relevance(ServiceBase):
         return n
 
     # -- the background
+    def background_ready(self, space: Space) -> bool:
+        """Whether a search in ``space`` finds what its relevance needs in memory and current: no sample
+        to draw, no vectors to fetch, no probes to run (a new sample takes ~0.3 s at 20,000 passages,
+        ~1.2 s at 100,000, which an event loop hands to a thread)."""
+        count = self.store.count(space.collection, space.sample_filter, exact=False)
+        if count < MIN_POINTS:
+            return True  # no calibration
+        bg = _CACHE.get(self._background_key(space))
+        return (bg is not None and not _stale(bg, count, _model_id(space.family, self.settings.triton_repo))
+                and space.kind in bg.scales and (space.sparse or space.multivector or bg.vectors is not None))
+
+    def _background_key(self, space: Space) -> tuple:
+        return (self.store.location, self.store.prefix, space.collection, space.vector)
+
     def _background(self, space: Space, count: int) -> Background:
-        key = (self.store.location, self.store.prefix, space.collection, space.vector)
+        key = self._background_key(space)
         model = _model_id(space.family, self.settings.triton_repo)
         with _LOCK:
             bg = _CACHE.get(key) or self._load(space)
-            fresh = bg is None or bg.model != model or abs(count - bg.count) > REFRESH * max(bg.count, 1)
+            fresh = _stale(bg, count, model)
             if fresh:
                 bg = Background(self._sample(space), count, {}, model)
             if not space.sparse and not space.multivector and bg.vectors is None:
@@ -296,6 +310,11 @@ class Relevance(ServiceBase):
             tmp.replace(path)
         except OSError:  # a read-only data dir: the sample is kept in memory only
             pass
+
+
+def _stale(bg: Background | None, count: int, model: str) -> bool:
+    """Whether a background cannot serve a collection of ``count`` points under ``model``: a new sample is due."""
+    return bg is None or bg.model != model or abs(count - bg.count) > REFRESH * max(bg.count, 1)
 
 
 def _both(a: models.Filter | None, b: models.Filter | None) -> models.Filter | None:

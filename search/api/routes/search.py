@@ -25,7 +25,10 @@ async def search_documents(body: DocumentQuery, request: Request, backend: Backe
     kb = need_kb(request, body.kb)
     if not backend.store_in_loop():
         return await backend.run(_documents, backend, body, kb)
-    encoded = await backend.service().aencode_query(body.query, mode=body.mode, kb=kb)
+    svc = backend.service()
+    encoded = await svc.aencode_query(body.query, mode=body.mode, kb=kb)
+    if svc.needs_sampling(encoded, grouped=body.group_by is not None):  # a one-off of up to a second or so at 100k passages
+        return await backend.run(_documents, backend, body, kb, encoded)
     return _documents(backend, body, kb, encoded)
 
 
