@@ -16,7 +16,7 @@ from qdrant_client import models
 from search.api import create_app
 from search.errors import BadRequest
 from search.services import MAX_DEPTH, MAX_PAGE, SearchService
-from search.store import CollectionSchema, open_location
+from search.store import CollectionSchema, edge, open_location
 
 TOPICS = ["password reset", "laptop encryption", "meeting rooms", "travel expenses", "printer queue", "vpn access"]
 
@@ -90,14 +90,17 @@ def test_max_chars_trims_passages_and_full_text_does_not(many_passages):
     assert all(h.truncated and len(h.text) <= 30 for h in group.hits)
 
 
-@pytest.mark.parametrize("backend", ["edge", "local"])
-def test_store_grouping_is_the_same_on_every_backend(backend, tmp_path):
+@pytest.mark.parametrize("backend", ["edge", "edge, 10 keys kept", "local"])
+def test_store_grouping_is_the_same_on_every_backend(backend, tmp_path, monkeypatch):
     """20 groups of 1-7 points with known vectors: the groups, their order, their points and the
     counts follow from a sort of the exact scores."""
     rng = np.random.default_rng(7)
     schema = CollectionSchema("documents", {"v": models.VectorParams(size=8, distance=models.Distance.COSINE)},
                               {"sha256": models.PayloadSchemaType.KEYWORD})
     vectors, groups = rng.normal(size=(80, 8)), rng.integers(0, 20, 80)
+    if backend == "edge, 10 keys kept":  # the engine's kept document keys are cleared on every search
+        monkeypatch.setattr(edge, "ID_KEYS_KEPT", 10)
+        backend = "edge"
     store = open_location(backend, str(tmp_path / backend))
     try:
         store.ensure(schema)

@@ -42,6 +42,7 @@ CONFIG_FILE = "edge_config.json"
 
 
 ID_KEYS_KEPT = 1_000_000  # point ids whose ID_KEY is kept in memory (~200 bytes each)
+_UNREAD = object()
 
 
 class EdgeStore(Store):
@@ -203,14 +204,17 @@ class EdgeStore(Store):
         ranked = [(client_id(p.id), p.score) for p in self._query(collection, vector_name, query, limit, query_filter,
                                                                    score_threshold, prefetch, params, 0, False)]
         known = self._id_keys
-        unseen = [pid for pid, _ in ranked if pid not in known]
+        keys = [known.get(pid, _UNREAD) for pid, _ in ranked]  # .get: another thread may clear the dict meanwhile
+        unseen = [pid for (pid, _), k in zip(ranked, keys) if k is _UNREAD]
         if unseen:
-            if len(known) + len(unseen) > ID_KEYS_KEPT:
-                known.clear()
             records = _edge(self._shard(collection).retrieve, [edge_id(i) for i in unseen], [key], False, where=self.location)
-            known.update({client_id(r.id): (r.payload or {}).get(key) for r in records})
+            read = {client_id(r.id): (r.payload or {}).get(key) for r in records}
+            if len(known) + len(read) > ID_KEYS_KEPT:
+                known.clear()
+            known.update(read)
+            keys = [read.get(pid, _UNREAD) if k is _UNREAD else k for (pid, _), k in zip(ranked, keys)]
         # A point deleted since the search has no key to read: it is left out, as a hit deleted before its payload read is
-        return [(pid, score, known[pid]) for pid, score in ranked if pid in known]
+        return [(pid, score, k) for (pid, score), k in zip(ranked, keys) if k is not _UNREAD]
 
     def _query(self, collection, vector_name, query, limit, query_filter, score_threshold, prefetch, params, offset,
                with_payload):
