@@ -260,6 +260,9 @@ def _watch_here(settings, folders: list[Path], quiet_ms: int) -> None:
     watcher = Watcher(folders, ingest, quiet_s=quiet_ms / 1000, on_batch=on_batch, on_error=on_error,
                       on_idle=svc.optimize, ignore=[settings.data_dir])
     previous = signal.signal(signal.SIGTERM, _interrupt)  # a service manager's stop is a Ctrl-C: a clean one
+    # SIGINT too, explicitly: Python leaves it ignored when the parent started us with it ignored (a
+    # background job of a script, some test runners), and then a Ctrl-C or `kill -INT` would not stop us
+    previous_int = signal.signal(signal.SIGINT, _interrupt)
     try:
         say("watching {} (Ctrl-C stops); catching up first…", ", ".join(display_path(str(f)) for f in folders), console=err)
         watcher.start()
@@ -272,6 +275,7 @@ def _watch_here(settings, folders: list[Path], quiet_ms: int) -> None:
         watcher.stop()
         svc.close()
         signal.signal(signal.SIGTERM, previous)
+        signal.signal(signal.SIGINT, previous_int)
     say("stopped after {:.0f} s, {} batch{}", time.monotonic() - started, watcher.batches,
         "" if watcher.batches == 1 else "es", console=err)
 
