@@ -18,7 +18,7 @@ BGE_M3 = family("bge_m3")
 # Candidates per prefetch (dense, sparse) before fusion and the ColBERT re-rank: the first step that
 # reaches offset + top_k.
 HYBRID_DEPTHS = (50, 200, 1_000, 10_000)
-# The store vector a mode's hits are ranked and calibrated by (as _hits asks the store)
+# The store vector a mode's hits are ranked and calibrated by (_hits, needs_sampling)
 MODE_VECTORS = {"semantic": "minilm", "dense": "bge_dense", "sparse": "bge_sparse", "hybrid": "bge_colbert"}
 DOCUMENT_CHARS = 20_000  # a document's text unless the caller asks for more (up to HIT_CHARS_LIMIT)
 
@@ -128,17 +128,17 @@ class DocumentSearch(Relevance):
         return mode
 
     def _hits(self, run: _Run, encoded: EncodedQuery, min_score: float | None, min_relevance: float | None) -> list:
-        mode, q = encoded.mode, encoded.value
+        mode, q, vector = encoded.mode, encoded.value, MODE_VECTORS[encoded.mode]
         if mode == "semantic":
-            return self._relevant(run, run.hits(mode, "minilm", q, min_score), "minilm", q, min_relevance)
+            return self._relevant(run, run.hits(mode, vector, q, min_score), vector, q, min_relevance)
         sparse = models.SparseVector(indices=list(q.sparse), values=list(q.sparse.values()))
         if mode == "dense":
             dense = q.dense.tolist()
-            return self._relevant(run, run.hits(mode, "bge_dense", dense, min_score), "bge_dense", dense, min_relevance)
+            return self._relevant(run, run.hits(mode, vector, dense, min_score), vector, dense, min_relevance)
         if mode == "sparse":
             if not q.sparse:
                 return HitList()  # nothing but special tokens: no lexical evidence
-            return self._relevant(run, run.hits(mode, "bge_sparse", sparse, min_score), "bge_sparse", sparse, min_relevance)
+            return self._relevant(run, run.hits(mode, vector, sparse, min_score), vector, sparse, min_relevance)
         # hybrid: dense and sparse candidates, fused by rank (RRF), re-ranked by ColBERT late interaction.
         # The candidate depth comes in steps, so the pages of one ranking see the same candidates.
         depth = next((d for d in HYBRID_DEPTHS if d >= run.page.end), run.page.end)
@@ -148,8 +148,8 @@ class DocumentSearch(Relevance):
         fused = models.Prefetch(prefetch=candidates, query=models.FusionQuery(fusion=models.Fusion.RRF), limit=depth)
         # Qdrant's MAX_SIM sums over query vectors; BGE-M3's ColBERT score is their mean.
         colbert, factor = q.colbert.tolist(), 1.0 / len(q.colbert)
-        found = run.hits(mode, "bge_colbert", colbert, min_score, prefetch=[fused], scale=factor)
-        return self._relevant(run, found, "bge_colbert", colbert, min_relevance, factor)
+        found = run.hits(mode, vector, colbert, min_score, prefetch=[fused], scale=factor)
+        return self._relevant(run, found, vector, colbert, min_relevance, factor)
 
     def _relevant(self, run: _Run, found: list, vector: str, query, min_relevance: float | None,
                   factor: float = 1.0) -> list:
