@@ -39,7 +39,8 @@ def build(fam: MiniLM, repo: Path, source: str, precision: str = "fp32", allow_u
     max_diff = export_onnx(weights, onnx_path)
     config = json.loads((weights / "config.json").read_text())
     fusion = Fusion("bert", int(config["num_attention_heads"]), int(config["hidden_size"]))
-    cpu = cpu_graph(onnx_path, fusion, check_inputs(), fam.family, precision, timing=timing_inputs())
+    cpu = cpu_graph(onnx_path, fusion, check_inputs(), fam.family, precision, timing=timing_inputs(),
+                    pack=lambda dest: export_onnx(weights, dest, packed=True))
     save_tokenizer(weights, fam.tokenizer_path(repo))
     link_query_copy(repo)
     recorded = golden.record_minilm(fam, repo, weights, source, MAX_TOKENS)  # for `search models verify`
@@ -65,14 +66,18 @@ def link_query_copy(repo: Path) -> None:
 
 
 def timing_inputs() -> list[dict]:
-    """What the served model mostly sees: a request of 32 short sentences, a batch of 16 passages."""
+    """What the served model mostly sees, padded as the server pads: a request of 32 sentences of
+    8-40 tokens at its longest (32 STS-B sentences carry 1.6 padded tokens per real one), a batch
+    of 16 passages from ingest's length-sorted windows (120-160 tokens), a lone query."""
     import numpy as np  # noqa: PLC0415
 
     rng = np.random.default_rng(1)
     out = []
-    for batch, length in ((32, 16), (16, 160)):
-        ids = rng.integers(1000, 29000, (batch, length), dtype=np.int64)
-        out.append({"input_ids": ids, "attention_mask": np.ones_like(ids), "token_type_ids": np.zeros_like(ids)})
+    for batch, shortest, longest in ((32, 8, 40), (16, 120, 160), (1, 12, 12)):
+        lengths = rng.integers(shortest, longest + 1, batch)
+        mask = (np.arange(lengths.max()) < lengths[:, None]).astype(np.int64)
+        ids = rng.integers(1000, 29000, mask.shape, dtype=np.int64) * mask
+        out.append({"input_ids": ids, "attention_mask": mask, "token_type_ids": np.zeros_like(ids)})
     return out
 
 
@@ -109,29 +114,34 @@ def save_tokenizer(weights: Path, dest: Path) -> None:
     AutoTokenizer.from_pretrained(weights).backend_tokenizer.save(str(dest))
 
 
-def export_onnx(weights: Path, dest: Path) -> float:
-    """Export encoder + mean pooling + L2 norm; returns the max |ONNX - PyTorch| on a check batch."""
+def export_onnx(weights: Path, dest: Path, packed: bool = False) -> float:
+    """Export encoder + mean pooling + L2 norm; returns the max |ONNX - PyTorch| on a check batch
+    (PyTorch: the model as loaded, padded, also for the ``packed`` form, which runs the encoder on
+    the real tokens only: ``search.models.export.packed``)."""
     import torch  # noqa: PLC0415
     from transformers import AutoModel  # noqa: PLC0415
     from transformers.utils import logging as hf_logging  # noqa: PLC0415
+
+    from search.models.export.packed import PackedEncoder  # noqa: PLC0415  (torch at import)
 
     hf_logging.disable_progress_bar()
     model = AutoModel.from_pretrained(str(weights), attn_implementation="eager").eval()
 
     class MeanPooledEncoder(torch.nn.Module):
-        def __init__(self, encoder: torch.nn.Module) -> None:
+        def __init__(self, encoder: torch.nn.Module, packed: bool) -> None:
             super().__init__()
-            self.encoder = encoder
+            self.encoder = PackedEncoder(encoder) if packed else encoder
+            self.packed = packed
 
         def forward(self, input_ids, attention_mask, token_type_ids):
             # Keyword arguments: positional ones collide with newer transformers signatures.
-            hidden = self.encoder(input_ids=input_ids, attention_mask=attention_mask,
-                                  token_type_ids=token_type_ids).last_hidden_state
+            hidden = self.encoder(input_ids=input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids)
+            hidden = hidden if self.packed else hidden.last_hidden_state
             mask = attention_mask.unsqueeze(-1).to(hidden.dtype)
             pooled = (hidden * mask).sum(1) / mask.sum(1).clamp(min=1e-9)
             return torch.nn.functional.normalize(pooled, p=2, dim=1)
 
-    wrapper = MeanPooledEncoder(model).eval()
+    wrapper = MeanPooledEncoder(model, packed).eval()
     g = torch.Generator().manual_seed(0)
     ids = torch.randint(1000, 2000, (3, 11), generator=g)
     mask = torch.ones_like(ids)
@@ -139,4 +149,5 @@ def export_onnx(weights: Path, dest: Path) -> float:
     types = torch.zeros_like(ids)
     feeds = {"input_ids": ids, "attention_mask": mask, "token_type_ids": types}
     axes = {n: {0: "batch", 1: "sequence"} for n in feeds} | {"embedding": {0: "batch"}}
-    return export_checked(wrapper, feeds, ["embedding"], axes, dest, "minilm")
+    reference = MeanPooledEncoder(model, False).eval() if packed else None
+    return export_checked(wrapper, feeds, ["embedding"], axes, dest, "minilm", reference=reference)
