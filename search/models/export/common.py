@@ -219,7 +219,7 @@ def cpu_graph(exported: Path, fusion: Fusion | None, checks: list[dict], family:
                        **{f"{kind}_gain": round(g, 3) for kind, g in gains.items()}}
         record["served"] = served
         chosen = candidates[served]
-        if served != "fused":  # copied, so that the work folder holds everything that moves to dest
+        if served == "exported":  # copied into the work folder, whose files all move to dest (as fused and packed are)
             chosen = work / "chosen" / CPU_GRAPH
             chosen.parent.mkdir()
             _copy_graph(candidates[served], chosen)

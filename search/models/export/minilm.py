@@ -39,8 +39,11 @@ def build(fam: MiniLM, repo: Path, source: str, precision: str = "fp32", allow_u
     max_diff = export_onnx(weights, onnx_path)
     config = json.loads((weights / "config.json").read_text())
     fusion = Fusion("bert", int(config["num_attention_heads"]), int(config["hidden_size"]))
-    cpu = cpu_graph(onnx_path, fusion, check_inputs(), fam.family, precision, timing=timing_inputs(),
-                    pack=lambda dest: export_onnx(weights, dest, packed=True))
+    from search.models.export.packed import supports  # noqa: PLC0415  (torch at import)
+
+    # a configuration the packed encoder does not reproduce is served as exported or fused
+    pack = (lambda dest: export_onnx(weights, dest, packed=True)) if supports(config) else None
+    cpu = cpu_graph(onnx_path, fusion, check_inputs(), fam.family, precision, timing=timing_inputs(), pack=pack)
     save_tokenizer(weights, fam.tokenizer_path(repo))
     link_query_copy(repo)
     recorded = golden.record_minilm(fam, repo, weights, source, MAX_TOKENS)  # for `search models verify`
@@ -131,12 +134,12 @@ def export_onnx(weights: Path, dest: Path, packed: bool = False) -> float:
         def __init__(self, encoder: torch.nn.Module, packed: bool) -> None:
             super().__init__()
             self.encoder = PackedEncoder(encoder) if packed else encoder
-            self.packed = packed
 
         def forward(self, input_ids, attention_mask, token_type_ids):
             # Keyword arguments: positional ones collide with newer transformers signatures.
             hidden = self.encoder(input_ids=input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids)
-            hidden = hidden if self.packed else hidden.last_hidden_state
+            if not isinstance(self.encoder, PackedEncoder):
+                hidden = hidden.last_hidden_state
             mask = attention_mask.unsqueeze(-1).to(hidden.dtype)
             pooled = (hidden * mask).sum(1) / mask.sum(1).clamp(min=1e-9)
             return torch.nn.functional.normalize(pooled, p=2, dim=1)

@@ -18,10 +18,11 @@ import math
 import torch
 
 
-def supports(config) -> bool:
-    """Encoders this module reproduces exactly: post-LayerNorm BERT / XLM-R layers, absolute positions."""
-    return (getattr(config, "position_embedding_type", "absolute") == "absolute"
-            and not getattr(config, "is_decoder", False) and not getattr(config, "add_cross_attention", False))
+def supports(config: dict) -> bool:
+    """Encoders this module reproduces exactly (``config``: the model's config.json): post-LayerNorm
+    BERT / XLM-R layers, absolute positions."""
+    return (config.get("position_embedding_type", "absolute") == "absolute"
+            and not config.get("is_decoder", False) and not config.get("add_cross_attention", False))
 
 
 class PackedEncoder(torch.nn.Module):
@@ -31,7 +32,7 @@ class PackedEncoder(torch.nn.Module):
 
     def __init__(self, encoder: torch.nn.Module) -> None:
         super().__init__()
-        if not supports(encoder.config):
+        if not supports(encoder.config.to_dict()):
             raise ValueError(f"{type(encoder).__name__}: no packed form for this configuration")
         self.encoder = encoder
         self.heads = encoder.config.num_attention_heads
