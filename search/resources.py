@@ -6,10 +6,14 @@ from __future__ import annotations
 
 from functools import cached_property
 
+import numpy as np
+
 from search.blas import one_blas_thread
 from search.config import Settings
+from search.models import clip
 from search.store import Store, open_store
 from search.triton.client import TritonClient
+from search.triton.coalesce import Coalescer
 from search.triton.local import LocalTriton
 
 
@@ -25,6 +29,12 @@ class Resources:
     @cached_property
     def triton(self) -> TritonClient:
         return TritonClient(self.triton_url(), self.settings.triton_timeout_s)
+
+    @cached_property
+    def clip_queries(self) -> Coalescer[str, np.ndarray]:
+        """A text query's CLIP vector: the queries of this process's concurrent searches go to
+        ``clip_text`` as one request (one text-tower execution, padded to the longest of them)."""
+        return Coalescer(lambda texts: clip.embed_texts(self.triton, texts)[0], clip.TEXT_BATCH)
 
     def triton_url(self) -> str:
         """An explicit URL, else the local server that `search triton up` recorded, else the defaults."""

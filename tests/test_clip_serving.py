@@ -8,6 +8,8 @@ import functools
 import io
 import json
 import shutil
+import threading
+import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from types import SimpleNamespace
@@ -271,6 +273,38 @@ def test_served_text_vectors_equal_transformers(client, reference):
     np.testing.assert_allclose(served[0], served[1], atol=1e-6)  # CLIP lowercases
     distinct = served[[0, 2, 3, 4, 5]]
     assert (distinct @ distinct.T)[~np.eye(5, dtype=bool)].max() < 0.99
+
+
+def test_concurrent_text_queries_share_one_request_and_equal_transformers(settings, reference, monkeypatch):
+    """Photo search's text queries (Resources.clip_queries): the queries that wait on one in flight
+    go to clip_text as one request, padded to the longest of them (77-token and truncated texts
+    included), and each still gets the reference's vector."""
+    from search.resources import Resources
+
+    txts = texts()
+    served, entered, release, batches = clip.embed_texts, threading.Event(), threading.Event(), []
+
+    def held_first(client, batch):
+        batches.append(len(batch))
+        if len(batches) == 1:
+            entered.set()
+            assert release.wait(30)
+        return served(client, batch)
+
+    monkeypatch.setattr(clip, "embed_texts", held_first)
+    queries = Resources(settings).clip_queries
+    with ThreadPoolExecutor(len(txts)) as pool:
+        first = pool.submit(queries, txts[0])
+        assert entered.wait(30)
+        rest = [pool.submit(queries, t) for t in txts[1:]]
+        deadline = time.monotonic() + 30
+        while queries.waiting < len(rest) and time.monotonic() < deadline:
+            time.sleep(0.005)
+        release.set()
+        got = np.stack([f.result(30) for f in [first, *rest]])
+    assert batches == [1, len(txts) - 1]
+    cos = cosines(got, reference.texts(txts))
+    assert cos.min() >= 0.9999, f"cosine {cos.min():.6f} for {txts[int(cos.argmin())]!r}"
 
 
 def test_text_graphs_give_the_77_token_vector_at_the_text_length(model_repo, reference):

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import io
 import shutil
+from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -93,6 +94,21 @@ def test_text_to_image_plumbing(service, album):
     hits = service.search_images("a dog on the beach", top_k=5)
     assert len(hits) == 5 and all(-1.0001 <= h.score <= 1.0001 for h in hits)
     assert hits == sorted(hits, key=lambda h: -h.score)
+
+
+def test_concurrent_text_searches_find_what_each_finds_alone(service, album):
+    # Concurrent text queries share clip_text requests (padded to the longest of them): no hit changes.
+    ingest(service, [album])
+    queries = ["a dog on the beach", "snow", "a red car parked outside at night", "two cats", "a", "city lights", "🐱", "lake"]
+    alone = {q: service.search_images(q, top_k=5) for q in queries}
+    for _ in range(3):
+        with ThreadPoolExecutor(len(queries)) as pool:
+            together = dict(zip(queries, pool.map(lambda q: service.search_images(q, top_k=5), queries)))
+        for q in queries:
+            assert [h.path for h in together[q]] == [h.path for h in alone[q]], q
+            assert [h.score for h in together[q]] == pytest.approx([h.score for h in alone[q]], abs=1e-5), q
+    coalesced = service.resources.clip_queries
+    assert coalesced.items == len(queries) * 4 and coalesced.waiting == 0
 
 
 def test_filters(service, album):
