@@ -16,7 +16,8 @@ the vectors meaningless. In one run:
   default store (the embedded Qdrant engine) with its HNSW index built (`store.optimize`, what
   `search store optimize` and ingest run), at 10k and 100k photos, 1 and 8 clients, and its two
   parts alone (the clip_text ensemble; the store's search); stored vectors are realistic synthetic
-  ones (bench/bench_store.py's clustered cone) inserted directly;
+  ones (bench/bench_store.py's clustered cone) inserted directly; with 8 clients, the queries
+  coalesced as served against one clip_text request per query (before), taking turns, 3 rounds;
 - the same queries with the text tokenizer padding to 77 tokens (the behaviour before issue 18:
   text.json variable_length false), unless --no-padded, and the text tower in-process at 77
   tokens versus the query's own length (min cosine between the two).
@@ -215,6 +216,30 @@ def percentiles(fn, clients: int, per_client: int) -> dict:
             "mean_ms": round(statistics.mean(latencies) * 1000, 1)}
 
 
+def coalesced_or_not(svc: SearchService, clients: int, per_client: int, rounds: int = 3) -> dict:
+    """Concurrent queries as served (those that wait on one in flight share a clip_text request)
+    against one clip_text request per query (before), taking turns: the medians of the rounds."""
+    coalesced = svc.resources.clip_queries
+    ways = {"coalesced": coalesced, "one request per query": lambda text: clip.embed_texts(svc.triton, [text])[0][0]}
+    runs: dict[str, list[dict]] = {way: [] for way in ways}
+    requests, items = coalesced.requests, coalesced.items
+    try:
+        for _ in range(rounds):
+            for way, encode in ways.items():
+                svc.resources.__dict__["clip_queries"] = encode
+                runs[way].append(percentiles(lambda i: svc.search_images(QUERIES[i % len(QUERIES)], top_k=12), clients, per_client))
+    finally:
+        svc.resources.__dict__["clip_queries"] = coalesced
+
+    def summary(rows: list[dict]) -> dict:
+        return {"p50_ms": statistics.median(r["p50_ms"] for r in rows), "p99_ms": statistics.median(r["p99_ms"] for r in rows),
+                "p50_by_round": [r["p50_ms"] for r in rows], "p99_by_round": [r["p99_ms"] for r in rows]}
+
+    return {**summary(runs["coalesced"]), "queries": sum(r["queries"] for r in runs["coalesced"]),
+            "mean_batch": round((coalesced.items - items) / max(1, coalesced.requests - requests), 2),
+            "one_request_per_query": summary(runs["one request per query"])}
+
+
 def query_latency(settings: Settings, sizes: list[int], clients: list[int], per_client: int, label: str) -> list[dict]:
     rows, have = [], 0
     svc = SearchService(settings)
@@ -230,7 +255,8 @@ def query_latency(settings: Settings, sizes: list[int], clients: list[int], per_
                                                  1, per_client)}
             for c in clients:
                 row = {"text_path": label, "stored": size, "clients": c,
-                       **percentiles(lambda i: svc.search_images(QUERIES[i % len(QUERIES)], top_k=12), c, per_client)}
+                       **(percentiles(lambda i: svc.search_images(QUERIES[i % len(QUERIES)], top_k=12), c, per_client)
+                          if c == 1 else coalesced_or_not(svc, c, per_client))}
                 if c == 1:
                     row["parts_p50_ms"] = {k: v["p50_ms"] for k, v in parts.items()}
                 rows.append(row)
@@ -244,6 +270,11 @@ def query_latency(settings: Settings, sizes: list[int], clients: list[int], per_
                         f"{parts['store_search']['p50_ms']} ms)" if c == 1 else ""
                 print(f"  [{label}] {size:>7} stored, {c} clients: p50 {row['p50_ms']} ms, p99 {row['p99_ms']} ms"
                       f"{extra}{met}", flush=True)
+                if c > 1:
+                    each = row["one_request_per_query"]
+                    print(f"    coalesced (mean {row['mean_batch']} queries per clip_text request) vs one request per "
+                          f"query, p50 by round: {row['p50_by_round']} vs {each['p50_by_round']} ms: "
+                          f"{each['p50_ms'] / row['p50_ms']:.2f}x faster", flush=True)
     finally:
         svc.close()
     return rows
