@@ -44,16 +44,21 @@ def test_a_lone_call_goes_out_alone_at_once():
     assert sent == [[1], [2], [3]] and (c.requests, c.items) == (3, 3)
 
 
+def held_behind_the_first(c: Coalescer, send: Gated, items: str) -> list[str]:
+    """Call ``c`` with each item in its own thread, the later ones while the first is held in flight."""
+    with ThreadPoolExecutor(len(items)) as pool:
+        first = pool.submit(c, items[0])
+        assert send.entered.wait(10)
+        rest = [pool.submit(c, x) for x in items[1:]]
+        wait_for(lambda: c.waiting == len(rest))
+        send.gate.set()
+        return [f.result(10) for f in [first, *rest]]
+
+
 def test_calls_that_wait_on_one_in_flight_go_out_as_one_request():
     send = Gated()
     c = Coalescer(send, max_batch=8)
-    with ThreadPoolExecutor(8) as pool:
-        first = pool.submit(c, "a")
-        assert send.entered.wait(10)
-        rest = {x: pool.submit(c, x) for x in "bcdefg"}
-        wait_for(lambda: c.waiting == 6)
-        send.gate.set()
-        assert first.result(10) == "A" and {x: f.result(10) for x, f in rest.items()} == {x: x.upper() for x in rest}
+    assert held_behind_the_first(c, send, "abcdefg") == list("ABCDEFG")
     assert send.batches[0] == ["a"] and sorted(send.batches[1]) == list("bcdefg") and len(send.batches) == 2
     assert (c.requests, c.items, c.waiting) == (2, 7, 0)
 
@@ -61,13 +66,7 @@ def test_calls_that_wait_on_one_in_flight_go_out_as_one_request():
 def test_a_request_holds_at_most_max_batch_calls():
     send = Gated()
     c = Coalescer(send, max_batch=2)
-    with ThreadPoolExecutor(6) as pool:
-        first = pool.submit(c, "a")
-        assert send.entered.wait(10)
-        rest = [pool.submit(c, x) for x in "bcde"]
-        wait_for(lambda: c.waiting == 4)
-        send.gate.set()
-        assert [f.result(10) for f in [first, *rest]] == list("ABCDE")
+    assert held_behind_the_first(c, send, "abcde") == list("ABCDE")
     assert [len(b) for b in send.batches] == [1, 2, 2]
 
 
