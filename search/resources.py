@@ -10,10 +10,10 @@ import numpy as np
 
 from search.blas import one_blas_thread
 from search.config import Settings
-from search.models import clip
+from search.models import clip, minilm
 from search.store import Store, open_store
 from search.triton.client import TritonClient
-from search.triton.coalesce import Coalescer
+from search.triton.coalesce import AsyncCoalescer, Coalescer
 from search.triton.local import LocalTriton
 
 
@@ -35,6 +35,20 @@ class Resources:
         """A text query's CLIP vector: the queries of this process's concurrent searches go to
         ``clip_text`` as one request (one text-tower execution, padded to the longest of them)."""
         return Coalescer(lambda texts: clip.embed_texts(self.triton, texts)[0], clip.TEXT_BATCH)
+
+    @cached_property
+    def minilm_queries(self) -> Coalescer[str, np.ndarray]:
+        """A document query's MiniLM vector: concurrent queries go to the query deployment together, one
+        request per instance at most (each request padded to its longest text)."""
+        return Coalescer(lambda texts: minilm.embed(self.triton, texts, queries=True)[0], minilm.BATCH, minilm.QUERY_INSTANCES)
+
+    @cached_property
+    def minilm_aqueries(self) -> AsyncCoalescer[str, np.ndarray]:
+        """``minilm_queries`` for the queries an event loop awaits (the REST API's)."""
+        async def send(texts: list[str]) -> np.ndarray:
+            return (await minilm.aembed(self.triton, texts, queries=True))[0]
+
+        return AsyncCoalescer(send, minilm.BATCH, minilm.QUERY_INSTANCES)
 
     def triton_url(self) -> str:
         """An explicit URL, else the local server that `search triton up` recorded, else the defaults."""

@@ -11,6 +11,7 @@ import os
 import subprocess
 import sys
 from collections import Counter
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
@@ -237,6 +238,35 @@ def test_a_search_that_awaits_its_encoding_finds_what_the_plain_call_finds(servi
         service.search_documents("something else", mode="semantic", encoded=encoded[(QUERIES[0], "semantic")])
     with pytest.raises(BadRequest, match="query: must not be empty"):
         asyncio.run(service.aencode_query("   ", mode="semantic"))
+
+
+def test_concurrent_semantic_searches_find_what_each_finds_alone(service, library):
+    """Concurrent queries share MiniLM requests (padded to the longest of them), from threads and
+    from an event loop: every search finds the passages it finds alone, at the same scores."""
+    ingest(service, [library])
+    queries = ["reset password", "hotel receipts", "travel expenses within thirty days", "a", "VPN from home",
+               "printer jam on the third floor", "Wie setze ich mein Passwort zurück?", "🔥"]
+
+    def found(hits) -> list[tuple]:
+        return [(h.path, h.chunk, round(h.score, 4)) for h in hits]
+
+    alone = {q: found(service.search_documents(q, top_k=4, mode="semantic")) for q in queries}
+    with ThreadPoolExecutor(len(queries)) as pool:
+        threaded = dict(zip(queries, pool.map(lambda q: found(service.search_documents(q, top_k=4, mode="semantic")), queries)))
+
+    async def encode_all() -> list:
+        try:
+            return await asyncio.gather(*(service.aencode_query(q, mode="semantic") for q in queries))
+        finally:
+            await service.triton.aclose()
+
+    awaited = {q: found(service.search_documents(q, top_k=4, mode="semantic", encoded=enc))
+               for q, enc in zip(queries, asyncio.run(encode_all()))}
+    for q in queries:
+        for got in (threaded[q], awaited[q]):
+            assert [h[:2] for h in got] == [h[:2] for h in alone[q]], q
+            assert [h[2] for h in got] == pytest.approx([h[2] for h in alone[q]], abs=2e-4), q
+    assert service.resources.minilm_aqueries.requests < len(queries)
 
 
 QUERIES = ("reset password", "Hotel receipts are uploaded within thirty days")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import random
 from concurrent.futures import ThreadPoolExecutor
 
@@ -64,6 +65,37 @@ def test_served_embeddings_equal_sentence_transformers(client, reference):
     cos = (alone * expected).sum(1) / np.linalg.norm(expected, axis=1)
     assert cos.min() >= 0.9999, f"minilm_query: cosine {cos.min():.6f} for {texts[int(cos.argmin())]!r}"
     np.testing.assert_allclose(alone, served, atol=2e-5)
+
+
+def test_concurrent_queries_share_requests_and_equal_sentence_transformers(settings, reference):
+    """Document search's queries (Resources.minilm_queries, and minilm_aqueries for the REST API's
+    event loop): queries that wait on the requests in flight go to the query deployment together,
+    padded to the longest of them (truncated texts included), and each gets sentence-transformers'
+    vector; a lone query goes alone."""
+    from search.resources import Resources
+
+    texts = sentences()
+    expected = reference.encode(texts, normalize_embeddings=True, batch_size=32)
+    resources = Resources(settings)
+    queries, aqueries = resources.minilm_queries, resources.minilm_aqueries
+    with ThreadPoolExecutor(16) as pool:
+        threaded = np.stack(list(pool.map(queries, texts)))
+
+    async def together():
+        try:
+            return np.stack(await asyncio.gather(*(aqueries(t) for t in texts)))
+        finally:
+            await resources.triton.aclose()
+
+    awaited = asyncio.run(together())
+    for way, got in (("threads", threaded), ("event loop", awaited)):
+        cos = (got * expected).sum(1) / np.linalg.norm(expected, axis=1)
+        assert cos.min() >= 0.9999, f"{way}: cosine {cos.min():.6f} for {texts[int(cos.argmin())]!r}"
+    assert aqueries.items == len(texts) and aqueries.requests <= 3  # all waited on the first requests
+    assert queries.items == len(texts) and queries.requests < len(texts)
+    before = queries.requests
+    np.testing.assert_allclose(queries(texts[0]), minilm.embed(TritonClient(resources.triton.url), [texts[0]])[0][0], atol=1e-6)
+    assert queries.requests == before + 1
 
 
 def test_truncation_is_reported(client):

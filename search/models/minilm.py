@@ -15,7 +15,8 @@ DIM = 384
 MAX_TOKENS = 256
 BATCH = 64  # max_batch_size of the minilm models
 OUTPUTS = ["EMBEDDING", "TRUNCATED"]
-QUERY_ENSEMBLE = "minilm_query"  # one text at a time, on single-threaded instances
+QUERY_ENSEMBLE = "minilm_query"  # search queries, on single-threaded instances
+QUERY_INSTANCES = 2  # minilm_query_onnx's instances in the CPU config: requests that run side by side
 
 
 class MiniLM(Family):
@@ -62,11 +63,12 @@ QUERY_RECHECK_S = 300.0
 _NO_QUERY_ENSEMBLE: dict[str, float] = {}  # Triton address -> when it answered that it serves no minilm_query
 
 
-def infer_texts(client: TritonClient, texts: list[str], outputs: list[str]) -> dict[str, np.ndarray]:
+def infer_texts(client: TritonClient, texts: list[str], outputs: list[str], *, queries: bool = False) -> dict[str, np.ndarray]:
     """The ``minilm`` ensembles' ``outputs`` for ``texts`` (at most BATCH), from ``ensemble_for``'s
-    ensemble. A server whose repository predates the query deployment (loaded before an upgrade's
-    `search models build`) answers one-text requests through ``minilm``, asked again every few minutes."""
-    model, tensor = _request(client, texts)
+    ensemble (``queries``: the query deployment, whatever their number). A server whose repository
+    predates the query deployment (loaded before an upgrade's `search models build`) answers them
+    through ``minilm``, asked again every few minutes."""
+    model, tensor = _request(client, texts, queries)
     try:
         return client.infer(model, tensor, outputs)
     except ModelNotReady:
@@ -75,9 +77,10 @@ def infer_texts(client: TritonClient, texts: list[str], outputs: list[str]) -> d
         return client.infer(_fall_back(client), tensor, outputs)
 
 
-async def ainfer_texts(client: TritonClient, texts: list[str], outputs: list[str]) -> dict[str, np.ndarray]:
+async def ainfer_texts(client: TritonClient, texts: list[str], outputs: list[str], *,
+                       queries: bool = False) -> dict[str, np.ndarray]:
     """``infer_texts`` for an event loop (Triton's asyncio client)."""
-    model, tensor = _request(client, texts)
+    model, tensor = _request(client, texts, queries)
     try:
         return await client.ainfer(model, tensor, outputs)
     except ModelNotReady:
@@ -86,8 +89,8 @@ async def ainfer_texts(client: TritonClient, texts: list[str], outputs: list[str
         return await client.ainfer(_fall_back(client), tensor, outputs)
 
 
-def _request(client: TritonClient, texts: list[str]) -> tuple[str, dict[str, np.ndarray]]:
-    model = ensemble_for(len(texts))
+def _request(client: TritonClient, texts: list[str], queries: bool) -> tuple[str, dict[str, np.ndarray]]:
+    model = QUERY_ENSEMBLE if queries else ensemble_for(len(texts))
     if model == QUERY_ENSEMBLE and time.monotonic() - _NO_QUERY_ENSEMBLE.get(client.url, -QUERY_RECHECK_S) < QUERY_RECHECK_S:
         model = "minilm"
     return model, {"TEXT": text_tensor(texts)}
@@ -106,17 +109,18 @@ def ensemble_for(n_texts: int) -> str:
     return QUERY_ENSEMBLE if n_texts == 1 else "minilm"
 
 
-def embed(client: TritonClient, texts: list[str]) -> tuple[np.ndarray, np.ndarray]:
-    """Unit vectors [n, 384] and a truncated flag per text, from the served model (``ensemble_for``)."""
+def embed(client: TritonClient, texts: list[str], *, queries: bool = False) -> tuple[np.ndarray, np.ndarray]:
+    """Unit vectors [n, 384] and a truncated flag per text, from the served model (``ensemble_for``;
+    ``queries``: search queries sent together, to the query deployment)."""
     if not texts:
         return np.zeros((0, DIM), np.float32), np.zeros(0, bool)
-    out = infer_texts(client, texts, OUTPUTS)
+    out = infer_texts(client, texts, OUTPUTS, queries=queries)
     return out["EMBEDDING"], out["TRUNCATED"].reshape(-1)
 
 
-async def aembed(client: TritonClient, texts: list[str]) -> tuple[np.ndarray, np.ndarray]:
+async def aembed(client: TritonClient, texts: list[str], *, queries: bool = False) -> tuple[np.ndarray, np.ndarray]:
     """``embed`` for an event loop (Triton's asyncio client)."""
     if not texts:
         return np.zeros((0, DIM), np.float32), np.zeros(0, bool)
-    out = await ainfer_texts(client, texts, OUTPUTS)
+    out = await ainfer_texts(client, texts, OUTPUTS, queries=queries)
     return out["EMBEDDING"], out["TRUNCATED"].reshape(-1)

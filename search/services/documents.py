@@ -7,7 +7,7 @@ from dataclasses import dataclass, replace
 from qdrant_client import models
 
 from search.errors import BadRequest, EmptyCollection, ModelNotReady, NotFound, not_served
-from search.models import bge_m3, family, minilm
+from search.models import bge_m3, family
 from search.services.filters import content_condition, document_filter, path_condition
 from search.services.options import HIT_CHARS_LIMIT, MODES, check_group_size, check_max_chars, check_page
 from search.services.relevance import DOCUMENT_SPACES, Relevance, check_min_relevance
@@ -88,7 +88,7 @@ class DocumentSearch(Relevance):
     def _encode(self, target: Target) -> EncodedQuery:
         mode = self.document_mode(target.asked, target.kb)
         if mode == "semantic":
-            return target.encoded(mode, minilm.embed(self.triton, [target.text])[0][0].tolist())
+            return target.encoded(mode, self.resources.minilm_queries(target.text).tolist())
         return target.encoded(mode, bge_m3.encode(self.triton, [target.text], colbert=mode == "hybrid")[0])
 
     async def aencode_query(self, query: str, *, mode: str | None = None, kb: str | None = None) -> EncodedQuery:
@@ -99,7 +99,7 @@ class DocumentSearch(Relevance):
         served = None if target.asked == "semantic" else await self.triton.amodel_ready(BGE_M3.ensembles[0])
         mode = self.document_mode(target.asked, kb, served=served)
         if mode == "semantic":
-            return target.encoded(mode, (await minilm.aembed(self.triton, [target.text]))[0][0].tolist())
+            return target.encoded(mode, (await self.resources.minilm_aqueries(target.text)).tolist())
         return target.encoded(mode, (await bge_m3.aencode(self.triton, [target.text], colbert=mode == "hybrid"))[0])
 
     def needs_sampling(self, encoded: EncodedQuery, *, grouped: bool = False) -> bool:
