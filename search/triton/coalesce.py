@@ -1,12 +1,12 @@
 """One request for the queries that wait on each other.
 
 Triton's dynamic batcher merges only requests of one shape, and each text query is tokenized to its
-own length, so concurrent queries each ran the text tower alone and queued behind each other (1.27
-requests per execution under 8 clients). A ``Coalescer`` sends a call at once when none is in
-flight; calls that arrive while one is go out together as the next request, one tower execution
-for all of them. A lone query pays nothing; under load the request grows with the queue. ``AsyncCoalescer`` does
-the same for the calls of one event loop (the REST API awaits its document queries there).
-"""
+own length. So concurrent queries each ran the model alone and queued behind each other (CLIP's
+text tower: 1.27 requests per execution under 8 clients). A ``Coalescer`` sends a call at once
+while fewer than ``in_flight`` requests are out. Calls that arrive meanwhile wait, and go out
+together when a request comes back: one model execution for all of them. A lone query pays
+nothing; under load the request grows with the queue. ``AsyncCoalescer`` does the same for the
+calls of one event loop (the REST API awaits its document queries there)."""
 
 from __future__ import annotations
 
