@@ -13,7 +13,7 @@ from search.config import Settings
 from search.models import clip, minilm
 from search.store import Store, open_store
 from search.triton.client import TritonClient
-from search.triton.coalesce import AsyncCoalescer, Coalescer
+from search.triton.coalesce import Coalescer, LoopCoalescer
 from search.triton.local import LocalTriton
 
 
@@ -43,12 +43,11 @@ class Resources:
         return Coalescer(lambda texts: minilm.embed(self.triton, texts, queries=True)[0], minilm.BATCH, minilm.QUERY_INSTANCES)
 
     @cached_property
-    def minilm_aqueries(self) -> AsyncCoalescer[str, np.ndarray]:
-        """``minilm_queries`` for the queries an event loop awaits (the REST API's)."""
-        async def send(texts: list[str]) -> np.ndarray:
-            return (await minilm.aembed(self.triton, texts, queries=True))[0]
-
-        return AsyncCoalescer(send, minilm.BATCH, minilm.QUERY_INSTANCES)
+    def minilm_aqueries(self) -> LoopCoalescer[str, np.ndarray]:
+        """``minilm_queries`` for the queries an event loop awaits (the REST API's), sent from threads of
+        their own so that Triton is not kept waiting by the loop's other work."""
+        return LoopCoalescer(lambda texts: minilm.embed(self.triton, texts, queries=True)[0], minilm.BATCH,
+                             minilm.QUERY_INSTANCES)
 
     def triton_url(self) -> str:
         """An explicit URL, else the local server that `search triton up` recorded, else the defaults."""

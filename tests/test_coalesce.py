@@ -9,7 +9,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from search.triton.coalesce import AsyncCoalescer, Coalescer
+from search.triton.coalesce import Coalescer, LoopCoalescer
 
 
 class Gated:
@@ -111,64 +111,84 @@ def test_with_two_in_flight_two_calls_go_at_once_and_the_rest_wait_for_either():
     assert c.waiting == 0 and c("f") == "F" and batches[-1] == ["f"]
 
 
-# -- the event loop's coalescer (the REST API's document queries)
-class AsyncGated:
-    def __init__(self, fail_on: str | None = None) -> None:
-        self.batches: list[list[str]] = []
-        self.gate = asyncio.Event()
-        self.fail_on = fail_on
-
-    async def __call__(self, items: list[str]) -> list[str]:
-        self.batches.append(list(items))
-        await self.gate.wait()
-        if self.fail_on in items:
-            raise RuntimeError(f"server down at {self.fail_on}")
-        return [i.upper() for i in items]
+# -- the event loop's coalescer (the REST API's document queries), sending from its own threads
+async def until(cond, timeout=10.0) -> None:
+    end = time.monotonic() + timeout
+    while not cond():
+        assert time.monotonic() < end, "timed out"
+        await asyncio.sleep(0.001)
 
 
-async def settle() -> None:
-    for _ in range(5):
-        await asyncio.sleep(0)
-
-
-def test_async_calls_that_wait_on_one_in_flight_go_out_as_one_request():
+def test_loop_calls_that_wait_on_one_in_flight_go_out_as_one_request():
     async def main():
-        send = AsyncGated()
-        c = AsyncCoalescer(send, max_batch=8)
-        send.gate.set()
-        assert await c("a") == "A" and send.batches == [["a"]]  # a lone call goes alone
-        send.gate.clear()
+        send = Gated()
+        c = LoopCoalescer(send, max_batch=8)
         first = asyncio.create_task(c("b"))
-        await settle()
+        await until(send.entered.is_set)  # the first call went out alone, at once
         rest = [asyncio.create_task(c(x)) for x in "cdef"]
-        await settle()
+        await until(lambda: c.waiting == 4)
         send.gate.set()
         assert await asyncio.gather(first, *rest) == list("BCDEF")
-        assert send.batches == [["a"], ["b"], ["c", "d", "e", "f"]] and (c.requests, c.items) == (3, 6)
+        assert send.batches == [["b"], ["c", "d", "e", "f"]] and (c.requests, c.items) == (2, 5)
+        assert await c("a") == "A" and send.batches[-1] == ["a"]  # a lone call goes alone
 
     asyncio.run(main())
 
 
-def test_async_requests_in_flight_errors_and_cancelled_callers():
+def test_loop_requests_in_flight_errors_and_cancelled_callers():
     async def main():
-        send = AsyncGated(fail_on="b")
-        c = AsyncCoalescer(send, max_batch=2, in_flight=2)
-        calls = {x: asyncio.create_task(c(x)) for x in "a"}
-        await settle()
-        calls |= {x: asyncio.create_task(c(x)) for x in "bcde"}
-        await settle()
-        assert send.batches == [["a"], ["b", "c"]]  # two requests out; d and e wait
+        held = threading.Event()
+        entered = []
+
+        def send(items):
+            entered.append(list(items))
+            assert held.wait(10)
+            if "c" in items:
+                raise RuntimeError("server down at c")
+            return [i.upper() for i in items]
+
+        c = LoopCoalescer(send, max_batch=3, in_flight=2)
+        calls = {}
+        for x in "ab":  # two requests out, one per sender thread, each call alone
+            calls[x] = asyncio.create_task(c(x))
+            await until(lambda: len(entered) == len(calls))
+        calls |= {x: asyncio.create_task(c(x)) for x in "cdef"}
+        await until(lambda: c.waiting == 4)
         calls["d"].cancel()  # a caller that gives up
-        send.gate.set()
-        assert await calls["a"] == "A" and await calls["e"] == "E"
-        for x in "bc":
-            with pytest.raises(RuntimeError, match="server down at b"):
+        await asyncio.sleep(0)
+        held.set()
+        assert [await calls[x] for x in "ab"] == ["A", "B"]
+        for x in "cef":  # one request for the three that waited: its failure is each one's
+            with pytest.raises(RuntimeError, match="server down at c"):
                 await calls[x]
         with pytest.raises(asyncio.CancelledError):
             await calls["d"]
-        assert send.batches[2:] == [["e"]]  # the cancelled call was not sent
-        assert await c("f") == "F"
+        assert entered == [["a"], ["b"], ["c", "e", "f"]]  # the cancelled call was not sent
+        assert await c("g") == "G"
         return c
 
     c = asyncio.run(main())
-    assert asyncio.run(c("g")) == "G"  # another event loop: starts afresh
+    assert asyncio.run(c("h")) == "H"  # another event loop gets its own results
+
+
+def test_loop_callers_of_two_loops_share_a_request_and_idle_senders_end():
+    send = Gated()
+    c = LoopCoalescer(send, max_batch=8, idle_s=0.05)
+    results: dict[str, str] = {}
+
+    def in_a_loop(item: str) -> None:
+        results[item] = asyncio.run(c(item))
+
+    first = threading.Thread(target=in_a_loop, args=("a",))
+    first.start()
+    assert send.entered.wait(10)
+    others = [threading.Thread(target=in_a_loop, args=(x,)) for x in "bc"]
+    for t in others:
+        t.start()
+    wait_for(lambda: c.waiting == 2)
+    send.gate.set()
+    for t in [first, *others]:
+        t.join(10)
+    assert results == {"a": "A", "b": "B", "c": "C"} and [sorted(b) for b in send.batches] == [["a"], ["b", "c"]]
+    wait_for(lambda: c.senders == 0)  # idle: the sender ended
+    assert asyncio.run(c("d")) == "D" and c.senders == 1  # the next call starts one again

@@ -116,11 +116,3 @@ def embed(client: TritonClient, texts: list[str], *, queries: bool = False) -> t
         return np.zeros((0, DIM), np.float32), np.zeros(0, bool)
     out = infer_texts(client, texts, OUTPUTS, queries=queries)
     return out["EMBEDDING"], out["TRUNCATED"].reshape(-1)
-
-
-async def aembed(client: TritonClient, texts: list[str], *, queries: bool = False) -> tuple[np.ndarray, np.ndarray]:
-    """``embed`` for an event loop (Triton's asyncio client)."""
-    if not texts:
-        return np.zeros((0, DIM), np.float32), np.zeros(0, bool)
-    out = await ainfer_texts(client, texts, OUTPUTS, queries=queries)
-    return out["EMBEDDING"], out["TRUNCATED"].reshape(-1)
