@@ -10,7 +10,7 @@ import numpy as np
 
 from search.blas import one_blas_thread
 from search.config import Settings
-from search.models import clip, minilm
+from search.models import bge_m3, clip, minilm
 from search.store import Store, open_store
 from search.triton.client import TritonClient
 from search.triton.coalesce import Coalescer, LoopCoalescer
@@ -48,6 +48,17 @@ class Resources:
         their own so that Triton is not kept waiting by the loop's other work."""
         return LoopCoalescer(lambda texts: minilm.embed(self.triton, texts, queries=True)[0], minilm.BATCH,
                              minilm.QUERY_INSTANCES)
+
+    @cached_property
+    def bge_m3_queries(self) -> Coalescer[tuple[str, bool], bge_m3.M3Output]:
+        """A document query's BGE-M3 outputs, given (text, with ColBERT vectors): concurrent queries go to
+        ``bge_m3`` as one request (its one instance), padded to the longest of them."""
+        return Coalescer(lambda queries: bge_m3.encode_queries(self.triton, queries), bge_m3.BATCH)
+
+    @cached_property
+    def bge_m3_aqueries(self) -> LoopCoalescer[tuple[str, bool], bge_m3.M3Output]:
+        """``bge_m3_queries`` for the queries an event loop awaits (the REST API's)."""
+        return LoopCoalescer(lambda queries: bge_m3.encode_queries(self.triton, queries), bge_m3.BATCH)
 
     def triton_url(self) -> str:
         """An explicit URL, else the local server that `search triton up` recorded, else the defaults."""

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 import tiny_bge_m3
 
-from search.models.bge_m3 import BGEM3, colbert_score, encode, sparse_score
+from search.models.bge_m3 import BGEM3, colbert_score, encode, encode_queries, sparse_score
 from search.models.export.bge_m3 import HEADS
 from search.triton.client import TritonClient, text_tensor
 
@@ -142,6 +142,18 @@ def test_colbert_can_be_skipped(client):
         assert a.sparse.keys() == b.sparse.keys()
     raw = client.infer("bge_m3", {"TEXT": text_tensor(TEXTS[:2]), "WITH_COLBERT": np.zeros((2, 1), bool)}, ["COLBERT"])
     assert raw["COLBERT"].shape == (2, 0, 1024)
+
+
+def test_queries_sent_together_equal_the_reference(client, reference):
+    """Document search's queries in one request (Resources.bge_m3_queries): hybrid ones want ColBERT
+    vectors, dense and sparse ones do not; each gets the reference's outputs, and ColBERT only if asked."""
+    texts = [t for t in TEXTS if t]  # an empty query is refused before it is encoded
+    asked = [i % 2 == 0 for i in range(len(texts))]
+    outs = encode_queries(client, list(zip(texts, asked)))
+    for text, colbert, out in zip(texts, asked, outs):
+        assert (out.colbert is not None) == colbert
+        assert_same(out, reference(text))
+    assert all(o.colbert is None for o in encode_queries(client, [(texts[0], False), (texts[1], False)]))
 
 
 def test_family_encode_gives_the_store_vectors(client):

@@ -240,33 +240,42 @@ def test_a_search_that_awaits_its_encoding_finds_what_the_plain_call_finds(servi
         asyncio.run(service.aencode_query("   ", mode="semantic"))
 
 
-def test_concurrent_semantic_searches_find_what_each_finds_alone(service, library):
-    """Concurrent queries share MiniLM requests (padded to the longest of them), from threads and
-    from an event loop: every search finds the passages it finds alone, at the same scores."""
+@pytest.mark.parametrize("mode", ["semantic", "hybrid", "dense", "sparse"])
+def test_concurrent_searches_find_what_each_finds_alone(service, library, mode):
+    """Concurrent queries share requests to their model (MiniLM's query deployment, or BGE-M3 with
+    queries that need ColBERT vectors and queries that do not in one request), padded to the longest
+    of them, from threads and from an event loop: every search finds the passages it finds alone,
+    at the same scores."""
     ingest(service, [library])
     queries = ["reset password", "hotel receipts", "travel expenses within thirty days", "a", "VPN from home",
                "printer jam on the third floor", "Wie setze ich mein Passwort zurück?", "🔥"]
+    modes = [mode] * len(queries) if mode == "semantic" else [[mode, "hybrid"][i % 2] for i in range(len(queries))]
 
     def found(hits) -> list[tuple]:
         return [(h.path, h.chunk, round(h.score, 4)) for h in hits]
 
-    alone = {q: found(service.search_documents(q, top_k=4, mode="semantic")) for q in queries}
+    threads, loop = ((service.resources.minilm_queries, service.resources.minilm_aqueries) if mode == "semantic"
+                     else (service.resources.bge_m3_queries, service.resources.bge_m3_aqueries))
+    alone = {q: found(service.search_documents(q, top_k=4, mode=m)) for q, m in zip(queries, modes)}
+    assert threads.requests == threads.items == len(queries)  # one at a time: each went alone
     with ThreadPoolExecutor(len(queries)) as pool:
-        threaded = dict(zip(queries, pool.map(lambda q: found(service.search_documents(q, top_k=4, mode="semantic")), queries)))
+        threaded = dict(zip(queries, pool.map(lambda qm: found(service.search_documents(qm[0], top_k=4, mode=qm[1])),
+                                              zip(queries, modes))))
 
     async def encode_all() -> list:
         try:
-            return await asyncio.gather(*(service.aencode_query(q, mode="semantic") for q in queries))
+            return await asyncio.gather(*(service.aencode_query(q, mode=m) for q, m in zip(queries, modes)))
         finally:
             await service.triton.aclose()
 
-    awaited = {q: found(service.search_documents(q, top_k=4, mode="semantic", encoded=enc))
-               for q, enc in zip(queries, asyncio.run(encode_all()))}
+    awaited = {q: found(service.search_documents(q, top_k=4, mode=m, encoded=enc))
+               for q, m, enc in zip(queries, modes, asyncio.run(encode_all()))}
     for q in queries:
         for got in (threaded[q], awaited[q]):
             assert [h[:2] for h in got] == [h[:2] for h in alone[q]], q
             assert [h[2] for h in got] == pytest.approx([h[2] for h in alone[q]], abs=2e-4), q
-    assert service.resources.minilm_aqueries.requests < len(queries)
+    assert threads.items == 2 * len(queries) and threads.requests < 2 * len(queries)
+    assert loop.items == len(queries) and loop.requests < len(queries)
 
 
 QUERIES = ("reset password", "Hotel receipts are uploaded within thirty days")

@@ -10,7 +10,7 @@ semantics are FlagEmbedding's ``BGEM3FlagModel``:
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -74,6 +74,14 @@ def encode(client: TritonClient, texts: list[str], *, colbert: bool = True, max_
 async def aencode(client: TritonClient, texts: list[str], *, colbert: bool = True) -> list[M3Output]:
     """``encode`` for an event loop (Triton's asyncio client): up to BATCH texts, e.g. a query."""
     return _decode(await client.ainfer("bge_m3", _inputs(texts, colbert, None), OUTPUTS), len(texts), colbert)
+
+
+def encode_queries(client: TritonClient, queries: list[tuple[str, bool]]) -> list[M3Output]:
+    """Search queries sent together, each (text, whether its search needs ColBERT vectors): one
+    request (up to BATCH). The server computes ColBERT for the whole request when any query asks;
+    the others' are dropped here."""
+    outs = encode(client, [text for text, _ in queries], colbert=any(c for _, c in queries))
+    return [o if c or o.colbert is None else replace(o, colbert=None) for o, (_, c) in zip(outs, queries, strict=True)]
 
 
 OUTPUTS = ["DENSE", "SPARSE_INDICES", "SPARSE_VALUES", "COLBERT", "TRUNCATED", "NUM_TOKENS"]

@@ -7,7 +7,7 @@ from dataclasses import dataclass, replace
 from qdrant_client import models
 
 from search.errors import BadRequest, EmptyCollection, ModelNotReady, NotFound, not_served
-from search.models import bge_m3, family
+from search.models import family
 from search.services.filters import content_condition, document_filter, path_condition
 from search.services.options import HIT_CHARS_LIMIT, MODES, check_group_size, check_max_chars, check_page
 from search.services.relevance import DOCUMENT_SPACES, Relevance, check_min_relevance
@@ -89,7 +89,7 @@ class DocumentSearch(Relevance):
         mode = self.document_mode(target.asked, target.kb)
         if mode == "semantic":
             return target.encoded(mode, self.resources.minilm_queries(target.text).tolist())
-        return target.encoded(mode, bge_m3.encode(self.triton, [target.text], colbert=mode == "hybrid")[0])
+        return target.encoded(mode, self.resources.bge_m3_queries((target.text, mode == "hybrid")))
 
     async def aencode_query(self, query: str, *, mode: str | None = None, kb: str | None = None) -> EncodedQuery:
         """A document query encoded by its mode's served model, awaited on Triton's asyncio client: an
@@ -100,7 +100,7 @@ class DocumentSearch(Relevance):
         mode = self.document_mode(target.asked, kb, served=served)
         if mode == "semantic":
             return target.encoded(mode, (await self.resources.minilm_aqueries(target.text)).tolist())
-        return target.encoded(mode, (await bge_m3.aencode(self.triton, [target.text], colbert=mode == "hybrid"))[0])
+        return target.encoded(mode, await self.resources.bge_m3_aqueries((target.text, mode == "hybrid")))
 
     def needs_sampling(self, encoded: EncodedQuery, *, grouped: bool = False) -> bool:
         """Whether the store half of ``encoded``'s search would first draw its relevance background (a
