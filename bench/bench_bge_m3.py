@@ -22,7 +22,9 @@ In one run:
   warm-up batch per path and length first, then the two paths alternate batch by batch (so load
   from other work on a shared machine falls on both alike);
 - query latency p50/p99 of `SearchService.search_documents(q, top_k=5, mode=m)` for the modes
-  semantic (MiniLM), dense, sparse and hybrid over samples/queries.json, after ingesting samples/docs.
+  semantic (MiniLM), dense, sparse and hybrid over samples/queries.json, after ingesting samples/docs;
+- hybrid searches from 8 threads at once: as served (the queries that wait on the one in flight
+  share a bge_m3 request) against one bge_m3 request per query, taking turns (2 rounds).
 """
 
 from __future__ import annotations
@@ -240,7 +242,7 @@ def throughput(repo: Path, url: str, texts: list[str], plan: dict[int, tuple[int
 
 
 # -- hybrid query latency through the service layer
-def query_latency(repo: Path, url: str, repeats: int) -> dict:
+def query_latency(repo: Path, url: str, repeats: int, concurrent: int = 8) -> dict:
     from indexer.service import IngestService
     from search.services import SearchService
 
@@ -280,10 +282,47 @@ def query_latency(repo: Path, url: str, repeats: int) -> dict:
             except Exception as exc:  # e.g. a mode still being implemented: keep going, report it
                 out["modes"][mode] = {"error": f"{type(exc).__name__}: {str(exc)[:300]}"}
                 print(f"  {mode:8}: ERROR {type(exc).__name__}: {exc}", flush=True)
+        if concurrent and "error" not in out["modes"].get("hybrid", {}):
+            out["concurrent"] = coalesced_or_not(svc, queries, concurrent, rounds=2)
     finally:
         svc.close()
         shutil.rmtree(tmp, ignore_errors=True)
     return out
+
+
+def coalesced_or_not(svc, queries: list[str], clients: int, rounds: int) -> dict:
+    """Hybrid searches from ``clients`` threads at once: as served (the queries that wait on the one in
+    flight share a bge_m3 request, Resources.bge_m3_queries) against one bge_m3 request per query,
+    taking turns; queries/s and p50/p99 of each round, medians."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    coalesced = svc.resources.bge_m3_queries
+    ways = {"coalesced": coalesced,
+            "one request per query": lambda q: bge_m3.encode(svc.triton, [q[0]], colbert=q[1])[0]}
+    runs: dict[str, list[dict]] = {way: [] for way in ways}
+    requests, items = coalesced.requests, coalesced.items
+
+    def one(q: str) -> float:
+        t = time.perf_counter()
+        svc.search_documents(q, top_k=5, mode="hybrid")
+        return time.perf_counter() - t
+
+    try:
+        for r in range(rounds):
+            for way, encode in ways.items():
+                svc.resources.__dict__["bge_m3_queries"] = encode
+                start = time.perf_counter()
+                with ThreadPoolExecutor(clients) as pool:
+                    lat = list(pool.map(one, queries * 2))
+                wall = time.perf_counter() - start
+                p50, p99 = (float(x) for x in np.percentile(lat, [50, 99]) * 1000)
+                runs[way].append({"qps": round(len(lat) / wall, 2), "p50_ms": round(p50, 1), "p99_ms": round(p99, 1)})
+                print(f"  hybrid, {clients} clients, round {r + 1}, {way}: {runs[way][-1]}", flush=True)
+    finally:
+        svc.resources.__dict__["bge_m3_queries"] = coalesced
+    med = {way: {k: float(np.median([x[k] for x in rows])) for k in ("qps", "p50_ms", "p99_ms")} | {"rounds": rows}
+           for way, rows in runs.items()}
+    return {"clients": clients, **med, "mean_batch": round((coalesced.items - items) / max(1, coalesced.requests - requests), 2)}
 
 
 def describe() -> dict:
@@ -324,6 +363,13 @@ def report(res: dict) -> None:
                 print(f"{mode:>9}  error: {m['error']}")
             else:
                 print(f"{mode:>9} {m['n']:>4} {m['p50_ms']:>8.1f} {m['p99_ms']:>8.1f}")
+        if lat.get("concurrent"):
+            c = lat["concurrent"]
+            each, both = c["one request per query"], c["coalesced"]
+            print(f"hybrid, {c['clients']} clients at once (medians of rounds): one bge_m3 request per query "
+                  f"{each['qps']:.2f} q/s, p50 {each['p50_ms']:.0f} ms, p99 {each['p99_ms']:.0f} ms; coalesced "
+                  f"(mean {c['mean_batch']} queries per request) {both['qps']:.2f} q/s, p50 {both['p50_ms']:.0f} ms, "
+                  f"p99 {both['p99_ms']:.0f} ms: {both['qps'] / each['qps']:.2f}x the queries/s")
     print(f"wall time: {res['wall_s']:.0f} s")
 
 
