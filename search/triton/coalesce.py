@@ -94,7 +94,7 @@ class LoopCoalescer(Generic[T, R]):
     from threads of their own, one per request in flight, on a blocking ``send``. When a request
     comes back, its thread sends the calls that waited at once: a sender task in the loop would wait
     for its turn behind the other requests' work, and the model would sit idle meanwhile (at 32
-    clients, HTTP search 201 -> 288 requests/s; docs/api.md, run J1). A caller that gives up is
+    clients, HTTP search 229 -> 309 requests/s and p99 280 -> 217 ms; docs/api.md, run J3). A caller that gives up is
     not sent if its request has not gone out yet. Each loop gets its results in one callback per
     request. A thread with nothing to send for ``idle_s`` ends; the next call starts one again."""
 
