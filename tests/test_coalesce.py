@@ -192,3 +192,19 @@ def test_loop_callers_of_two_loops_share_a_request_and_idle_senders_end():
     assert results == {"a": "A", "b": "B", "c": "C"} and [sorted(b) for b in send.batches] == [["a"], ["b", "c"]]
     wait_for(lambda: c.senders == 0)  # idle: the sender ended
     assert asyncio.run(c("d")) == "D" and c.senders == 1  # the next call starts one again
+
+
+def test_a_sender_survives_whatever_its_send_raises():
+    def send(items):
+        if "stop" in items:
+            raise SystemExit("the send gave up")
+        return [i.upper() for i in items]
+
+    c = LoopCoalescer(send, max_batch=4)
+
+    async def main():
+        with pytest.raises(SystemExit):
+            await c("stop")
+        return await c("next")
+
+    assert asyncio.run(main()) == "NEXT" and c.senders == 1

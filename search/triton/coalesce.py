@@ -94,9 +94,11 @@ class LoopCoalescer(Generic[T, R]):
     from threads of their own, one per request in flight, on a blocking ``send``. When a request
     comes back, its thread sends the calls that waited at once: a sender task in the loop would wait
     for its turn behind the other requests' work, and the model would sit idle meanwhile (at 32
-    clients, HTTP search 229 -> 309 requests/s and p99 280 -> 217 ms; docs/api.md, run J3). A caller that gives up is
-    not sent if its request has not gone out yet. Each loop gets its results in one callback per
-    request. A thread with nothing to send for ``idle_s`` ends; the next call starts one again."""
+    clients, HTTP search 229 -> 309 requests/s and p99 280 -> 217 ms; docs/api.md, run J3). A
+    caller that gives up is not sent if its request has not gone out yet. Each loop gets its results
+    in one callback per request. A thread with nothing to send for ``idle_s`` ends; the next call
+    starts one again. Whatever ``send`` raises is each of its calls' error: a sender never dies
+    with calls waiting on it."""
 
     def __init__(self, send: Callable[[list[T]], Sequence[R]], max_batch: int, in_flight: int = 1,
                  idle_s: float = 60.0) -> None:
@@ -146,8 +148,8 @@ class LoopCoalescer(Generic[T, R]):
             if not batch:
                 continue
             try:
-                outcome: Sequence[R] | Exception = self._send([item for item, _, _ in batch])
-            except Exception as exc:
+                outcome: Sequence[R] | BaseException = self._send([item for item, _, _ in batch])
+            except BaseException as exc:  # the callers get it, in their loop: this thread lives on
                 outcome = exc
             with self._ready:
                 self.requests, self.items = self.requests + 1, self.items + len(batch)
@@ -155,19 +157,19 @@ class LoopCoalescer(Generic[T, R]):
             for i, (_, _, loop) in enumerate(batch):
                 loops.setdefault(loop, []).append(i)
             for loop, calls in loops.items():
-                results = outcome if isinstance(outcome, Exception) else [outcome[i] for i in calls]
+                results = outcome if isinstance(outcome, BaseException) else [outcome[i] for i in calls]
                 try:
                     loop.call_soon_threadsafe(_settle, [batch[i][1] for i in calls], results)
                 except RuntimeError:  # that loop has closed: nobody awaits its calls
                     pass
 
 
-def _settle(futures: list[asyncio.Future], outcome: Sequence | Exception) -> None:
+def _settle(futures: list[asyncio.Future], outcome: Sequence | BaseException) -> None:
     """In the callers' loop: each future gets its result, or the request's error."""
     for i, future in enumerate(futures):
         if future.done():  # its caller gave up
             continue
-        if isinstance(outcome, Exception):
+        if isinstance(outcome, BaseException):
             future.set_exception(outcome)
         else:
             future.set_result(outcome[i])
