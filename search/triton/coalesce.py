@@ -11,17 +11,12 @@ that await in an event loop (the REST API's document queries), sending from thre
 from __future__ import annotations
 
 import asyncio
-import atexit
 import threading
-import time
-import weakref
 from collections.abc import Callable, Sequence
 from typing import Generic, TypeVar
 
 T = TypeVar("T")
 R = TypeVar("R")
-
-_LOOP_COALESCERS: weakref.WeakSet = weakref.WeakSet()  # those whose senders end at exit
 
 
 class _Call(Generic[T, R]):
@@ -103,8 +98,7 @@ class LoopCoalescer(Generic[T, R]):
     caller that gives up is not sent if its request has not gone out yet. Each loop gets its results
     in one callback per request. A thread with nothing to send for ``idle_s`` ends; the next call
     starts one again. Whatever ``send`` raises is each of its calls' error: a sender never dies
-    with calls waiting on it. At the interpreter's exit the idle senders end (``close``), so that what
-    their ``send`` holds (a gRPC client) goes while the modules it needs are still there."""
+    with calls waiting on it."""
 
     def __init__(self, send: Callable[[list[T]], Sequence[R]], max_batch: int, in_flight: int = 1,
                  idle_s: float = 60.0) -> None:
@@ -112,10 +106,7 @@ class LoopCoalescer(Generic[T, R]):
         self._ready = threading.Condition()
         self._waiting: list[tuple[T, asyncio.Future[R], asyncio.AbstractEventLoop]] = []
         self._threads = self._idle = 0
-        self._running: set[threading.Thread] = set()
-        self._closing = False
         self.requests = self.items = 0  # what went out: items / requests is the mean batch
-        _LOOP_COALESCERS.add(self)
 
     @property
     def waiting(self) -> int:
@@ -138,34 +129,19 @@ class LoopCoalescer(Generic[T, R]):
                 self._ready.notify()
             elif self._threads < self.in_flight:
                 self._threads += 1
-                sender = threading.Thread(target=self._sender, name="coalesce", daemon=True)
-                self._running.add(sender)
-                sender.start()
+                threading.Thread(target=self._sender, name="coalesce", daemon=True).start()
         return await future
-
-    def close(self, timeout: float = 2.0) -> None:
-        """End the senders once nothing waits (a later call still gets one), waiting up to ``timeout``
-        seconds for them."""
-        with self._ready:
-            self._closing = True
-            self._ready.notify_all()
-            running = list(self._running)
-        deadline = time.monotonic() + timeout
-        for sender in running:
-            sender.join(max(0.0, deadline - time.monotonic()))
 
     def _sender(self) -> None:
         while True:
             with self._ready:
-                idle_for_long = False
                 while not self._waiting:
-                    if self._closing or idle_for_long:
-                        self._threads -= 1
-                        self._running.discard(threading.current_thread())
-                        return
                     self._idle += 1
-                    idle_for_long = not self._ready.wait(self.idle_s)
+                    woken = self._ready.wait(self.idle_s)
                     self._idle -= 1
+                    if not woken and not self._waiting:
+                        self._threads -= 1
+                        return
                 # not those given up (a racy read from this thread: at worst one text too many)
                 live = [call for call in self._waiting if not call[1].done()]
                 batch, self._waiting = live[:self.max_batch], live[self.max_batch:]
@@ -197,9 +173,3 @@ def _settle(futures: list[asyncio.Future], outcome: Sequence | BaseException) ->
             future.set_exception(outcome)
         else:
             future.set_result(outcome[i])
-
-
-@atexit.register
-def _end_senders() -> None:
-    for coalescer in list(_LOOP_COALESCERS):
-        coalescer.close()
