@@ -40,25 +40,30 @@ class Resources:
     def minilm_queries(self) -> Coalescer[str, np.ndarray]:
         """A document query's MiniLM vector: concurrent queries go to the query deployment together, one
         request per instance at most (each request padded to its longest text)."""
-        return Coalescer(lambda texts: minilm.embed(self.triton, texts, queries=True)[0], minilm.BATCH, minilm.QUERY_INSTANCES)
+        return Coalescer(self._minilm_query_vectors, minilm.BATCH, minilm.QUERY_INSTANCES)
 
     @cached_property
     def minilm_aqueries(self) -> LoopCoalescer[str, np.ndarray]:
         """``minilm_queries`` for the queries an event loop awaits (the REST API's), sent from threads of
         their own so that Triton is not kept waiting by the loop's other work."""
-        return LoopCoalescer(lambda texts: minilm.embed(self.triton, texts, queries=True)[0], minilm.BATCH,
-                             minilm.QUERY_INSTANCES)
+        return LoopCoalescer(self._minilm_query_vectors, minilm.BATCH, minilm.QUERY_INSTANCES)
 
     @cached_property
     def bge_m3_queries(self) -> Coalescer[tuple[str, bool], bge_m3.M3Output]:
         """A document query's BGE-M3 outputs, given (text, with ColBERT vectors): concurrent queries go to
         ``bge_m3`` as one request (its one instance), padded to the longest of them."""
-        return Coalescer(lambda queries: bge_m3.encode_queries(self.triton, queries), bge_m3.BATCH)
+        return Coalescer(self._bge_m3_query_outputs, bge_m3.BATCH)
 
     @cached_property
     def bge_m3_aqueries(self) -> LoopCoalescer[tuple[str, bool], bge_m3.M3Output]:
         """``bge_m3_queries`` for the queries an event loop awaits (the REST API's)."""
-        return LoopCoalescer(lambda queries: bge_m3.encode_queries(self.triton, queries), bge_m3.BATCH)
+        return LoopCoalescer(self._bge_m3_query_outputs, bge_m3.BATCH)
+
+    def _minilm_query_vectors(self, texts: list[str]) -> np.ndarray:
+        return minilm.embed(self.triton, texts, queries=True)[0]
+
+    def _bge_m3_query_outputs(self, queries: list[tuple[str, bool]]) -> list[bge_m3.M3Output]:
+        return bge_m3.encode_queries(self.triton, queries)
 
     def triton_url(self) -> str:
         """An explicit URL, else the local server that `search triton up` recorded, else the defaults."""

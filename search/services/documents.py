@@ -92,9 +92,10 @@ class DocumentSearch(Relevance):
         return target.encoded(mode, self.resources.bge_m3_queries((target.text, mode == "hybrid")))
 
     async def aencode_query(self, query: str, *, mode: str | None = None, kb: str | None = None) -> EncodedQuery:
-        """A document query encoded by its mode's served model, awaited on Triton's asyncio client: an
-        event loop's half of a search, whose store half is ``search_documents(..., encoded=...)`` (or
-        ``search_document_groups``). Checks and errors as ``search_documents``'."""
+        """A document query encoded by its mode's served model, awaited (``Resources.minilm_aqueries`` /
+        ``bge_m3_aqueries``, which send from threads of their own): an event loop's half of a search,
+        whose store half is ``search_documents(..., encoded=...)`` (or ``search_document_groups``).
+        Checks and errors as ``search_documents``'."""
         target = self._target(query, mode, kb)
         served = None if target.asked == "semantic" else await self.triton.amodel_ready(BGE_M3.ensembles[0])
         mode = self.document_mode(target.asked, kb, served=served)
