@@ -220,7 +220,7 @@ def coalesced_or_not(svc: SearchService, clients: int, per_client: int, rounds: 
     """Concurrent queries as served (those that wait on one in flight share a clip_text request)
     against one clip_text request per query (before), taking turns: the medians of the rounds."""
     coalesced = svc.resources.clip_queries
-    ways = {"coalesced": coalesced, "one request per query": lambda text: clip.embed_texts(svc.triton, [text])[0][0]}
+    ways = {"coalesced": coalesced, "one request per query": lambda text: clip.embed_queries(svc.triton, [text])[0]}
     runs: dict[str, list[dict]] = {way: [] for way in ways}
     requests, items = coalesced.requests, coalesced.items
     try:

@@ -6,11 +6,10 @@ from __future__ import annotations
 
 from functools import cached_property
 
-import numpy as np
-
 from search.blas import one_blas_thread
 from search.config import Settings
 from search.models import bge_m3, clip, minilm
+from search.models.base import TextVector
 from search.store import Store, open_store
 from search.triton.client import TritonClient
 from search.triton.coalesce import Coalescer, LoopCoalescer
@@ -31,36 +30,46 @@ class Resources:
         return TritonClient(self.triton_url(), self.settings.triton_timeout_s)
 
     @cached_property
-    def clip_queries(self) -> Coalescer[str, np.ndarray]:
-        """A text query's CLIP vector: the queries of this process's concurrent searches go to
-        ``clip_text`` as one request (one text-tower execution, padded to the longest of them)."""
-        return Coalescer(lambda texts: clip.embed_texts(self.triton, texts)[0], clip.TEXT_BATCH)
+    def clip_queries(self) -> Coalescer[str, TextVector]:
+        """A text query's CLIP vector: the queries of this process's concurrent searches (and one-text
+        embeddings requests) go to ``clip_text`` as one request (one text-tower execution, padded to
+        the longest of them)."""
+        return Coalescer(self._clip_query_vectors, clip.TEXT_BATCH)
 
     @cached_property
-    def minilm_queries(self) -> Coalescer[str, np.ndarray]:
-        """A document query's MiniLM vector: concurrent queries go to the query deployment together, one
-        request per instance at most (each request padded to its longest text)."""
+    def clip_aqueries(self) -> LoopCoalescer[str, TextVector]:
+        """``clip_queries`` for the texts an event loop awaits (the REST API's `/v1/embeddings`), sent
+        from threads of their own so that Triton is not kept waiting by the loop's other work."""
+        return LoopCoalescer(self._clip_query_vectors, clip.TEXT_BATCH)
+
+    @cached_property
+    def minilm_queries(self) -> Coalescer[str, TextVector]:
+        """A document query's MiniLM vector: concurrent queries (and one-text embeddings requests) go to
+        the query deployment together, one request per instance at most (each padded to its longest text)."""
         return Coalescer(self._minilm_query_vectors, minilm.BATCH, minilm.QUERY_INSTANCES)
 
     @cached_property
-    def minilm_aqueries(self) -> LoopCoalescer[str, np.ndarray]:
-        """``minilm_queries`` for the queries an event loop awaits (the REST API's), sent from threads of
-        their own so that Triton is not kept waiting by the loop's other work."""
+    def minilm_aqueries(self) -> LoopCoalescer[str, TextVector]:
+        """``minilm_queries`` for the texts an event loop awaits (the REST API's)."""
         return LoopCoalescer(self._minilm_query_vectors, minilm.BATCH, minilm.QUERY_INSTANCES)
 
     @cached_property
     def bge_m3_queries(self) -> Coalescer[tuple[str, bool], bge_m3.M3Output]:
-        """A document query's BGE-M3 outputs, given (text, with ColBERT vectors): concurrent queries go to
-        ``bge_m3`` as one request (its one instance), padded to the longest of them."""
+        """A document query's BGE-M3 outputs, given (text, with ColBERT vectors): concurrent queries (and
+        one-text embeddings requests) go to ``bge_m3`` as one request (its one instance), padded to the
+        longest of them."""
         return Coalescer(self._bge_m3_query_outputs, bge_m3.BATCH)
 
     @cached_property
     def bge_m3_aqueries(self) -> LoopCoalescer[tuple[str, bool], bge_m3.M3Output]:
-        """``bge_m3_queries`` for the queries an event loop awaits (the REST API's)."""
+        """``bge_m3_queries`` for the texts an event loop awaits (the REST API's)."""
         return LoopCoalescer(self._bge_m3_query_outputs, bge_m3.BATCH)
 
-    def _minilm_query_vectors(self, texts: list[str]) -> np.ndarray:
-        return minilm.embed(self.triton, texts, queries=True)[0]
+    def _clip_query_vectors(self, texts: list[str]) -> list[TextVector]:
+        return clip.embed_queries(self.triton, texts)
+
+    def _minilm_query_vectors(self, texts: list[str]) -> list[TextVector]:
+        return minilm.embed_queries(self.triton, texts)
 
     def _bge_m3_query_outputs(self, queries: list[tuple[str, bool]]) -> list[bge_m3.M3Output]:
         return bge_m3.encode_queries(self.triton, queries)

@@ -282,7 +282,7 @@ def test_concurrent_text_queries_share_one_request_and_equal_transformers(settin
     from search.resources import Resources
 
     txts = texts()
-    served, entered, release, batches = clip.embed_texts, threading.Event(), threading.Event(), []
+    served, entered, release, batches = clip.embed_queries, threading.Event(), threading.Event(), []
 
     def held_first(client, batch):
         batches.append(len(batch))
@@ -291,7 +291,7 @@ def test_concurrent_text_queries_share_one_request_and_equal_transformers(settin
             assert release.wait(30)
         return served(client, batch)
 
-    monkeypatch.setattr(clip, "embed_texts", held_first)
+    monkeypatch.setattr(clip, "embed_queries", held_first)
     queries = Resources(settings).clip_queries
     with ThreadPoolExecutor(len(txts)) as pool:
         first = pool.submit(queries, txts[0])
@@ -301,7 +301,7 @@ def test_concurrent_text_queries_share_one_request_and_equal_transformers(settin
         while queries.waiting < len(rest) and time.monotonic() < deadline:
             time.sleep(0.005)
         release.set()
-        got = np.stack([f.result(30) for f in [first, *rest]])
+        got = np.stack([f.result(30).vector for f in [first, *rest]])
     assert batches == [1, len(txts) - 1]
     cos = cosines(got, reference.texts(txts))
     assert cos.min() >= 0.9999, f"cosine {cos.min():.6f} for {txts[int(cos.argmin())]!r}"

@@ -79,11 +79,11 @@ def test_concurrent_queries_share_requests_and_equal_sentence_transformers(setti
     resources = Resources(settings)
     queries, aqueries = resources.minilm_queries, resources.minilm_aqueries
     with ThreadPoolExecutor(16) as pool:
-        threaded = np.stack(list(pool.map(queries, texts)))
+        threaded = np.stack([q.vector for q in pool.map(queries, texts)])
 
     async def together():
         try:
-            return np.stack(await asyncio.gather(*(aqueries(t) for t in texts)))
+            return np.stack([q.vector for q in await asyncio.gather(*(aqueries(t) for t in texts))])
         finally:
             await resources.triton.aclose()
 
@@ -94,7 +94,7 @@ def test_concurrent_queries_share_requests_and_equal_sentence_transformers(setti
     assert aqueries.items == len(texts) and aqueries.requests <= 3  # all waited on the first requests
     assert queries.items == len(texts) and queries.requests < len(texts)
     before = queries.requests
-    np.testing.assert_allclose(queries(texts[0]), minilm.embed(TritonClient(resources.triton.url), [texts[0]])[0][0], atol=1e-6)
+    np.testing.assert_allclose(queries(texts[0]).vector, minilm.embed(TritonClient(resources.triton.url), [texts[0]])[0][0], atol=1e-6)
     assert queries.requests == before + 1
 
 

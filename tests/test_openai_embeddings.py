@@ -124,3 +124,38 @@ def test_triton_down_is_a_503_in_openais_shape(settings):
         r = c.post("/v1/embeddings", json={"model": "minilm", "input": "x"})
     assert r.status_code == 503, r.text
     assert r.json()["error"]["type"] == "server_error" and "Triton" in r.json()["error"]["message"]
+
+
+@pytest.mark.parametrize("model", ["minilm", "bge-m3", "clip-text"])
+def test_concurrent_one_text_requests_share_requests_and_equal_a_batch(settings, model):
+    """One-text requests go through their family's query coalescer (Resources), which search
+    queries share: concurrent ones, from threads and from an event loop, go to Triton together and
+    each gets the vector and token count that one batch request of all the texts gives."""
+    import asyncio
+    from concurrent.futures import ThreadPoolExecutor
+
+    from search.services.query import SearchService
+
+    texts = [*TEXTS, "a", "word " * 300, "Wie setze ich mein Passwort zurück?", "🔥", "two dogs on a beach at night"]
+    svc = SearchService(settings)
+    batch = svc.embed(model, texts)  # several texts: one request of their own, not coalesced
+    with ThreadPoolExecutor(len(texts)) as pool:
+        threaded = list(pool.map(lambda t: svc.embed(model, t), texts))
+
+    async def together():
+        try:
+            return await asyncio.gather(*(svc.aembed(model, [t]) for t in texts))
+        finally:
+            await svc.triton.aclose()
+
+    awaited = asyncio.run(together())
+    family = {"minilm": "minilm", "bge-m3": "bge_m3", "clip-text": "clip"}[model]
+    threads, loop = getattr(svc.resources, f"{family}_queries"), getattr(svc.resources, f"{family}_aqueries")
+    for way, got in (("threads", threaded), ("event loop", awaited)):
+        vectors = np.concatenate([g.vectors for g in got])
+        assert vectors.shape == batch.vectors.shape, way
+        c = cos(vectors, batch.vectors)
+        assert c.min() >= 0.9999, f"{way}: cosine {c.min():.6f} for {texts[int(c.argmin())]!r}"
+        assert [g.tokens[0] for g in got] == batch.tokens, way
+    assert threads.items == loop.items == len(texts)
+    assert threads.requests < len(texts) and loop.requests < len(texts)  # some went to Triton together

@@ -11,7 +11,7 @@ import importlib
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Literal
+from typing import Literal, NamedTuple
 
 import numpy as np
 
@@ -56,6 +56,19 @@ class Vector:
     kind: Literal["dense", "sparse", "multivector"] = "dense"
     dim: int | None = None  # None for dense: the built model's width (Family.dim); sparse has none
     distance: Literal["cosine", "dot"] = "cosine"  # how the model's scores compare vectors
+
+
+class TextVector(NamedTuple):
+    """One text's unit vector and the tokens the model saw (start and end tokens included): what a
+    query, or a one-text embeddings request, gets from a text ensemble."""
+
+    vector: np.ndarray
+    n_tokens: int
+
+
+def text_vectors(out: dict[str, np.ndarray]) -> list[TextVector]:
+    """Per text, from a text ensemble's EMBEDDING and NUM_TOKENS outputs."""
+    return [TextVector(v, int(n)) for v, n in zip(out["EMBEDDING"], out["NUM_TOKENS"].reshape(-1), strict=True)]
 
 
 @dataclass

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import numpy as np
 
-from search.models.base import Encoded, Family, Vector, image_tensor
+from search.models.base import Encoded, Family, TextVector, Vector, image_tensor, text_vectors
 from search.triton.client import TritonClient, text_tensor
 
 CONTEXT_LENGTH = 77  # CLIP's context: texts are cut there (the clip_text configs take up to this many tokens)
@@ -53,6 +53,12 @@ def embed_images(client: TritonClient, images: list[bytes]) -> np.ndarray:
     parts = [client.infer("clip_image", {"IMAGE": image_tensor(images[i:i + IMAGE_BATCH])}, ["EMBEDDING"])["EMBEDDING"]
              for i in range(0, len(images), IMAGE_BATCH)]
     return np.concatenate(parts)
+
+
+def embed_queries(client: TritonClient, texts: list[str]) -> list[TextVector]:
+    """Text queries (or one-text embeddings requests) sent together to ``clip_text`` in one request
+    (at most TEXT_BATCH): each text's vector and token count."""
+    return text_vectors(client.infer("clip_text", {"TEXT": text_tensor(texts)}, ["EMBEDDING", "NUM_TOKENS"]))
 
 
 def embed_texts(client: TritonClient, texts: list[str]) -> tuple[np.ndarray, np.ndarray]:

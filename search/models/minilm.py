@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 
 from search.errors import ModelNotReady
-from search.models.base import Encoded, Family, Int8Quality, Vector, WeightsUnavailable
+from search.models.base import Encoded, Family, Int8Quality, TextVector, Vector, WeightsUnavailable, text_vectors
 from search.triton.client import TritonClient, text_tensor
 
 DIM = 384
@@ -109,10 +109,15 @@ def ensemble_for(n_texts: int) -> str:
     return QUERY_ENSEMBLE if n_texts == 1 else "minilm"
 
 
-def embed(client: TritonClient, texts: list[str], *, queries: bool = False) -> tuple[np.ndarray, np.ndarray]:
-    """Unit vectors [n, 384] and a truncated flag per text, from the served model (``ensemble_for``;
-    ``queries``: search queries sent together, to the query deployment)."""
+def embed(client: TritonClient, texts: list[str]) -> tuple[np.ndarray, np.ndarray]:
+    """Unit vectors [n, 384] and a truncated flag per text, from the served model (``ensemble_for``)."""
     if not texts:
         return np.zeros((0, DIM), np.float32), np.zeros(0, bool)
-    out = infer_texts(client, texts, OUTPUTS, queries=queries)
+    out = infer_texts(client, texts, OUTPUTS)
     return out["EMBEDDING"], out["TRUNCATED"].reshape(-1)
+
+
+def embed_queries(client: TritonClient, texts: list[str]) -> list[TextVector]:
+    """Search queries (or one-text embeddings requests) sent together to the query deployment (at
+    most BATCH): each text's vector and token count."""
+    return text_vectors(infer_texts(client, texts, ["EMBEDDING", "NUM_TOKENS"], queries=True))

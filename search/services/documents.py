@@ -88,7 +88,7 @@ class DocumentSearch(Relevance):
     def _encode(self, target: Target) -> EncodedQuery:
         mode = self.document_mode(target.asked, target.kb)
         if mode == "semantic":
-            return target.encoded(mode, self.resources.minilm_queries(target.text).tolist())
+            return target.encoded(mode, self.resources.minilm_queries(target.text).vector.tolist())
         return target.encoded(mode, self.resources.bge_m3_queries((target.text, mode == "hybrid")))
 
     async def aencode_query(self, query: str, *, mode: str | None = None, kb: str | None = None) -> EncodedQuery:
@@ -100,7 +100,7 @@ class DocumentSearch(Relevance):
         served = None if target.asked == "semantic" else await self.triton.amodel_ready(BGE_M3.ensembles[0])
         mode = self.document_mode(target.asked, kb, served=served)
         if mode == "semantic":
-            return target.encoded(mode, (await self.resources.minilm_aqueries(target.text)).tolist())
+            return target.encoded(mode, (await self.resources.minilm_aqueries(target.text)).vector.tolist())
         return target.encoded(mode, await self.resources.bge_m3_aqueries((target.text, mode == "hybrid")))
 
     def needs_sampling(self, encoded: EncodedQuery, *, grouped: bool = False) -> bool:

@@ -14,6 +14,7 @@ import numpy as np
 
 from search.errors import BadRequest, ModelNotReady, NotFound, not_served
 from search.models import bge_m3, clip, family, minilm
+from search.models.base import TextVector
 from search.services.base import ServiceBase
 from search.services.images import example_image
 from search.triton.client import text_tensor
@@ -83,6 +84,8 @@ class Embeddings(ServiceBase):
             vectors = np.concatenate([clip.embed_images(self.triton, images[s:s + clip.IMAGE_BATCH])
                                       for s in range(0, len(images), clip.IMAGE_BATCH)])
             return Embedded(m, vectors, [0] * len(items))
+        if len(items) == 1:
+            return _one(m, self._queries(m)(_query(m, items[0])))
         if m.family == "bge_m3":
             return _dense(m, bge_m3.encode(self.triton, items, colbert=False))
         return _texts(m, [minilm.infer_texts(self.triton, part, TEXT_OUTPUTS) if m.family == "minilm"
@@ -90,17 +93,30 @@ class Embeddings(ServiceBase):
                           for part in _batches(m, items)])
 
     async def aembed(self, model: str, inputs: str | list[str], *, dimensions: int | None = None) -> Embedded:
-        """``embed`` for an event loop: texts await Triton's asyncio client; images, which are decoded
-        here first, run in a worker thread."""
+        """``embed`` for an event loop: one text awaits its family's query coalescer (sent from threads of
+        its own), several texts await Triton's asyncio client; images, which are decoded here first,
+        run in a worker thread."""
         m, items = self._checked(model, inputs)
         if m.input == "image":
             return await asyncio.to_thread(self.embed, model, inputs, dimensions=dimensions)
         self._check_served(m, await self.triton.amodel_ready(m.ensemble), dimensions)
+        if len(items) == 1:
+            return _one(m, await self._queries(m, loop=True)(_query(m, items[0])))
         if m.family == "bge_m3":
             return _dense(m, [o for part in _batches(m, items) for o in await bge_m3.aencode(self.triton, part, colbert=False)])
         return _texts(m, [await minilm.ainfer_texts(self.triton, part, TEXT_OUTPUTS) if m.family == "minilm"
                           else await self.triton.ainfer(m.ensemble, {"TEXT": text_tensor(part)}, TEXT_OUTPUTS)
                           for part in _batches(m, items)])
+
+    def _queries(self, m: EmbeddingModel, *, loop: bool = False):
+        """The coalescer that search queries of ``m``'s family go through: a one-text request shares a
+        request to Triton with concurrent searches and other one-text requests (Resources)."""
+        r = self.resources
+        if m.family == "minilm":
+            return r.minilm_aqueries if loop else r.minilm_queries
+        if m.family == "bge_m3":
+            return r.bge_m3_aqueries if loop else r.bge_m3_queries
+        return r.clip_aqueries if loop else r.clip_queries
 
     def _checked(self, model: str, inputs: str | list[str]) -> tuple[EmbeddingModel, list[str]]:
         """The model asked for and the inputs as a list, every input checked."""
@@ -159,6 +175,17 @@ def _batches(m: EmbeddingModel, items: list[str]) -> list[list[str]]:
     """Requests of at most the model's batch size."""
     batch = {"minilm": minilm.BATCH, "bge_m3": bge_m3.BATCH}.get(m.family, clip.TEXT_BATCH)
     return [items[s:s + batch] for s in range(0, len(items), batch)]
+
+
+def _query(m: EmbeddingModel, text: str) -> str | tuple[str, bool]:
+    """A text as its family's query coalescer takes it (BGE-M3's asks whether to compute ColBERT)."""
+    return (text, False) if m.family == "bge_m3" else text
+
+
+def _one(m: EmbeddingModel, out: TextVector | bge_m3.M3Output) -> Embedded:
+    """A one-text request's answer, from its family's query coalescer."""
+    vector = out.dense if isinstance(out, bge_m3.M3Output) else out.vector
+    return Embedded(m, vector[None], [out.n_tokens])
 
 
 def _dense(m: EmbeddingModel, outs: list) -> Embedded:
