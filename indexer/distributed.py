@@ -19,6 +19,7 @@ twice writes the same points again, never new ones.
 
 from __future__ import annotations
 
+import atexit
 import logging
 import os
 import pickle
@@ -29,6 +30,7 @@ import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import TypeVar
 
 import numpy as np
 
@@ -101,8 +103,28 @@ class _Rec:
         return len(self.units) if self.units else self.chunks
 
 
-_KINDS: dict[tuple[str, str], dict[str, Kind]] = {}  # (plan token, url) -> kinds, per worker process
+V = TypeVar("V")
+
+# Per worker process, for the plans it has served lately: a process that runs one ingest after
+# another (a long-lived Ray worker, a library caller, the tests) keeps only the last few plans'
+# Triton clients and stored-file maps.
+RECENT_PLANS = 4
+_KINDS: dict[str, dict[str, dict[str, Kind]]] = {}  # plan token -> url -> kinds
 _STORED: dict[str, dict[str, dict[str, StoredFile]]] = {}  # plan token -> kind -> sha256 -> what is stored
+# Dropped at exit, while grpc can still close their channels: left to the interpreter's teardown,
+# each gRPC client's __del__ prints "Exception ignored ... 'NoneType' object has no attribute 'StatusCode'".
+atexit.register(_KINDS.clear)
+
+
+def _recent(cache: dict[str, V], token: str, make: Callable[[], V]) -> V:
+    """``cache[token]``, made on first use; only the ``RECENT_PLANS`` plans used last stay."""
+    if token in cache:
+        cache[token] = cache.pop(token)  # most recent last
+    else:
+        cache[token] = make()
+        while len(cache) > RECENT_PLANS:
+            del cache[next(iter(cache))]
+    return cache[token]
 
 
 def workers_write(settings: Settings) -> bool:
@@ -112,16 +134,16 @@ def workers_write(settings: Settings) -> bool:
 
 
 def _kinds(plan: Plan, url: str) -> dict[str, Kind]:
-    key = (plan.token, url)
-    if key not in _KINDS:
+    by_url = _recent(_KINDS, plan.token, dict)
+    if url not in by_url:
         triton = TritonClient(url, plan.settings.triton_timeout_s)
         kinds = {}
         for name, (families, signature) in plan.kinds.items():
             kind = make_kind(plan.settings, triton, name, [family(f) for f in families], plan.kb)
             kind.__dict__["signature"] = signature  # the driver's probe, not each worker's
             kinds[name] = kind
-        _KINDS[key] = kinds
-    return _KINDS[key]
+        by_url[url] = kinds
+    return by_url[url]
 
 
 def _pack(recs: list[_Rec]) -> dict:
@@ -183,9 +205,8 @@ def write_new(store: Store, plan: Plan, kinds: dict[str, Kind], recs: list[_Rec]
 
 
 def _stored(plan: Plan) -> dict[str, dict[str, StoredFile]]:
-    if plan.token not in _STORED:
-        _STORED[plan.token] = {name: {f.sha256: f for f in known.values()} for name, known in plan.known.items()}
-    return _STORED[plan.token]
+    return _recent(_STORED, plan.token,
+                   lambda: {name: {f.sha256: f for f in known.values()} for name, known in plan.known.items()})
 
 
 class Embedder:

@@ -233,3 +233,23 @@ def test_a_run_stopped_before_the_driver_applied_is_repaired_by_the_next(setting
 
     run(settings, [docs])  # uninterrupted
     assert_same_points(without_order(stored(settings)), without_order(stored(on_ray)))
+
+
+def test_a_worker_process_keeps_only_the_last_plans_clients_and_maps(settings, monkeypatch):
+    """A process that serves one ingest after another (a long-lived Ray worker, a library caller,
+    this test session) keeps the kinds (with their Triton clients) and stored-file maps of the last
+    RECENT_PLANS plans it used, a plan used again counting as recent."""
+    n = 4
+    for name, value in (("RECENT_PLANS", n), ("_KINDS", {}), ("_STORED", {})):
+        monkeypatch.setattr(distributed, name, value)
+    plans = [SimpleNamespace(token=f"plan-{i}", settings=settings, kinds={}, known={}, kb=None) for i in range(n + 2)]
+    first = distributed._kinds(plans[0], "127.0.0.1:1")
+    for i, plan in enumerate(plans[1:], 1):
+        distributed._kinds(plan, "127.0.0.1:1")
+        distributed._stored(plan)
+        distributed._kinds(plans[1], "127.0.0.1:2")  # plan 1 again (another replica): still recent
+        assert len(distributed._KINDS) == min(i + 1, n) and len(distributed._STORED) == min(i, n)
+    assert list(distributed._KINDS) == ["plan-3", "plan-4", "plan-5", "plan-1"]
+    assert set(distributed._KINDS["plan-1"]) == {"127.0.0.1:1", "127.0.0.1:2"}
+    assert list(distributed._STORED) == ["plan-2", "plan-3", "plan-4", "plan-5"]
+    assert distributed._kinds(plans[0], "127.0.0.1:1") is not first  # made again when it comes back
