@@ -18,6 +18,7 @@ from search.models.base import TextVector
 from search.services.base import ServiceBase
 from search.services.images import example_image
 from search.triton.client import text_tensor
+from search.triton.coalesce import Coalescer, LoopCoalescer
 
 MAX_INPUTS = 256  # per request: OpenAI allows 2048, but on a CPU that is minutes of one request
 MAX_INPUT_CHARS = 100_000  # per text; the models cut longer texts at their token limit anyway
@@ -108,7 +109,7 @@ class Embeddings(ServiceBase):
                           else await self.triton.ainfer(m.ensemble, {"TEXT": text_tensor(part)}, TEXT_OUTPUTS)
                           for part in _batches(m, items)])
 
-    def _queries(self, m: EmbeddingModel, *, loop: bool = False):
+    def _queries(self, m: EmbeddingModel, *, loop: bool = False) -> Coalescer | LoopCoalescer:
         """The coalescer that search queries of ``m``'s family go through: a one-text request shares a
         request to Triton with concurrent searches and other one-text requests (Resources)."""
         r = self.resources
