@@ -25,6 +25,7 @@ import os
 import pickle
 import random
 import socket
+import threading
 import time
 import uuid
 from collections.abc import Callable
@@ -116,15 +117,19 @@ _STORED: dict[str, dict[str, dict[str, StoredFile]]] = {}  # plan token -> kind 
 atexit.register(_KINDS.clear)
 
 
+_RECENT_LOCK = threading.Lock()  # an actor may one day run calls in threads of its own
+
+
 def _recent(cache: dict[str, V], token: str, make: Callable[[], V]) -> V:
     """``cache[token]``, made on first use; only the ``RECENT_PLANS`` plans used last stay."""
-    if token in cache:
-        cache[token] = cache.pop(token)  # most recent last
-    else:
-        cache[token] = make()
-        while len(cache) > RECENT_PLANS:
-            del cache[next(iter(cache))]
-    return cache[token]
+    with _RECENT_LOCK:
+        if token in cache:
+            cache[token] = cache.pop(token)  # most recent last
+        else:
+            cache[token] = make()
+            while len(cache) > RECENT_PLANS:
+                del cache[next(iter(cache))]
+        return cache[token]
 
 
 def workers_write(settings: Settings) -> bool:
