@@ -7,6 +7,7 @@ it did load running) can kill every process it spawned and remove every ``/dev/s
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import shutil
@@ -30,13 +31,11 @@ STANDIN_BACKENDS = Path(__file__).parent / "backends"
 
 
 def _pytriton_dir() -> Path:
-    try:
-        import pytriton  # noqa: PLC0415 - optional until a local server is wanted
-    except ImportError as exc:
-        raise TritonError(
-            "the local Triton server needs the nvidia-pytriton package: pip install nvidia-pytriton==0.7.0"
-        ) from exc
-    return Path(pytriton.__file__).parent / "tritonserver"
+    # Found, not imported: only the wheel's files are used, and importing it pulls its own client (gevent).
+    spec = importlib.util.find_spec("pytriton")
+    if spec is None or spec.origin is None:
+        raise TritonError("the local Triton server needs the nvidia-pytriton package: pip install nvidia-pytriton==0.7.0")
+    return Path(spec.origin).parent / "tritonserver"
 
 
 def _libs_dir() -> Path:
