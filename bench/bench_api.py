@@ -4,6 +4,7 @@ concurrent clients, next to the same queries through the service layer in-proces
 SearchService, store lock included). The ratio is what HTTP + FastAPI cost.
 
     python bench/bench_api.py [--quick] [--client wrk|httpx] [--repo TRITON_REPO] [--json FILE]
+                              [--server-cpus 0,2 --load-cpus 4]
 
 Needs MiniLM built (`search models build`). Starts its own Triton on free ports and indexes
 samples/docs into a temporary data dir; queries are samples/queries.json, semantic mode.
@@ -17,6 +18,12 @@ of the serving process (the API process, or this one in-process), which the mach
 distorts far less than requests per second, and of Triton (the server and its Python-backend stubs):
 the same queries cost Triton less when more of them arrive together and are batched. The batch
 column is the MiniLM encoder's mean dynamic batch over the row (texts per run, Triton's statistics).
+
+On a host with more cores, `--server-cpus` pins this process (the in-process clients), Triton and
+the API to those CPUs, a stand-in for a small server, and `--load-cpus` gives wrk CPUs of its own:
+each HTTP row is then measured twice, with wrk on the server's CPUs (as on a 2-core box) and with
+wrk apart (as when the clients are other machines), so the load generator's share is a figure of
+the same run.
 """
 
 from __future__ import annotations
@@ -67,6 +74,15 @@ def median_row(runs: list[dict]) -> dict:
     figures = ("rps", "p50_ms", "p99_ms", "cpu_ms_per_request", "triton_cpu_ms_per_request", "encoder_batch")
     return {**runs[0], **{k: round(float(np.median([r[k] for r in runs])), 2) for k in figures},
             "rounds_rps": [r["rps"] for r in runs]}
+
+
+def cpu_list(text: str) -> set[int]:
+    """'0,2' or '0-3' -> {0, 2} / {0, 1, 2, 3}"""
+    cpus: set[int] = set()
+    for part in text.split(","):
+        lo, _, hi = part.partition("-")
+        cpus.update(range(int(lo), int(hi or lo) + 1))
+    return cpus
 
 
 def load() -> str:
@@ -149,6 +165,7 @@ def in_process(svc, n: int, clients: int, what: str = "search") -> dict:
 
 
 HTTP_PATH = "{what}: HTTP (uvicorn, FastAPI)"
+APART = ", load apart"  # wrk on CPUs of its own (--load-cpus)
 
 
 async def over_http(base: str, n: int, clients: int, what: str = "search", pid: int | None = None) -> dict:
@@ -177,9 +194,11 @@ async def over_http(base: str, n: int, clients: int, what: str = "search", pid: 
 _WRK_UNITS = {"us": 1e-3, "ms": 1.0, "s": 1000.0}
 
 
-def over_wrk(base: str, seconds: float, clients: int, what: str, pid: int, script_dir: Path) -> dict:
+def over_wrk(base: str, seconds: float, clients: int, what: str, pid: int, script_dir: Path,
+             cpus: set[int] | None = None) -> dict:
     """The same requests from wrk (one thread, ``clients`` connections) for ``seconds``: requests/s,
-    p50/p99 (wrk's latency distribution) and the API process's CPU per request."""
+    p50/p99 (wrk's latency distribution) and the API process's CPU per request. ``cpus``: wrk's CPUs
+    (else this process's)."""
     _, route, body = WORKLOADS[what]
     bodies = [json.dumps(body(q)) for q in QUERIES]
     script = script_dir / f"{what}.lua"
@@ -188,9 +207,11 @@ def over_wrk(base: str, seconds: float, clients: int, what: str, pid: int, scrip
                       f"  return wrk.format('POST', '{route}', {{['Content-Type'] = 'application/json'}}, bodies[(i % #bodies) + 1])\n"
                       "end\n")
     run = ["wrk", "-t1", f"-c{clients}", "--latency", "--timeout", "60s", "-s", str(script), base]
-    subprocess.run([*run[:3], "-d2s", *run[3:]], check=True, capture_output=True)  # warm-up: open the connections
+    pin = (lambda: os.sched_setaffinity(0, cpus)) if cpus else None
+    subprocess.run([*run[:3], "-d2s", *run[3:]], check=True, capture_output=True, preexec_fn=pin)  # warm-up: open the connections
     cpu, triton, runs = cpu_seconds(pid), triton_seconds(), encoder_runs()
-    out = subprocess.run([*run[:3], f"-d{seconds:g}s", *run[3:]], check=True, capture_output=True, text=True).stdout
+    out = subprocess.run([*run[:3], f"-d{seconds:g}s", *run[3:]], check=True, capture_output=True, text=True,
+                         preexec_fn=pin).stdout
     cpu, triton, batch = cpu_seconds(pid) - cpu, triton_seconds() - triton, mean_batch(runs)
     if re.search(r"Non-2xx or 3xx responses", out):
         sys.exit(f"wrk got error responses:\n{out}")
@@ -200,7 +221,7 @@ def over_wrk(base: str, seconds: float, clients: int, what: str, pid: int, scrip
         value, unit = re.search(rf"^\s+{p}%\s+([\d.]+)(us|ms|s)\s*$", out, re.M).groups()
         return round(float(value) * _WRK_UNITS[unit], 2)
 
-    return {"path": HTTP_PATH.format(what=what), "clients": clients, "requests": requests,
+    return {"path": HTTP_PATH.format(what=what) + (APART if cpus else ""), "clients": clients, "requests": requests,
             "rps": float(re.search(r"Requests/sec:\s+([\d.]+)", out).group(1)), "p50_ms": pct("50"), "p99_ms": pct("99"),
             "cpu_ms_per_request": round(cpu * 1000 / requests, 2),
             "triton_cpu_ms_per_request": round(triton * 1000 / requests, 2), "encoder_batch": batch, "client": "wrk"}
@@ -239,9 +260,17 @@ def main() -> None:
     ap.add_argument("--client", choices=("wrk", "httpx"), default="wrk" if shutil.which("wrk") else "httpx",
                     help="what sends the HTTP load [default: wrk when installed (apt-get install wrk), else httpx]")
     ap.add_argument("--rounds", type=int, default=3, help="rounds of every row, the paths taking turns (median reported)")
+    ap.add_argument("--clients", type=int, nargs="+", default=list(CLIENTS), help="concurrent clients per row [default: 1 8 32]")
+    ap.add_argument("--server-cpus", type=cpu_list, help="pin this process, Triton and the API to these CPUs (e.g. 0,2)")
+    ap.add_argument("--load-cpus", type=cpu_list,
+                    help="wrk's own CPUs (e.g. 4): each HTTP row is measured with wrk on the server's CPUs and apart")
     ap.add_argument("--what", nargs="+", choices=list(WORKLOADS), default=list(WORKLOADS),
                     help="the workloads: document search (MiniLM, top_k 5) and /v1/embeddings (MiniLM, one text)")
     args = ap.parse_args()
+    if args.load_cpus and args.client != "wrk":
+        sys.exit("--load-cpus places wrk: it needs --client wrk")
+    if args.server_cpus:
+        os.sched_setaffinity(0, args.server_cpus)  # inherited by Triton, its stubs and the API
     repo = args.repo or Settings().triton_repo
     if not MiniLM().is_built(repo):
         sys.exit(f"build the model first: search models build (no MiniLM in {repo})")
@@ -271,7 +300,7 @@ def main() -> None:
             done: list[dict] = []
             backend = create_app(settings).state.backend
             try:
-                done += [in_process(backend.service(), n, c, what) for what in args.what for c in CLIENTS]
+                done += [in_process(backend.service(), n, c, what) for what in args.what for c in args.clients]
             finally:
                 backend.close()
             port = free_port()
@@ -279,10 +308,13 @@ def main() -> None:
             try:
                 base = f"http://127.0.0.1:{port}"
                 for what in args.what:
-                    for c in CLIENTS:
+                    for c in args.clients:
                         if args.client == "wrk":  # about as long as the in-process row took, at least 5 s
                             local = next(x for x in done if x["clients"] == c and x["path"] == f"{what}: service in-process")
-                            done.append(over_wrk(base, max(5.0, round(local["requests"] / local["rps"])), c, what, api.pid, tmp))
+                            seconds = max(5.0, round(local["requests"] / local["rps"]))
+                            done.append(over_wrk(base, seconds, c, what, api.pid, tmp))
+                            if args.load_cpus:
+                                done.append(over_wrk(base, seconds, c, what, api.pid, tmp, args.load_cpus))
                         else:
                             done.append(asyncio.run(over_http(base, n, c, what, api.pid)))
             finally:
@@ -300,23 +332,28 @@ def main() -> None:
         shutil.rmtree(tmp, ignore_errors=True)
 
     results = {"machine": machine(), "chunks": report.embedded_chunks, "client": args.client, "rounds": args.rounds,
+               "server_cpus": sorted(args.server_cpus or []), "load_cpus": sorted(args.load_cpus or []),
                "load_average": [start_load, load()], "rows": rows}
     print(f"machine: {results['machine']}")
     print(f"load average: {start_load} at the start, {load()} at the end; {args.rounds} rounds, medians")
+    if args.server_cpus:
+        print(f"CPUs: this process, Triton and the API on {sorted(args.server_cpus)}; wrk apart on "
+              f"{sorted(args.load_cpus or [])} (rows '{APART.strip(', ')}') and on the server's CPUs (the others)")
     print(f"index: samples/docs, {results['chunks']} chunks; {n} requests per in-process row, top_k 5, semantic (MiniLM); "
           f"HTTP load from {args.client}")
-    print(f"{'path':38} {'clients':>7} {'req/s':>8} {'p50 ms':>8} {'p99 ms':>8} {'CPU ms/req':>10} {'Triton ms/req':>13} "
+    print(f"{'path':50} {'clients':>7} {'req/s':>8} {'p50 ms':>8} {'p99 ms':>8} {'CPU ms/req':>10} {'Triton ms/req':>13} "
           f"{'batch':>5}   rounds (req/s)")
     for r in rows:
-        print(f"{r['path']:38} {r['clients']:>7} {r['rps']:>8.1f} {r['p50_ms']:>8.2f} {r['p99_ms']:>8.2f} "
+        print(f"{r['path']:50} {r['clients']:>7} {r['rps']:>8.1f} {r['p50_ms']:>8.2f} {r['p99_ms']:>8.2f} "
               f"{r['cpu_ms_per_request']:>10.2f} {r['triton_cpu_ms_per_request']:>13.2f} {r['encoder_batch']:>5.2f}   {r['rounds_rps']}")
     for what in args.what:
-        for c in CLIENTS:
-            local, http = (next(r for r in rows if r["clients"] == c and r["path"] == f"{what}: {p}")
-                           for p in ("service in-process", "HTTP (uvicorn, FastAPI)"))
-            print(f"{what:>10}, {c:>2} clients: HTTP / in-process throughput = {http['rps'] / local['rps']:.2f}x, "
-                  f"p50 overhead = {http['p50_ms'] - local['p50_ms']:+.2f} ms, "
-                  f"CPU per request {http['cpu_ms_per_request'] - local['cpu_ms_per_request']:+.2f} ms")
+        for c in args.clients:
+            local = next(r for r in rows if r["clients"] == c and r["path"] == f"{what}: service in-process")
+            for http in (r for r in rows if r["clients"] == c and r["path"].startswith(HTTP_PATH.format(what=what))):
+                label = "HTTP, load apart" if http["path"].endswith(APART) else "HTTP"
+                print(f"{what:>10}, {c:>2} clients: {label} / in-process throughput = {http['rps'] / local['rps']:.2f}x, "
+                      f"p50 overhead = {http['p50_ms'] - local['p50_ms']:+.2f} ms, "
+                      f"CPU per request {http['cpu_ms_per_request'] - local['cpu_ms_per_request']:+.2f} ms")
     if args.json:
         args.json.write_text(json.dumps(results, indent=2))
 

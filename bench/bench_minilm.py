@@ -279,7 +279,10 @@ def machine() -> str:
                 break
     except OSError:
         pass
-    return f"{platform.machine()}, {os.cpu_count()} cores ({cpu}), Python {platform.python_version()}, no GPU"
+    usable = len(os.sched_getaffinity(0))  # a run pinned to some CPUs (bench_api --server-cpus) says so
+    pinned = f", {usable} of them this run's" if usable < (os.cpu_count() or usable) else ""
+    gpu = "a GPU present, unused" if shutil.which("nvidia-smi") else "no GPU"
+    return f"{platform.machine()}, {os.cpu_count()} cores{pinned} ({cpu}), Python {platform.python_version()}, {gpu}"
 
 
 def report(results: dict) -> None:
