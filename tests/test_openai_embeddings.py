@@ -16,6 +16,7 @@ from processes import SearchServer
 from tokenizers import Tokenizer
 
 from search.api import create_app
+from search.errors import ModelNotReady
 from search.models import bge_m3, clip, minilm
 from search.services.images import example_image
 from search.triton.client import TritonClient
@@ -124,6 +125,33 @@ def test_triton_down_is_a_503_in_openais_shape(settings):
         r = c.post("/v1/embeddings", json={"model": "minilm", "input": "x"})
     assert r.status_code == 503, r.text
     assert r.json()["error"]["type"] == "server_error" and "Triton" in r.json()["error"]["message"]
+
+
+def test_a_model_triton_does_not_serve_is_a_503_that_says_how_to_serve_it(settings, model_repo, tmp_path):
+    """Requests ask Triton for no readiness first: the inference itself finds the model missing, and
+    the answer names it as the readiness check did (one text and several, threads and event loop)."""
+    from search.models import built_triton_models
+    from search.triton.local import LocalTriton
+
+    only = LocalTriton(model_repo, tmp_path / "run", http_port=free_port(), grpc_port=free_port(), metrics_port=free_port(),
+                       models=[m for m in built_triton_models(model_repo) if m.startswith("minilm")]).start(timeout=120)
+    try:
+        app = create_app(settings.model_copy(update={"triton_url": f"127.0.0.1:{only.grpc_port}"}))
+        with TestClient(app) as c:
+            for model, inputs in (("bge-m3", "x"), ("bge-m3", ["x", "y"]), ("clip-text", "x"), ("clip-text", ["x", "y"]),
+                                  ("clip-image", base64.b64encode(png(0)).decode())):
+                r = c.post("/v1/embeddings", json={"model": model, "input": inputs})
+                assert r.status_code == 503, (model, r.text)
+                assert "is not served" in r.json()["error"]["message"] and "search models build" in r.json()["error"]["message"]
+            assert c.post("/v1/embeddings", json={"model": "minilm", "input": ["x", "y"]}).status_code == 200
+            assert c.post("/v1/embeddings", json={"model": "minilm", "input": "x"}).status_code == 200
+            svc = app.state.backend.service()
+            with pytest.raises(ModelNotReady, match="is not served"):
+                svc.embed("bge-m3", "x")
+            with pytest.raises(ModelNotReady, match="is not served"):
+                svc.embed("clip-text", ["x", "y"])
+    finally:
+        only.stop()
 
 
 @pytest.mark.parametrize("model", ["minilm", "bge-m3", "clip-text"])

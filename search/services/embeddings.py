@@ -8,11 +8,13 @@ import asyncio
 import base64
 import binascii
 import re
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 import numpy as np
 
-from search.errors import BadRequest, ModelNotReady, NotFound, not_served
+from search.errors import BadRequest, ModelNotReady, ModelUnhealthy, NotFound, not_served
 from search.models import bge_m3, clip, family, minilm
 from search.models.base import TextVector
 from search.services.base import ServiceBase
@@ -79,19 +81,21 @@ class Embeddings(ServiceBase):
         order, from the served model ``model``. ``dimensions``: only the model's own width (no
         model here is trained to be cut shorter), anything else is refused."""
         m, items = self._checked(model, inputs)
-        self._check_served(m, self.triton.model_ready(m.ensemble), dimensions)
-        if m.input == "image":
-            images = [self._image(item, i if not isinstance(inputs, str) else None) for i, item in enumerate(items)]
-            vectors = np.concatenate([clip.embed_images(self.triton, images[s:s + clip.IMAGE_BATCH])
-                                      for s in range(0, len(images), clip.IMAGE_BATCH)])
-            return Embedded(m, vectors, [0] * len(items))
-        if len(items) == 1:
-            return _one(m, self._queries(m)(_query(m, items[0])))
-        if m.family == "bge_m3":
-            return _dense(m, bge_m3.encode(self.triton, items, colbert=False))
-        return _texts(m, [minilm.infer_texts(self.triton, part, TEXT_OUTPUTS) if m.family == "minilm"
-                          else self.triton.infer(m.ensemble, {"TEXT": text_tensor(part)}, TEXT_OUTPUTS)
-                          for part in _batches(m, items)])
+        if dimensions is not None:
+            self._check_served(m, self.triton.model_ready(m.ensemble), dimensions)
+        with _served(m):
+            if m.input == "image":
+                images = [self._image(item, i if not isinstance(inputs, str) else None) for i, item in enumerate(items)]
+                vectors = np.concatenate([clip.embed_images(self.triton, images[s:s + clip.IMAGE_BATCH])
+                                          for s in range(0, len(images), clip.IMAGE_BATCH)])
+                return Embedded(m, vectors, [0] * len(items))
+            if len(items) == 1:
+                return _one(m, self._queries(m)(_query(m, items[0])))
+            if m.family == "bge_m3":
+                return _dense(m, bge_m3.encode(self.triton, items, colbert=False))
+            return _texts(m, [minilm.infer_texts(self.triton, part, TEXT_OUTPUTS) if m.family == "minilm"
+                              else self.triton.infer(m.ensemble, {"TEXT": text_tensor(part)}, TEXT_OUTPUTS)
+                              for part in _batches(m, items)])
 
     async def aembed(self, model: str, inputs: str | list[str], *, dimensions: int | None = None) -> Embedded:
         """``embed`` for an event loop: one text awaits its family's query coalescer (sent from threads of
@@ -100,14 +104,16 @@ class Embeddings(ServiceBase):
         m, items = self._checked(model, inputs)
         if m.input == "image":
             return await asyncio.to_thread(self.embed, model, inputs, dimensions=dimensions)
-        self._check_served(m, await self.triton.amodel_ready(m.ensemble), dimensions)
-        if len(items) == 1:
-            return _one(m, await self._queries(m, loop=True)(_query(m, items[0])))
-        if m.family == "bge_m3":
-            return _dense(m, [o for part in _batches(m, items) for o in await bge_m3.aencode(self.triton, part, colbert=False)])
-        return _texts(m, [await minilm.ainfer_texts(self.triton, part, TEXT_OUTPUTS) if m.family == "minilm"
-                          else await self.triton.ainfer(m.ensemble, {"TEXT": text_tensor(part)}, TEXT_OUTPUTS)
-                          for part in _batches(m, items)])
+        if dimensions is not None:
+            self._check_served(m, await self.triton.amodel_ready(m.ensemble), dimensions)
+        with _served(m):
+            if len(items) == 1:
+                return _one(m, await self._queries(m, loop=True)(_query(m, items[0])))
+            if m.family == "bge_m3":
+                return _dense(m, [o for part in _batches(m, items) for o in await bge_m3.aencode(self.triton, part, colbert=False)])
+            return _texts(m, [await minilm.ainfer_texts(self.triton, part, TEXT_OUTPUTS) if m.family == "minilm"
+                              else await self.triton.ainfer(m.ensemble, {"TEXT": text_tensor(part)}, TEXT_OUTPUTS)
+                              for part in _batches(m, items)])
 
     def _queries(self, m: EmbeddingModel, *, loop: bool = False) -> Coalescer | LoopCoalescer:
         """The coalescer that search queries of ``m``'s family go through: a one-text request shares a
@@ -170,6 +176,19 @@ class Embeddings(ServiceBase):
 
 
 TEXT_OUTPUTS = ["EMBEDDING", "NUM_TOKENS"]
+
+
+@contextmanager
+def _served(m: EmbeddingModel) -> Iterator[None]:
+    """A model Triton does not serve, found by the request itself and named as a readiness check
+    would name it: asking Triton first cost each request a gRPC round trip, 0.3-0.6 ms of the
+    serving process's CPU on a 2-core box (docs/api.md, run K3)."""
+    try:
+        yield
+    except ModelUnhealthy:  # served, but its process died: that message says what to do
+        raise
+    except ModelNotReady as exc:
+        raise ModelNotReady(not_served(m.ensemble, family(m.family).display)) from exc
 
 
 def _batches(m: EmbeddingModel, items: list[str]) -> list[list[str]]:
