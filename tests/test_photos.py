@@ -222,6 +222,25 @@ def test_without_clip_documents_still_work(settings, model_repo, tmp_path, album
         srv.stop()
 
 
+def test_photo_search_without_clip_served_says_how_to_serve_it(service, settings, model_repo, tmp_path, album):
+    """Photos indexed, then a Triton without CLIP: no readiness is asked before the query; its own
+    request finds CLIP missing, and the error says how to serve it, for a text and for an example photo."""
+    ingest(service, [album])
+    service.close()
+    srv = LocalTriton(model_repo, tmp_path / "run", http_port=free_port(), grpc_port=free_port(),
+                      metrics_port=free_port(), models=list(MiniLM().triton_models)).start()
+    try:
+        svc = SearchService(settings.model_copy(update={"triton_url": f"127.0.0.1:{srv.grpc_port}"}))
+        try:
+            for query in ({"text": "a dog"}, {"like": album / "beach.jpg"}):
+                with pytest.raises(ModelNotReady, match="CLIP model is not served.*search models build"):
+                    svc.search_images(**query)
+        finally:
+            svc.close()
+    finally:
+        srv.stop()
+
+
 def test_parse_date_is_utc_unless_told():
     assert parse_date("2021-07-14", "after") == datetime(2021, 7, 14, tzinfo=UTC).timestamp()
     assert parse_date("2021-07-14T09:30+02:00", "after") == datetime(2021, 7, 14, 7, 30, tzinfo=UTC).timestamp()

@@ -8,16 +8,14 @@ import asyncio
 import base64
 import binascii
 import re
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass
 
 import numpy as np
 
-from search.errors import BadRequest, ModelNotReady, ModelUnhealthy, NotFound, not_served
+from search.errors import BadRequest, ModelNotReady, NotFound, not_served
 from search.models import bge_m3, clip, family, minilm
 from search.models.base import TextVector
-from search.services.base import ServiceBase
+from search.services.base import ServiceBase, served
 from search.services.images import example_image
 from search.triton.client import text_tensor
 from search.triton.coalesce import Coalescer, LoopCoalescer
@@ -83,7 +81,7 @@ class Embeddings(ServiceBase):
         m, items = self._checked(model, inputs)
         if dimensions is not None:
             self._check_served(m, self.triton.model_ready(m.ensemble), dimensions)
-        with _served(m):
+        with served(m.ensemble, family(m.family).display):
             if m.input == "image":
                 images = [self._image(item, i if not isinstance(inputs, str) else None) for i, item in enumerate(items)]
                 vectors = np.concatenate([clip.embed_images(self.triton, images[s:s + clip.IMAGE_BATCH])
@@ -106,7 +104,7 @@ class Embeddings(ServiceBase):
             return await asyncio.to_thread(self.embed, model, inputs, dimensions=dimensions)
         if dimensions is not None:
             self._check_served(m, await self.triton.amodel_ready(m.ensemble), dimensions)
-        with _served(m):
+        with served(m.ensemble, family(m.family).display):
             if len(items) == 1:
                 return _one(m, await self._queries(m, loop=True)(_query(m, items[0])))
             if m.family == "bge_m3":
@@ -176,19 +174,6 @@ class Embeddings(ServiceBase):
 
 
 TEXT_OUTPUTS = ["EMBEDDING", "NUM_TOKENS"]
-
-
-@contextmanager
-def _served(m: EmbeddingModel) -> Iterator[None]:
-    """A model Triton does not serve, found by the request itself and named as a readiness check
-    would name it: asking Triton first cost each request a gRPC round trip, 0.3-0.6 ms of the
-    serving process's CPU on a 2-core box (docs/api.md, run K3)."""
-    try:
-        yield
-    except ModelUnhealthy:  # served, but its process died: that message says what to do
-        raise
-    except ModelNotReady as exc:
-        raise ModelNotReady(not_served(m.ensemble, family(m.family).display)) from exc
 
 
 def _batches(m: EmbeddingModel, items: list[str]) -> list[list[str]]:

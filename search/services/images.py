@@ -10,6 +10,7 @@ from qdrant_client import models
 from search.errors import BadRequest, EmptyCollection, NotFound
 from search.media.photos import BadImage, decode_photo, open_photo
 from search.models import clip, family
+from search.services.base import served
 from search.services.entailment import Entailment
 from search.services.filters import content_condition, image_filter
 from search.services.options import SORTS, ImageFilters, check_top_k
@@ -50,11 +51,11 @@ class ImageSearch(Entailment, Relevance):
                 raise EmptyCollection(f"kb: no photos in knowledge base {kb!r} yet: run `indexer ingest ./photos --kb {kb}`")
             raise EmptyCollection("no photos indexed yet: run `indexer ingest ./photos`" + self._legacy_hint())
         model = "clip_text" if text else "clip_image"
-        self._require(model, CLIP.display)
-        if text:
-            vector = self.resources.clip_queries(text).vector
-        else:
-            vector = clip.embed_images(self.triton, [self._example_image(like)])[0]
+        with served(model, CLIP.display):
+            if text:
+                vector = self.resources.clip_queries(text).vector
+            else:
+                vector = clip.embed_images(self.triton, [self._example_image(like)])[0]
         points = self.store.search(collection, image_vector(), vector.tolist(), limit=top_k,
                                    query_filter=image_filter(filters), score_threshold=min_score)
         space = replace(image_space("text" if text else "image"), collection=collection)
