@@ -145,6 +145,39 @@ def test_auto_mode_falls_back_until_documents_have_bge_vectors(service, library,
         service.search_documents("reset password", mode="fuzzy")
 
 
+def test_auto_mode_reuses_served_and_falls_back_when_bge_m3_goes(settings, model_repo, library, tmp_path):
+    """Auto mode asks Triton whether BGE-M3 is served at most every READY_TTL_S; a query that finds it
+    gone since (unloaded) runs semantic instead of failing, in threads and in an event loop, while
+    an explicit hybrid search still says what to do."""
+    import tritonclient.grpc as grpcclient
+
+    from search.errors import ModelNotReady
+    from search.models import built_triton_models
+    from search.triton.local import LocalTriton, free_port
+
+    srv = LocalTriton(model_repo, tmp_path / "run", http_port=free_port(), grpc_port=free_port(), metrics_port=free_port(),
+                      models=[m for m in built_triton_models(model_repo) if m.startswith(("minilm", "bge_m3"))]).start(timeout=120)
+    control = grpcclient.InferenceServerClient(f"127.0.0.1:{srv.grpc_port}")
+    svc = SearchService(settings.model_copy(update={"triton_url": f"127.0.0.1:{srv.grpc_port}"}))
+    try:
+        ingest(svc, [library])
+        for run in (lambda: svc.search_documents("reset password", mode="auto")[0].mode,
+                    lambda: asyncio.run(svc.aencode_query("reset password", mode="auto")).mode):
+            control.load_model("bge_m3")
+            assert run() == "hybrid"  # Triton said "served", which the next queries reuse
+            control.unload_model("bge_m3")
+            while control.is_model_ready("bge_m3"):
+                pass
+            assert svc.triton.model_ready("bge_m3", max_age_s=60)  # still remembered: no question asked
+            assert run() == "semantic"
+            assert not svc.triton.model_ready("bge_m3", max_age_s=60)  # the failed request forgot it
+        with pytest.raises(ModelNotReady, match="not served.*or use --mode semantic"):
+            svc.search_documents("reset password", mode="hybrid")
+    finally:
+        svc.close()
+        srv.stop()
+
+
 def test_folder_filter_applies_to_every_mode(service, library, tmp_path):
     other = tmp_path / "other"
     other.mkdir()

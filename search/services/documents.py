@@ -6,7 +6,7 @@ from dataclasses import dataclass, replace
 
 from qdrant_client import models
 
-from search.errors import BadRequest, EmptyCollection, ModelNotReady, NotFound, not_served
+from search.errors import BadRequest, EmptyCollection, ModelNotReady, ModelUnhealthy, NotFound, not_served
 from search.models import family
 from search.services.filters import content_condition, document_filter, path_condition
 from search.services.options import HIT_CHARS_LIMIT, MODES, check_group_size, check_max_chars, check_page
@@ -21,6 +21,9 @@ HYBRID_DEPTHS = (50, 200, 1_000, 10_000)
 # The store vector a mode's hits are ranked and calibrated by (_hits, needs_sampling)
 MODE_VECTORS = {"semantic": "minilm", "dense": "bge_dense", "sparse": "bge_sparse", "hybrid": "bge_colbert"}
 DOCUMENT_CHARS = 20_000  # a document's text unless the caller asks for more (up to HIT_CHARS_LIMIT)
+# Auto mode reuses BGE-M3's "served" this long: asking Triton on every query cost a gRPC round trip,
+# 0.3-0.6 ms of the serving process's CPU on a 2-core box (docs/api.md, run K3)
+READY_TTL_S = 5.0
 
 
 class DocumentSearch(Relevance):
@@ -87,9 +90,12 @@ class DocumentSearch(Relevance):
 
     def _encode(self, target: Target) -> EncodedQuery:
         mode = self.document_mode(target.asked, target.kb)
-        if mode == "semantic":
-            return target.encoded(mode, self.resources.minilm_queries(target.text).vector.tolist())
-        return target.encoded(mode, self.resources.bge_m3_queries((target.text, mode == "hybrid")))
+        if mode != "semantic":
+            try:
+                return target.encoded(mode, self.resources.bge_m3_queries((target.text, mode == "hybrid")))
+            except ModelNotReady as exc:
+                _fall_back_or_raise(target, exc)
+        return target.encoded("semantic", self.resources.minilm_queries(target.text).vector.tolist())
 
     async def aencode_query(self, query: str, *, mode: str | None = None, kb: str | None = None) -> EncodedQuery:
         """A document query encoded by its mode's served model, awaited (``Resources.minilm_aqueries`` /
@@ -97,11 +103,15 @@ class DocumentSearch(Relevance):
         whose store half is ``search_documents(..., encoded=...)`` (or ``search_document_groups``).
         Checks and errors as ``search_documents``'."""
         target = self._target(query, mode, kb)
-        served = None if target.asked == "semantic" else await self.triton.amodel_ready(BGE_M3.ensembles[0])
+        served = None if target.asked == "semantic" else await self.triton.amodel_ready(BGE_M3.ensembles[0],
+                                                                                      max_age_s=_ready_ttl(target.asked))
         mode = self.document_mode(target.asked, kb, served=served)
-        if mode == "semantic":
-            return target.encoded(mode, (await self.resources.minilm_aqueries(target.text)).vector.tolist())
-        return target.encoded(mode, await self.resources.bge_m3_aqueries((target.text, mode == "hybrid")))
+        if mode != "semantic":
+            try:
+                return target.encoded(mode, await self.resources.bge_m3_aqueries((target.text, mode == "hybrid")))
+            except ModelNotReady as exc:
+                _fall_back_or_raise(target, exc)
+        return target.encoded("semantic", (await self.resources.minilm_aqueries(target.text)).vector.tolist())
 
     def needs_sampling(self, encoded: EncodedQuery, *, grouped: bool = False) -> bool:
         """Whether the store half of ``encoded``'s search would first draw its relevance background (a
@@ -117,7 +127,7 @@ class DocumentSearch(Relevance):
         if mode == "semantic":
             return mode
         if served is None:
-            served = self.triton.model_ready(BGE_M3.ensembles[0])
+            served = self.triton.model_ready(BGE_M3.ensembles[0], max_age_s=_ready_ttl(mode))
         indexed = self.store.any_where(self._collection(kb, DOCUMENTS.name), "models", BGE_M3.family)
         if mode == "auto":
             return "hybrid" if served and indexed else "semantic"
@@ -270,3 +280,16 @@ class _Run:
                                           query_filter=self.flt, score_threshold=threshold, prefetch=prefetch)
         return [DocumentGroup([DocumentHit.from_point(p, mode, scale) for p in g.hits], g.matched - len(g.hits))
                 for g in groups]
+
+
+def _ready_ttl(mode: str) -> float:
+    """Auto mode reuses a recent "BGE-M3 is served"; a query that then finds it gone runs semantic
+    (``_fall_back_or_raise``). An explicit BGE-M3 mode asks each time, so that its error says what to do."""
+    return READY_TTL_S if mode == "auto" else 0.0
+
+
+def _fall_back_or_raise(target: Target, exc: ModelNotReady) -> None:
+    """BGE-M3 gone since auto mode last saw it served: the query runs semantic, as auto does without
+    BGE-M3. A crashed model (ModelUnhealthy) and the explicit modes keep their error."""
+    if target.asked != "auto" or isinstance(exc, ModelUnhealthy):
+        raise exc

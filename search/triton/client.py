@@ -53,6 +53,7 @@ class TritonClient:
         self._heal_lock = threading.Lock()
         self._healed_at: dict[str, float] = {}  # step -> monotonic time of its last reload
         self._healthy_at: dict[str, float] = {}  # model -> monotonic time of its last healthy probe
+        self._ready_at: dict[str, float] = {}  # model -> monotonic time it last answered ready
         self._aio_client: tuple[asyncio.AbstractEventLoop, aio.InferenceServerClient] | None = None
 
     @property
@@ -73,9 +74,13 @@ class TritonClient:
         except Exception:
             return False
 
-    def model_ready(self, name: str) -> bool:
+    def model_ready(self, name: str, *, max_age_s: float = 0.0) -> bool:
+        """Whether Triton serves ``name``. ``max_age_s``: a "ready" younger than that is reused (a
+        "not ready" never is, and a request that finds the model gone forgets it)."""
+        if self._ready_within(name, max_age_s):
+            return True
         try:
-            return self._client.is_model_ready(name, client_timeout=5)
+            return self._noted(name, self._client.is_model_ready(name, client_timeout=5))
         except InferenceServerException as exc:
             raise self._unreachable(exc) from exc
 
@@ -123,11 +128,23 @@ class TritonClient:
         except _StubDied as again:
             raise self._died_again(model, again) from None
 
-    async def amodel_ready(self, name: str) -> bool:
+    async def amodel_ready(self, name: str, *, max_age_s: float = 0.0) -> bool:
+        if self._ready_within(name, max_age_s):
+            return True
         try:
-            return await self._aio().is_model_ready(name, client_timeout=5)
+            return self._noted(name, await self._aio().is_model_ready(name, client_timeout=5))
         except InferenceServerException as exc:
             raise self._unreachable(exc) from exc
+
+    def _ready_within(self, name: str, max_age_s: float) -> bool:
+        return max_age_s > 0 and time.monotonic() - self._ready_at.get(name, float("-inf")) < max_age_s
+
+    def _noted(self, name: str, ready: bool) -> bool:
+        if ready:
+            self._ready_at[name] = time.monotonic()
+        else:
+            self._ready_at.pop(name, None)
+        return ready
 
     def _aio(self) -> aio.InferenceServerClient:
         """The asyncio client of the running loop (a gRPC asyncio channel belongs to one loop)."""
@@ -167,6 +184,7 @@ class TritonClient:
         if "UNAVAILABLE" in status or "DEADLINE" in status:
             return self._unreachable(exc)
         if "NOT_FOUND" in status or "unknown model" in str(exc) or "not ready" in str(exc):
+            self._ready_at.pop(model, None)
             return ModelNotReady(f"model '{model}' is not available in Triton ({_short(exc)})")
         if m := _STUB_DEAD.search(exc.message() or ""):
             ens = _ENSEMBLE.search(exc.message() or "")
