@@ -77,7 +77,7 @@ class TritonClient:
     def model_ready(self, name: str, *, max_age_s: float = 0.0) -> bool:
         """Whether Triton serves ``name``. ``max_age_s``: a "ready" younger than that is reused (a
         "not ready" never is, and a request that finds the model gone forgets it)."""
-        if self._ready_within(name, max_age_s):
+        if _fresh(self._ready_at, name, max_age_s):
             return True
         try:
             return self._noted(name, self._client.is_model_ready(name, client_timeout=5))
@@ -129,15 +129,12 @@ class TritonClient:
             raise self._died_again(model, again) from None
 
     async def amodel_ready(self, name: str, *, max_age_s: float = 0.0) -> bool:
-        if self._ready_within(name, max_age_s):
+        if _fresh(self._ready_at, name, max_age_s):
             return True
         try:
             return self._noted(name, await self._aio().is_model_ready(name, client_timeout=5))
         except InferenceServerException as exc:
             raise self._unreachable(exc) from exc
-
-    def _ready_within(self, name: str, max_age_s: float) -> bool:
-        return max_age_s > 0 and time.monotonic() - self._ready_at.get(name, float("-inf")) < max_age_s
 
     def _noted(self, name: str, ready: bool) -> bool:
         if ready:
@@ -252,7 +249,7 @@ class TritonClient:
     def probe(self, model: str, timeout_s: float = 10.0, max_age_s: float = PROBE_TTL_S) -> Health:
         """A tiny real inference: the model-ready flag stays true when a model's process has died.
         A healthy answer younger than ``max_age_s`` is reused; an unhealthy one never is."""
-        if time.monotonic() - self._healthy_at.get(model, float("-inf")) < max_age_s:
+        if _fresh(self._healthy_at, model, max_age_s):
             return Health(True)
         try:
             cfg = self._client.get_model_config(model, as_json=True, client_timeout=timeout_s)["config"]
@@ -296,6 +293,11 @@ class _StubDied(Exception):
     def error(self, model: str, fix: str) -> ModelUnhealthy:
         where = f"the process of its step '{re.sub(r'_[0-9]+_[0-9]+$', '', self.instance)}'" if self.instance else "its process"
         return ModelUnhealthy(f"model '{model}' crashed in Triton ({where} is gone): {fix}")
+
+
+def _fresh(stamps: dict[str, float], name: str, max_age_s: float) -> bool:
+    """Whether ``name``'s last good answer (a monotonic time in ``stamps``) is younger than ``max_age_s``."""
+    return time.monotonic() - stamps.get(name, float("-inf")) < max_age_s
 
 
 def _requested(outputs: list[str] | None) -> list | None:
