@@ -7,5 +7,9 @@ from fastapi import Request
 from search.api.backend import Backend
 
 
-async def get_backend(request: Request) -> Backend:  # async: a sync dependency costs a thread hop per request
+def backend_of(request: Request) -> Backend:
     return request.app.state.backend
+
+
+async def get_backend(request: Request) -> Backend:  # async: a sync dependency costs a thread hop per request
+    return backend_of(request)
