@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field, replace
 from datetime import UTC, datetime
+from functools import cached_property
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:  # hits are also built from REST answers, without qdrant-client
@@ -55,7 +56,7 @@ class DocumentHit(_Paths):
     length: int = 0  # characters in the whole passage; text may hold fewer (truncated)
     truncated: bool = False
 
-    @property
+    @cached_property  # an answer reads it twice per hit: in the hit and in the prompt context
     def citation(self) -> str:
         where = [f"p. {self.page}" if self.page else None, f"§ {self.section}" if self.section else None,
                  f"chunk {self.chunk}"]
