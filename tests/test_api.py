@@ -351,6 +351,16 @@ def test_openapi_documents_every_error_with_the_error_body(client):
     assert "404" in spec["paths"]["/ingest/jobs/{job_id}"]["get"]["responses"]
 
 
+def test_openapi_documents_the_key_header_on_every_route_that_checks_it(client):
+    """The key check is the security scheme itself (one dependency per request): OpenAPI still shows it."""
+    spec = client.get("/openapi.json").json()
+    assert spec["components"]["securitySchemes"] == {"APIKeyHeader": {"type": "apiKey", "in": "header", "name": "X-API-Key"}}
+    for path, operations in spec["paths"].items():
+        for method, op in operations.items():
+            checked = "401" in op["responses"]
+            assert (op.get("security") == [{"APIKeyHeader": []}]) == checked, f"{method.upper()} {path}"
+
+
 def test_an_unexpected_error_is_a_json_500(settings):
     app = create_app(settings)
 
