@@ -7,6 +7,7 @@ import subprocess
 import sys
 
 import httpx
+import pytest
 
 from search.config import PROJECT_ROOT
 from search.triton.local import free_port
@@ -28,9 +29,11 @@ def test_the_benchmarked_server_answers_past_a_pipe_full_of_log_lines(settings, 
     assert log.read_text().count("GET /healthz 200") >= 2000
 
 
-def test_the_stack_benchmark_runs_every_probe():
+@pytest.mark.parametrize("options", [[], ["--hits", "5", "--concurrency", "4", "--reps", "2"]],
+                         ids=["one at a time", "hits, concurrent"])
+def test_the_stack_benchmark_runs_every_probe(options):
     """bench/bench_api_stack.py mounts probe routes on the real app: a changed app must not leave it broken."""
-    out = subprocess.run([sys.executable, str(PROJECT_ROOT / "bench" / "bench_api_stack.py"), "-n", "20"],
+    out = subprocess.run([sys.executable, str(PROJECT_ROOT / "bench" / "bench_api_stack.py"), "-n", "20", *options],
                          capture_output=True, text=True, timeout=300, cwd=PROJECT_ROOT)
     assert out.returncode == 0, out.stderr[-2000:]
     rows = [line for line in out.stdout.splitlines() if line.startswith("/")]
