@@ -20,7 +20,11 @@ API_KEY_HEADER = "X-API-Key"
 SCOPES = ("all", "writes")
 
 
-def _bearer(headers: Headers) -> str | None:
+def _sent_key(headers: Headers) -> str | None:
+    """The key a request sent: in X-API-Key or, as OpenAI-compatible clients and Prometheus send it,
+    'Authorization: Bearer KEY'."""
+    if key := headers.get(API_KEY_HEADER):
+        return key
     scheme, _, token = headers.get("authorization", "").partition(" ")
     return (token.strip() or None) if scheme.lower() == "bearer" else None
 
@@ -75,8 +79,7 @@ class _KeyCheck(APIKeyHeader):
         self.writes = writes
 
     async def __call__(self, request: Request) -> None:  # async: no thread hop
-        headers = request.headers
-        access = check(request.app.state.backend, headers.get(API_KEY_HEADER) or _bearer(headers), self.writes)
+        access = check(request.app.state.backend, _sent_key(request.headers), self.writes)
         request.state.local, request.state.principal = access.local, access.principal
         if access.refusal:
             raise HTTPException(access.status, access.refusal,
@@ -100,7 +103,7 @@ class KeyGuard:
 
     async def __call__(self, scope, receive, send) -> None:
         headers = Headers(scope=scope)
-        access = check(self.backend, headers.get(API_KEY_HEADER) or _bearer(headers), self.writes)
+        access = check(self.backend, _sent_key(headers), self.writes)
         if access.refusal:
             response = error_response(scope["path"], access.status, access.refusal,
                                       headers={"WWW-Authenticate": "Bearer"} if access.status == 401 else None)
@@ -141,7 +144,7 @@ def check_metrics_key(request: Request) -> None:
     settings = request.app.state.backend.settings
     if not (settings.api_key and settings.metrics_require_key):
         return
-    sent = request.headers.get(API_KEY_HEADER) or _bearer(request.headers)
+    sent = _sent_key(request.headers)
     if not sent or not hmac.compare_digest(sent.encode(), settings.api_key.encode()):
         raise HTTPException(401, f"{API_KEY_HEADER}: the API key is required for /metrics",
                             headers={"WWW-Authenticate": "Bearer"})
