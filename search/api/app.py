@@ -6,6 +6,7 @@ jobs and maps errors."""
 
 from __future__ import annotations
 
+import gc
 import logging
 from collections.abc import Callable
 from contextlib import asynccontextmanager, nullcontext
@@ -85,6 +86,11 @@ def serve(settings: Settings, host: str | None = None, port: int | None = None,
             raise StoreInUse(f"another search server owns {settings.data_dir}: {running.describe()}", running.pid)
         backend.open_store()  # the embedded store's lock: a CLI holding it is named here
         backend.owner = owner.claim(settings.data_dir, _local_url(host, port))
+    # What start-up built (modules, the app, the store's client) lives as long as the server: frozen, out
+    # of the collector's sight, it is not scanned again by every full collection (~225k objects: a
+    # 0.1-0.2 s pause every ~10 s under load, ~0.1 ms of CPU per search; docs/api.md, run M1)
+    gc.collect()
+    gc.freeze()
     if announce:
         announce(_local_url(host, port) if host in ("127.0.0.1", "localhost", "::1") else f"http://{host}:{port}")
     try:
