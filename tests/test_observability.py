@@ -19,6 +19,7 @@ import pytest
 from fastapi.testclient import TestClient
 from prometheus_client.parser import text_string_to_metric_families
 
+from search.api import app as api_app
 from search.api import create_app
 from search.errors import TritonUnavailable
 from search.observability import ContextFilter, JsonFormatter
@@ -185,7 +186,6 @@ def test_serve_freezes_what_start_up_built(settings, monkeypatch):
     """`search serve` moves what start-up built out of the collector's sight (gc.freeze): a full
     collection under load then scans what requests left, not the modules and the app (~225k objects,
     a pause of 0.1-0.2 s each time)."""
-    from search.api import app as api_app
     seen = {}
     monkeypatch.setattr(api_app, "configure_logging", lambda *args: {})  # keep this process's logging as it is
     monkeypatch.setattr(api_app.uvicorn, "run", lambda app, **kw: seen.update(frozen=gc.get_freeze_count(), app=app))
