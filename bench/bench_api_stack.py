@@ -27,7 +27,6 @@ import argparse
 import asyncio
 import json
 import logging
-import logging.config
 import os
 import sys
 import tempfile
@@ -178,7 +177,7 @@ def main() -> None:
 
 
 def run(settings: Settings, n: int, hits: int = 0, concurrency: int = 1, reps: int = 1) -> None:
-    logging.config.dictConfig(configure_logging(settings.log_format, settings.log_level))
+    configure_logging(settings.log_format, settings.log_level)  # applies the config itself
     sink = open(os.devnull, "w")  # the log lines are formatted and written, to nowhere
     for handler in logging.getLogger().handlers + logging.getLogger("search.api.access").handlers:
         if isinstance(handler, logging.StreamHandler):
