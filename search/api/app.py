@@ -88,7 +88,7 @@ def serve(settings: Settings, host: str | None = None, port: int | None = None,
         backend.owner = owner.claim(settings.data_dir, _local_url(host, port))
     # What start-up built (modules, the app, the store's client) lives as long as the server: frozen, out
     # of the collector's sight, it is not scanned again by every full collection (~225k objects: a
-    # 0.1-0.2 s pause every ~10 s under load, ~0.1 ms of CPU per search; docs/api.md, run M1)
+    # 0.1-0.2 s pause every ~10 s under load, ~0.1 ms of CPU per search; docs/api.md, runs M1-M5)
     gc.collect()
     gc.freeze()
     if announce:
