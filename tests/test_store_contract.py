@@ -162,12 +162,24 @@ def test_is_empty_follows_the_points(store):
 
 
 def test_approximate_count_follows_upserts_replacements_and_deletes(store):
-    # Relevance asks it on every query (exact=False: the segment counts, not a scan of the points).
+    # Relevance asks it on every query (exact=False: the segment counts, not a scan of the points);
+    # the embedded store keeps it until its next write, so it is asked between every two writes here.
+    assert store.count(DOCUMENTS.name, exact=False) == 0
     put(store, "s1", ["/a/x.md"], chunks=3)
+    assert store.count(DOCUMENTS.name, exact=False) == 3
     put(store, "s1", ["/a/x.md", "/b/x.md"], chunks=3)  # the same points again: replaced, not added
+    assert store.count(DOCUMENTS.name, exact=False) == 3
     put(store, "s2", ["/a/y.md"])
     assert store.count(DOCUMENTS.name, exact=False) == store.count(DOCUMENTS.name) == 5
+    store.optimize(DOCUMENTS.name)
+    assert store.count(DOCUMENTS.name, exact=False) == 5
     store.delete_content(DOCUMENTS.name, "s1")
+    assert store.count(DOCUMENTS.name, exact=False) == 2
+    store.drop(DOCUMENTS.name)
+    assert store.count(DOCUMENTS.name, exact=False) == 0
+    store.ensure(DOCUMENTS)
+    assert store.count(DOCUMENTS.name, exact=False) == 0
+    put(store, "s3", ["/c/z.md"])
     assert store.count(DOCUMENTS.name, exact=False) == 2
     assert store.count("no-such-collection", exact=False) == 0
 
