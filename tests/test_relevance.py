@@ -59,6 +59,31 @@ def test_sparse_backgrounds_and_degenerate_ones():
         rel.check_min_relevance(1.5)
 
 
+def test_a_rebuilt_model_is_seen_within_a_second(tmp_path, monkeypatch):
+    """Scales belong to one build of the model. The build's id is what its manifest says; every search
+    asks for it, so the manifest is looked at once a second, not on every call."""
+    fam = rel.family("minilm")
+    for path in fam.artifacts(tmp_path):
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text("{}")
+
+    def build(at: str, mtime_ns: int) -> None:
+        fam.manifest_path(tmp_path).write_text(json.dumps({"source": "all-MiniLM-L6-v2", "built_at": at}))
+        os.utime(fam.manifest_path(tmp_path), ns=(mtime_ns, mtime_ns))
+
+    clock = [1000.0]
+    monkeypatch.setattr(rel.time, "monotonic", lambda: clock[0])
+    build("monday", 10**18)
+    assert rel._model_id(fam, tmp_path) == "all-MiniLM-L6-v2@monday"
+    build("tuesday", 2 * 10**18)
+    clock[0] += 0.5
+    assert rel._model_id(fam, tmp_path) == "all-MiniLM-L6-v2@monday"  # looked at less than a second ago
+    clock[0] += 0.6
+    assert rel._model_id(fam, tmp_path) == "all-MiniLM-L6-v2@tuesday"
+    fam.manifest_path(tmp_path).unlink()
+    clock[0] += 1.1
+    assert rel._model_id(fam, tmp_path) == ""  # no build: no scales can be trusted
+
 # -- the sample knowledge base, MiniLM's real weights
 @pytest.fixture
 def kb(settings, docs):

@@ -323,23 +323,30 @@ def _both(a: models.Filter | None, b: models.Filter | None) -> models.Filter | N
     return models.Filter(must=[a, b])
 
 
-_MODEL_IDS: dict[Path, tuple[int, str]] = {}
+MODEL_CHECK_S = 1.0  # how long a build's id is trusted before its manifest is looked at again
+_MODEL_IDS: dict[tuple[str, Path], tuple[float, int, str]] = {}  # (family, repo) -> (checked at, manifest mtime, id)
 
 
 def _model_id(fam: Family, repo: Path) -> str:
-    """Which build of the model the scales belong to (a rebuilt model scores differently). Read
-    again only when the build manifest changes: every search asks, and one stat is all it costs."""
+    """Which build of the model the scales belong to (a rebuilt model scores differently). Every
+    search asks: the manifest is looked at (a stat, and a read when it changed) at most once a
+    second, so a rebuild is seen within a second."""
+    key = (fam.family, repo)
+    now = time.monotonic()
+    known = _MODEL_IDS.get(key)
+    if known is not None and now - known[0] < MODEL_CHECK_S:
+        return known[2]
     path = fam.manifest_path(repo)
     try:
         stamp = path.stat().st_mtime_ns
     except OSError:
         return ""
-    known = _MODEL_IDS.get(path)
-    if known is None or known[0] != stamp:
+    if known is None or known[1] != stamp:
         try:
             manifest = fam.manifest(repo) or {}
         except (OSError, ValueError):
             return ""
-        known = _MODEL_IDS[path] = (stamp, f"{manifest.get('source', '')}@{manifest.get('built_at', '')}")
-    return known[1]
+        known = (now, stamp, f"{manifest.get('source', '')}@{manifest.get('built_at', '')}")
+    _MODEL_IDS[key] = (now, stamp, known[2])
+    return known[2]
 
