@@ -341,12 +341,14 @@ def _model_id(fam: Family, repo: Path) -> str:
         stamp = path.stat().st_mtime_ns
     except OSError:
         return ""
-    if known is None or known[1] != stamp:
+    if known is not None and known[1] == stamp:
+        model = known[2]
+    else:
         try:
             manifest = fam.manifest(repo) or {}
         except (OSError, ValueError):
             return ""
-        known = (now, stamp, f"{manifest.get('source', '')}@{manifest.get('built_at', '')}")
-    _MODEL_IDS[key] = (now, stamp, known[2])
-    return known[2]
+        model = f"{manifest.get('source', '')}@{manifest.get('built_at', '')}"
+    _MODEL_IDS[key] = (now, stamp, model)
+    return model
 

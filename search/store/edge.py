@@ -76,9 +76,7 @@ class EdgeStore(Store):
         os.pwrite(self._lock_fd, str(os.getpid()).encode(), 0)
 
     def close(self) -> None:
-        with self._sizes_lock:  # a closed store answers no count from memory: it refuses, as before
-            self._writes += 1
-            self._sizes.clear()
+        self._wrote(None)  # a closed store answers no count from memory: it refuses, as before
         with self._open_lock:
             for shard in self._shards.values():
                 shard.flush()
@@ -140,21 +138,18 @@ class EdgeStore(Store):
 
     def drop(self, collection: str) -> None:
         try:
-            self._drop(collection)
+            with self._open_lock:
+                shard = self._shards.pop(collection, None)
+                if shard is not None:
+                    shard.close()
+                path = self._dir(collection)
+                if path.exists():
+                    # Renamed first, so a crash mid-delete leaves no half collection under the real name.
+                    doomed = path.with_name(f".dropped-{path.name}-{os.getpid()}")
+                    path.rename(doomed)
+                    shutil.rmtree(doomed)
         finally:
             self._wrote(collection)
-
-    def _drop(self, collection: str) -> None:
-        with self._open_lock:
-            shard = self._shards.pop(collection, None)
-            if shard is not None:
-                shard.close()
-            path = self._dir(collection)
-            if path.exists():
-                # Renamed first, so a crash mid-delete leaves no half collection under the real name.
-                doomed = path.with_name(f".dropped-{path.name}-{os.getpid()}")
-                path.rename(doomed)
-                shutil.rmtree(doomed)
 
     def collections(self) -> list[str]:
         return sorted(p.name[len(self.prefix):] for p in self.root.iterdir()
@@ -179,10 +174,14 @@ class EdgeStore(Store):
                     self._sizes[collection] = size
         return size
 
-    def _wrote(self, collection: str) -> None:
+    def _wrote(self, collection: str | None) -> None:
+        """Forget the kept count of ``collection`` (None: of every collection)."""
         with self._sizes_lock:
             self._writes += 1
-            self._sizes.pop(collection, None)
+            if collection is None:
+                self._sizes.clear()
+            else:
+                self._sizes.pop(collection, None)
 
     # -- writes
     def _update(self, collection: str, op) -> None:
