@@ -8,6 +8,7 @@ from functools import cached_property
 
 from search.blas import one_blas_thread
 from search.config import Settings
+from search.flight import SingleFlight
 from search.models import bge_m3, clip, minilm
 from search.models.base import TextVector
 from search.store import Store, open_store
@@ -64,6 +65,12 @@ class Resources:
     def bge_m3_aqueries(self) -> LoopCoalescer[tuple[str, bool], bge_m3.M3Output]:
         """``bge_m3_queries`` for the texts an event loop awaits (the REST API's)."""
         return LoopCoalescer(self._bge_m3_query_outputs, bge_m3.BATCH)
+
+    @cached_property
+    def verify_runs(self) -> SingleFlight[dict]:
+        """The model verifications of this process: one at a time, and callers asking for the same
+        check while it runs share its report (each costs seconds of CPU on every served model)."""
+        return SingleFlight()
 
     def _clip_query_vectors(self, texts: list[str]) -> list[TextVector]:
         return clip.embed_queries(self.triton, texts)

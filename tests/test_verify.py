@@ -10,6 +10,8 @@ import os
 import shutil
 import subprocess
 import sys
+import threading
+import time
 from pathlib import Path
 
 import numpy as np
@@ -20,8 +22,11 @@ from tritonclient.grpc import model_config_pb2
 
 from search.api import create_app
 from search.config import PROJECT_ROOT, Settings
+from search.errors import BadRequest
+from search.flight import SingleFlight
 from search.models import FAMILIES, MiniLM, bge_m3, golden, published
 from search.models.verify import FAIL, PASS, SKIP, TOLERANCES, compare, config_precision
+from search.resources import Resources
 from search.services import SearchService
 from search.triton.local import LocalTriton, free_port
 
@@ -104,6 +109,76 @@ def test_command_line_and_readyz(settings):
         assert "verify" not in plain
         r = c.get("/readyz", params={"verify": 1})
         assert r.status_code == 200 and r.json()["verify"]["passed"] and r.json()["ready"]
+
+
+# -- concurrent callers share one run, and runs never overlap
+def test_concurrent_verifications_share_one_run(settings):
+    resources = Resources(settings)
+    barrier = threading.Barrier(6)
+    reports: list[dict] = []
+
+    def ask() -> None:
+        barrier.wait()
+        reports.append(SearchService(settings, resources).verify_models(["minilm"]))
+
+    threads = [threading.Thread(target=ask) for _ in range(6)]
+    try:
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(120)
+    finally:
+        resources.close()
+    assert len(reports) == 6 and all(r == reports[0] and r["passed"] for r in reports)
+    assert resources.verify_runs.runs <= 2  # one run of ~1 s, shared by callers that arrive within it (six before)
+    with pytest.raises(BadRequest, match="no model family 'gpt'"):  # a bad name is refused before any run
+        SearchService(settings, resources).verify_models(["gpt"])
+    assert resources.verify_runs.runs <= 2
+
+
+def test_single_flight_shares_same_key_calls_and_runs_one_at_a_time():
+    flight: SingleFlight[dict] = SingleFlight()
+    release, started = threading.Event(), threading.Event()
+    running = peak = 0
+    lock = threading.Lock()
+
+    def work(key: str) -> dict:
+        nonlocal running, peak
+        with lock:
+            running += 1
+            peak = max(peak, running)
+        started.set()
+        release.wait(10)
+        with lock:
+            running -= 1
+        return {"key": key, "items": []}
+
+    results: dict[int, dict] = {}
+
+    def call(i: int, key: str) -> None:
+        results[i] = flight.run(key, lambda: work(key))
+
+    first = threading.Thread(target=call, args=(0, "a"))
+    first.start()
+    assert started.wait(10)
+    others = [threading.Thread(target=call, args=(i, key)) for i, key in enumerate(["a", "a", "b", "b"], 1)]
+    for t in others:
+        t.start()
+    time.sleep(0.2)  # let them queue: "a" callers join the running flight, "b" ones wait their turn
+    release.set()
+    for t in [first, *others]:
+        t.join(10)
+    assert flight.runs == 2 and peak == 1  # one run per key, never two at once
+    assert [results[i]["key"] for i in range(5)] == ["a", "a", "a", "b", "b"]
+    results[1]["items"].append(1)  # a shared answer is each caller's own copy
+    assert results[0]["items"] == [] and results[2]["items"] == []
+
+    def fails() -> dict:
+        raise ValueError("boom")
+
+    with pytest.raises(ValueError, match="boom"):  # an error reaches its callers and is not kept
+        flight.run("c", fails)
+    assert flight.run("c", lambda: {"ok": True}) == {"ok": True}
 
 
 # -- a corrupted served model fails

@@ -26,12 +26,20 @@ class Verification(ServiceBase):
         """``{"passed": bool, "families": [{family, status, precision, checkpoint, checks: [...]}, ...]}``.
         ``families``: the ones to check (default: every built one; a named one that is not built or
         not served fails). ``published_checks``: None runs them where the checkpoint is recognised,
-        True runs them anyway, False skips them."""
+        True runs them anyway, False skips them.
+
+        A run costs seconds of CPU on every model it checks, and anyone with a read key may ask for
+        one: this process runs one at a time, and callers asking for the same check while it runs
+        share its report."""
         names = list(dict.fromkeys(families or []))
         known = [f.family for f in FAMILIES]
         for name in names:
             if name not in known:
                 raise BadRequest(f"family: no model family '{name}' (families: {', '.join(known)})")
+        return self.resources.verify_runs.run((tuple(sorted(names)), published_checks),
+                                              lambda: self._verify_served(names, published_checks))
+
+    def _verify_served(self, names: list[str], published_checks: bool | None) -> dict:
         if not self.triton.is_live():
             raise TritonUnavailable(f"Triton is not reachable at {self.triton_url()}: start it with `search triton up`")
         reports = [self._verify_family(fam, fam.family in names, published_checks)

@@ -1,0 +1,46 @@
+"""One run at a time of an expensive call, shared by the callers that ask for the same thing while
+it runs (the model verification behind `/readyz?verify=1`, `/models/verify` and the page's panel)."""
+
+from __future__ import annotations
+
+import copy
+import threading
+from collections.abc import Callable, Hashable
+from concurrent.futures import Future
+from typing import Generic, TypeVar
+
+V = TypeVar("V")
+
+
+class SingleFlight(Generic[V]):
+    """``run(key, fn)`` calls ``fn()`` unless a call for the same ``key`` is already running or
+    waiting its turn; then it waits for that one and returns (a copy of) its result or raises its
+    error. Calls for other keys wait until the running one ends: however many callers there are,
+    at most one ``fn`` runs at once."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()  # guards _flights
+        self._turn = threading.Lock()  # held by the one running fn
+        self._flights: dict[Hashable, Future[V]] = {}
+        self.runs = 0  # fn calls started: what sharing saved is requests minus runs
+
+    def run(self, key: Hashable, fn: Callable[[], V]) -> V:
+        with self._lock:
+            flight = self._flights.get(key)
+            leads = flight is None
+            if leads:
+                flight = self._flights[key] = Future()
+        if not leads:
+            return copy.deepcopy(flight.result())  # each caller may change its own answer
+        try:
+            with self._turn:
+                self.runs += 1
+                result = fn()
+        except BaseException as exc:
+            flight.set_exception(exc)
+            raise
+        finally:
+            with self._lock:  # from here on a caller for this key starts a fresh run
+                del self._flights[key]
+        flight.set_result(result)
+        return result
