@@ -25,4 +25,8 @@ echo "==> lint-imports"
 .venv/bin/lint-imports
 echo "==> ruff check"
 .venv/bin/ruff check .
-exec .venv/bin/python -m pytest "$@"
+# Two workers (pytest-xdist), one test file each at a time: a file's module fixtures (the Ray
+# cluster, a second Triton) stay in one process; the session's exported models are shared. On the
+# 2-core CI machine one worker left a third of the CPU idle (waits on servers and subprocesses).
+# PYTEST_WORKERS=0 runs in this process; arguments after the script go to pytest.
+exec .venv/bin/python -m pytest -n "${PYTEST_WORKERS:-2}" --dist loadfile "$@"

@@ -3,6 +3,7 @@ local Triton server serving it on free ports. Nothing here is mocked."""
 
 from __future__ import annotations
 
+import fcntl
 import os
 import shutil
 from pathlib import Path
@@ -25,15 +26,30 @@ SAMPLES = PROJECT_ROOT / "samples" / "docs"
 
 @pytest.fixture(scope="session")
 def model_repo(tmp_path_factory) -> Path:
-    """A copy of triton_repo/ with MiniLM, a tiny random CLIP, BGE-M3 and OFA exported into it (the checkout stays untouched)."""
-    repo = tmp_path_factory.mktemp("models") / "triton_repo"
+    """A copy of triton_repo/ with MiniLM, a tiny random CLIP, BGE-M3 and OFA exported into it (the
+    checkout stays untouched). Exported once per run: pytest-xdist's workers (scripts/test.sh runs
+    two) share it, the first to come builds it while the others wait; tests only read it."""
+    root = tmp_path_factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        root = root.parent  # the run's folder, which holds every worker's own
+    shared = root / "models"
+    with open(root / "models.lock", "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not (shared / "exported").exists():
+            shutil.rmtree(shared, ignore_errors=True)  # a worker that failed half-way
+            _export(shared)
+            (shared / "exported").touch()
+    return shared / "triton_repo"
+
+
+def _export(shared: Path) -> None:
+    repo = shared / "triton_repo"
     shutil.copytree(PROJECT_ROOT / "triton_repo", repo)
     report = MiniLM().build(repo, "package")
     assert report.status in ("built", "up to date"), report.detail  # a fresh clone always exports
-    tiny_clip.build_into(repo, tmp_path_factory.mktemp("tiny-clip"))  # random weights: tests only
-    tiny_bge_m3.build_into(repo, tmp_path_factory.mktemp("tiny-bge-m3"))  # random weights: tests only
-    tiny_ofa.build_into(repo, tmp_path_factory.mktemp("tiny-ofa"))  # random weights: tests only
-    return repo
+    tiny_clip.build_into(repo, shared / "tiny-clip")  # random weights: tests only
+    tiny_bge_m3.build_into(repo, shared / "tiny-bge-m3")  # random weights: tests only
+    tiny_ofa.build_into(repo, shared / "tiny-ofa")  # random weights: tests only
 
 
 @pytest.fixture(scope="session")
