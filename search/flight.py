@@ -14,7 +14,7 @@ V = TypeVar("V")
 
 class SingleFlight(Generic[V]):
     """``run(key, fn)`` calls ``fn()`` unless a call for the same ``key`` is already running or
-    waiting its turn; then it waits for that one and returns (a copy of) its result or raises its
+    waiting its turn; then it waits for that one and returns a copy of its result or raises its
     error. Calls for other keys wait until the running one ends: however many callers there are,
     at most one ``fn`` runs at once."""
 
@@ -43,4 +43,4 @@ class SingleFlight(Generic[V]):
             with self._lock:  # from here on a caller for this key starts a fresh run
                 del self._flights[key]
         flight.set_result(result)
-        return result
+        return copy.deepcopy(result)  # the kept one stays as fn made it while the others copy it
