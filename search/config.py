@@ -115,6 +115,10 @@ class Settings(BaseSettings):
     # `search serve` logs: "text", or "json" (one object per line, with request_id / job_id).
     log_format: Literal["text", "json"] = "text"
     log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"] = "INFO"
+    # `/readyz?verify=1` answers with a verification report at most this many seconds old (its
+    # `age_s` says how old), so a probe that polls costs one run (~seconds of CPU) per window; 0 runs
+    # one every time. `search models verify`, `/models/verify` and the page always run afresh.
+    verify_reuse_s: float = Field(default=30.0, ge=0)
 
     @field_validator("log_level", mode="before")
     @classmethod

@@ -1,10 +1,12 @@
 """One run at a time of an expensive call, shared by the callers that ask for the same thing while
-it runs (the model verification behind `/readyz?verify=1`, `/models/verify` and the page's panel)."""
+it runs, and optionally by those that ask soon after (the model verification behind
+`/readyz?verify=1`, `/models/verify` and the page's panel)."""
 
 from __future__ import annotations
 
 import copy
 import threading
+import time
 from collections.abc import Callable, Hashable
 from concurrent.futures import Future
 from typing import Generic, TypeVar
@@ -16,16 +18,21 @@ class SingleFlight(Generic[V]):
     """``run(key, fn)`` calls ``fn()`` unless a call for the same ``key`` is already running or
     waiting its turn; then it waits for that one and returns a copy of its result or raises its
     error. Calls for other keys wait until the running one ends: however many callers there are,
-    at most one ``fn`` runs at once."""
+    at most one ``fn`` runs at once. With ``max_age_s``, a result of the same key that finished at
+    most that long ago is returned (a copy) instead of a new run."""
 
     def __init__(self) -> None:
-        self._lock = threading.Lock()  # guards _flights
+        self._lock = threading.Lock()  # guards _flights and _last
         self._turn = threading.Lock()  # held by the one running fn
         self._flights: dict[Hashable, Future[V]] = {}
+        self._last: dict[Hashable, tuple[float, V]] = {}  # key -> (monotonic end, result) of its last run
         self.runs = 0  # fn calls started: what sharing saved is requests minus runs
 
-    def run(self, key: Hashable, fn: Callable[[], V]) -> V:
+    def run(self, key: Hashable, fn: Callable[[], V], max_age_s: float = 0.0) -> V:
         with self._lock:
+            last = self._last.get(key)
+            if last is not None and max_age_s > 0 and time.monotonic() - last[0] <= max_age_s:
+                return copy.deepcopy(last[1])
             flight = self._flights.get(key)
             leads = flight is None
             if leads:
@@ -37,10 +44,14 @@ class SingleFlight(Generic[V]):
                 self.runs += 1
                 result = fn()
         except BaseException as exc:
+            with self._lock:  # a result older than this error no longer stands for the key
+                self._last.pop(key, None)
             flight.set_exception(exc)
             raise
         finally:
             with self._lock:  # from here on a caller for this key starts a fresh run
                 del self._flights[key]
+        with self._lock:
+            self._last[key] = (time.monotonic(), result)
         flight.set_result(result)
         return copy.deepcopy(result)  # the kept one stays as fn made it while the others copy it

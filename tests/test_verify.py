@@ -109,6 +109,8 @@ def test_command_line_and_readyz(settings):
         assert "verify" not in plain
         r = c.get("/readyz", params={"verify": 1})
         assert r.status_code == 200 and r.json()["verify"]["passed"] and r.json()["ready"]
+        again = c.get("/readyz", params={"verify": 1}).json()["verify"]  # a probe polling: the report is reused
+        assert again["checked_at"] == r.json()["verify"]["checked_at"] and 0 <= again["age_s"] <= 30
 
 
 # -- concurrent callers share one run, and runs never overlap
@@ -134,6 +136,45 @@ def test_concurrent_verifications_share_one_run(settings):
     with pytest.raises(BadRequest, match="no model family 'gpt'"):  # a bad name is refused before any run
         SearchService(settings, resources).verify_models(["gpt"])
     assert resources.verify_runs.runs <= 2
+
+
+def test_a_recent_report_is_reused_only_when_the_caller_allows_it(settings):
+    resources = Resources(settings)
+    svc = SearchService(settings, resources)
+    try:
+        first = svc.verify_models(["minilm"])
+        fresh = svc.verify_models(["minilm"])  # the command line and /models/verify: always a new run
+        reused = svc.verify_models(["minilm"], max_age_s=60)
+        probe = svc.readiness_verified()  # every family: another check, so a run of its own
+    finally:
+        resources.close()
+    assert first["passed"] and fresh["checked_at"] > first["checked_at"]
+    assert reused == fresh and resources.verify_runs.runs == 3
+    assert probe["verify"]["passed"] and probe["verify"]["age_s"] >= 0
+
+
+def test_single_flight_reuses_a_result_no_older_than_asked():
+    flight: SingleFlight[dict] = SingleFlight()
+    count = iter(range(100))
+
+    def work() -> dict:
+        return {"n": next(count)}
+
+    def fails() -> dict:
+        raise ValueError("Triton gone")
+
+    assert flight.run("a", work) == {"n": 0}
+    assert flight.run("a", work, max_age_s=60) == {"n": 0} and flight.runs == 1
+    assert flight.run("a", work) == {"n": 1}  # no max_age_s: a new run, kept for the next
+    assert flight.run("b", work, max_age_s=60) == {"n": 2}  # another key has nothing to reuse
+    mine = flight.run("a", work, max_age_s=60)
+    mine["n"] = -1  # a reused result is the caller's own copy
+    assert flight.run("a", work, max_age_s=60) == {"n": 1}
+    time.sleep(0.05)
+    assert flight.run("a", work, max_age_s=0.01) == {"n": 3}  # too old
+    with pytest.raises(ValueError, match="Triton gone"):
+        flight.run("a", fails)
+    assert flight.run("a", work, max_age_s=60) == {"n": 4}  # an error drops what was kept
 
 
 def test_single_flight_shares_same_key_calls_and_runs_one_at_a_time():

@@ -153,7 +153,8 @@ class Readiness(BaseModel):
     triton: TritonReadiness
     qdrant: StoreReadiness
     verify: dict | None = Field(None, description="with ?verify=1: `search models verify`'s report "
-                                "(passed, families with their checks)")
+                                "(passed, checked_at, families with their checks), reused while at most "
+                                "SEARCH_VERIFY_REUSE_S old; age_s says how old")
 
 
 _ERRORS = {

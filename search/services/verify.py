@@ -8,6 +8,7 @@ when the build came from the publisher's checkpoint, the published known answers
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
 from pathlib import Path
 
 import httpx
@@ -22,22 +23,24 @@ FETCH_TIMEOUT_S = 10.0  # the publishers' example images (published checks only)
 
 
 class Verification(ServiceBase):
-    def verify_models(self, families: list[str] | None = None, *, published_checks: bool | None = None) -> dict:
-        """``{"passed": bool, "families": [{family, status, precision, checkpoint, checks: [...]}, ...]}``.
+    def verify_models(self, families: list[str] | None = None, *, published_checks: bool | None = None,
+                      max_age_s: float = 0.0) -> dict:
+        """``{"passed": bool, "checked_at": ISO time, "families": [{family, status, precision,
+        checkpoint, checks: [...]}, ...]}``.
         ``families``: the ones to check (default: every built one; a named one that is not built or
         not served fails). ``published_checks``: None runs them where the checkpoint is recognised,
         True runs them anyway, False skips them.
 
         A run costs seconds of CPU on every model it checks, and anyone with a read key may ask for
         one: this process runs one at a time, and callers asking for the same check while it runs
-        share its report."""
+        share its report. ``max_age_s``: a report of the same check at most this old will do."""
         names = list(dict.fromkeys(families or []))
         known = [f.family for f in FAMILIES]
         for name in names:
             if name not in known:
                 raise BadRequest(f"family: no model family '{name}' (families: {', '.join(known)})")
         return self.resources.verify_runs.run((tuple(sorted(names)), published_checks),
-                                              lambda: self._verify_served(names, published_checks))
+                                              lambda: self._verify_served(names, published_checks), max_age_s)
 
     def _verify_served(self, names: list[str], published_checks: bool | None) -> dict:
         if not self.triton.is_live():
@@ -51,20 +54,25 @@ class Verification(ServiceBase):
                                "`search triton up`)")
         for r in reports:
             del r["asked"]
-        return {"passed": not failed, "families": reports}
+        return {"passed": not failed, "checked_at": datetime.now(UTC).isoformat(timespec="milliseconds"),
+                "families": reports}
 
-    def verify_report(self) -> dict:
+    def verify_report(self, max_age_s: float = 0.0) -> dict:
         """``verify_models()`` for panels that show it beside other things: an error (Triton down,
         nothing served) is reported in ``error`` instead of raised."""
         try:
-            return self.verify_models()
+            return self.verify_models(max_age_s=max_age_s)
         except ServiceError as exc:
             return {"passed": False, "error": str(exc), "families": []}
 
     def readiness_verified(self) -> dict:
-        """``readiness()`` plus the verification: ready only when every served model passes."""
+        """``readiness()`` plus the verification: ready only when every served model passes. The
+        report may be up to ``verify_reuse_s`` old (probes poll); ``age_s`` says how old it is."""
         body = self.readiness()
-        report = self.verify_report()
+        report = self.verify_report(max_age_s=self.settings.verify_reuse_s)
+        if "checked_at" in report:
+            age = datetime.now(UTC) - datetime.fromisoformat(report["checked_at"])
+            report["age_s"] = round(max(0.0, age.total_seconds()), 1)
         body["verify"] = report
         body["ready"] = bool(body["ready"] and report["passed"])
         return body
