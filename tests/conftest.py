@@ -16,6 +16,7 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 import tiny_bge_m3  # noqa: E402  (tests/ is on sys.path: the tiny random BGE-M3 helper)
 import tiny_clip  # noqa: E402  (tests/ is on sys.path: the tiny random CLIP helper)
 import tiny_ofa  # noqa: E402  (tests/ is on sys.path: the tiny random OFA helper)
+from indexed import settings_for  # noqa: E402
 
 from search.config import PROJECT_ROOT, Settings  # noqa: E402
 from search.models import MiniLM, built_triton_models  # noqa: E402
@@ -67,8 +68,7 @@ def settings(tmp_path, model_repo, triton, monkeypatch) -> Settings:
         monkeypatch.delenv(var, raising=False)
     # search_mode: the tiny BGE-M3 is random, so checks of what a query finds use MiniLM; tests of
     # the BGE-M3 modes (test_hybrid.py) ask for them by name.
-    return Settings(data_dir=tmp_path / "data", triton_repo=model_repo,
-                    triton_url=f"127.0.0.1:{triton.grpc_port}", search_mode="semantic")
+    return settings_for(tmp_path / "data", model_repo, triton.grpc_port)
 
 
 @pytest.fixture

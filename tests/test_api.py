@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import io
 import json
+import shutil
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -17,6 +18,7 @@ import schemathesis
 from fastapi.testclient import TestClient
 from hypothesis import HealthCheck
 from hypothesis import settings as fuzz_settings
+from indexed import copy_index, settings_for
 from ingest_helper import long_passage
 from PIL import Image
 from schemathesis import checks
@@ -24,6 +26,7 @@ from starlette_testclient import TestClient as RequestsTestClient  # the request
 
 from search.api import create_app
 from search.api.responses import FastJSON
+from search.config import PROJECT_ROOT, Settings
 from search.services import HIT_CHARS, HIT_CHARS_LIMIT, MAX_PAGE, SearchService
 from search.triton.local import free_port
 
@@ -385,16 +388,32 @@ KEY_MODES = {"open": ({}, None), "key sent": ({"api_key": KEY}, KEY), "key missi
              "writes key missing": ({"api_key": KEY, "api_key_scope": "writes"}, None)}
 
 
-@pytest.fixture(params=list(KEY_MODES))
-def fuzz_client(request, settings, docs, tmp_path):
-    """One client for every generated case (schemathesis' own ASGI transport would run the app's
-    start-up and shut-down around each request, reopening the store every time)."""
-    album = tmp_path / "album"
+@pytest.fixture(scope="module")
+def fuzz_index(model_repo, triton, tmp_path_factory) -> tuple[Settings, list[Path]]:
+    """The sample docs and two photos, ingested once for the module's fuzz runs (tests/indexed.py),
+    so that searches reach Triton and the store."""
+    root = tmp_path_factory.mktemp("fuzz")
+    docs, album = root / "kb", root / "album"
+    shutil.copytree(PROJECT_ROOT / "samples" / "docs", docs)
     for i in range(2):
         photo(album / f"p{i}.jpg", i)
+    settings = settings_for(root / "data", model_repo, triton.grpc_port)
+    app = create_app(settings)
+    try:
+        app.state.backend.indexer().ingest([docs, album])
+    finally:
+        app.state.backend.close()
+    return settings, [docs, album]
+
+
+@pytest.fixture(params=list(KEY_MODES))
+def fuzz_client(request, fuzz_index, tmp_path):
+    """One client for every generated case (schemathesis' own ASGI transport would run the app's
+    start-up and shut-down around each request, reopening the store every time)."""
+    indexed, roots = fuzz_index
     update, key = KEY_MODES[request.param]
-    app = create_app(settings.model_copy(update={"api_roots": [docs, album], "max_upload_bytes": 200_000, **update}))
-    app.state.backend.indexer().ingest([docs, album])  # so searches reach Triton and the store
+    app = create_app(copy_index(indexed, tmp_path / "data").model_copy(
+        update={"api_roots": roots, "max_upload_bytes": 200_000, **update}))
     with RequestsTestClient(app) as client:
         client.key_headers = {"X-API-Key": key} if key else {}
         yield client

@@ -8,6 +8,7 @@ import asyncio
 import json
 import math
 import os
+import shutil
 import subprocess
 import sys
 from collections import Counter
@@ -17,6 +18,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from doc_fixtures import make_docx, make_html, make_pdf, make_scanned_pdf
+from indexed import copy_index, settings_for
 from ingest_helper import ingest
 from qdrant_client import models
 
@@ -24,6 +26,7 @@ from indexer import pipeline
 from indexer.chunking import Chunker
 from indexer.kinds import Documents
 from indexer.service import IngestService
+from search.config import PROJECT_ROOT
 from search.errors import BadRequest, EmptyCollection
 from search.models import bge_m3, family
 from search.services import SearchService
@@ -44,7 +47,33 @@ def service(settings):
 
 
 @pytest.fixture
-def library(tmp_path, docs) -> Path:
+def library(docs) -> Path:
+    return make_library(docs)
+
+
+@pytest.fixture(scope="module")
+def indexed_library(model_repo, triton, tmp_path_factory):
+    """The library ingested once for the tests that only read it (tests/indexed.py)."""
+    root = tmp_path_factory.mktemp("hybrid")
+    shutil.copytree(PROJECT_ROOT / "samples" / "docs", root / "kb")
+    settings = settings_for(root / "data", model_repo, triton.grpc_port)
+    svc = SearchService(settings)
+    try:
+        report = ingest(svc, [make_library(root / "kb")])
+    finally:
+        svc.close()
+    return settings, report
+
+
+@pytest.fixture
+def indexed(indexed_library, tmp_path) -> SearchService:
+    """A service on this test's own copy of the ingested library."""
+    svc = SearchService(copy_index(indexed_library[0], tmp_path / "data"))
+    yield svc
+    svc.close()
+
+
+def make_library(docs: Path) -> Path:
     """The sample help-desk docs plus one PDF, one DOCX and one HTML page."""
     (docs / "travel.pdf").write_bytes(make_pdf(PDF_PAGES, title="Travel and expenses"))
     (docs / "onboarding.docx").write_bytes(make_docx([
@@ -62,8 +91,8 @@ def all_points(svc: SearchService, vectors: bool = False) -> list[models.Record]
     return res
 
 
-def test_every_chunk_gets_four_vectors_and_a_citation(service, library):
-    report = ingest(service, [library])
+def test_every_chunk_gets_four_vectors_and_a_citation(indexed_library, indexed):
+    service, report = indexed, indexed_library[1]
     assert not report.failures and report.counts["indexed"] == 20
     points = all_points(service, vectors=True)
     assert {".md", ".pdf", ".docx", ".html"} <= {p.payload["suffix"] for p in points}
@@ -83,8 +112,8 @@ def test_every_chunk_gets_four_vectors_and_a_citation(service, library):
     assert html[0]["title"] == "Parking rules" and "never indexed" not in html[0]["text"]
 
 
-def test_exact_passage_is_the_top_hit_in_every_bge_mode(service, library):
-    ingest(service, [library])
+def test_exact_passage_is_the_top_hit_in_every_bge_mode(indexed):
+    service = indexed
     target = next(p.payload for p in all_points(service) if p.payload["suffix"] == ".pdf" and p.payload["page"] == 2)
     for mode in ("dense", "hybrid"):
         hits = service.search_documents(target["text"], top_k=3, mode=mode)
@@ -95,9 +124,9 @@ def test_exact_passage_is_the_top_hit_in_every_bge_mode(service, library):
         assert [h.score for h in hits] == sorted((h.score for h in hits), reverse=True)
 
 
-def test_hybrid_scores_are_bge_m3_colbert_scores(service, library):
+def test_hybrid_scores_are_bge_m3_colbert_scores(indexed):
     """The re-rank score Qdrant returns (MAX_SIM, scaled to a mean) equals FlagEmbedding's formula."""
-    ingest(service, [library])
+    service = indexed
     stored = {(p.payload["path"], p.payload["chunk"]): np.asarray(p.vector["bge_colbert"])
               for p in all_points(service, vectors=True)}
     query = "how do I reset my password"
@@ -108,10 +137,10 @@ def test_hybrid_scores_are_bge_m3_colbert_scores(service, library):
         assert h.score == pytest.approx(bge_m3.colbert_score(q.colbert, stored[(h.path, h.chunk)]), abs=1e-4)
 
 
-def test_sparse_scores_are_idf_weighted_lexical_matches(service, library):
+def test_sparse_scores_are_idf_weighted_lexical_matches(indexed):
     """Qdrant's IDF modifier: score = sum over shared token ids of idf(t) * q(t) * d(t), with
     idf(t) = ln((N - n(t) + 0.5) / (n(t) + 0.5) + 1) over the collection."""
-    ingest(service, [library])
+    service = indexed
     docs = {(p.payload["path"], p.payload["chunk"]): dict(zip(p.vector["bge_sparse"].indices, p.vector["bge_sparse"].values))
             for p in all_points(service, vectors=True)}
     df = Counter(t for d in docs.values() for t in d)
@@ -227,10 +256,8 @@ def test_long_document_is_chunked_within_budget_and_cited_by_page(service, tmp_p
     assert report.as_dict()["truncated_chunks"] == report.truncated_chunks
 
 
-def test_cli_modes_and_citations(settings, library):
-    svc = SearchService(settings)
-    ingest(svc, [library])
-    svc.close()
+def test_cli_modes_and_citations(indexed_library, tmp_path):
+    settings = copy_index(indexed_library[0], tmp_path / "data")
     env = {**os.environ, "SEARCH_DATA_DIR": str(settings.data_dir), "SEARCH_TRITON_REPO": str(settings.triton_repo),
            "SEARCH_TRITON_URL": settings.triton_url, "HF_HUB_OFFLINE": "1"}
 
@@ -248,10 +275,10 @@ def test_cli_modes_and_citations(settings, library):
     assert bad.returncode == 2 and "mode: must be one of" in bad.stderr and "Traceback" not in bad.stderr
 
 
-def test_a_search_that_awaits_its_encoding_finds_what_the_plain_call_finds(service, library):
+def test_a_search_that_awaits_its_encoding_finds_what_the_plain_call_finds(indexed):
     """The event loop's half (aencode_query, on Triton's asyncio client) and the store's half
     (search_documents(encoded=...)) give the plain call's hits and groups in every mode."""
-    ingest(service, [library])
+    service = indexed
 
     async def encode_all() -> dict:
         try:
@@ -274,12 +301,12 @@ def test_a_search_that_awaits_its_encoding_finds_what_the_plain_call_finds(servi
 
 
 @pytest.mark.parametrize("mode", ["semantic", "hybrid", "dense", "sparse"])
-def test_concurrent_searches_find_what_each_finds_alone(service, library, mode):
+def test_concurrent_searches_find_what_each_finds_alone(indexed, mode):
     """Concurrent queries share requests to their model (MiniLM's query deployment, or BGE-M3 with
     queries that need ColBERT vectors and queries that do not in one request), padded to the longest
     of them, from threads and from an event loop: every search finds the passages it finds alone,
     at the same scores."""
-    ingest(service, [library])
+    service = indexed
     queries = ["reset password", "hotel receipts", "travel expenses within thirty days", "a", "VPN from home",
                "printer jam on the third floor", "Wie setze ich mein Passwort zurück?", "🔥"]
     modes = [mode] * len(queries) if mode == "semantic" else [[mode, "hybrid"][i % 2] for i in range(len(queries))]
