@@ -133,7 +133,7 @@ def test_a_stale_record_is_ignored_and_replaced(settings, tmp_path):
 
 
 def test_a_job_interrupted_by_kill9_finishes_when_the_server_restarts(settings, tmp_path):
-    folder = many_docs(tmp_path / "notes", 400)
+    folder = many_docs(tmp_path / "notes", 150)  # a job of several seconds, killed at file 20
     server = SearchServer(settings, tmp_path / "serve-1.log")
     job = api(server, "POST", "/ingest", {"paths": [str(folder)]})
     deadline = time.monotonic() + 300
@@ -168,7 +168,7 @@ def test_a_job_interrupted_by_kill9_finishes_when_the_server_restarts(settings, 
 
 
 def test_cancel_stops_a_job_and_leaves_whole_files(settings, tmp_path):
-    folder = many_docs(tmp_path / "notes", 300)
+    folder = many_docs(tmp_path / "notes", 120)  # a job of several seconds, cancelled at file 10
     server = SearchServer(settings, tmp_path / "serve.log")
     try:
         job = api(server, "POST", "/ingest", {"paths": [str(folder)]})
@@ -186,10 +186,10 @@ def test_cancel_stops_a_job_and_leaves_whole_files(settings, tmp_path):
     per_file: dict[str, int] = {}
     for path in points.values():
         per_file[path] = per_file.get(path, 0) + 1
-    assert 0 < len(per_file) < 300 and set(per_file.values()) == {1}  # whole files only (one chunk each here)
+    assert 0 < len(per_file) < 120 and set(per_file.values()) == {1}  # whole files only (one chunk each here)
     rerun = run_cli("indexer", "ingest", str(folder), "--json", settings=settings)
     report = json.loads(rerun.stdout)
-    assert report["indexed"] == 300 - len(per_file) and report["unchanged"] == len(per_file)
+    assert report["indexed"] == 120 - len(per_file) and report["unchanged"] == len(per_file)
 
 
 def test_the_cli_through_a_server_imports_neither_the_store_nor_the_models(settings, tmp_path):
