@@ -9,12 +9,14 @@ import asyncio
 import io
 import json
 import os
+import shutil
 import subprocess
 import sys
 
 import numpy as np
 import pytest
 from fastapi.testclient import TestClient
+from indexed import copy_index, settings_for
 from ingest_helper import ingest
 from PIL import Image
 from processes import SearchServer
@@ -85,11 +87,25 @@ def test_a_rebuilt_model_is_seen_within_a_second(tmp_path, monkeypatch):
     assert rel._model_id(fam, tmp_path) == ""  # no build: no scales can be trusted
 
 # -- the sample knowledge base, MiniLM's real weights
-@pytest.fixture
-def kb(settings, docs):
+@pytest.fixture(scope="module")
+def kb_index(model_repo, triton, tmp_path_factory):
+    """The sample knowledge base, ingested once for the module (tests/indexed.py)."""
+    root = tmp_path_factory.mktemp("relevance")
+    docs = shutil.copytree(PROJECT_ROOT / "samples" / "docs", root / "kb")
+    settings = settings_for(root / "data", model_repo, triton.grpc_port)
     svc = SearchService(settings)
-    ingest(svc, [docs])
-    assert svc.store.count(DOCUMENTS.name) >= rel.MIN_POINTS
+    try:
+        ingest(svc, [docs])
+        assert svc.store.count(DOCUMENTS.name) >= rel.MIN_POINTS
+    finally:
+        svc.close()
+    return settings, docs
+
+
+@pytest.fixture
+def kb(kb_index, tmp_path):
+    """A service on this test's own copy of the ingested knowledge base."""
+    svc = SearchService(copy_index(kb_index[0], tmp_path / "data"))
     yield svc
     svc.close()
 
@@ -110,13 +126,13 @@ def test_a_clear_match_and_no_good_match(kb):
     assert list(empty) == [] and not empty.no_match
 
 
-def test_the_sample_is_kept_and_drawn_again_when_the_collection_grows(kb, settings, tmp_path):
+def test_the_sample_is_kept_and_drawn_again_when_the_collection_grows(kb, tmp_path):
     # What the REST API asks before running a search's store half in its event loop: whether a sample is due
     encoded = asyncio.run(encode(kb, "reset password"))
     assert kb.needs_sampling(encoded) and not kb.needs_sampling(encoded, grouped=True)
     kb.search_documents("reset password")
     assert not kb.needs_sampling(encoded)
-    saved = settings.data_dir / "relevance" / "documents.minilm.json"
+    saved = kb.settings.data_dir / "relevance" / "documents.minilm.json"
     first = json.loads(saved.read_text())
     assert first["count"] == kb.store.count(DOCUMENTS.name) and len(first["ids"]) == first["count"]  # small: all of it
     assert first["scales"]["text"] > 0 and saved.with_suffix(".npy").exists()
@@ -138,8 +154,9 @@ async def encode(svc: SearchService, query: str):
         await svc.triton.aclose()
 
 
-def test_command_line_and_rest(kb, settings):
+def test_command_line_and_rest(kb):
     kb.close()  # the CLI and the API open the store themselves
+    settings = kb.settings
     env = {**os.environ, "SEARCH_DATA_DIR": str(settings.data_dir), "SEARCH_TRITON_REPO": str(settings.triton_repo),
            "SEARCH_TRITON_URL": settings.triton_url, "HF_HUB_OFFLINE": "1", "SEARCH_SEARCH_MODE": "semantic"}
 
@@ -238,9 +255,10 @@ def test_photos_are_calibrated_and_small_collections_say_why_not(settings, tmp_p
         svc.close()
 
 
-def test_a_filtered_search_counts_its_filter_again_when_the_collection_changes(kb, docs, tmp_path, monkeypatch):
+def test_a_filtered_search_counts_its_filter_again_when_the_collection_changes(kb, kb_index, tmp_path, monkeypatch):
     """The m of a filtered search is its filter's count, kept while the collection's size holds
     (counting a filter scans the collection): a change of size, or the time limit, counts again."""
+    docs = kb_index[1]
     space = rel.DOCUMENT_SPACES["minilm"]
     folder = rel.match("path", str(docs / "reset-password.md"))
     exact = kb.store.count(DOCUMENTS.name, folder)
