@@ -10,6 +10,7 @@ import json
 import shutil
 import time
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from pathlib import Path
 
 import numpy as np
@@ -406,16 +407,28 @@ def fuzz_index(model_repo, triton, tmp_path_factory) -> tuple[Settings, list[Pat
     return settings, [docs, album]
 
 
-@pytest.fixture(params=list(KEY_MODES))
-def fuzz_client(request, fuzz_index, tmp_path):
+@contextmanager
+def fuzz_app(fuzz_index, tmp_path: Path, mode: str):
     """One client for every generated case (schemathesis' own ASGI transport would run the app's
     start-up and shut-down around each request, reopening the store every time)."""
     indexed, roots = fuzz_index
-    update, key = KEY_MODES[request.param]
+    update, key = KEY_MODES[mode]
     app = create_app(copy_index(indexed, tmp_path / "data").model_copy(
         update={"api_roots": roots, "max_upload_bytes": 200_000, **update}))
     with RequestsTestClient(app) as client:
         client.key_headers = {"X-API-Key": key} if key else {}
+        yield client
+
+
+@pytest.fixture(params=[mode for mode in KEY_MODES if mode != "key missing"])
+def fuzz_client(request, fuzz_index, tmp_path):
+    with fuzz_app(fuzz_index, tmp_path, request.param) as client:
+        yield client
+
+
+@pytest.fixture
+def keyless_client(fuzz_index, tmp_path):
+    with fuzz_app(fuzz_index, tmp_path, "key missing") as client:
         yield client
 
 
@@ -424,8 +437,14 @@ def fuzz_schema(fuzz_client):
     return schemathesis.from_dict(fuzz_client.app.openapi(), base_url="http://testserver")
 
 
+@pytest.fixture
+def keyless_schema(keyless_client):
+    return schemathesis.from_dict(keyless_client.app.openapi(), base_url="http://testserver")
+
+
 schemathesis.experimental.OPEN_API_3_1.enable()  # FastAPI writes OpenAPI 3.1
 fuzz = schemathesis.from_pytest_fixture("fuzz_schema")
+keyless = schemathesis.from_pytest_fixture("keyless_schema")
 CONFORMANCE = (checks.not_a_server_error, checks.status_code_conformance, checks.content_type_conformance,
                checks.response_schema_conformance, checks.response_headers_conformance)
 
@@ -448,6 +467,14 @@ def test_fuzz_openapi_conformance(case, fuzz_client):
 @fuzz_settings(max_examples=8, deadline=None, suppress_health_check=FUZZ_HEALTH)
 def test_fuzz_model_checks_conformance(case, fuzz_client):
     case.call_and_validate(session=fuzz_client, headers=fuzz_client.key_headers, checks=CONFORMANCE)
+
+
+# A key is needed and none is sent: every route but the public ones answers the same 401 whatever
+# its input, so a few examples per route show it (50 per route took ~40 s here).
+@keyless.parametrize()
+@fuzz_settings(max_examples=10, deadline=None, suppress_health_check=FUZZ_HEALTH)
+def test_fuzz_without_the_key_conformance(case, keyless_client):
+    case.call_and_validate(session=keyless_client, headers={}, checks=CONFORMANCE)
 
 
 def test_answers_are_json_with_the_same_numbers_also_where_orjson_refuses():
