@@ -44,14 +44,13 @@ class SingleFlight(Generic[V]):
                 self.runs += 1
                 result = fn()
         except BaseException as exc:
-            with self._lock:  # a result older than this error no longer stands for the key
-                self._last.pop(key, None)
+            with self._lock:  # from here on a caller for this key starts a fresh run ...
+                del self._flights[key]
+                self._last.pop(key, None)  # ... since a result older than this error no longer stands
             flight.set_exception(exc)
             raise
-        finally:
-            with self._lock:  # from here on a caller for this key starts a fresh run
-                del self._flights[key]
-        with self._lock:
+        with self._lock:  # in one step, so a caller sees either the flight or its result
+            del self._flights[key]
             self._last[key] = (time.monotonic(), result)
         flight.set_result(result)
         return copy.deepcopy(result)  # the kept one stays as fn made it while the others copy it
