@@ -16,13 +16,11 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 import tiny_bge_m3  # noqa: E402  (tests/ is on sys.path: the tiny random BGE-M3 helper)
 import tiny_clip  # noqa: E402  (tests/ is on sys.path: the tiny random CLIP helper)
 import tiny_ofa  # noqa: E402  (tests/ is on sys.path: the tiny random OFA helper)
-from indexed import settings_for  # noqa: E402
+from indexed import sample_docs, settings_for  # noqa: E402
 
 from search.config import PROJECT_ROOT, Settings  # noqa: E402
 from search.models import MiniLM, built_triton_models  # noqa: E402
 from search.triton.local import LocalTriton, free_port  # noqa: E402
-
-SAMPLES = PROJECT_ROOT / "samples" / "docs"
 
 
 @pytest.fixture(scope="session")
@@ -74,6 +72,4 @@ def settings(tmp_path, model_repo, triton, monkeypatch) -> Settings:
 @pytest.fixture
 def docs(tmp_path) -> Path:
     """A writable copy of the sample knowledge base."""
-    dest = tmp_path / "kb"
-    shutil.copytree(SAMPLES, dest)
-    return dest
+    return sample_docs(tmp_path)

@@ -5,9 +5,14 @@ data dir, so a test still cannot see another's changes."""
 from __future__ import annotations
 
 import shutil
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
-from search.config import Settings
+from ingest_helper import ingest
+
+from search.config import PROJECT_ROOT, Settings
+from search.services import SearchService
 
 
 def settings_for(data_dir: Path, model_repo: Path, grpc_port: int) -> Settings:
@@ -21,3 +26,19 @@ def copy_index(settings: Settings, data_dir: Path) -> Settings:
     """``settings`` on a copy of its data dir (the store must be closed)."""
     shutil.copytree(settings.data_dir, data_dir)
     return settings.model_copy(update={"data_dir": data_dir})
+
+
+def sample_docs(root: Path) -> Path:
+    """A writable copy of the sample knowledge base under ``root``."""
+    return shutil.copytree(PROJECT_ROOT / "samples" / "docs", root / "kb")
+
+
+@contextmanager
+def ingested(root: Path, model_repo: Path, grpc_port: int, folders: list[Path]) -> Iterator[tuple[SearchService, object]]:
+    """A service on ``root``/data with ``folders`` ingested, and the ingest's report; the store is
+    closed on leaving, so copies can be taken."""
+    svc = SearchService(settings_for(root / "data", model_repo, grpc_port))
+    try:
+        yield svc, ingest(svc, folders)
+    finally:
+        svc.close()

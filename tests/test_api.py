@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import io
 import json
-import shutil
 import time
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
@@ -19,7 +18,7 @@ import schemathesis
 from fastapi.testclient import TestClient
 from hypothesis import HealthCheck
 from hypothesis import settings as fuzz_settings
-from indexed import copy_index, settings_for
+from indexed import copy_index, ingested, sample_docs
 from ingest_helper import long_passage
 from PIL import Image
 from schemathesis import checks
@@ -27,7 +26,7 @@ from starlette_testclient import TestClient as RequestsTestClient  # the request
 
 from search.api import create_app
 from search.api.responses import FastJSON
-from search.config import PROJECT_ROOT, Settings
+from search.config import Settings
 from search.services import HIT_CHARS, HIT_CHARS_LIMIT, MAX_PAGE, SearchService
 from search.triton.local import free_port
 
@@ -394,17 +393,11 @@ def fuzz_index(model_repo, triton, tmp_path_factory) -> tuple[Settings, list[Pat
     """The sample docs and two photos, ingested once for the module's fuzz runs (tests/indexed.py),
     so that searches reach Triton and the store."""
     root = tmp_path_factory.mktemp("fuzz")
-    docs, album = root / "kb", root / "album"
-    shutil.copytree(PROJECT_ROOT / "samples" / "docs", docs)
+    docs, album = sample_docs(root), root / "album"
     for i in range(2):
         photo(album / f"p{i}.jpg", i)
-    settings = settings_for(root / "data", model_repo, triton.grpc_port)
-    app = create_app(settings)
-    try:
-        app.state.backend.indexer().ingest([docs, album])
-    finally:
-        app.state.backend.close()
-    return settings, [docs, album]
+    with ingested(root, model_repo, triton.grpc_port, [docs, album]) as (svc, _):
+        return svc.settings, [docs, album]
 
 
 @contextmanager
@@ -432,14 +425,18 @@ def keyless_client(fuzz_index, tmp_path):
         yield client
 
 
+def schema_of(client):
+    return schemathesis.from_dict(client.app.openapi(), base_url="http://testserver")
+
+
 @pytest.fixture
 def fuzz_schema(fuzz_client):
-    return schemathesis.from_dict(fuzz_client.app.openapi(), base_url="http://testserver")
+    return schema_of(fuzz_client)
 
 
 @pytest.fixture
 def keyless_schema(keyless_client):
-    return schemathesis.from_dict(keyless_client.app.openapi(), base_url="http://testserver")
+    return schema_of(keyless_client)
 
 
 schemathesis.experimental.OPEN_API_3_1.enable()  # FastAPI writes OpenAPI 3.1

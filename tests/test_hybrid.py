@@ -8,7 +8,6 @@ import asyncio
 import json
 import math
 import os
-import shutil
 import subprocess
 import sys
 from collections import Counter
@@ -18,7 +17,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from doc_fixtures import make_docx, make_html, make_pdf, make_scanned_pdf
-from indexed import copy_index, settings_for
+from indexed import copy_index, ingested, sample_docs
 from ingest_helper import ingest
 from qdrant_client import models
 
@@ -26,7 +25,6 @@ from indexer import pipeline
 from indexer.chunking import Chunker
 from indexer.kinds import Documents
 from indexer.service import IngestService
-from search.config import PROJECT_ROOT
 from search.errors import BadRequest, EmptyCollection
 from search.models import bge_m3, family
 from search.services import SearchService
@@ -55,14 +53,8 @@ def library(docs) -> Path:
 def indexed_library(model_repo, triton, tmp_path_factory):
     """The library ingested once for the tests that only read it (tests/indexed.py)."""
     root = tmp_path_factory.mktemp("hybrid")
-    shutil.copytree(PROJECT_ROOT / "samples" / "docs", root / "kb")
-    settings = settings_for(root / "data", model_repo, triton.grpc_port)
-    svc = SearchService(settings)
-    try:
-        report = ingest(svc, [make_library(root / "kb")])
-    finally:
-        svc.close()
-    return settings, report
+    with ingested(root, model_repo, triton.grpc_port, [make_library(sample_docs(root))]) as (svc, report):
+        return svc.settings, report
 
 
 @pytest.fixture

@@ -9,14 +9,13 @@ import asyncio
 import io
 import json
 import os
-import shutil
 import subprocess
 import sys
 
 import numpy as np
 import pytest
 from fastapi.testclient import TestClient
-from indexed import copy_index, settings_for
+from indexed import copy_index, ingested, sample_docs
 from ingest_helper import ingest
 from PIL import Image
 from processes import SearchServer
@@ -91,15 +90,10 @@ def test_a_rebuilt_model_is_seen_within_a_second(tmp_path, monkeypatch):
 def kb_index(model_repo, triton, tmp_path_factory):
     """The sample knowledge base, ingested once for the module (tests/indexed.py)."""
     root = tmp_path_factory.mktemp("relevance")
-    docs = shutil.copytree(PROJECT_ROOT / "samples" / "docs", root / "kb")
-    settings = settings_for(root / "data", model_repo, triton.grpc_port)
-    svc = SearchService(settings)
-    try:
-        ingest(svc, [docs])
+    docs = sample_docs(root)
+    with ingested(root, model_repo, triton.grpc_port, [docs]) as (svc, _):
         assert svc.store.count(DOCUMENTS.name) >= rel.MIN_POINTS
-    finally:
-        svc.close()
-    return settings, docs
+        return svc.settings, docs
 
 
 @pytest.fixture
