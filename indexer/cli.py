@@ -12,8 +12,6 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from indexer.jobs import JOBS_FILE, JobStore
 from indexer.remote import RemoteIngest
-from indexer.service import IngestService
-from indexer.watch import Watcher
 from search import owner
 from search.cli.support import (
     DataDir,
@@ -99,6 +97,8 @@ def ingest(
             fail(f"the server's ingest job {job['id']} {job['state']}: {job.get('error') or 'no report'}", 1)
         d = job["report"]
     else:
+        from indexer.service import IngestService  # noqa: PLC0415  (qdrant-client and the loaders, ~2 s: only a run without a server needs them)
+
         try:
             with opened(IngestService, ctx) as svc, progress:
                 report = svc.ingest(
@@ -243,6 +243,9 @@ def watch(
 
 
 def _watch_here(settings, folders: list[Path], quiet_ms: int) -> None:
+    from indexer.service import IngestService  # noqa: PLC0415  (as in `ingest`: only a watch without a server needs these)
+    from indexer.watch import Watcher  # noqa: PLC0415
+
     svc = IngestService(settings)
     svc.resources.store  # noqa: B018  (open it now: a store another process holds is this command's one-line error)
     started = time.monotonic()

@@ -92,6 +92,15 @@ def test_bad_flags_are_usage_errors(env):
     assert proc.returncode == 1 and "no such file or folder" in proc.stdout
 
 
+def test_both_commands_start_without_the_heavy_libraries():
+    """`search --help` and `indexer --help` answer in about half a second: the store's client, the model
+    client, numpy and Ray load only in the commands that use them (qdrant-client alone is ~1.5 s)."""
+    heavy = ("qdrant_client", "tritonclient", "numpy", "ray", "torch", "onnxruntime", "bs4", "pypdf")
+    code = f"import sys, indexer.cli, search.cli.app; print([m for m in {heavy!r} if m in sys.modules])"
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert proc.stdout.strip() == "[]", proc.stdout
+
+
 def test_photo_search_from_the_command_line(env, tmp_path):
     from tests.test_photos import photo
 
