@@ -6,6 +6,8 @@ from __future__ import annotations
 import fcntl
 import os
 import shutil
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -23,32 +25,55 @@ from search.models import MiniLM, built_triton_models  # noqa: E402
 from search.triton.local import LocalTriton, free_port  # noqa: E402
 
 
+def _minilm(repo: Path, shared: Path) -> None:
+    report = MiniLM().build(repo, "package")
+    assert report.status in ("built", "up to date"), report.detail  # a fresh clone always exports
+
+
+# Each family exports into its own folders of the repository, so the parts can be built at once.
+_PARTS = {
+    "minilm": _minilm,  # real weights: ~45 s of one core, mostly the timing of its candidate graphs
+    "tiny-clip": lambda repo, shared: tiny_clip.build_into(repo, shared / "tiny-clip"),  # random weights: tests only
+    "tiny-bge-m3": lambda repo, shared: tiny_bge_m3.build_into(repo, shared / "tiny-bge-m3"),
+    "tiny-ofa": lambda repo, shared: tiny_ofa.build_into(repo, shared / "tiny-ofa"),
+}
+
+
 @pytest.fixture(scope="session")
 def model_repo(tmp_path_factory) -> Path:
     """A copy of triton_repo/ with MiniLM, a tiny random CLIP, BGE-M3 and OFA exported into it (the
     checkout stays untouched). Exported once per run: pytest-xdist's workers (scripts/test.sh runs
-    two) share it, the first to come builds it while the others wait; tests only read it."""
+    two) share it; each part is built by the first worker to reach it while another builds a
+    different part, and a worker waits for the parts others are building. Tests only read it."""
     root = tmp_path_factory.getbasetemp()
     if os.environ.get("PYTEST_XDIST_WORKER"):
         root = root.parent  # the run's folder, which holds every worker's own
     shared = root / "models"
-    with open(root / "models.lock", "a") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        if not (shared / "exported").exists():
-            shutil.rmtree(shared, ignore_errors=True)  # a worker that failed half-way
-            _export(shared)
-            (shared / "exported").touch()
-    return shared / "triton_repo"
-
-
-def _export(shared: Path) -> None:
     repo = shared / "triton_repo"
-    shutil.copytree(PROJECT_ROOT / "triton_repo", repo)
-    report = MiniLM().build(repo, "package")
-    assert report.status in ("built", "up to date"), report.detail  # a fresh clone always exports
-    tiny_clip.build_into(repo, shared / "tiny-clip")  # random weights: tests only
-    tiny_bge_m3.build_into(repo, shared / "tiny-bge-m3")  # random weights: tests only
-    tiny_ofa.build_into(repo, shared / "tiny-ofa")  # random weights: tests only
+    with _locked(root / "models.lock"):
+        if not (shared / "copied").exists():
+            shutil.rmtree(shared, ignore_errors=True)  # a worker that failed half-way
+            shutil.copytree(PROJECT_ROOT / "triton_repo", repo)
+            (shared / "copied").touch()
+    for wait in (False, True):  # first the parts nobody is building, then wait for the rest
+        for name, build in _PARTS.items():
+            with _locked(shared / f"{name}.lock", wait=wait) as held:
+                if held and not (shared / f"{name}.built").exists():
+                    build(repo, shared)  # a part that failed half-way is built again by the next to come
+                    (shared / f"{name}.built").touch()
+    return repo
+
+
+@contextmanager
+def _locked(path: Path, wait: bool = True) -> Iterator[bool]:
+    """An exclusive lock on ``path`` between the test processes; without ``wait``, False if taken."""
+    with open(path, "a") as lock:
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | (0 if wait else fcntl.LOCK_NB))
+        except BlockingIOError:
+            yield False
+            return
+        yield True
 
 
 @pytest.fixture(scope="session")
