@@ -25,6 +25,7 @@ from search.cli.support import (
     opened,
     out,
     printable,
+    reflow_help,
     say,
     to_json,
 )
@@ -176,8 +177,10 @@ def _print_summary(d: dict, verbose: bool) -> None:
 @app.command()
 @guarded
 def jobs(ctx: typer.Context, as_json: bool = typer.Option(False, "--json", help="Print machine-readable JSON.")) -> None:
-    """Ingest jobs run by `search serve` (REST, CLI through the server, watches), newest first. They are
-    kept in the data dir: a job the server did not finish runs again when it starts."""
+    """Ingest jobs run by `search serve`, newest first.
+
+    Jobs come from REST, this CLI through the server, and watches. They are kept in the data dir: a
+    job the server did not finish runs again when it starts."""
     running = owner.serving(ctx.obj)
     if running is not None:
         listed = RemoteIngest(running).jobs()
@@ -208,10 +211,11 @@ def watch(
                                       "(a batch also starts once its oldest change has waited 3 s)."),
     stop: bool = typer.Option(False, "--stop", help="Stop the server's watches of PATHS (or with these ids)."),
 ) -> None:
-    """Keep the index of folders current: created, changed, renamed and deleted files are indexed as
-    they happen, with the rules of `indexer ingest --prune` (a rename keeps its vectors, a delete
-    removes its points and thumbnails). A rescan first catches up with what changed while nothing
-    was watching.
+    """Keep the index of folders current: changes are indexed as they happen.
+
+    Created, changed, renamed and deleted files follow the rules of `indexer ingest --prune` (a
+    rename keeps its vectors, a delete removes its points and thumbnails). A rescan first catches up
+    with what changed while nothing was watching.
 
     [bold]Without a server[/], the watch runs here, in the foreground: one line per batch of changes,
     Ctrl-C stops it. It holds the store while it runs, so searches from another terminal need a
@@ -329,8 +333,10 @@ def _stop_watches(settings, names: list[Path]) -> None:
 @app.command()
 @guarded
 def watches(ctx: typer.Context, as_json: bool = typer.Option(False, "--json", help="Print machine-readable JSON.")) -> None:
-    """The folder watches `search serve` runs (`indexer watch` with a server, POST /watches), oldest first.
-    They are kept in the data dir: the server starts them again, with a catch-up rescan, when it starts."""
+    """The folder watches `search serve` runs, oldest first.
+
+    They come from `indexer watch` with a server and POST /watches, and are kept in the data dir: the
+    server starts them again, with a catch-up rescan, when it starts."""
     running = owner.serving(ctx.obj)
     if running is not None:
         listed = RemoteIngest(running).watches()
@@ -349,6 +355,9 @@ def watches(ctx: typer.Context, as_json: bool = typer.Option(False, "--json", he
         last = time.strftime("%H:%M:%S", time.localtime(w["last_batch"])) if w["last_batch"] else "-"
         say("{}  {}  {}  {} batches, last {}" + ("  {}" if w["error"] else "{}"), w["id"][:12], w["state"],
             ", ".join(display_path(p) for p in w["paths"]), w["batches"], last, w["error"] or "")
+
+
+reflow_help(app)
 
 
 def main() -> None:

@@ -9,8 +9,12 @@ import sys
 from pathlib import Path
 
 import pytest
+import typer
 from ingest_helper import long_passage
 
+from indexer.cli import app as indexer_app
+from search.cli.app import LAZY_GROUPS, SearchGroup
+from search.cli.app import app as search_app
 from search.services import HIT_CHARS, SearchService
 from search.triton.local import free_port
 
@@ -99,6 +103,26 @@ def test_both_commands_start_without_the_heavy_libraries():
     code = f"import sys, indexer.cli, search.cli.app; print([m for m in {heavy!r} if m in sys.modules])"
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert proc.stdout.strip() == "[]", proc.stdout
+
+
+def test_help_is_wrapped_by_the_terminal_not_by_the_source():
+    """Every command's help prose is one line per paragraph (rich would keep a docstring's line breaks
+    and break sentences at any width but the source's); indented tables keep their lines."""
+    groups = [typer.main.get_command(indexer_app), typer.main.get_command(search_app)]
+    ctx = typer.Context(groups[1])
+    for name in LAZY_GROUPS:
+        assert isinstance(groups[1], SearchGroup)
+        groups[1].resolve_command(ctx, [name])
+        groups.append(groups[1].commands[name])
+    assert {"query", "ingest", "build", "migrate", "delete"} <= {n for g in groups for n in g.commands}
+    for group in groups:
+        for name, command in group.commands.items():
+            for paragraph in (command.help or "").split("\n\n"):
+                lines = paragraph.splitlines()
+                assert len(lines) <= 1 or any(line.startswith(" ") for line in lines), (name, paragraph)
+    listing = subprocess.run([sys.executable, "-m", "indexer", "--help"], capture_output=True, text=True,
+                             env={**os.environ, "COLUMNS": "80"}).stdout
+    assert "│ jobs     Ingest jobs run by `search serve`, newest first." in listing, listing
 
 
 def test_photo_search_from_the_command_line(env, tmp_path):

@@ -10,7 +10,7 @@ import typer
 from typer.core import TyperGroup
 
 from search.cli import faces, query
-from search.cli.support import DataDir, QdrantUrl, TritonUrl, make_settings
+from search.cli.support import DataDir, QdrantUrl, TritonUrl, make_settings, reflow_help
 
 # Command groups loaded when they run, not when `search "…"` or `search --help` starts: they pull
 # in numpy, tritonclient and the model registry. Their one-line help is here for the listing.
@@ -47,7 +47,7 @@ class SearchGroup(TyperGroup):
     def resolve_command(self, ctx: click.Context, args: list[str]):
         name = args[0] if args else ""
         if name in LAZY_GROUPS and name not in self.commands:  # it runs: load it
-            group = typer.main.get_group(importlib.import_module(LAZY_GROUPS[name][0]).app)
+            group = typer.main.get_group(reflow_help(importlib.import_module(LAZY_GROUPS[name][0]).app))
             group.name = name
             self.commands[name] = group
         return super().resolve_command(ctx, args)
@@ -62,6 +62,7 @@ app = typer.Typer(
 )
 for command in (query.query, query.entail, query.status, faces.serve, faces.ui, faces.mcp):
     app.command()(command)
+reflow_help(app)
 
 
 @app.callback()

@@ -46,10 +46,11 @@ def serve(
 
 @guarded
 def mcp(ctx: typer.Context) -> None:
-    """Serve the search tools over MCP (stdio) for a desktop assistant or an agent framework: document
-    and photo search, entailment, passages and documents by id. Through the running `search serve` when
-    one owns the data dir, else on the store directly (opened per call). `search serve` also serves
-    MCP over HTTP at /mcp."""
+    """Serve the search tools over MCP (stdio) for a desktop assistant or an agent framework.
+
+    Tools: document and photo search, entailment, passages and documents by id. Through the running
+    `search serve` when one owns the data dir, else on the store directly (opened per call).
+    `search serve` also serves MCP over HTTP at /mcp."""
     from search.mcp import build  # noqa: PLC0415  (the MCP SDK loads only for this command)
 
     settings = settings_of(ctx)
@@ -62,9 +63,10 @@ def ui(
     host: str = typer.Option(None, "--host", help="Address to bind \\[default: 127.0.0.1, env SEARCH_API_HOST]."),
     port: int = typer.Option(None, "--port", help="Port \\[default: 8501, env SEARCH_UI_PORT]."),
 ) -> None:
-    """Open the search page (Streamlit): documents and photos, filters, thumbnails, citations. The page
-    works through the search server that owns the data dir: a running `search serve`, or one started
-    here for as long as the page runs."""
+    """Open the search page (Streamlit): documents and photos, filters, thumbnails, citations.
+
+    The page works through the search server that owns the data dir: a running `search serve`, or one
+    started here for as long as the page runs."""
     settings = settings_of(ctx)
     env = _child_env(settings)
     server = None

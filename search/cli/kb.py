@@ -30,8 +30,9 @@ def delete_kb(
     name: str = typer.Argument(..., help="The knowledge base."),
     yes: bool = typer.Option(False, "--yes", "-y", help="Do not ask for confirmation."),
 ) -> None:
-    """Delete knowledge base NAME: every point of its documents and photos, and its thumbnails
-    (the files indexed stay where they are). Deleting `default` empties it."""
+    """Delete knowledge base NAME: its documents' and photos' points, and its thumbnails.
+
+    The files indexed stay where they are. Deleting `default` empties it."""
     if not yes:
         typer.confirm(f"delete knowledge base {name!r} and everything indexed in it?", abort=True)
     with query_service(ctx) as svc:

@@ -70,6 +70,9 @@ def query(
 ) -> None:
     """Find the passages that best match TEXT, or photos with --images / --like.
 
+    `search "TEXT"` is short for `search query "TEXT"`. Each hit shows its score and where it comes
+    from (file, page or section and chunk; a photo's path and details); --json prints them for scripts.
+
     [bold]Exit status[/]:
       0  hits shown
       1  nothing matched (above --min-score, with the entailment asked), or another error
@@ -159,8 +162,9 @@ def entail(
     premise: str = typer.Option(None, "--premise", help="A text premise given with the photo (OFA's text1)."),
     as_json: bool = typer.Option(False, "--json", help="Print machine-readable JSON."),
 ) -> None:
-    """Does PHOTO support HYPOTHESIS? OFA visual entailment: entailment, neutral or contradiction,
-    with the three probabilities."""
+    """Does PHOTO support HYPOTHESIS? OFA visual entailment, with the three probabilities.
+
+    The answer is entailment, neutral or contradiction."""
     with query_service(ctx) as svc:
         verdict = svc.entail(photo, hypothesis, premise)
     if as_json:

@@ -54,9 +54,10 @@ def store_migrate(
     source: str = typer.Option(None, "--from", help=f"Where to copy from \\[default: the configured store]: {STORE_SPEC}."),
     as_json: bool = typer.Option(False, "--json", help="Print the summary as JSON."),
 ) -> None:
-    """Copy every collection (ids, payload, all vectors) to another store: the embedded engine to a Qdrant
-    server (--to http://host:6333), or an older local-mode store into the engine (--from local --to edge).
-    Re-running resumes; counts are verified at the end."""
+    """Copy every collection (ids, payload, all vectors) to another store.
+
+    The embedded engine to a Qdrant server (--to http://host:6333), or an older local-mode store into
+    the engine (--from local --to edge). Re-running resumes; counts are verified at the end."""
     progress = Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                         console=err, transient=True, disable=as_json or not err.is_terminal)
     tasks: dict[str, int] = {}

@@ -4,6 +4,7 @@ display helpers."""
 from __future__ import annotations
 
 import functools
+import inspect
 import json
 import os
 import re
@@ -142,6 +143,16 @@ def guarded(fn):
             fail("interrupted", 130)
 
     return wrapper
+
+
+def reflow_help(app: typer.Typer) -> typer.Typer:
+    """Let the terminal wrap the commands' help: rich keeps a docstring's line breaks, which break
+    mid-sentence at any other width. Paragraphs with indented lines (the exit-status tables) stay."""
+    for info in app.registered_commands:
+        text = info.help or inspect.getdoc(info.callback) or ""
+        info.help = "\n\n".join(p if any(line.startswith(" ") for line in p.splitlines()) else " ".join(p.split("\n"))
+                                 for p in text.split("\n\n"))
+    return app
 
 
 def display_path(path: str) -> str:

@@ -22,8 +22,10 @@ def models_verify(
                                         "recognised, or skip them \\[default: where the checkpoint is the published one]."),
     as_json: bool = typer.Option(False, "--json", help="Print machine-readable JSON."),
 ) -> None:
-    """Check that the served models give the expected answers: the build's golden outputs (PyTorch on
-    fixed inputs) and, for published checkpoints, the publishers' own examples. Exit status 1 on any miss."""
+    """Check that the served models give the expected answers. Exit status 1 on any miss.
+
+    The build's golden outputs (PyTorch on fixed inputs) and, for published checkpoints, the
+    publishers' own examples."""
     with opened(SearchService, ctx) as svc:
         report = svc.verify_models(families or None, published_checks=published)
     if as_json:
