@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import mimetypes
+import time
 import urllib.error
 import urllib.request
 import uuid
@@ -17,11 +18,14 @@ from search import errors
 from search.owner import Owner
 
 AUTH_HEADER = "X-API-Key"
+# A server records itself as the owner once its store is open, and listens a moment later (its
+# start-up): a refused connection to a live owner within this long is waited out, not an error.
+STARTING_WAIT_S = 20.0
 
 
 class RestClient:
-    def __init__(self, owner: Owner, timeout_s: float = 600.0) -> None:
-        self.owner, self.timeout_s = owner, timeout_s
+    def __init__(self, owner: Owner, timeout_s: float = 600.0, starting_wait_s: float = STARTING_WAIT_S) -> None:
+        self.owner, self.timeout_s, self.starting_wait_s = owner, timeout_s, starting_wait_s
 
     def call(self, method: str, path: str, body: dict | None = None, *, form: dict | None = None,
              upload: tuple[str, tuple[str, bytes]] | None = None) -> dict:
@@ -34,15 +38,22 @@ class RestClient:
             data = json.dumps({k: v for k, v in body.items() if v is not None}).encode()
             headers["Content-Type"] = "application/json"
         request = urllib.request.Request(self.owner.url + path, data=data, method=method, headers=headers)
-        try:
-            with urllib.request.urlopen(request, timeout=self.timeout_s) as response:
-                return json.loads(response.read() or b"{}")
-        except urllib.error.HTTPError as exc:
-            raise _error(exc.code, exc.read()) from None
-        except (urllib.error.URLError, OSError) as exc:
-            raise errors.StoreUnavailable(
-                f"the search server that owns this data dir ({self.owner.describe()}) does not answer "
-                f"({getattr(exc, 'reason', exc)}): stop it, or wait until it has started") from None
+        deadline = time.monotonic() + self.starting_wait_s
+        while True:
+            try:
+                with urllib.request.urlopen(request, timeout=self.timeout_s) as response:
+                    return json.loads(response.read() or b"{}")
+            except urllib.error.HTTPError as exc:
+                raise _error(exc.code, exc.read()) from None
+            except (urllib.error.URLError, OSError) as exc:
+                reason = getattr(exc, "reason", exc)
+                # Refused: nothing was sent, so asking again is safe, even for a POST.
+                if isinstance(reason, ConnectionRefusedError) and self.owner.alive() and time.monotonic() < deadline:
+                    time.sleep(0.1)
+                    continue
+                raise errors.StoreUnavailable(
+                    f"the search server that owns this data dir ({self.owner.describe()}) does not answer "
+                    f"({reason}): stop it, or wait until it has started") from None
 
 
 

@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import subprocess
 import sys
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, HTTPServer
 from pathlib import Path
 
 import pytest
@@ -15,6 +19,9 @@ from ingest_helper import long_passage
 from indexer.cli import app as indexer_app
 from search.cli.app import LAZY_GROUPS, SearchGroup
 from search.cli.app import app as search_app
+from search.errors import StoreUnavailable
+from search.owner import Owner
+from search.rest_client import RestClient
 from search.services import HIT_CHARS, SearchService
 from search.triton.local import free_port
 
@@ -123,6 +130,48 @@ def test_help_is_wrapped_by_the_terminal_not_by_the_source():
     listing = subprocess.run([sys.executable, "-m", "indexer", "--help"], capture_output=True, text=True,
                              env={**os.environ, "COLUMNS": "80"}).stdout
     assert "│ jobs     Ingest jobs run by `search serve`, newest first." in listing, listing
+
+
+def test_a_face_waits_for_a_live_owner_that_is_still_starting(tmp_path):
+    """`search serve` records itself as the owner when its store is open and listens a moment later.
+    A face that finds it in between waits (a refused connection sent nothing, so even a POST is
+    asked again), up to a bound; an owner whose process is gone is an error at once."""
+    port = free_port()
+    starting = Owner(url=f"http://127.0.0.1:{port}", pid=os.getpid(), token="t", data_dir=str(tmp_path))
+
+    class Answer(BaseHTTPRequestHandler):
+        def do_POST(self) -> None:
+            asked = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+            body = json.dumps({"asked": asked, "token": self.headers["X-API-Key"]}).encode()
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args) -> None:
+            pass
+
+    def listen_later() -> None:
+        time.sleep(1.0)
+        with HTTPServer(("127.0.0.1", port), Answer) as server:
+            server.handle_request()
+
+    later = threading.Thread(target=listen_later, daemon=True)
+    later.start()
+    assert RestClient(starting).call("POST", "/jobs", {"paths": ["a"]}) == {"asked": {"paths": ["a"]}, "token": "t"}
+    later.join(timeout=10)
+
+    silent = dataclasses.replace(starting, url=f"http://127.0.0.1:{free_port()}")
+    started = time.monotonic()
+    with pytest.raises(StoreUnavailable, match="does not answer .*Connection refused.*wait until it has started"):
+        RestClient(silent, starting_wait_s=0.5).call("GET", "/healthz")
+    assert time.monotonic() - started >= 0.5  # it waited for the starting server, then gave up
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone.wait()
+    started = time.monotonic()
+    with pytest.raises(StoreUnavailable, match="does not answer"):
+        RestClient(dataclasses.replace(silent, pid=gone.pid), starting_wait_s=60).call("GET", "/healthz")
+    assert time.monotonic() - started < 30  # not the 60 s: nobody is starting
 
 
 def test_photo_search_from_the_command_line(env, tmp_path):
