@@ -1,5 +1,5 @@
 """How long a user waits for the CLI: wall time of N invocations each of `python -c pass` (the floor),
-`search --help`, and `search "reset password"` without a server (the CLI opens the embedded store
+`search --help`, `indexer --help`, and `search "reset password"` without a server (the CLI opens the embedded store
 itself) and with a running `search serve` owning the data dir (the CLI goes through its REST API).
 
     python bench/bench_cli.py [-n 20] [--repo TRITON_REPO] [--json FILE]
@@ -90,6 +90,7 @@ def main() -> None:
         commands = {
             "python -c pass": [py, "-c", "pass"],
             "search --help": [py, "-m", "search", "--help"],
+            "indexer --help": [py, "-m", "indexer", "--help"],
             f'search "{QUERY}" (no server)': [py, "-m", "search", QUERY],
         }
         times: dict[str, list[float]] = {name: [] for name in commands}
