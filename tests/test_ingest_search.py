@@ -8,6 +8,7 @@ import shutil
 from pathlib import Path
 
 import pytest
+from indexed import copy_index, ingested, sample_docs
 from ingest_helper import ingest, long_passage
 from qdrant_client import models
 
@@ -30,6 +31,31 @@ def service(settings):
     svc.close()
 
 
+@pytest.fixture(scope="module")
+def sample_index(model_repo, triton, tmp_path_factory):
+    """The sample docs ingested once for the module (~10 s of embedding that most tests began with):
+    the index's settings, the folder it was made from and the ingest's report. A pristine copy of
+    the folder is kept beside it; copies keep the files' mtimes, so the index sees them unchanged."""
+    root = tmp_path_factory.mktemp("sample-index")
+    docs = sample_docs(root)
+    with ingested(root, model_repo, triton.grpc_port, [docs]) as (svc, report):
+        made = svc.settings
+    shutil.copytree(docs, root / "pristine")
+    return made, docs, report
+
+
+@pytest.fixture
+def indexed(sample_index, settings):
+    """(service, docs): a service on this test's own copy of the module's index, and the sample docs
+    as they were, at the path the index was made from (earlier tests change them)."""
+    made, docs, _ = sample_index
+    shutil.rmtree(docs)
+    shutil.copytree(docs.parent / "pristine", docs)
+    svc = SearchService(copy_index(made, settings.data_dir.parent / "indexed"))
+    yield svc, docs
+    svc.close()
+
+
 def points(svc: SearchService) -> dict[str, dict]:
     """Every point id -> payload."""
     res, _ = svc.store.scroll(DOCUMENTS.name, limit=10_000, with_payload=True)
@@ -40,8 +66,9 @@ def ids_for(svc: SearchService, path: Path) -> set[str]:
     return {pid for pid, pl in points(svc).items() if str(path) in pl["paths"]}
 
 
-def test_sample_queries_find_their_documents(service, docs):
-    report = ingest(service, [docs])
+def test_sample_queries_find_their_documents(indexed, sample_index):
+    service, docs = indexed
+    report = sample_index[2]
     assert report.counts["indexed"] == len(list(docs.iterdir()))
     assert not report.failures
     assert QUERIES[0]["query"] == "reset password"
@@ -81,8 +108,8 @@ def test_a_run_feeds_the_model_from_its_start_and_ends_on_even_requests(service,
         assert 1 <= size <= 16 and (units == 0 or requests % 2 == 0 or units == 1)
 
 
-def test_ingest_twice_is_idempotent(service, docs):
-    ingest(service, [docs])
+def test_ingest_twice_is_idempotent(indexed):
+    service, docs = indexed
     before = points(service)
     report = ingest(service, [docs])
     assert report.counts["unchanged"] == len(before and list(docs.iterdir()))
@@ -90,8 +117,8 @@ def test_ingest_twice_is_idempotent(service, docs):
     assert points(service) == before
 
 
-def test_edit_replaces_only_that_files_chunks(service, docs):
-    ingest(service, [docs])
+def test_edit_replaces_only_that_files_chunks(indexed):
+    service, docs = indexed
     before = points(service)
     target = docs / "printer.md"
     old_ids = ids_for(service, target)
@@ -107,8 +134,8 @@ def test_edit_replaces_only_that_files_chunks(service, docs):
     assert hit.path == str(target) and "NW-PRN-07" in hit.text
 
 
-def test_prune_removes_deleted_files(service, docs):
-    ingest(service, [docs])
+def test_prune_removes_deleted_files(indexed):
+    service, docs = indexed
     gone = docs / "wifi.md"
     assert ids_for(service, gone)
     gone.unlink()
@@ -120,8 +147,8 @@ def test_prune_removes_deleted_files(service, docs):
     assert all(Path(pl["path"]).exists() for pl in points(service).values())
 
 
-def test_rename_and_duplicates_reuse_vectors(service, docs):
-    ingest(service, [docs])
+def test_rename_and_duplicates_reuse_vectors(indexed):
+    service, docs = indexed
     n = len(points(service))
     (docs / "vpn-setup.md").rename(docs / "remote-access.md")
     shutil.copy(docs / "mfa.md", docs / "mfa-copy.md")
@@ -185,30 +212,31 @@ def test_long_document_is_chunked_with_overlap(service, tmp_path, settings):
     assert all(a["end"] > b["start"] or b["start"] - a["end"] <= 2 for a, b in zip(chunks, chunks[1:]))
 
 
-def test_folder_filter_and_min_score(service, docs, tmp_path):
+def test_folder_filter_and_min_score(indexed, tmp_path):
+    service, docs = indexed
     other = tmp_path / "other"
     other.mkdir()
     (other / "passwords.md").write_text("# Password policy\n\nPasswords expire every 90 days.\n")
-    ingest(service, [docs, other])
+    ingest(service, [docs, other])  # the docs are unchanged; the new folder is indexed
     only = service.search_documents("password", top_k=5, folder=str(other))
     assert [Path(h.path).name for h in only] == ["passwords.md"]
     strict = service.search_documents("reset password", top_k=10, min_score=0.5)
     assert strict and all(h.score >= 0.5 for h in strict) and len(strict) < 10
 
 
-def test_query_errors(service, docs):
+def test_query_errors(service, indexed):
     with pytest.raises(EmptyCollection, match="indexer ingest"):
-        service.search_documents("anything")
-    ingest(service, [docs])
+        service.search_documents("anything")  # nothing indexed in this one
+    service, _ = indexed
     with pytest.raises(BadRequest, match="query"):
         service.search_documents("   ")
     with pytest.raises(BadRequest, match="top_k"):
         service.search_documents("vpn", top_k=0)
 
 
-def test_interrupted_file_is_not_seen_as_indexed(service, docs):
+def test_interrupted_file_is_not_seen_as_indexed(indexed):
     """Chunk 0 is written last: a file with only later chunks stored is ingested again."""
-    ingest(service, [docs])
+    service, docs = indexed
     pid = next(i for i, p in points(service).items() if p["chunk"] == 0 and p["path"].endswith("onboarding.md"))
     service.store.delete(DOCUMENTS.name, models.Filter(must=[models.HasIdCondition(has_id=[pid])]))
     report = ingest(service, [docs])
@@ -226,18 +254,14 @@ OLD_PRINTER = "paper stuck inside the copier on our floor"  # finds samples/docs
 PARKING = "# Parking\n\nStaff parking permits are issued by reception on the ground floor.\n"
 
 
-def test_a_path_left_on_its_old_content_is_repaired_by_the_next_run(service, settings, docs, monkeypatch):
+def test_a_path_left_on_its_old_content_is_repaired_by_the_next_run(indexed, sample_index, settings, monkeypatch):
     """A run stopped between writing a changed file's new content and taking its path off the old
     content leaves the path listed on both (a search finds the old passage citing it), and the
     file's size and mtime match the new content. The next run reads it again all the same and
     leaves the path on the new content only: the store then holds what an uninterrupted run leaves."""
+    service, docs = indexed
     target = docs / "printer.md"
-    uninterrupted = SearchService(settings.model_copy(update={"data_dir": settings.data_dir.parent / "uninterrupted"}))
-    try:
-        ingest(uninterrupted, [docs])
-    finally:
-        uninterrupted.close()
-    ingest(service, [docs])
+    uninterrupted = SearchService(copy_index(sample_index[0], settings.data_dir.parent / "uninterrupted"))
     [old] = holders(service, target)
     target.write_text(PARKING)
 
@@ -270,11 +294,11 @@ def test_a_path_left_on_its_old_content_is_repaired_by_the_next_run(service, set
         uninterrupted.close()
 
 
-def test_a_file_changed_into_a_copy_of_another_leaves_its_old_content(service, docs):
+def test_a_file_changed_into_a_copy_of_another_leaves_its_old_content(indexed):
     """New content at a known path that is already stored (for another file): the path joins that
     content and leaves the one it held, in the same run."""
+    service, docs = indexed
     target = docs / "printer.md"
-    ingest(service, [docs])
     [old] = holders(service, target)
     [wifi] = holders(service, docs / "wifi.md")
     shutil.copy(docs / "wifi.md", target)
@@ -284,15 +308,11 @@ def test_a_file_changed_into_a_copy_of_another_leaves_its_old_content(service, d
     assert not any(pl["sha256"] == old for pl in points(service).values())
 
 
-def test_new_chunk_settings_replace_old_chunks(settings, docs):
-    svc = SearchService(settings)
-    try:
-        ingest(svc, [docs])
-        n_default = len(points(svc))
-    finally:
-        svc.close()
-    settings.chunk_tokens, settings.chunk_overlap = 80, 20
-    svc = SearchService(settings)
+def test_new_chunk_settings_replace_old_chunks(indexed):
+    svc, docs = indexed  # indexed with the default chunk settings
+    n_default = len(points(svc))
+    svc.close()
+    svc = SearchService(svc.settings.model_copy(update={"chunk_tokens": 80, "chunk_overlap": 20}))
     try:
         report = ingest(svc, [docs])
         after = points(svc)
@@ -304,16 +324,12 @@ def test_new_chunk_settings_replace_old_chunks(settings, docs):
         svc.close()
 
 
-def test_a_rechunk_stopped_before_the_old_chunks_went_is_finished_by_the_next_run(settings, docs, monkeypatch):
+def test_a_rechunk_stopped_before_the_old_chunks_went_is_finished_by_the_next_run(indexed, monkeypatch):
     """New chunk settings: a run writes each file's new chunks, then deletes its old ones. Stopped in
     between, the store holds both; the next run deletes the old ones without embedding again, whichever
     of the two the store lists first."""
-    svc = SearchService(settings)
-    try:
-        ingest(svc, [docs])
-    finally:
-        svc.close()
-    settings.chunk_tokens, settings.chunk_overlap = 80, 20
+    svc, docs = indexed  # indexed with the default chunk settings
+    svc.close()
     delete_content = Store.delete_content
 
     def stopped_before_the_delete(self, collection, sha256, *, keep_chunker=None):
@@ -321,7 +337,7 @@ def test_a_rechunk_stopped_before_the_old_chunks_went_is_finished_by_the_next_ru
             delete_content(self, collection, sha256)
 
     monkeypatch.setattr(Store, "delete_content", stopped_before_the_delete)
-    svc = SearchService(settings)
+    svc = SearchService(svc.settings.model_copy(update={"chunk_tokens": 80, "chunk_overlap": 20}))
     try:
         ingest(svc, [docs])
         assert len({pl["chunker"] for pl in points(svc).values()}) == 2
