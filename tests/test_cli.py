@@ -74,11 +74,15 @@ def test_empty_collection(env):
     one_line_error(run(env, "reset password"), "nothing indexed yet", "indexer ingest")
 
 
-def test_triton_unreachable(env, docs):
-    assert run(env, "ingest", str(docs), module="indexer").returncode == 0
+def test_triton_unreachable(env, tmp_path):
+    notes = tmp_path / "notes"
+    notes.mkdir()
+    (notes / "reset.md").write_text("# Reset\n\nHow to reset your password.\n")
+    assert run(env, "ingest", str(notes), module="indexer").returncode == 0  # something to search
     env = {**env, "SEARCH_TRITON_URL": f"127.0.0.1:{free_port()}"}
     one_line_error(run(env, "reset password"), "Triton is not reachable", "search triton up")
-    one_line_error(run(env, "ingest", str(docs), module="indexer"), "Triton is not reachable")
+    (notes / "new.md").write_text("# New\n\nA note to embed.\n")
+    one_line_error(run(env, "ingest", str(notes), module="indexer"), "Triton is not reachable")
 
 
 def test_qdrant_unreachable(env):
