@@ -13,9 +13,10 @@ import time
 import urllib.error
 import urllib.request
 import uuid
+from pathlib import Path
 
 from search import errors
-from search.owner import Owner
+from search.owner import Owner, find
 
 AUTH_HEADER = "X-API-Key"
 # A server records itself as the owner once its store is open, and listens a moment later (its
@@ -48,12 +49,16 @@ class RestClient:
             except (urllib.error.URLError, OSError) as exc:
                 reason = getattr(exc, "reason", exc)
                 # Refused: nothing was sent, so asking again is safe, even for a POST.
-                if isinstance(reason, ConnectionRefusedError) and self.owner.alive() and time.monotonic() < deadline:
+                if isinstance(reason, ConnectionRefusedError) and self._still_owner() and time.monotonic() < deadline:
                     time.sleep(0.1)
                     continue
                 raise errors.StoreUnavailable(
                     f"the search server that owns this data dir ({self.owner.describe()}) does not answer "
                     f"({reason}): stop it, or wait until it has started") from None
+
+    def _still_owner(self) -> bool:
+        """The server is alive and still recorded (one that is shutting down has given the record back)."""
+        return find(Path(self.owner.data_dir)) == self.owner
 
 
 

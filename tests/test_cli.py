@@ -17,10 +17,10 @@ import typer
 from ingest_helper import long_passage
 
 from indexer.cli import app as indexer_app
+from search import owner
 from search.cli.app import LAZY_GROUPS, SearchGroup
 from search.cli.app import app as search_app
 from search.errors import StoreUnavailable
-from search.owner import Owner
 from search.rest_client import RestClient
 from search.services import HIT_CHARS, SearchService
 from search.triton.local import free_port
@@ -139,9 +139,10 @@ def test_help_is_wrapped_by_the_terminal_not_by_the_source():
 def test_a_face_waits_for_a_live_owner_that_is_still_starting(tmp_path):
     """`search serve` records itself as the owner when its store is open and listens a moment later.
     A face that finds it in between waits (a refused connection sent nothing, so even a POST is
-    asked again), up to a bound; an owner whose process is gone is an error at once."""
+    asked again), up to a bound; an owner whose process is gone, or that gave its record back
+    (shutting down), is an error at once."""
     port = free_port()
-    starting = Owner(url=f"http://127.0.0.1:{port}", pid=os.getpid(), token="t", data_dir=str(tmp_path))
+    starting = owner.claim(tmp_path, f"http://127.0.0.1:{port}")
 
     class Answer(BaseHTTPRequestHandler):
         def do_POST(self) -> None:
@@ -162,20 +163,23 @@ def test_a_face_waits_for_a_live_owner_that_is_still_starting(tmp_path):
 
     later = threading.Thread(target=listen_later, daemon=True)
     later.start()
-    assert RestClient(starting).call("POST", "/jobs", {"paths": ["a"]}) == {"asked": {"paths": ["a"]}, "token": "t"}
+    answer = RestClient(starting).call("POST", "/jobs", {"paths": ["a"]})
+    assert answer == {"asked": {"paths": ["a"]}, "token": starting.token}
     later.join(timeout=10)
 
-    silent = dataclasses.replace(starting, url=f"http://127.0.0.1:{free_port()}")
+    silent = owner.claim(tmp_path, f"http://127.0.0.1:{free_port()}")  # recorded, never listening
     started = time.monotonic()
     with pytest.raises(StoreUnavailable, match="does not answer .*Connection refused.*wait until it has started"):
         RestClient(silent, starting_wait_s=0.5).call("GET", "/healthz")
     assert time.monotonic() - started >= 0.5  # it waited for the starting server, then gave up
+    owner.release(tmp_path)  # what a server that is shutting down does
     gone = subprocess.Popen([sys.executable, "-c", "pass"])
     gone.wait()
-    started = time.monotonic()
-    with pytest.raises(StoreUnavailable, match="does not answer"):
-        RestClient(dataclasses.replace(silent, pid=gone.pid), starting_wait_s=60).call("GET", "/healthz")
-    assert time.monotonic() - started < 30  # not the 60 s: nobody is starting
+    for client in (RestClient(silent, starting_wait_s=60), RestClient(dataclasses.replace(silent, pid=gone.pid), starting_wait_s=60)):
+        started = time.monotonic()
+        with pytest.raises(StoreUnavailable, match="does not answer"):
+            client.call("GET", "/healthz")
+        assert time.monotonic() - started < 30  # not the 60 s: nobody is starting
 
 
 def test_photo_search_from_the_command_line(env, tmp_path):
