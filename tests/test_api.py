@@ -413,6 +413,8 @@ def fuzz_app(fuzz_index, tmp_path: Path, mode: str):
         yield client
 
 
+# Without the key ("key missing") is a run of its own, below; a test narrows the modes with an
+# indirect parametrize of fuzz_client.
 @pytest.fixture(params=[mode for mode in KEY_MODES if mode != "key missing"])
 def fuzz_client(request, fuzz_index, tmp_path):
     with fuzz_app(fuzz_index, tmp_path, request.param) as client:
@@ -420,40 +422,12 @@ def fuzz_client(request, fuzz_index, tmp_path):
 
 
 @pytest.fixture
-def keyless_client(fuzz_index, tmp_path):
-    with fuzz_app(fuzz_index, tmp_path, "key missing") as client:
-        yield client
-
-
-def schema_of(client):
-    return schemathesis.from_dict(client.app.openapi(), base_url="http://testserver")
-
-
-@pytest.fixture
 def fuzz_schema(fuzz_client):
-    return schema_of(fuzz_client)
-
-
-@pytest.fixture
-def keyless_schema(keyless_client):
-    return schema_of(keyless_client)
-
-
-@pytest.fixture
-def keyed_client(fuzz_index, tmp_path):
-    with fuzz_app(fuzz_index, tmp_path, "key sent") as client:
-        yield client
-
-
-@pytest.fixture
-def keyed_schema(keyed_client):
-    return schema_of(keyed_client)
+    return schemathesis.from_dict(fuzz_client.app.openapi(), base_url="http://testserver")
 
 
 schemathesis.experimental.OPEN_API_3_1.enable()  # FastAPI writes OpenAPI 3.1
 fuzz = schemathesis.from_pytest_fixture("fuzz_schema")
-keyless = schemathesis.from_pytest_fixture("keyless_schema")
-keyed = schemathesis.from_pytest_fixture("keyed_schema")
 CONFORMANCE = (checks.not_a_server_error, checks.status_code_conformance, checks.content_type_conformance,
                checks.response_schema_conformance, checks.response_headers_conformance)
 
@@ -474,18 +448,20 @@ def test_fuzz_openapi_conformance(case, fuzz_client):
     case.call_and_validate(session=fuzz_client, headers=fuzz_client.key_headers, checks=CONFORMANCE)
 
 
-@keyed.include(path=MODEL_CHECKS).parametrize()
+@fuzz.include(path=MODEL_CHECKS).parametrize()
 @fuzz_settings(max_examples=8, deadline=None, suppress_health_check=FUZZ_HEALTH)
-def test_fuzz_model_checks_conformance(case, keyed_client):
-    case.call_and_validate(session=keyed_client, headers=keyed_client.key_headers, checks=CONFORMANCE)
+@pytest.mark.parametrize("fuzz_client", ["key sent"], indirect=True)
+def test_fuzz_model_checks_conformance(case, fuzz_client):
+    case.call_and_validate(session=fuzz_client, headers=fuzz_client.key_headers, checks=CONFORMANCE)
 
 
 # A key is needed and none is sent: every route but the public ones answers the same 401 whatever
 # its input, so a few examples per route show it (50 per route took ~40 s here).
-@keyless.parametrize()
+@fuzz.parametrize()
 @fuzz_settings(max_examples=10, deadline=None, suppress_health_check=FUZZ_HEALTH)
-def test_fuzz_without_the_key_conformance(case, keyless_client):
-    case.call_and_validate(session=keyless_client, headers={}, checks=CONFORMANCE)
+@pytest.mark.parametrize("fuzz_client", ["key missing"], indirect=True)
+def test_fuzz_without_the_key_conformance(case, fuzz_client):
+    case.call_and_validate(session=fuzz_client, headers={}, checks=CONFORMANCE)
 
 
 def test_answers_are_json_with_the_same_numbers_also_where_orjson_refuses():

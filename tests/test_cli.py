@@ -108,7 +108,7 @@ def test_bad_flags_are_usage_errors(env):
 
 
 def test_both_commands_start_without_the_heavy_libraries():
-    """`search --help` and `indexer --help` answer in about half a second: the store's client, the model
+    """`search --help` and `indexer --help` answer in well under a second: the store's client, the model
     client, numpy and Ray load only in the commands that use them (qdrant-client alone is ~1.5 s)."""
     heavy = ("qdrant_client", "tritonclient", "numpy", "ray", "torch", "onnxruntime", "bs4", "pypdf")
     code = f"import sys, indexer.cli, search.cli.app; print([m for m in {heavy!r} if m in sys.modules])"
