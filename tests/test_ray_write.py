@@ -18,7 +18,9 @@ import shutil
 from pathlib import Path
 from types import SimpleNamespace
 
+import numpy as np
 import pytest
+from qdrant_client import models
 from stored_points import assert_same_points, mixed_folder, photo, points_of, run, stored
 
 from indexer import distributed
@@ -87,6 +89,19 @@ def test_write_new_writes_what_a_local_ingest_writes(settings, docs):
     finally:
         svc.close()
     assert_same_points(stored(settings), first)
+
+
+def test_vectors_cross_between_stages_as_float32_and_come_back_exact():
+    """A record's vectors pickle as float32 arrays (a batch of BGE-M3 ColBERT rows is one object in
+    Ray's store), and unpickle as the same lists of floats the store takes."""
+    rng = np.random.default_rng(0)
+    vec = {"bge_dense": rng.standard_normal(1024).astype(np.float32).tolist(),
+           "bge_colbert": rng.standard_normal((300, 1024)).astype(np.float32).tolist(),
+           "bge_sparse": models.SparseVector(indices=[3, 7], values=[0.5, 0.25]), "no_rows": []}
+    raw = pickle.dumps(_Rec(Path("/n.md"), "documents", vectors=[vec, None]))
+    assert len(raw) < 4.1 * (1024 + 300 * 1024)  # as Python floats: ~9 bytes each
+    back = pickle.loads(raw).vectors
+    assert back == [vec, None] and type(back[0]["bge_colbert"][0][0]) is float
 
 
 def fake_ray(monkeypatch, svc: IngestService) -> None:
