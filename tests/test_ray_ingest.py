@@ -20,6 +20,9 @@ from ray.cluster_utils import Cluster  # noqa: E402
 from stored_points import assert_same_points, mixed_folder, run, stored  # noqa: E402
 
 MB = 2**20
+# Each node's object store. An embed batch of 32 BGE-M3 notes is one ~40 MB object (its ColBERT rows);
+# the store holds a few without spilling to disk, which Ray refuses on a disk over 95 % full.
+STORE = 256 * MB
 N_NOTES = 64
 SERVER = os.environ.get("QDRANT_URL")  # read before the settings fixture clears it
 
@@ -30,9 +33,9 @@ def cluster():
     # Ray's own OOM killer acts at 95 % of the machine's memory, which the other test sessions on a
     # shared machine reach by themselves: it would kill these workers for memory they do not use.
     os.environ["RAY_memory_monitor_refresh_ms"] = "0"
-    c = Cluster(initialize_head=True, head_node_args={"num_cpus": 1, "object_store_memory": 100 * MB,
+    c = Cluster(initialize_head=True, head_node_args={"num_cpus": 1, "object_store_memory": STORE,
                                                         "include_dashboard": False})
-    nodes = [c.add_node(num_cpus=1, object_store_memory=100 * MB) for _ in range(2)]
+    nodes = [c.add_node(num_cpus=1, object_store_memory=STORE) for _ in range(2)]
     c.wait_for_nodes()
     ray.init(address=c.address, log_to_driver=False)
     yield c, nodes
@@ -137,7 +140,7 @@ def test_worker_node_lost_mid_run(cluster, settings, tmp_path):
     assert ids_and_paths(on_ray) == ids_and_paths(settings)
     again = run(on_ray, [folder], ray="")
     assert again.counts["unchanged"] == N_NOTES and again.embedded_chunks == 0
-    nodes[-1] = c.add_node(num_cpus=1, object_store_memory=100 * MB)  # the cluster as the next test expects it
+    nodes[-1] = c.add_node(num_cpus=1, object_store_memory=STORE)  # the cluster as the next test expects it
     c.wait_for_nodes()
 
 
