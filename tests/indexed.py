@@ -4,6 +4,7 @@ data dir, so a test still cannot see another's changes."""
 
 from __future__ import annotations
 
+import os
 import shutil
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -24,8 +25,28 @@ def settings_for(data_dir: Path, model_repo: Path, grpc_port: int) -> Settings:
 
 def copy_index(settings: Settings, data_dir: Path) -> Settings:
     """``settings`` on a copy of its data dir (the store must be closed)."""
-    shutil.copytree(settings.data_dir, data_dir)
+    shutil.copytree(settings.data_dir, data_dir, copy_function=copy_sparse)
     return settings.model_copy(update={"data_dir": data_dir})
+
+
+def copy_sparse(src: str, dst: str) -> None:
+    """``shutil.copy2`` that keeps the file's holes. The embedded store preallocates its files: a
+    store of the sample docs holds ~80 MB on disk in 413 MB of files, and a plain copy writes all of
+    it (~40 copies a run filled 16 GB of the CI machine's disk)."""
+    with open(src, "rb") as fi, open(dst, "wb") as fo:
+        size, at = os.fstat(fi.fileno()).st_size, 0
+        while at < size:
+            try:
+                start = os.lseek(fi.fileno(), at, os.SEEK_DATA)
+            except OSError:  # ENXIO: only a hole is left
+                break
+            end = os.lseek(fi.fileno(), start, os.SEEK_HOLE)
+            while start < end:
+                chunk = os.pread(fi.fileno(), min(end - start, 1 << 20), start)
+                start += os.pwrite(fo.fileno(), chunk, start)
+            at = end
+        fo.truncate(size)
+    shutil.copystat(src, dst)
 
 
 def sample_docs(root: Path) -> Path:
