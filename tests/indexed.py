@@ -4,6 +4,7 @@ data dir, so a test still cannot see another's changes."""
 
 from __future__ import annotations
 
+import errno
 import os
 import shutil
 from collections.abc import Iterator
@@ -38,7 +39,9 @@ def copy_sparse(src: str, dst: str) -> None:
         while at < size:
             try:
                 start = os.lseek(fi.fileno(), at, os.SEEK_DATA)
-            except OSError:  # ENXIO: only a hole is left
+            except OSError as exc:
+                if exc.errno != errno.ENXIO:  # ENXIO: only a hole is left
+                    raise
                 break
             end = os.lseek(fi.fileno(), start, os.SEEK_HOLE)
             while start < end:
