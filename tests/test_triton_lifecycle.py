@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from search.triton.local import LocalTriton, TritonError, free_port
+from search.triton.local import LocalTriton, TritonError, _failure_summary, free_port
 
 ECHO_CONFIG = """
 name: "{name}"
@@ -128,3 +128,13 @@ def test_python_stub_uses_this_environment(tmp_path):
     python_model(tmp_path / "repo", "env_check", init=init)
     with server(tmp_path / "repo", tmp_path / "run", ["env_check"]) as srv:
         assert srv.is_ready()
+
+
+def test_start_failure_summary_names_the_cause_not_the_cuda_noise(tmp_path):
+    noise = 'E1127 18:26:45.262006 1 ensemble_scheduler.cc:1468] "unable to create stream for minilm: CUDA driver version is insufficient for CUDA runtime version"'
+    log = tmp_path / "tritonserver.log"
+    log.write_text(f'{noise}\nE1127 18:26:45.381447 1 main.cc:293] "failed to start Metrics service: Unavailable - '
+                   "Socket '127.0.0.1:55003' already in use \"\nmalloc(): unaligned fastbin chunk detected\n")
+    assert _failure_summary(log) == "\"failed to start Metrics service: Unavailable - Socket '127.0.0.1:55003' already in use \""
+    log.write_text(f'{noise}\nE1127 18:26:45.5 1 model_lifecycle.cc:654] "failed to load \'broken\' version 1: boom"\n')
+    assert _failure_summary(log) == "\"failed to load 'broken' version 1: boom\""

@@ -314,8 +314,14 @@ def _failure_summary(log: Path) -> str:
         lines = log.read_text(errors="replace").splitlines()
     except OSError:
         return "no log"
+    # A port another process took between our check and Triton's bind says it all.
+    taken = [ln.split("] ", 1)[-1].strip() for ln in lines if "already in use" in ln]
+    if taken:
+        return "; ".join(taken)
     errors = []
     for line in lines:
+        if "CUDA driver version is insufficient" in line:  # every start on a CPU-only host logs these
+            continue
         if "failed to load" in line or "Invalid argument" in line or "unable to" in line.lower():
             msg = line.split("] ", 1)[-1].strip()
             if msg not in errors:
