@@ -49,8 +49,8 @@ def until(check, what: str, timeout: float = 120.0, every: float = 0.05) -> floa
     return time.monotonic() - started
 
 
-def timed(kind: str, check, limit: float | None = LIMIT_S, every: float = 0.05) -> float:
-    seconds = round(until(check, kind, every=every), 2)
+def timed(kind: str, check, limit: float | None = LIMIT_S, every: float = 0.05, timeout: float = 120.0) -> float:
+    seconds = round(until(check, kind, timeout=timeout, every=every), 2)
     LATENCIES[kind] = seconds
     assert limit is None or seconds <= limit, f"{kind}: searchable after {seconds:.2f} s, over the {limit:.0f} s bound"
     return seconds
@@ -193,7 +193,7 @@ def test_a_burst_of_2000_files_is_batched_and_searchable_within_5_s(local, kb, t
     # Polled every 0.5 s: each poll is a search, which takes CPU from the ingest it waits for.
     seconds = timed(f"burst of {BURST} files", lambda: local.resources.store.count(DOCUMENTS.name, match("folders", str(burst))) == BURST
                     and local.shows(f"Warehouse {BURST - 1} inventory crate count", last, f"Warehouse {BURST - 1}"),
-                    limit=None, every=0.5)
+                    limit=None, every=0.5, timeout=600)  # 66-93 s in full runs here; >120 s once beside the Ray tests
     local.settle()
     batches = local.batches[first:]
     assert sum(r["indexed"] for _, r in batches) == BURST and not any(r["failed"] for _, r in batches)
