@@ -277,8 +277,7 @@ def main() -> None:
     n = args.requests or (64 if args.quick else 1000)
 
     tmp = Path(tempfile.mkdtemp(prefix="bench-api-"))
-    server = LocalTriton(repo, tmp / "triton", http_port=free_port(), grpc_port=free_port(), metrics_port=free_port(),
-                         models=[m for m in built_triton_models(repo) if m.startswith("minilm")]).start()
+    server = LocalTriton(repo, tmp / "triton", models=[m for m in built_triton_models(repo) if m.startswith("minilm")]).start()
     global TRITON_SESSION
     TRITON_SESSION = server.state.pid  # started with start_new_session: its pid is the session id
     global TRITON_URL

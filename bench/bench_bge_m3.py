@@ -50,7 +50,7 @@ from search.config import PROJECT_ROOT, Settings  # noqa: E402
 from search.models import BGEM3, MiniLM, bge_m3  # noqa: E402
 from search.models.export.bge_m3 import tokenize  # noqa: E402
 from search.triton.client import TritonClient  # noqa: E402
-from search.triton.local import LocalTriton, free_port  # noqa: E402
+from search.triton.local import LocalTriton  # noqa: E402
 
 SHARED = PROJECT_ROOT.parent / "shared" / "data"
 CACHE = PROJECT_ROOT / ".data" / "bench"
@@ -406,8 +406,7 @@ def main() -> None:
     run_dir = Path(tempfile.mkdtemp(prefix="bench-bge-m3-triton-"))
     models = [*BGEM3().triton_models, *MiniLM().triton_models]
     start = time.perf_counter()
-    server = LocalTriton(repo, run_dir, http_port=free_port(), grpc_port=free_port(), metrics_port=free_port(),
-                         models=models).start(timeout=900)
+    server = LocalTriton(repo, run_dir, models=models).start(timeout=900)
     print(f"Triton serving {', '.join(models)} (ready in {time.perf_counter() - start:.0f} s)", flush=True)
     try:
         url = f"127.0.0.1:{server.grpc_port}"

@@ -75,8 +75,7 @@ def main() -> None:
         raise SystemExit("build MiniLM first: search models build")
 
     tmp = Path(tempfile.mkdtemp(prefix="bench-cli-"))
-    triton = LocalTriton(args.repo, tmp / "triton-run", http_port=free_port(), grpc_port=free_port(),
-                         metrics_port=free_port(), models=built_triton_models(args.repo))
+    triton = LocalTriton(args.repo, tmp / "triton-run", models=built_triton_models(args.repo))
     triton.start(timeout=180)
     server = None
     try:

@@ -56,7 +56,7 @@ from search.models.clip import CLIP  # noqa: E402
 from search.services import SearchService  # noqa: E402
 from search.store import IMAGES, image_vector, images_schema  # noqa: E402
 from search.triton.client import TritonClient  # noqa: E402
-from search.triton.local import LocalTriton, free_port  # noqa: E402
+from search.triton.local import LocalTriton  # noqa: E402
 
 PHOTOS = PROJECT_ROOT.parent / "shared" / "data" / "photos"
 QUERIES = ["a dog on the beach", "two people riding bicycles", "a plate of food", "a city street at night",
@@ -313,8 +313,7 @@ def text_tower(repo: Path) -> dict:
 
 
 def serve(repo: Path, run: Path) -> LocalTriton:
-    return LocalTriton(repo, run, http_port=free_port(), grpc_port=free_port(), metrics_port=free_port(),
-                       models=list(CLIP().triton_models)).start(timeout=180)
+    return LocalTriton(repo, run, models=list(CLIP().triton_models)).start(timeout=180)
 
 
 def main() -> None:

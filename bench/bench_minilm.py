@@ -45,7 +45,7 @@ from search.config import PROJECT_ROOT, Settings  # noqa: E402
 from search.models import MiniLM, minilm  # noqa: E402
 from search.services import SearchService  # noqa: E402
 from search.triton.client import TritonClient  # noqa: E402
-from search.triton.local import LocalTriton, free_port  # noqa: E402
+from search.triton.local import LocalTriton  # noqa: E402
 
 SHARED = PROJECT_ROOT.parent / "shared" / "data"
 GOALS = {"served_vs_st": 1.5, "served_vs_ort": 0.95, "int8_vs_st": 2.5}  # issue 18, 32 sentences per request
@@ -145,8 +145,7 @@ def served_embedder(url: str):
 
 
 def serve(repo: Path, run_dir: Path) -> LocalTriton:
-    return LocalTriton(repo, run_dir, http_port=free_port(), grpc_port=free_port(), metrics_port=free_port(),
-                       models=list(MiniLM().triton_models)).start(timeout=180)
+    return LocalTriton(repo, run_dir, models=list(MiniLM().triton_models)).start(timeout=180)
 
 
 def main() -> None:

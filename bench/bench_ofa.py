@@ -43,7 +43,7 @@ from search.models.export import ofa as ofa_export  # noqa: E402
 from search.models.ofa import OFA  # noqa: E402
 from search.services import SearchService  # noqa: E402
 from search.triton.client import TritonClient  # noqa: E402
-from search.triton.local import LocalTriton, free_port  # noqa: E402
+from search.triton.local import LocalTriton  # noqa: E402
 
 PHOTOS = next((p for p in (PROJECT_ROOT.parent / "shared" / "data" / "photos", Path("/work/shared/data/photos"))
                if p.is_dir()), None)
@@ -114,8 +114,7 @@ def main() -> None:
         print(f"OFA-base-size random model: {res['params_m']:.0f} M parameters, {res['model']}; checkpoint "
               f"{res['save_checkpoint_s']:.0f} s, export {res['export_s']:.0f} s, model.onnx {res['onnx_mb']:.0f} MB", flush=True)
         tiny_clip.build_into(repo, tmp / "tiny-clip")
-        server = LocalTriton(repo, tmp / "run", http_port=free_port(), grpc_port=free_port(), metrics_port=free_port(),
-                             models=[*CLIP().triton_models, *OFA().triton_models])
+        server = LocalTriton(repo, tmp / "run", models=[*CLIP().triton_models, *OFA().triton_models])
         server.start(timeout=300)
         try:
             client = TritonClient(f"127.0.0.1:{server.grpc_port}", 600)

@@ -42,7 +42,7 @@ from search.models import MiniLM, minilm  # noqa: E402
 from search.services import DEFAULT_MIN_RELEVANCE, SearchService  # noqa: E402
 from search.services import relevance as rel  # noqa: E402
 from search.store import DOCUMENTS  # noqa: E402
-from search.triton.local import LocalTriton, free_port  # noqa: E402
+from search.triton.local import LocalTriton  # noqa: E402
 
 DATA = PROJECT_ROOT.parent / "shared" / "data" / "beir-msmarco-mini"
 TOP_K = 10
@@ -167,8 +167,7 @@ def main() -> None:
         docs.mkdir(parents=True)
         for pid, text in corpus.items():
             (docs / f"{pid}.txt").write_text(text, encoding="utf-8")
-    with LocalTriton(args.repo, args.work / "triton", http_port=free_port(), grpc_port=free_port(),
-                     metrics_port=free_port(), models=list(MiniLM().triton_models)) as server:
+    with LocalTriton(args.repo, args.work / "triton", models=list(MiniLM().triton_models)) as server:
         settings = Settings(data_dir=args.work / "data", triton_repo=args.repo, search_mode="semantic",
                             triton_url=f"127.0.0.1:{server.grpc_port}")
         svc = SearchService(settings)

@@ -29,7 +29,7 @@ from bench_minilm import machine  # noqa: E402
 from indexer.service import IngestService  # noqa: E402
 from search.config import Settings  # noqa: E402
 from search.models import MiniLM, built_triton_models  # noqa: E402
-from search.triton.local import LocalTriton, free_port  # noqa: E402
+from search.triton.local import LocalTriton  # noqa: E402
 
 MB = 2**20
 
@@ -69,8 +69,7 @@ def main() -> None:
     tmp = Path(tempfile.mkdtemp(prefix="bench-scale-"))
     folder = tmp / "notes"
     notes(folder, args.files)
-    server = LocalTriton(repo, tmp / "triton", http_port=free_port(), grpc_port=free_port(), metrics_port=free_port(),
-                         models=[m for m in built_triton_models(repo) if m.startswith("minilm")]).start()
+    server = LocalTriton(repo, tmp / "triton", models=[m for m in built_triton_models(repo) if m.startswith("minilm")]).start()
     results: dict = {"machine": machine(), "files": args.files, "runs": {}}
     try:
         def settings(name: str) -> Settings:

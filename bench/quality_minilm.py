@@ -37,7 +37,7 @@ from search.models import MiniLM, minilm  # noqa: E402
 from search.models.base import INT8_TOLERANCE  # noqa: E402
 from search.models.export.common import sha256  # noqa: E402
 from search.triton.client import TritonClient  # noqa: E402
-from search.triton.local import LocalTriton, free_port  # noqa: E402
+from search.triton.local import LocalTriton  # noqa: E402
 
 DATA = PROJECT_ROOT.parent / "shared" / "data"
 STSB = DATA / "stsb" / "dev.tsv"
@@ -97,8 +97,7 @@ def measure(embed, data: dict) -> dict:
 
 
 def served(repo: Path, data: dict) -> dict:
-    with LocalTriton(repo, Path(tempfile.mkdtemp(prefix="quality-run-")), http_port=free_port(), grpc_port=free_port(),
-                     metrics_port=free_port(), models=list(MiniLM().triton_models)) as server:
+    with LocalTriton(repo, Path(tempfile.mkdtemp(prefix="quality-run-")), models=list(MiniLM().triton_models)) as server:
         client = TritonClient(f"127.0.0.1:{server.grpc_port}")
 
         def embed(texts: list[str]) -> np.ndarray:

@@ -22,7 +22,7 @@ from indexed import sample_docs, settings_for  # noqa: E402
 
 from search.config import PROJECT_ROOT, Settings  # noqa: E402
 from search.models import MiniLM, built_triton_models  # noqa: E402
-from search.triton.local import LocalTriton, TritonError, free_port  # noqa: E402
+from search.triton.local import LocalTriton  # noqa: E402
 
 
 def _minilm(repo: Path, shared: Path) -> None:
@@ -78,16 +78,9 @@ def _locked(path: Path, wait: bool = True) -> Iterator[bool]:
 
 @pytest.fixture(scope="session")
 def triton(model_repo, tmp_path_factory) -> LocalTriton:
-    for attempt in range(3):
-        server = LocalTriton(model_repo, tmp_path_factory.mktemp("triton-run"), http_port=free_port(),
-                             grpc_port=free_port(), metrics_port=free_port(), models=built_triton_models(model_repo))
-        try:
-            server.start(timeout=120)
-            break
-        except TritonError as exc:
-            # The other xdist worker may bind a free port we picked before Triton does: new ports.
-            if "already in use" not in str(exc) or attempt == 2:
-                raise
+    # Free ports picked at start, and picked again if the other xdist worker binds one first.
+    server = LocalTriton(model_repo, tmp_path_factory.mktemp("triton-run"), models=built_triton_models(model_repo))
+    server.start(timeout=120)
     yield server
     server.stop()
 

@@ -27,7 +27,7 @@ from search.models.export import clip as clip_export
 from search.models.export.common import MIN_GAIN, agreement, sha256
 from search.models.minilm import package_weights
 from search.models.verify import TOLERANCES
-from search.triton.local import LocalTriton, free_port
+from search.triton.local import LocalTriton
 
 REPO = PROJECT_ROOT / "triton_repo"
 ONNX_MODELS = {"minilm_onnx": "minilm", "clip_visual": "clip", "clip_textual": "clip", "bge_m3_onnx": "bge_m3"}
@@ -205,8 +205,7 @@ def test_int8_minilm_is_built_recorded_listed_and_verified(model_repo, tmp_path)
     again = cli("build", "--precision", "minilm=int8")
     assert again.returncode == 0 and "minilm: up to date" in again.stdout
     # `search models verify` judges the served int8 graph against PyTorch's fp32 golden outputs at the int8 bounds
-    server = LocalTriton(repo, tmp_path / "run", http_port=free_port(), grpc_port=free_port(), metrics_port=free_port(),
-                         models=list(MiniLM().triton_models))
+    server = LocalTriton(repo, tmp_path / "run", models=list(MiniLM().triton_models))
     server.start(timeout=120)
     try:
         env["SEARCH_TRITON_URL"] = f"127.0.0.1:{server.grpc_port}"

@@ -27,7 +27,7 @@ from PIL import Image
 from search.config import PROJECT_ROOT
 from search.models import bge_m3, built_triton_models, clip, minilm
 from search.triton.client import TritonClient
-from search.triton.local import LocalTriton, free_port
+from search.triton.local import LocalTriton
 
 COMPOSE = PROJECT_ROOT / "docker-compose.yml"
 DOCKER = PROJECT_ROOT / "docker"
@@ -296,8 +296,7 @@ def test_local_triton_serves_the_gpu_variants(model_repo, triton, tmp_path):
     for path in repo.glob("*/configs/gpu.pbtxt"):
         path.write_text(path.read_text().replace("KIND_GPU", "KIND_CPU"))
     models = built_triton_models(repo)
-    server = LocalTriton(repo, tmp_path / "run", http_port=free_port(), grpc_port=free_port(),
-                         metrics_port=free_port(), models=models, extra_args=["--model-config-name=gpu"])
+    server = LocalTriton(repo, tmp_path / "run", models=models, extra_args=["--model-config-name=gpu"])
     with server:
         def config(name: str) -> dict:
             with urllib.request.urlopen(server.url(f"/v2/models/{name}/config"), timeout=5) as r:

@@ -174,10 +174,9 @@ def test_auto_mode_reuses_served_and_falls_back_when_bge_m3_goes(settings, model
 
     from search.errors import ModelNotReady
     from search.models import built_triton_models
-    from search.triton.local import LocalTriton, free_port
+    from search.triton.local import LocalTriton
 
-    srv = LocalTriton(model_repo, tmp_path / "run", http_port=free_port(), grpc_port=free_port(), metrics_port=free_port(),
-                      models=[m for m in built_triton_models(model_repo) if m.startswith(("minilm", "bge_m3"))]).start(timeout=120)
+    srv = LocalTriton(model_repo, tmp_path / "run", models=[m for m in built_triton_models(model_repo) if m.startswith(("minilm", "bge_m3"))]).start(timeout=120)
     control = grpcclient.InferenceServerClient(f"127.0.0.1:{srv.grpc_port}")
     svc = SearchService(settings.model_copy(update={"triton_url": f"127.0.0.1:{srv.grpc_port}"}))
     try:

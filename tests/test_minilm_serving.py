@@ -154,10 +154,9 @@ def test_a_server_without_the_query_deployment_still_answers_queries(model_repo,
     """A Triton that loaded its repository before the query deployment existed (an upgrade whose
     `search models build` and restart have not happened yet) serves one-text requests through
     `minilm`; the client asks for `minilm_query` again after QUERY_RECHECK_S."""
-    from search.triton.local import LocalTriton, free_port
+    from search.triton.local import LocalTriton
 
-    old = LocalTriton(model_repo, tmp_path / "run", http_port=free_port(), grpc_port=free_port(),
-                      metrics_port=free_port(), models=["minilm_tokenize", "minilm_onnx", "minilm"]).start(timeout=120)
+    old = LocalTriton(model_repo, tmp_path / "run", models=["minilm_tokenize", "minilm_onnx", "minilm"]).start(timeout=120)
     try:
         client = TritonClient(f"127.0.0.1:{old.grpc_port}")
         assert not client.model_ready(minilm.QUERY_ENSEMBLE)

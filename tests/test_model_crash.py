@@ -26,7 +26,7 @@ from search.config import Settings
 from search.models import CLIP, MiniLM
 from search.services import SearchService
 from search.triton.client import TritonClient
-from search.triton.local import LocalTriton, free_port
+from search.triton.local import LocalTriton
 
 MODELS = [*MiniLM().triton_models, *CLIP().triton_models]
 DOCS = Path(__file__).resolve().parent.parent / "samples" / "docs"
@@ -49,8 +49,7 @@ def home(tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="module")
 def server(crash_repo, home):
-    srv = LocalTriton(crash_repo, home / "triton", http_port=free_port(), grpc_port=free_port(),
-                      metrics_port=free_port(), models=MODELS)
+    srv = LocalTriton(crash_repo, home / "triton", models=MODELS)
     srv.start(timeout=120)
     yield srv
     srv.stop()

@@ -133,8 +133,7 @@ def test_a_model_triton_does_not_serve_is_a_503_that_says_how_to_serve_it(settin
     from search.models import built_triton_models
     from search.triton.local import LocalTriton
 
-    only = LocalTriton(model_repo, tmp_path / "run", http_port=free_port(), grpc_port=free_port(), metrics_port=free_port(),
-                       models=[m for m in built_triton_models(model_repo) if m.startswith("minilm")]).start(timeout=120)
+    only = LocalTriton(model_repo, tmp_path / "run", models=[m for m in built_triton_models(model_repo) if m.startswith("minilm")]).start(timeout=120)
     try:
         app = create_app(settings.model_copy(update={"triton_url": f"127.0.0.1:{only.grpc_port}"}))
         with TestClient(app) as c:

@@ -17,7 +17,7 @@ from PIL import Image
 from search.errors import BadRequest, EmptyCollection, ModelNotReady
 from search.models import MiniLM
 from search.services import ImageFilters, SearchService, parse_date, parse_near
-from search.triton.local import LocalTriton, free_port
+from search.triton.local import LocalTriton
 
 RNG = np.random.default_rng(3)
 
@@ -202,8 +202,7 @@ def test_photo_search_errors(service, album, tmp_path):
 
 def test_without_clip_documents_still_work(settings, model_repo, tmp_path, album, docs):
     """A Triton that serves only MiniLM: photos are reported as not indexed, documents are."""
-    srv = LocalTriton(model_repo, tmp_path / "run", http_port=free_port(), grpc_port=free_port(),
-                      metrics_port=free_port(), models=list(MiniLM().triton_models)).start()
+    srv = LocalTriton(model_repo, tmp_path / "run", models=list(MiniLM().triton_models)).start()
     try:
         shutil.copytree(docs, album / "kb")
         svc = SearchService(settings.model_copy(update={"triton_url": f"127.0.0.1:{srv.grpc_port}",
@@ -227,8 +226,7 @@ def test_photo_search_without_clip_served_says_how_to_serve_it(service, settings
     request finds CLIP missing, and the error says how to serve it, for a text and for an example photo."""
     ingest(service, [album])
     service.close()
-    srv = LocalTriton(model_repo, tmp_path / "run", http_port=free_port(), grpc_port=free_port(),
-                      metrics_port=free_port(), models=list(MiniLM().triton_models)).start()
+    srv = LocalTriton(model_repo, tmp_path / "run", models=list(MiniLM().triton_models)).start()
     try:
         svc = SearchService(settings.model_copy(update={"triton_url": f"127.0.0.1:{srv.grpc_port}"}))
         try:

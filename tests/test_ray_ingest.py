@@ -165,7 +165,7 @@ def test_triton_replica_stopped_mid_run(cluster, settings, model_repo, tmp_path)
     """Two Triton processes as replicas (SEARCH_TRITON_URLS); one is stopped while the run goes: the
     embed actors on it retry on the other and the run completes with what an uninterrupted run stores."""
     from search.models import built_triton_models
-    from search.triton.local import LocalTriton, free_port
+    from search.triton.local import LocalTriton
 
     settings = settings.model_copy(update={"triton_timeout_s": 300})
     folder = tmp_path / "notes"
@@ -173,8 +173,7 @@ def test_triton_replica_stopped_mid_run(cluster, settings, model_repo, tmp_path)
     for i in range(N_NOTES):
         (folder / f"note{i:03}.md").write_text(f"# Replica {i}\n\n" + " ".join(f"term{(i * 5 + k) % 89}" for k in range(60)))
     run(settings, [folder])
-    second = LocalTriton(model_repo, tmp_path / "triton-2", http_port=free_port(), grpc_port=free_port(),
-                         metrics_port=free_port(), models=[m for m in built_triton_models(model_repo) if "ofa" not in m])
+    second = LocalTriton(model_repo, tmp_path / "triton-2", models=[m for m in built_triton_models(model_repo) if "ofa" not in m])
     second.start(timeout=180)
     try:
         on_ray = twin(settings, "ray-replicas").model_copy(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import socket
 import subprocess
 import sys
 import textwrap
@@ -10,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from search.triton import local
 from search.triton.local import LocalTriton, TritonError, _failure_summary, free_port
 
 ECHO_CONFIG = """
@@ -36,7 +38,7 @@ def python_model(repo: Path, name: str, init: str = "pass") -> None:
 
 
 def server(repo: Path, run_dir: Path, models: list[str]) -> LocalTriton:
-    return LocalTriton(repo, run_dir, http_port=free_port(), grpc_port=free_port(), metrics_port=free_port(), models=models)
+    return LocalTriton(repo, run_dir, models=models)  # free ports, picked at start
 
 
 def test_start_ready_stop_leaves_nothing(tmp_path):
@@ -51,6 +53,9 @@ def test_start_ready_stop_leaves_nothing(tmp_path):
     assert srv.leftovers(prefix) == ([], [])
     assert not (tmp_path / "run" / "server.json").exists()
     srv.stop()  # idempotent
+    ports = (srv.http_port, srv.grpc_port, srv.metrics_port)
+    with srv.start():  # a restart serves on the ports its clients know
+        assert srv.is_ready() and (srv.http_port, srv.grpc_port, srv.metrics_port) == ports
 
 
 def test_broken_model_is_a_clear_error_and_cleans_up(tmp_path):
@@ -74,14 +79,32 @@ def test_missing_repository_and_busy_port(tmp_path):
     with pytest.raises(TritonError, match="not found"):
         server(tmp_path / "nope", tmp_path / "run", []).start()
     python_model(tmp_path / "repo", "echo")
-    srv = server(tmp_path / "repo", tmp_path / "run", ["echo"])
-    import socket
-
+    srv = LocalTriton(tmp_path / "repo", tmp_path / "run", http_port=free_port(), grpc_port=free_port(),
+                      metrics_port=free_port(), models=["echo"])
     with socket.socket() as s:
         s.bind(("127.0.0.1", srv.grpc_port))
         s.listen()
-        with pytest.raises(TritonError, match="already in use"):
+        with pytest.raises(TritonError, match="already in use"):  # a port given is used as is, or not at all
             srv.start()
+
+
+def test_picked_ports_taken_before_triton_binds_are_picked_again(tmp_path, monkeypatch):
+    """Another process (here: a bound socket that does not listen, so the pre-check cannot see it)
+    takes a picked port before Triton binds it: Triton exits, and the start goes on new ports."""
+    python_model(tmp_path / "repo", "echo")
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        picked = []
+
+        def pick() -> int:
+            picked.append(free_port() if picked else taken.getsockname()[1])
+            return picked[-1]
+
+        monkeypatch.setattr(local, "free_port", pick)
+        with server(tmp_path / "repo", tmp_path / "run", ["echo"]) as srv:
+            assert srv.is_ready()
+            assert len(picked) == 6, picked  # two starts, three ports each
+            assert (srv.http_port, srv.grpc_port, srv.metrics_port) == tuple(picked[3:])
 
 
 def test_cli_up_status_down(tmp_path, model_repo):

@@ -28,7 +28,7 @@ from search.models import FAMILIES, MiniLM, bge_m3, golden, published
 from search.models.verify import FAIL, PASS, SKIP, TOLERANCES, compare, config_precision
 from search.resources import Resources
 from search.services import SearchService
-from search.triton.local import LocalTriton, free_port
+from search.triton.local import LocalTriton
 
 FP32 = TOLERANCES["fp32"]
 
@@ -249,8 +249,7 @@ def corrupt_repo(model_repo, tmp_path_factory) -> Path:
 
 
 def test_a_corrupted_served_model_fails(corrupt_repo, tmp_path):
-    server = LocalTriton(corrupt_repo, tmp_path / "run", http_port=free_port(), grpc_port=free_port(),
-                         metrics_port=free_port(), models=list(MiniLM().triton_models))
+    server = LocalTriton(corrupt_repo, tmp_path / "run", models=list(MiniLM().triton_models))
     server.start(timeout=120)
     try:
         settings = Settings(data_dir=tmp_path / "data", triton_repo=corrupt_repo, triton_url=f"127.0.0.1:{server.grpc_port}")

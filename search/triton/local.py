@@ -97,7 +97,13 @@ class LocalTriton:
 
     ``models``: the models to load (explicit model control); the caller passes only models whose
     generated files exist, so a missing model never stops the others from serving.
+    A port of 0 (the default) is a free one picked at the first start and kept by later ones; if
+    another process binds it before Triton does, the start is tried again on new ports. A port
+    given is used as is.
     """
+
+    _PORTS = ("http_port", "grpc_port", "metrics_port")
+    _PORT_TRIES = 3
 
     def __init__(
         self,
@@ -105,15 +111,16 @@ class LocalTriton:
         run_dir: Path,
         *,
         host: str = "127.0.0.1",
-        http_port: int = 8000,
-        grpc_port: int = 8001,
-        metrics_port: int = 8002,
+        http_port: int = 0,
+        grpc_port: int = 0,
+        metrics_port: int = 0,
         models: list[str] | None = None,
         extra_args: list[str] | None = None,
     ) -> None:
         self.repo = Path(repo).resolve()
         self.run_dir = Path(run_dir)
         self.host, self.http_port, self.grpc_port, self.metrics_port = host, http_port, grpc_port, metrics_port
+        self._any_port = [name for name in self._PORTS if getattr(self, name) == 0]
         self.models = list(models or [])
         self.extra_args = list(extra_args or [])
         self.state: ServerState | None = None
@@ -181,9 +188,21 @@ class LocalTriton:
         if not self.repo.is_dir():
             raise TritonError(f"model repository not found: {self.repo}")
         self.run_dir.mkdir(parents=True, exist_ok=True)
+        tries = self._PORT_TRIES if self._any_port else 1
+        for attempt in range(1, tries + 1):
+            for name in self._any_port:
+                if attempt > 1 or getattr(self, name) == 0:  # a restart keeps the ports it had
+                    setattr(self, name, free_port())
+            try:
+                return self._start(timeout)
+            except _PortTaken:
+                if attempt == tries:
+                    raise
+
+    def _start(self, timeout: float) -> LocalTriton:
         for port in (self.http_port, self.grpc_port, self.metrics_port):
             if _port_in_use(self.host, port):
-                raise TritonError(f"port {port} on {self.host} is already in use (is a server running? `search triton status`)")
+                raise _PortTaken(f"port {port} on {self.host} is already in use (is a server running? `search triton status`)")
         backends = prepare_backends(self.run_dir / "backends")
         shm_prefix = f"triton_{uuid.uuid4().hex[:10]}_"
         log = self.run_dir / "tritonserver.log"
@@ -201,7 +220,9 @@ class LocalTriton:
             code = proc.poll()
             if code is not None:
                 self.stop()
-                raise TritonError(f"Triton exited during start (code {code}): {_failure_summary(log)}")
+                summary = _failure_summary(log)
+                error = _PortTaken if "already in use" in summary else TritonError
+                raise error(f"Triton exited during start (code {code}): {summary}")
             if self.is_ready():
                 return self
             time.sleep(0.25)
@@ -271,6 +292,10 @@ class LocalTriton:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+
+class _PortTaken(TritonError):
+    """A port was bound by another process: on picked ports, worth another try."""
 
 
 def _alive(pid: int, proc: subprocess.Popen | None = None) -> bool:
