@@ -28,7 +28,7 @@ import socket
 import threading
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TypeVar
@@ -60,6 +60,10 @@ from search.triton.client import TritonClient
 
 FILES_PER_READ_BATCH = 8  # files a read+split task takes at once
 FILES_PER_EMBED_BATCH = 32  # files whose units one embed call gets (sorted by size, sent in requests of embed_batch_size)
+# An embed call embeds and returns its files in slices of at most this many units (a file with more
+# is a slice of its own): each slice is one object in Ray's store, so a batch of long documents does
+# not make one huge object. BGE-M3's ColBERT rows at the default 200-token chunks are ~0.8 MB a unit.
+UNITS_PER_EMBED_SLICE = 128
 EMBED_ACTOR_CPUS = 0  # an embed actor waits on Triton; with a share of a CPU it can starve the read stage of a small cluster
 
 
@@ -240,8 +244,17 @@ class Embedder:
         self.plan, self.store = plan, store
         self.at = random.randrange(len(plan.urls))
 
-    def __call__(self, batch: dict) -> dict:
+    def __call__(self, batch: dict) -> Iterator[dict]:
         recs: list[_Rec] = [pickle.loads(raw) for raw in batch["rec"]]
+        for part in _slices(recs, UNITS_PER_EMBED_SLICE):
+            self._embed_slice(part)
+            if self.plan.write:
+                if self.store is None:
+                    self.store = open_store(self.plan.settings)
+                write_new(self.store, self.plan, _kinds(self.plan, self.plan.urls[self.at]), part)
+            yield _pack(part)
+
+    def _embed_slice(self, recs: list[_Rec]) -> None:
         for name in self.plan.kinds:
             todo = [r for r in recs if r.kind == name and r.units]
             if not todo:
@@ -267,11 +280,6 @@ class Embedder:
                 r.error = next((embedded.errors[i] for i in range(k, k + n) if i in embedded.errors), "")
                 r.times["embed"] = seconds * n / len(items)
                 k += n
-        if self.plan.write:
-            if self.store is None:
-                self.store = open_store(self.plan.settings)
-            write_new(self.store, self.plan, _kinds(self.plan, self.plan.urls[self.at]), recs)
-        return _pack(recs)
 
     def _embed(self, name: str, items: list):
         urls = self.plan.urls
@@ -283,6 +291,21 @@ class Embedder:
                     raise
                 self.at = (self.at + 1) % len(urls)
         raise AssertionError("unreachable")
+
+
+def _slices(recs: list[_Rec], limit: int) -> Iterator[list[_Rec]]:
+    """``recs`` in order, in runs of at most ``limit`` units (a record with more is a run of its own)."""
+    run: list[_Rec] = []
+    units = 0
+    for rec in recs:
+        n = len(rec.units or ())
+        if run and units + n > limit:
+            yield run
+            run, units = [], 0
+        run.append(rec)
+        units += n
+    if run:
+        yield run
 
 
 def _can_read(paths: list[str], writable: list[str]) -> list[str]:

@@ -48,7 +48,19 @@ class Recording:
         self.store.upsert(collection, points)
 
 
-def test_write_new_writes_what_a_local_ingest_writes(settings, docs):
+def embed(embedder: Embedder, batch: dict) -> list[bytes]:
+    """The records an embed call yields, slice after slice."""
+    return [raw for part in embedder(batch) for raw in part["rec"]]
+
+
+def test_embed_slices_keep_order_and_bound_units():
+    recs = [_Rec(Path(f"/{i}.md"), "documents", units=[None] * n) for i, n in enumerate([3, 2, 9, 0, 1, 4, 4])]
+    parts = list(distributed._slices(recs, 5))
+    assert [[r.path.name for r in part] for part in parts] == [["0.md", "1.md"], ["2.md"], ["3.md", "4.md", "5.md"], ["6.md"]]
+    assert list(distributed._slices([], 5)) == []
+
+
+def test_write_new_writes_what_a_local_ingest_writes(settings, docs, monkeypatch):
     for i in range(3):
         photo(docs / f"photo{i}.jpg", i)
     local = run(settings, [docs])
@@ -67,7 +79,11 @@ def test_write_new_writes_what_a_local_ingest_writes(settings, docs):
         _, by_kind, _, _ = listing(IngestReport(), kinds, [docs], unavailable=None, gone_ok=False, confine_to=None,
                                    on_start=None, on_file=None)
         batch = _pack([_Rec(path, name) for name, paths in by_kind.items() for path in paths])
-        embedded = list(Embedder(plan)(read_and_split(batch, plan))["rec"])
+        # Small slices: the batch's files come back in several objects, in order, as one call's would.
+        monkeypatch.setattr(distributed, "UNITS_PER_EMBED_SLICE", 4)
+        parts = list(Embedder(plan)(read_and_split(batch, plan)))
+        embedded = [raw for part in parts for raw in part["rec"]]
+        assert len(parts) > 2 and [pickle.loads(r).path for r in embedded] == [r.path for r in map(pickle.loads, batch["rec"])]
         assert all(pickle.loads(r).vectors for r in embedded)
 
         recording = Recording(store)
@@ -117,7 +133,7 @@ def fake_ray(monkeypatch, svc: IngestService) -> None:
         out = []
         for k in range(0, len(files), 3):
             batch = read_and_split(_pack([_Rec(path, name) for path, name in files[k:k + 3]]), plan)
-            out += list(Embedder(plan, svc.resources.store)(batch)["rec"])
+            out += embed(Embedder(plan, svc.resources.store), batch)
         for raw in out:
             yield pickle.loads(raw)
 
