@@ -107,21 +107,16 @@ class _Rec:
     def count(self) -> int:
         return len(self.units) if self.units else self.chunks
 
-    # Vectors travel between the stages as float32 arrays, not lists of Python floats: a BGE-M3 chunk's
-    # ColBERT rows (a 1024-float row per token) pickle to ~2.8 MB as floats, 1.2 MB as float32, and a
-    # batch of them is one object in Ray's store. The lists are float32 values, so the trip is exact.
+    # Vectors travel between the stages as float32 arrays (as the ingest keeps them): a BGE-M3 chunk's
+    # ColBERT rows (a 1024-float row per token) pickle to ~2.8 MB as lists of floats, 1.2 MB as float32,
+    # and a slice of records is one object in Ray's store. Lists (vectors read back from a store) are
+    # float32 values too, so the trip is exact.
     def __getstate__(self) -> dict:
         state = dict(vars(self))
         if self.vectors:
             state["vectors"] = [{n: np.asarray(v, dtype=np.float32) if isinstance(v, list) else v for n, v in vec.items()}
                                 if isinstance(vec, dict) else vec for vec in self.vectors]
         return state
-
-    def __setstate__(self, state: dict) -> None:
-        if state["vectors"]:
-            state["vectors"] = [{n: v.tolist() if isinstance(v, np.ndarray) else v for n, v in vec.items()}
-                                if isinstance(vec, dict) else vec for vec in state["vectors"]]
-        vars(self).update(state)
 
 
 V = TypeVar("V")

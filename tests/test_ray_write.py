@@ -23,7 +23,7 @@ import pytest
 from qdrant_client import models
 from stored_points import assert_same_points, mixed_folder, photo, points_of, run, stored
 
-from indexer import distributed
+from indexer import distributed, pipeline
 from indexer.distributed import Embedder, _pack, _Rec, make_plan, read_and_split, write_new
 from indexer.pipeline import Ingestor, listing
 from indexer.report import IngestReport
@@ -31,6 +31,7 @@ from indexer.service import IngestService
 from search.config import Settings
 from search.services import SearchService
 from search.store import Store
+from search.store.edge import EdgeStore
 
 
 def twin(settings: Settings, name: str) -> Settings:
@@ -58,6 +59,34 @@ def test_embed_slices_keep_order_and_bound_units():
     parts = list(distributed._slices(recs, 5))
     assert [[r.path.name for r in part] for part in parts] == [["0.md", "1.md"], ["2.md"], ["3.md", "4.md", "5.md"], ["6.md"]]
     assert list(distributed._slices([], 5)) == []
+
+
+def test_a_long_documents_points_go_in_bounded_requests(settings, tmp_path, monkeypatch):
+    """BGE-M3's ColBERT rows make big points (as float32 arrays until the store takes them): a long
+    document's points go to the store in requests of at most WRITE_VALUES vector values, unit 0
+    last, and the store holds what one request per list wrote."""
+    folder = tmp_path / "long"
+    folder.mkdir()
+    (folder / "long.md").write_text("\n\n".join(f"Part {i}: " + " ".join(f"term{(i * 7 + k) % 97}" for k in range(150))
+                                                for i in range(30)))
+    whole = run(twin(settings, "whole"), [folder])
+    assert whole.counts["indexed"] == 1 and not whole.failures
+    requests = []
+    upsert = EdgeStore.upsert  # the default store
+
+    def recorded(store, collection, points):
+        requests.append([(p.payload["chunk"], pipeline._values(p.vector)) for p in points])
+        return upsert(store, collection, points)
+
+    limit = 1_200_000  # a few chunks' vectors (ColBERT: ~300 x 1,024 values each)
+    monkeypatch.setattr(pipeline, "WRITE_VALUES", limit)
+    monkeypatch.setattr(EdgeStore, "upsert", recorded)
+    bounded = run(settings, [folder])
+    assert bounded.counts["indexed"] == 1 and bounded.outcomes[0].chunks > 10
+    assert len(requests) > 3 and all(sum(n for _, n in r) <= limit or len(r) == 1 for r in requests)
+    assert max(len(r) for r in requests) > 1 and any(n > 1024 * 100 for r in requests for _, n in r)
+    assert [c for r in requests for c, _ in r][-1] == 0
+    assert_same_points(stored(twin(settings, "whole")), stored(settings))
 
 
 def test_write_new_writes_what_a_local_ingest_writes(settings, docs, monkeypatch):
@@ -108,16 +137,19 @@ def test_write_new_writes_what_a_local_ingest_writes(settings, docs, monkeypatch
 
 
 def test_vectors_cross_between_stages_as_float32_and_come_back_exact():
-    """A record's vectors pickle as float32 arrays (a batch of BGE-M3 ColBERT rows is one object in
-    Ray's store), and unpickle as the same lists of floats the store takes."""
+    """A record's vectors pickle as float32 arrays (a slice of BGE-M3 ColBERT rows is one object in
+    Ray's store): arrays as the ingest keeps them, and lists (vectors read back from a store) as
+    arrays of the same values."""
     rng = np.random.default_rng(0)
-    vec = {"bge_dense": rng.standard_normal(1024).astype(np.float32).tolist(),
-           "bge_colbert": rng.standard_normal((300, 1024)).astype(np.float32).tolist(),
-           "bge_sparse": models.SparseVector(indices=[3, 7], values=[0.5, 0.25]), "no_rows": []}
+    colbert = rng.standard_normal((300, 1024)).astype(np.float32)
+    vec = {"bge_dense": rng.standard_normal(1024).astype(np.float32).tolist(), "bge_colbert": colbert,
+           "bge_sparse": models.SparseVector(indices=[3, 7], values=[0.5, 0.25]), "no_rows": np.zeros((0, 1024), np.float32)}
     raw = pickle.dumps(_Rec(Path("/n.md"), "documents", vectors=[vec, None]))
     assert len(raw) < 4.1 * (1024 + 300 * 1024)  # as Python floats: ~9 bytes each
-    back = pickle.loads(raw).vectors
-    assert back == [vec, None] and type(back[0]["bge_colbert"][0][0]) is float
+    back, none = pickle.loads(raw).vectors
+    assert none is None and back["bge_sparse"] == vec["bge_sparse"]
+    assert back["bge_dense"].dtype == np.float32 and back["bge_dense"].tolist() == vec["bge_dense"]
+    assert np.array_equal(back["bge_colbert"], colbert) and back["no_rows"].shape == (0, 1024)
 
 
 def fake_ray(monkeypatch, svc: IngestService) -> None:

@@ -7,6 +7,7 @@ so the backends agree with each other by construction."""
 
 from __future__ import annotations
 
+import json
 import math
 import os
 import uuid
@@ -14,9 +15,11 @@ import uuid
 import numpy as np
 import pytest
 from qdrant_client import models
+from qdrant_client.conversions.conversion import RestToGrpc
 
 from search.errors import StoreUnavailable
 from search.store import DOCUMENTS, CollectionSchema, folders_of, images_schema, match, open_location, point_id
+from search.store.util import plain_points
 
 SERVER = os.environ.get("QDRANT_URL")
 BACKENDS = [
@@ -226,6 +229,36 @@ def test_scroll_pages_through_every_point_once_with_vectors(store):
     assert set(p.payload) == {"sha256"}
     assert np.allclose(p.vector["minilm"], MINILM[3], atol=1e-6) and np.allclose(p.vector["bge_colbert"], COLBERT[3], atol=1e-6)
     assert p.vector["bge_sparse"].indices == SPARSE[3] and np.allclose(p.vector["bge_sparse"].values, SPARSE_W[3])
+
+
+def test_float32_arrays_are_stored_as_the_lists_of_their_values(store):
+    """The ingest hands the store float32 arrays (dense and ColBERT rows), not lists: every backend
+    stores exactly what the same values as lists store."""
+    def vectors(i: int, as_array: bool) -> dict:
+        got = {"minilm": MINILM[i].astype(np.float32), "bge_dense": DENSE[i].astype(np.float32),
+               "bge_colbert": COLBERT[i].astype(np.float32)}
+        return {**(got if as_array else {k: v.tolist() for k, v in got.items()}),
+                "bge_sparse": models.SparseVector(indices=SPARSE[i], values=SPARSE_W[i])}
+
+    store.upsert(DOCUMENTS.name, [models.PointStruct.model_construct(id=IDS[i], payload=PAYLOAD[i], vector=vectors(i % 2, i < 2))
+                                  for i in range(4)])
+    page, _ = store.scroll(DOCUMENTS.name, limit=10, with_payload=False, with_vectors=True)
+    got = {p.id: p.vector for p in page}
+    for array_id, list_id in ((IDS[0], IDS[2]), (IDS[1], IDS[3])):
+        assert got[array_id] == got[list_id]
+    assert np.allclose(got[IDS[1]]["bge_colbert"], COLBERT[1], atol=1e-6)
+
+
+def test_points_with_arrays_reach_a_server_as_lists():
+    """qdrant-client's REST and gRPC paths take lists only (no server here: what each would send)."""
+    colbert = COLBERT[0].astype(np.float32)
+    point = models.PointStruct.model_construct(id=IDS[0], payload={}, vector={"bge_colbert": colbert, "minilm": MINILM[0].astype(np.float32)})
+    with pytest.raises(ValueError):
+        RestToGrpc.convert_point_struct(point)
+    (plain,) = plain_points([point])
+    assert plain.vector["bge_colbert"] == colbert.tolist() and json.loads(plain.model_dump_json())["vector"]["bge_colbert"] == colbert.tolist()
+    RestToGrpc.convert_point_struct(plain)
+    assert point.vector["bge_colbert"] is colbert  # the caller's point is left as it was
 
 
 # -- queries

@@ -11,7 +11,7 @@ from qdrant_client import QdrantClient, models
 from search.errors import StoreUnavailable
 from search.store.base import CollectionStats, Store
 from search.store.schema import CollectionSchema
-from search.store.util import disk_usage
+from search.store.util import disk_usage, plain_points
 
 
 class QdrantStore(Store):
@@ -91,7 +91,7 @@ class QdrantStore(Store):
     # -- writes
     def upsert(self, collection: str, points: list[models.PointStruct]) -> None:
         if points:
-            self._call(self.client.upsert, self.name(collection), points=points, wait=True)
+            self._call(self.client.upsert, self.name(collection), points=plain_points(points), wait=True)
 
     def delete(self, collection: str, flt: models.Filter) -> None:
         self._call(self.client.delete, self.name(collection), points_selector=models.FilterSelector(filter=flt), wait=True)
