@@ -205,7 +205,7 @@ def stored_vectors(family: Family, vectors: dict) -> dict:
     """A family's encoded vectors as the store takes them (an empty sparse vector is left out).
     Dense and multi-vectors stay float32 arrays until the store writes them: as lists of Python
     floats, a BGE-M3 chunk's ColBERT rows took 32 bytes a value, and an ingest held a whole long
-    document's rows (a 440 KB text: 20.7 GB peak)."""
+    document's rows (a 338 KB text of 1,492 chunks: 20.7 GB peak)."""
     out = {}
     for name, value in vectors.items():
         if family.vectors[name].kind == "sparse":

