@@ -20,6 +20,7 @@ from doc_fixtures import make_docx, make_html, make_pdf, make_scanned_pdf
 from indexed import copy_index, ingested, sample_docs
 from ingest_helper import ingest
 from qdrant_client import models
+from stored_points import assert_same_points, run, stored
 
 from indexer import pipeline
 from indexer.chunking import Chunker
@@ -29,6 +30,7 @@ from search.errors import BadRequest, EmptyCollection
 from search.models import bge_m3, family
 from search.services import SearchService
 from search.store import DOCUMENTS
+from search.store.edge import EdgeStore
 
 PDF_PAGES = [
     "Travel policy\n\nEmployees book flights through the travel desk at least two weeks ahead.",
@@ -331,3 +333,31 @@ def test_concurrent_searches_find_what_each_finds_alone(indexed, mode):
 
 QUERIES = ("reset password", "Hotel receipts are uploaded within thirty days")
 MODES = ("semantic", "dense", "sparse", "hybrid", "auto")
+
+
+def test_a_long_documents_points_go_in_bounded_requests(settings, tmp_path, monkeypatch):
+    """BGE-M3's ColBERT rows make big points (as float32 arrays until the store takes them): a long
+    document's points go to the store in requests of at most WRITE_VALUES vector values, unit 0
+    last, and the store holds what one request per list wrote."""
+    folder = tmp_path / "long"
+    folder.mkdir()
+    (folder / "long.md").write_text("\n\n".join(f"Part {i}: " + " ".join(f"term{(i * 7 + k) % 97}" for k in range(150))
+                                                for i in range(30)))
+    whole = run(settings.model_copy(update={"data_dir": settings.data_dir.parent / "whole"}), [folder])
+    assert whole.counts["indexed"] == 1 and not whole.failures
+    requests = []
+    upsert = EdgeStore.upsert  # the default store
+
+    def recorded(store, collection, points):
+        requests.append([(p.payload["chunk"], pipeline._values(p.vector)) for p in points])
+        return upsert(store, collection, points)
+
+    limit = 1_200_000  # a few chunks' vectors (ColBERT: ~300 x 1,024 values each)
+    monkeypatch.setattr(pipeline, "WRITE_VALUES", limit)
+    monkeypatch.setattr(EdgeStore, "upsert", recorded)
+    bounded = run(settings, [folder])
+    assert bounded.counts["indexed"] == 1 and bounded.outcomes[0].chunks > 10
+    assert len(requests) > 3 and all(sum(n for _, n in r) <= limit or len(r) == 1 for r in requests)
+    assert max(len(r) for r in requests) > 1 and any(n > 1024 * 100 for r in requests for _, n in r)
+    assert [c for r in requests for c, _ in r][-1] == 0
+    assert_same_points(stored(settings.model_copy(update={"data_dir": settings.data_dir.parent / "whole"})), stored(settings))

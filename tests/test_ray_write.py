@@ -23,7 +23,7 @@ import pytest
 from qdrant_client import models
 from stored_points import assert_same_points, mixed_folder, photo, points_of, run, stored
 
-from indexer import distributed, pipeline
+from indexer import distributed
 from indexer.distributed import Embedder, _pack, _Rec, make_plan, read_and_split, write_new
 from indexer.pipeline import Ingestor, listing
 from indexer.report import IngestReport
@@ -31,7 +31,6 @@ from indexer.service import IngestService
 from search.config import Settings
 from search.services import SearchService
 from search.store import Store
-from search.store.edge import EdgeStore
 
 
 def twin(settings: Settings, name: str) -> Settings:
@@ -59,34 +58,6 @@ def test_embed_slices_keep_order_and_bound_units():
     parts = list(distributed._slices(recs, 5))
     assert [[r.path.name for r in part] for part in parts] == [["0.md", "1.md"], ["2.md"], ["3.md", "4.md", "5.md"], ["6.md"]]
     assert list(distributed._slices([], 5)) == []
-
-
-def test_a_long_documents_points_go_in_bounded_requests(settings, tmp_path, monkeypatch):
-    """BGE-M3's ColBERT rows make big points (as float32 arrays until the store takes them): a long
-    document's points go to the store in requests of at most WRITE_VALUES vector values, unit 0
-    last, and the store holds what one request per list wrote."""
-    folder = tmp_path / "long"
-    folder.mkdir()
-    (folder / "long.md").write_text("\n\n".join(f"Part {i}: " + " ".join(f"term{(i * 7 + k) % 97}" for k in range(150))
-                                                for i in range(30)))
-    whole = run(twin(settings, "whole"), [folder])
-    assert whole.counts["indexed"] == 1 and not whole.failures
-    requests = []
-    upsert = EdgeStore.upsert  # the default store
-
-    def recorded(store, collection, points):
-        requests.append([(p.payload["chunk"], pipeline._values(p.vector)) for p in points])
-        return upsert(store, collection, points)
-
-    limit = 1_200_000  # a few chunks' vectors (ColBERT: ~300 x 1,024 values each)
-    monkeypatch.setattr(pipeline, "WRITE_VALUES", limit)
-    monkeypatch.setattr(EdgeStore, "upsert", recorded)
-    bounded = run(settings, [folder])
-    assert bounded.counts["indexed"] == 1 and bounded.outcomes[0].chunks > 10
-    assert len(requests) > 3 and all(sum(n for _, n in r) <= limit or len(r) == 1 for r in requests)
-    assert max(len(r) for r in requests) > 1 and any(n > 1024 * 100 for r in requests for _, n in r)
-    assert [c for r in requests for c, _ in r][-1] == 0
-    assert_same_points(stored(twin(settings, "whole")), stored(settings))
 
 
 def test_write_new_writes_what_a_local_ingest_writes(settings, docs, monkeypatch):
