@@ -43,6 +43,7 @@ from indexer.pipeline import (
     Ingestor,
     Read,
     _Job,
+    bounded_runs,
     build_points,
     content_paths,
     embed_units,
@@ -241,7 +242,7 @@ class Embedder:
 
     def __call__(self, batch: dict) -> Iterator[dict]:
         recs: list[_Rec] = [pickle.loads(raw) for raw in batch["rec"]]
-        for part in _slices(recs, UNITS_PER_EMBED_SLICE):
+        for part in bounded_runs(recs, lambda r: len(r.units or ()), UNITS_PER_EMBED_SLICE):
             self._embed_slice(part)
             if self.plan.write:
                 if self.store is None:
@@ -286,21 +287,6 @@ class Embedder:
                     raise
                 self.at = (self.at + 1) % len(urls)
         raise AssertionError("unreachable")
-
-
-def _slices(recs: list[_Rec], limit: int) -> Iterator[list[_Rec]]:
-    """``recs`` in order, in runs of at most ``limit`` units (a record with more is a run of its own)."""
-    run: list[_Rec] = []
-    units = 0
-    for rec in recs:
-        n = len(rec.units or ())
-        if run and units + n > limit:
-            yield run
-            run, units = [], 0
-        run.append(rec)
-        units += n
-    if run:
-        yield run
 
 
 def _can_read(paths: list[str], writable: list[str]) -> list[str]:

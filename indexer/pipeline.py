@@ -25,10 +25,11 @@ import os
 import stat
 import time
 from collections import deque
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import TypeVar
 
 import numpy as np
 from qdrant_client import models
@@ -48,6 +49,8 @@ WRITE_BATCH = 256  # points buffered before they are written
 # Vector values per write request. The engine's memory follows the request: one request of a long
 # document's 1,491 BGE-M3 points (ColBERT rows: ~200 x 1,024 values each) peaked the ingest at 8.7 GB.
 WRITE_VALUES = 4_000_000
+
+T = TypeVar("T")
 
 
 @dataclass
@@ -528,24 +531,24 @@ def write_marked(store: Store, collection: str, rest: list[models.PointStruct], 
     ``batch``: points per request (None: no limit); a request also holds at most WRITE_VALUES
     vector values."""
     for points in (rest, heads):
-        for part in _requests(points, batch or len(points), WRITE_VALUES):
+        for part in bounded_runs(points, lambda p: _values(p.vector), WRITE_VALUES, batch):
             store.upsert(collection, part)
 
 
-def _requests(points: list[models.PointStruct], max_points: int, max_values: int) -> Iterable[list[models.PointStruct]]:
-    """``points`` in order, in runs of at most ``max_points`` points and ``max_values`` vector values
-    (a point with more is a run of its own)."""
-    part: list[models.PointStruct] = []
-    values = 0
-    for p in points:
-        n = _values(p.vector)
-        if part and (len(part) >= max_points or values + n > max_values):
-            yield part
-            part, values = [], 0
-        part.append(p)
-        values += n
-    if part:
-        yield part
+def bounded_runs(items: list[T], weight: Callable[[T], int], limit: int, max_items: int | None = None) -> Iterator[list[T]]:
+    """``items`` in order, in runs whose weights sum to at most ``limit`` (an item heavier than that
+    is a run of its own), of at most ``max_items`` items."""
+    run: list[T] = []
+    total = 0
+    for item in items:
+        n = weight(item)
+        if run and (total + n > limit or len(run) == max_items):
+            yield run
+            run, total = [], 0
+        run.append(item)
+        total += n
+    if run:
+        yield run
 
 
 def _values(vector) -> int:

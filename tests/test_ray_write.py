@@ -25,7 +25,7 @@ from stored_points import assert_same_points, mixed_folder, photo, points_of, ru
 
 from indexer import distributed
 from indexer.distributed import Embedder, _pack, _Rec, make_plan, read_and_split, write_new
-from indexer.pipeline import Ingestor, listing
+from indexer.pipeline import Ingestor, bounded_runs, listing
 from indexer.report import IngestReport
 from indexer.service import IngestService
 from search.config import Settings
@@ -55,9 +55,9 @@ def embed(embedder: Embedder, batch: dict) -> list[bytes]:
 
 def test_embed_slices_keep_order_and_bound_units():
     recs = [_Rec(Path(f"/{i}.md"), "documents", units=[None] * n) for i, n in enumerate([3, 2, 9, 0, 1, 4, 4])]
-    parts = list(distributed._slices(recs, 5))
+    parts = list(bounded_runs(recs, lambda r: len(r.units or ()), 5))
     assert [[r.path.name for r in part] for part in parts] == [["0.md", "1.md"], ["2.md"], ["3.md", "4.md", "5.md"], ["6.md"]]
-    assert list(distributed._slices([], 5)) == []
+    assert list(bounded_runs([], len, 5)) == []
 
 
 def test_write_new_writes_what_a_local_ingest_writes(settings, docs, monkeypatch):

@@ -24,14 +24,10 @@ def disk_usage(path: Path) -> int:
 def plain_points(points: list[models.PointStruct]) -> list[models.PointStruct]:
     """``points`` with their array vectors as lists, which qdrant-client's models serialize (the
     ingest keeps vectors as float32 arrays until they are written)."""
-    return [p.model_copy(update={"vector": plain_vector(p.vector)}) if _has_array(p.vector) else p for p in points]
+    return [p.model_copy(update={"vector": plain_vector(p.vector)}) for p in points]
 
 
 def plain_vector(v):
     if isinstance(v, dict):
         return {k: x.tolist() if isinstance(x, np.ndarray) else x for k, x in v.items()}
     return v.tolist() if isinstance(v, np.ndarray) else v
-
-
-def _has_array(v) -> bool:
-    return isinstance(v, np.ndarray) or (isinstance(v, dict) and any(isinstance(x, np.ndarray) for x in v.values()))
