@@ -15,7 +15,11 @@ Incremental rules, all keyed on content (sha256 of the file):
   applied what its workers wrote) left it there, and its size and mtime match the new content. It
   is read again, and the rules above leave it on the content the file holds only.
 Unit 0 of a file is written after its other units: it marks the file complete, so an
-interrupted ingest never leaves a file that looks indexed but is not.
+interrupted ingest never leaves a file that looks indexed but is not. A long file's other units
+are written as they are embedded, once they hold WRITE_VALUES vector values, so memory follows a
+request, not a file (BGE-M3: ~0.8 MB of vectors a chunk). Those points carry ``partial`` (the
+time) until the file is complete; points of a file that never completed are deleted: at once when
+its model rejects it or stops, and by the next run's ``open`` after a crash.
 """
 
 from __future__ import annotations
@@ -41,7 +45,7 @@ from indexer.loaders import read_bytes
 from indexer.report import FAILED, INDEXED, PRUNED, UNCHANGED, UPDATED, FileOutcome, IngestReport
 from search.errors import ModelNotReady
 from search.paths import from_stored, stored
-from search.store import Store, StoredFile, folders_of, point_id
+from search.store import PARTIAL, Store, StoredFile, folders_of, point_id
 
 # discover (indexer/discover.py) and the report types (indexer/report.py) stay importable from here.
 SORT_WINDOW = 4  # batches whose units are sorted by size together
@@ -49,6 +53,9 @@ WRITE_BATCH = 256  # points buffered before they are written
 # Vector values per write request. The engine's memory follows the request: one request of a long
 # document's 1,491 BGE-M3 points (ColBERT rows: ~200 x 1,024 values each) peaked the ingest at 8.7 GB.
 WRITE_VALUES = 4_000_000
+# Points of an unfinished file on a shared store (a Qdrant server) are another process's work in
+# progress until none has been written for this long.
+STALE_PARTIAL_S = 3600.0
 
 T = TypeVar("T")
 
@@ -70,6 +77,11 @@ class _Job:
     # with, and the number of units (the units and vectors stayed on the worker).
     written: tuple[str, ...] | None = None
     chunks: int = 0
+    # Units other than 0 that are embedded and not written yet, and their vector values; ``streamed``:
+    # some were written before the file was complete (``Ingestor._stream``).
+    ready: list[int] = field(default_factory=list)
+    ready_values: int = 0
+    streamed: bool = False
 
 
 def _last_requests(units: int, batch_size: int, slots: int) -> int:
@@ -139,10 +151,25 @@ class Ingestor:
         for sha in doubled:  # the current settings' chunks are complete (their chunk 0 is written): finish the run's delete
             if self.by_sha[sha].chunker == self.kind.signature:
                 self.store.delete_content(self.kind.schema.name, sha, keep_chunker=self.kind.signature)
+        self._sweep()
+
+    def _sweep(self) -> None:
+        """Points a run wrote for a long file before the file was complete (``_stream``), still
+        marked partial: a run stopped by a crash or kill -9. Complete files are marked so; the
+        points of the others are deleted, on a shared store only once no process has written them
+        for STALE_PARTIAL_S (another may be ingesting that file now)."""
+        name = self.kind.schema.name
+        for (sha, chunker), last in self.store.partial_contents(name).items():
+            if self.store.is_complete(name, sha, chunker):
+                self.store.mark_complete(name, sha, chunker)
+            elif not self.store.shared or time.time() - last > STALE_PARTIAL_S:
+                self.store.delete_chunking(name, sha, chunker)
 
     def stopped(self, files: list[Path], seen: set[str], report: IngestReport, exc: ModelNotReady) -> None:
         """The kind's model failed as a whole: forget what was in flight, count what is left."""
         for job in self._inflight.values():
+            if job.streamed:
+                self.store.delete_chunking(self.kind.schema.name, job.sha256, self.kind.signature)
             if job.sha256 not in self.by_sha:
                 self.kind.forget(job.sha256)  # e.g. the thumbnail of a photo that is not indexed
         self._inflight.clear()
@@ -194,6 +221,11 @@ class Ingestor:
                         if job.remaining == 0:
                             for outcome in self._write(job) if not job.error else self._reject(job):
                                 done(outcome)
+                        elif i and not job.error:
+                            job.ready.append(i)
+                            job.ready_values += _values(job.vectors[i])
+                            if job.ready_values >= WRITE_VALUES:
+                                self._stream(job)
 
             try:
                 for path in files:
@@ -296,9 +328,12 @@ class Ingestor:
         paths = content_paths(job, previous)
         if job.written is None:
             n = len(job.units)
-            points = build_points(job, paths, kind.signature)
+            points = build_points(job, paths, kind.signature, [i for i, v in enumerate(job.vectors) if v is not None])
             self._rest += points[1:]
             self._heads += points[:1]
+            if job.streamed:  # its other points went earlier, with the paths known then: complete them
+                self._flush()
+                self._set_paths(job.sha256, paths, **{PARTIAL: 0.0})
         else:  # a Ray worker wrote the points with the store's view of when the run was planned
             n = job.chunks
             if list(job.written) != paths:  # a path of the content it replaces was moved or dropped since
@@ -317,7 +352,19 @@ class Ingestor:
         return [FileOutcome(job.path, job.status, chunks=n, embedded=n, kind=kind.name),
                 *(FileOutcome(p, status, chunks=n, kind=kind.name) for p, status in job.copies)]
 
+    def _stream(self, job: _Job) -> None:
+        """Write a long file's embedded units (not unit 0) before the file is complete, and let go
+        of their vectors; ``_write`` completes the file."""
+        paths = content_paths(job, self.by_sha.get(job.sha256))
+        points = build_points(job, paths, self.kind.signature, job.ready, partial=time.time())
+        write_marked(self.store, self.kind.schema.name, points, [])
+        for i in job.ready:
+            job.vectors[i] = None
+        job.ready, job.ready_values, job.streamed = [], 0, True
+
     def _reject(self, job: _Job) -> list[FileOutcome]:
+        if job.streamed:
+            self.store.delete_chunking(self.kind.schema.name, job.sha256, self.kind.signature)
         del self._inflight[job.sha256]
         self.kind.forget(job.sha256)
         return [FileOutcome(p, FAILED, job.error, kind=self.kind.name) for p in (job.path, *(p for p, _ in job.copies))]
@@ -360,6 +407,9 @@ class Ingestor:
         if remaining:
             self._set_paths(sha, remaining)
             self.by_sha[sha] = replace(self.by_sha[sha], paths=tuple(remaining))
+        elif sha in self._inflight:  # being embedded anew (other settings), maybe partly written: keep that
+            self.store.delete_content(self.kind.schema.name, sha, keep_chunker=self.kind.signature)
+            del self.by_sha[sha]
         else:
             self.store.delete_content(self.kind.schema.name, sha)
             self.kind.forget(sha)
@@ -508,19 +558,23 @@ def content_paths(job: _Job, previous: StoredFile | None) -> list[str]:
     return list(dict.fromkeys([job.path, *(p for p, _ in job.copies), *_existing(previous.paths if previous else ())]))
 
 
-def build_points(job: _Job, paths: list[str], signature: str) -> list[models.PointStruct]:
-    """Stage 4: the points of new content, one per unit, in unit order (unit 0 first). Ids come from
-    the content, the signature and the unit number, so writing them again duplicates nothing."""
+def build_points(job: _Job, paths: list[str], signature: str, units: Iterable[int] | None = None,
+                 *, partial: float = 0.0) -> list[models.PointStruct]:
+    """Stage 4: the points of new content, one per unit (``units``: those units only), in the order
+    given (all: unit order, unit 0 first). Ids come from the content, the signature and the unit
+    number, so writing them again duplicates nothing. ``partial``: the time, for points written
+    before their file is complete."""
     kept = [stored(p) for p in paths]  # names that are not UTF-8 kept losslessly (search/paths.py)
     common = {"path": kept[0], "paths": kept, "folders": sorted({f for p in kept for f in folders_of(p)}),
               "suffix": _suffix(job.path), "n_chunks": len(job.units), "sha256": job.sha256, "size": job.size,
-              "mtime": job.mtime, "chunker": signature}
+              "mtime": job.mtime, "chunker": signature, PARTIAL: partial}
+    assert len(job.vectors) == len(job.units)
     return [
         # Built, not validated: ids, lists of floats and SparseVectors are made right above, and
         # validating BGE-M3's ColBERT rows (a 1024-float list per token) cost more than the upsert.
-        models.PointStruct.model_construct(id=point_id(job.sha256, signature, i), vector=vec,
-                                           payload={**common, "chunk": i, **unit.payload})
-        for i, (unit, vec) in enumerate(zip(job.units, job.vectors, strict=True))
+        models.PointStruct.model_construct(id=point_id(job.sha256, signature, i), vector=job.vectors[i],
+                                           payload={**common, "chunk": i, **job.units[i].payload})
+        for i in (range(len(job.units)) if units is None else units)
     ]
 
 

@@ -337,8 +337,9 @@ MODES = ("semantic", "dense", "sparse", "hybrid", "auto")
 
 def test_a_long_documents_points_go_in_bounded_requests(settings, tmp_path, monkeypatch):
     """BGE-M3's ColBERT rows make big points (as float32 arrays until the store takes them): a long
-    document's points go to the store in requests of at most WRITE_VALUES vector values, unit 0
-    last, and the store holds what one request per list wrote."""
+    document's points go to the store in requests of at most WRITE_VALUES vector values, written as
+    they are embedded (marked partial) and unit 0 last; the store then holds what an ingest that
+    wrote the file at once holds (every point marked complete)."""
     folder = tmp_path / "long"
     folder.mkdir()
     (folder / "long.md").write_text("\n\n".join(f"Part {i}: " + " ".join(f"term{(i * 7 + k) % 97}" for k in range(150))
@@ -349,7 +350,7 @@ def test_a_long_documents_points_go_in_bounded_requests(settings, tmp_path, monk
     upsert = EdgeStore.upsert  # the default store
 
     def recorded(store, collection, points):
-        requests.append([(p.payload["chunk"], pipeline._values(p.vector)) for p in points])
+        requests.append([(p.payload["chunk"], pipeline._values(p.vector), p.payload["partial"]) for p in points])
         return upsert(store, collection, points)
 
     limit = 1_200_000  # a few chunks' vectors (ColBERT: ~300 x 1,024 values each)
@@ -357,7 +358,11 @@ def test_a_long_documents_points_go_in_bounded_requests(settings, tmp_path, monk
     monkeypatch.setattr(EdgeStore, "upsert", recorded)
     bounded = run(settings, [folder])
     assert bounded.counts["indexed"] == 1 and bounded.outcomes[0].chunks > 10
-    assert len(requests) > 3 and all(sum(n for _, n in r) <= limit or len(r) == 1 for r in requests)
-    assert max(len(r) for r in requests) > 1 and any(n > 1024 * 100 for r in requests for _, n in r)
-    assert [c for r in requests for c, _ in r][-1] == 0
+    assert len(requests) > 3 and all(sum(n for _, n, _ in r) <= limit or len(r) == 1 for r in requests)
+    assert max(len(r) for r in requests) > 1 and any(n > 1024 * 100 for r in requests for _, n, _ in r)
+    assert [c for r in requests for c, _, _ in r][-1] == 0
+    # The first requests went while the file was being embedded: partial, and without unit 0.
+    streamed = [r for r in requests if r[0][2] > 0]
+    assert len(streamed) >= 2 and all(c and partial > 0 for r in streamed for c, _, partial in r)
+    assert requests[:len(streamed)] == streamed
     assert_same_points(stored(settings.model_copy(update={"data_dir": settings.data_dir.parent / "whole"})), stored(settings))

@@ -14,6 +14,7 @@ import time
 
 from qdrant_client import models
 from test_cli import env, run  # noqa: F401
+from test_long_files import long_doc
 
 from search.config import PROJECT_ROOT
 from search.store import DOCUMENTS, open_location
@@ -80,6 +81,7 @@ KILLER = textwrap.dedent("""
             os.kill(os.getpid(), signal.SIGKILL)
 
     pipeline.Ingestor.__init__, EdgeStore.upsert = small_batches, upsert_then_die
+    pipeline.WRITE_VALUES = int(os.environ.get("WRITE_VALUES", pipeline.WRITE_VALUES))
     from indexer.cli import main
     sys.argv = ["indexer", "ingest", *sys.argv[1:]]
     main()
@@ -113,3 +115,25 @@ def test_ingest_killed_mid_way_resumes_to_exactly_the_same_points(env, docs, tmp
     final = stored(data_dir)
     assert set(final) == set(want)
     assert {k: v["paths"] for k, v in final.items()} == {k: v["paths"] for k, v in want.items()}
+
+
+def test_a_long_file_killed_mid_way_then_changed_leaves_none_of_its_old_points(env, tmp_path):  # noqa: F811
+    """A long file's parts are written as it is embedded (marked partial). Killed before the file
+    was complete, then changed: the next run deletes the parts of the content that never completed,
+    and the store holds what an ingest of the new content alone holds."""
+    kb = tmp_path / "kb"
+    long_doc(kb)
+    killed = subprocess.run([sys.executable, "-c", KILLER, str(kb)], cwd=PROJECT_ROOT, capture_output=True, text=True,
+                            env={**env, "KILL_AFTER_UPSERTS": "2", "WRITE_VALUES": "1000"}, timeout=300)
+    assert killed.returncode == -signal.SIGKILL, killed.stderr
+    left = stored(tmp_path / "data")
+    assert left and all(p["partial"] > 0 and p["chunk"] > 0 for p in left.values())
+
+    long_doc(kb, parts=8)  # other content now
+    again = run(env, "ingest", str(kb), "--json", module="indexer")
+    assert again.returncode == 0, again.stderr
+    reference = {**env, "SEARCH_DATA_DIR": str(tmp_path / "reference")}
+    assert run(reference, "ingest", str(kb), module="indexer").returncode == 0
+    final, want = stored(tmp_path / "data"), stored(tmp_path / "reference")
+    assert set(final) == set(want) and not set(final) & set(left)
+    assert all(p["partial"] == 0 for p in final.values())

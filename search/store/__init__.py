@@ -24,6 +24,7 @@ from search.store.schema import (
     DOCUMENTS,
     ID_NAMESPACE,
     IMAGES,
+    PARTIAL,
     CollectionSchema,
     check_kb,
     folders_of,
@@ -37,7 +38,7 @@ from search.store.schema import (
 )
 
 __all__ = [
-    "BACKENDS", "COLLECTIONS", "DOCUMENTS", "IMAGES", "ID_NAMESPACE", "CollectionSchema", "CollectionStats",
+    "BACKENDS", "COLLECTIONS", "DOCUMENTS", "IMAGES", "ID_NAMESPACE", "PARTIAL", "CollectionSchema", "CollectionStats",
     "Migrated", "PointGroup", "Store", "StoredFile",
     "folders_of", "image_vector", "images_schema", "match", "migrate", "open_location",
     "open_store", "parse_spec", "point_id", "schema_for", "DEFAULT_KB", "check_kb", "in_kb", "kb_collection", "kb_of",

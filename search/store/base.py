@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 from qdrant_client import models
 
-from search.store.schema import CollectionSchema, folders_of
+from search.store.schema import PARTIAL, CollectionSchema, folders_of
 
 BACKENDS = ("edge", "local", "server")
 
@@ -56,6 +56,12 @@ class Store(ABC):
 
     def describe(self) -> str:
         return f"{self.backend} store at {self.location}"
+
+    @property
+    def shared(self) -> bool:
+        """Other processes may write the same collections (a Qdrant server); the embedded engine and
+        local mode admit one process."""
+        return self.backend == "server"
 
     # -- primitives
     @abstractmethod
@@ -173,6 +179,37 @@ class Store(ABC):
             flt.must_not = [models.FieldCondition(key="chunker", match=models.MatchValue(value=keep_chunker))]
         self.delete(collection, flt)
 
+    def delete_chunking(self, collection: str, sha256: str, chunker: str) -> None:
+        """Delete the points one chunking of a content wrote (a file whose ingest did not finish)."""
+        self.delete(collection, _content(sha256, chunker))
+
+    def partial_contents(self, collection: str) -> dict[tuple[str, str], float]:
+        """Contents with points written before their file was complete and not marked complete since
+        (``partial`` > 0, see schema.py): (sha256, chunker) -> the newest such write's time."""
+        found: dict[tuple[str, str], float] = {}
+        flt = models.Filter(must=[models.FieldCondition(key=PARTIAL, range=models.Range(gt=0))])
+        offset = None
+        while self.exists(collection):
+            points, offset = self.scroll(collection, flt, limit=512, offset=offset,
+                                         with_payload=["sha256", "chunker", PARTIAL])
+            for p in points:
+                pl = p.payload or {}
+                key = (pl.get("sha256", ""), pl.get("chunker", ""))
+                found[key] = max(found.get(key, 0.0), float(pl.get(PARTIAL, 0.0)))
+            if offset is None:
+                break
+        return found
+
+    def mark_complete(self, collection: str, sha256: str, chunker: str) -> None:
+        """Clear ``partial`` on one chunking of a content (its file is complete)."""
+        self.set_payload(collection, {PARTIAL: 0.0}, _content(sha256, chunker))
+
+    def is_complete(self, collection: str, sha256: str, chunker: str) -> bool:
+        """One chunking of a content has its chunk-0 point: the file-complete record."""
+        flt = _content(sha256, chunker)
+        flt.must.append(models.FieldCondition(key="chunk", match=models.MatchValue(value=0)))
+        return bool(self.scroll(collection, flt, limit=1, with_payload=False)[0])
+
     def set_paths(self, collection: str, sha256: str, paths: list[str], **extra: object) -> None:
         """Re-point every chunk of one content at ``paths`` (rename, duplicate, removal)."""
         payload = {"paths": paths, "path": paths[0], "folders": sorted({f for p in paths for f in folders_of(p)}), **extra}
@@ -257,3 +294,8 @@ def deepen(prefetch: list[models.Prefetch] | None, limit: int) -> list[models.Pr
 
 def match(key: str, value: object) -> models.Filter:
     return models.Filter(must=[models.FieldCondition(key=key, match=models.MatchValue(value=value))])
+
+
+def _content(sha256: str, chunker: str) -> models.Filter:
+    return models.Filter(must=[models.FieldCondition(key="sha256", match=models.MatchValue(value=sha256)),
+                               models.FieldCondition(key="chunker", match=models.MatchValue(value=chunker))])

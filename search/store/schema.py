@@ -20,6 +20,10 @@ from qdrant_client import models
 from search.models import for_kind
 
 ID_NAMESPACE = uuid.UUID("6f1c1f3e-3b7a-4c1e-9a57-4d0c2e8b9a11")
+# A long file's points are written while it is embedded, before its chunk 0 marks it complete: with
+# ``partial`` = the time they were written, set to 0 once the file is complete. Every point has it,
+# so the points of a file are the same however they were written.
+PARTIAL = "partial"
 ID_KEY = "sha256"  # the payload field a point's id is derived from (point_id): the same for as long as the id exists
 
 
@@ -41,6 +45,7 @@ _COMMON_INDEXES = {
     "chunk": models.PayloadSchemaType.INTEGER,
     "chunker": models.PayloadSchemaType.KEYWORD,
     "suffix": models.PayloadSchemaType.KEYWORD,
+    PARTIAL: models.PayloadSchemaType.FLOAT,
 }
 _PAYLOAD_INDEXES = {
     DOCUMENTS_NAME: {**_COMMON_INDEXES, "mtime": models.PayloadSchemaType.FLOAT,

@@ -1,0 +1,128 @@
+"""A long file's points are written while it is embedded (indexer/pipeline.py ``_stream``), marked
+partial until its unit 0 completes it; the points of a file that never completes do not stay."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import pytest
+from qdrant_client import models
+from stored_points import run, stored
+
+from indexer import pipeline
+from indexer.kinds import Documents
+from search.errors import ModelNotReady
+from search.store import DOCUMENTS, PARTIAL, open_store, point_id
+from search.store.edge import EdgeStore
+
+LIMIT = 600_000  # vector values per streamed write: a few chunks (BGE-M3's ColBERT rows: ~200-300 x 1,024 values)
+
+
+def long_doc(folder: Path, parts: int = 12) -> Path:
+    folder.mkdir(exist_ok=True)
+    doc = folder / "long.md"
+    doc.write_text("\n\n".join(f"Part {i}: " + " ".join(f"term{(i * 7 + k) % 97}" for k in range(150))
+                               for i in range(parts)))
+    return doc
+
+
+def payloads(settings) -> list[dict]:
+    return [payload for (coll, _), (_, payload) in stored(settings).items() if coll.endswith(DOCUMENTS.name)]
+
+
+@pytest.fixture
+def streaming(monkeypatch):
+    monkeypatch.setattr(pipeline, "WRITE_VALUES", LIMIT)
+    writes = []
+    upsert = EdgeStore.upsert
+
+    def recorded(store, collection, points):
+        writes.append([p.payload["chunk"] for p in points])
+        return upsert(store, collection, points)
+
+    monkeypatch.setattr(EdgeStore, "upsert", recorded)
+    return writes
+
+
+def test_a_file_its_model_rejects_leaves_no_streamed_points(settings, tmp_path, streaming, monkeypatch):
+    """The model rejects the file's last part after earlier parts were written: the file fails and
+    none of its points stay; the other file is indexed."""
+    folder = tmp_path / "kb"
+    long_doc(folder)
+    (folder / "short.md").write_text("# Parking\n\nPermits are issued by reception.\n")
+    embed = Documents.embed
+
+    def rejecting(kind, items):
+        got = embed(kind, items)
+        for k, item in enumerate(items):
+            if "Part 11:" in item:
+                got.vectors[k] = None
+                got.errors[k] = "rejected by the test"
+        return got
+
+    monkeypatch.setattr(Documents, "embed", rejecting)
+    report = run(settings, [folder])
+    assert report.counts["indexed"] == 1 and [Path(o.path).name for o in report.failures] == ["long.md"]
+    assert any(0 not in w for w in streaming)  # parts of long.md were written before the rejection
+    assert {Path(p["path"]).name for p in payloads(settings)} == {"short.md"}
+
+
+def test_a_model_that_stops_mid_file_leaves_no_streamed_points(settings, tmp_path, streaming, monkeypatch):
+    folder = tmp_path / "kb"
+    long_doc(folder, parts=40)
+    embed, calls = Documents.embed, []
+
+    def stopping(kind, items):
+        calls.append(len(items))
+        if len(calls) == 3:
+            raise ModelNotReady("bge_m3 stopped (the test)")
+        return embed(kind, items)
+
+    monkeypatch.setattr(Documents, "embed", stopping)
+    report = run(settings, [folder])
+    assert "stopped" in str(report.stopped) and streaming  # something was written before the model stopped
+    assert payloads(settings) == []
+
+
+def test_points_of_files_that_never_completed_are_swept_by_the_next_run(settings, tmp_path, monkeypatch):
+    """What a crash leaves (points marked partial): the next run deletes those of unfinished files
+    and marks complete those whose unit 0 was written; on a shared store (a Qdrant server) points
+    written recently may be another process's ingest in progress, and stay."""
+    folder = tmp_path / "kb"
+    (folder / "a").mkdir(parents=True)
+    (folder / "a" / "note.md").write_text("# Note\n\nA short note.\n")
+    run(settings, [folder / "a"])  # creates the collection
+    chunker = payloads(settings)[0]["chunker"]
+    now = float(int(time.time()))  # whole seconds: stored exactly
+
+    def point(sha: str, chunk: int, partial: float) -> models.PointStruct:
+        return models.PointStruct(id=point_id(sha, chunker, chunk), vector={"minilm": [1.0] + [0.0] * 383},
+                                  payload={"sha256": sha, "chunker": chunker, "chunk": chunk, "n_chunks": 3,
+                                           "path": f"/gone/{sha}.md", "paths": [f"/gone/{sha}.md"], "text": "x",
+                                           PARTIAL: partial})
+
+    def plant() -> None:
+        store = open_store(settings)
+        try:
+            store.upsert(DOCUMENTS.name, [
+                point("unfinished", 1, now - 10), point("unfinished", 2, now - 5),
+                point("stale", 1, now - 2 * pipeline.STALE_PARTIAL_S),
+                point("finished", 1, now - 10), point("finished", 2, now - 10), point("finished", 0, 0.0)])
+        finally:
+            store.close()
+
+    def left() -> dict[str, list[float]]:
+        out: dict[str, list[float]] = {}
+        for p in payloads(settings):
+            out.setdefault(p["sha256"], []).append(p[PARTIAL])
+        return {sha: sorted(v) for sha, v in out.items() if sha in ("unfinished", "stale", "finished")}
+
+    plant()
+    monkeypatch.setattr(EdgeStore, "shared", property(lambda self: True))
+    run(settings, [folder / "a"])
+    assert left() == {"unfinished": [now - 10, now - 5], "finished": [0.0, 0.0, 0.0]}
+
+    monkeypatch.setattr(EdgeStore, "shared", property(lambda self: False))  # the embedded store: one process
+    run(settings, [folder / "a"])
+    assert left() == {"finished": [0.0, 0.0, 0.0]}
