@@ -9,9 +9,14 @@ arrays until they are written, and writes them in bounded requests (indexer/pipe
 1. ``indexer ingest`` of one generated text document (``--words``, default 60,000: 338 KB, ~1,500
    chunks) with MiniLM and a tiny random BGE-M3 served (tests/tiny_bge_m3.py: one layer, but the
    real model's 1,024-d outputs, so the vectors are the real size; its speed is not the real
-   model's). Peak RSS from ``/usr/bin/time -v``, and RSS sampled every 5 s.
+   model's). Peak RSS from ``/usr/bin/time -v``, and RSS and its anonymous part (RssAnon: the
+   process's own memory, not the store's memory-mapped files, which the kernel can drop) sampled
+   every second.
 2. The embedded store alone (a subprocess): the same number of points with vectors of the same
    sizes, written in the same requests, then ``optimize``. Its peak is the floor for the ingest.
+
+Since the ingest writes a long file's parts as they are embedded (indexer/pipeline.py, ``_stream``),
+what it holds no longer grows with the file: compare the peaks at two ``--words``.
 
     python bench/bench_ingest_memory.py [--words N] [--json FILE]
 
@@ -68,14 +73,13 @@ def document(folder: Path, words: int) -> Path:
     return folder
 
 
-def rss_kb(pid: int) -> int | None:
+def rss_kb(pid: int) -> tuple[int, int] | None:
+    """(RSS, its anonymous part) of ``pid`` in KB."""
     try:
-        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-            if line.startswith("VmRSS"):
-                return int(line.split()[1])
-    except OSError:
+        fields = dict(line.split(":", 1) for line in Path(f"/proc/{pid}/status").read_text().splitlines() if ":" in line)
+        return int(fields["VmRSS"].split()[0]), int(fields["RssAnon"].split()[0])
+    except (OSError, KeyError):
         return None
-    return None
 
 
 def ingest(repo: Path, docs: Path, work: Path) -> dict:
@@ -86,7 +90,7 @@ def ingest(repo: Path, docs: Path, work: Path) -> dict:
         start = time.perf_counter()
         proc = subprocess.Popen(["/usr/bin/time", "-v", sys.executable, "-m", "indexer", "ingest", "--json", str(docs)],
                                 env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-        samples: list[tuple[int, int]] = []
+        samples: list[tuple[int, int, int]] = []
 
         def sample() -> None:  # the RSS of /usr/bin/time's child, the ingest
             while proc.poll() is None:
@@ -98,8 +102,8 @@ def ingest(repo: Path, docs: Path, work: Path) -> dict:
                 for pid in pids:
                     kb = rss_kb(pid)
                     if kb is not None:
-                        samples.append((round(time.perf_counter() - start), kb))
-                time.sleep(5)
+                        samples.append((round(time.perf_counter() - start), *kb))
+                time.sleep(1)
 
         watcher = threading.Thread(target=sample, daemon=True)
         watcher.start()
@@ -110,16 +114,25 @@ def ingest(repo: Path, docs: Path, work: Path) -> dict:
     peak = next(int(line.split()[-1]) for line in err.splitlines() if "Maximum resident set size" in line)
     chunks = json.loads(out)["embedded_chunks"]
     return {"seconds": round(time.perf_counter() - start, 1), "peak_rss_mb": peak // 1024, "chunks": chunks,
-            "rss_samples_mb": [(t, kb // 1024) for t, kb in samples]}
+            "peak_anon_mb": max((anon for _, _, anon in samples), default=0) // 1024,
+            "rss_anon_samples_mb": [(t, kb // 1024, anon // 1024) for t, kb, anon in samples[::5]]}
 
 
 ENGINE = """
-import json, resource, sys, time
+import json, resource, sys, threading, time
 import numpy as np
 from qdrant_client import models
 from indexer import pipeline
 from search.store import DOCUMENTS, open_location, point_id
 n, rows, where = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3]
+anon = [0]
+def sample():
+    while True:
+        for line in open("/proc/self/status"):
+            if line.startswith("RssAnon"):
+                anon[0] = max(anon[0], int(line.split()[1]))
+        time.sleep(0.2)
+threading.Thread(target=sample, daemon=True).start()
 store = open_location("edge", where)
 store.ensure(DOCUMENTS)
 rng = np.random.default_rng(0)
@@ -133,7 +146,7 @@ written = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024
 store.optimize(DOCUMENTS.name)
 store.close()
 print(json.dumps({"seconds": round(time.perf_counter() - start, 1), "peak_rss_after_writes_mb": written,
-                  "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024}))
+                  "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024, "peak_anon_mb": anon[0] // 1024}))
 """
 
 
@@ -165,9 +178,10 @@ def main() -> None:
     finally:
         shutil.rmtree(work, ignore_errors=True)
     print(f"{res['machine']}\n{res['words']:,} words ({res['bytes'] / 1e3:.0f} KB), {res['ingest']['chunks']:,} chunks")
-    print(f"indexer ingest: peak RSS {res['ingest']['peak_rss_mb']:,} MB in {res['ingest']['seconds']} s")
+    print(f"indexer ingest: peak RSS {res['ingest']['peak_rss_mb']:,} MB (anonymous, sampled: "
+          f"{res['ingest']['peak_anon_mb']:,} MB) in {res['ingest']['seconds']} s")
     print(f"store alone, the same points: peak {res['engine']['peak_rss_mb']:,} MB "
-          f"({res['engine']['peak_rss_after_writes_mb']:,} MB before optimize)")
+          f"({res['engine']['peak_rss_after_writes_mb']:,} MB before optimize; anonymous {res['engine']['peak_anon_mb']:,} MB)")
     print(f"ingest / store alone: {res['ratio']}x")
     if args.json:
         args.json.write_text(json.dumps(res, indent=2))
