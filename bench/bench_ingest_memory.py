@@ -18,7 +18,11 @@ arrays until they are written, and writes them in bounded requests (indexer/pipe
 Since the ingest writes a long file's parts as they are embedded (indexer/pipeline.py, ``_stream``),
 what it holds no longer grows with the file: compare the peaks at two ``--words``.
 
-    python bench/bench_ingest_memory.py [--words N] [--json FILE]
+    python bench/bench_ingest_memory.py [--words N] [--memory-limit MB] [--json FILE]
+
+``--memory-limit``: run the ingest (not Triton) in a memory cgroup of that size (needs root; cgroup
+v1 or v2): whether it completes where its RSS peak is above the limit, i.e. whether the store's
+mapped pages can be given back.
 
 Builds MiniLM and the tiny BGE-M3 into a cache (.data/bench/ingest-memory) on first use.
 """
@@ -82,14 +86,29 @@ def rss_kb(pid: int) -> tuple[int, int] | None:
         return None
 
 
-def ingest(repo: Path, docs: Path, work: Path) -> dict:
+def memory_cgroup(limit_mb: int) -> Path:
+    """A new memory cgroup limited to ``limit_mb`` (v2 if mounted so, else v1's memory controller)."""
+    base = Path("/sys/fs/cgroup")
+    v2 = (base / "cgroup.controllers").exists()
+    group = (base if v2 else base / "memory") / f"bench-ingest-memory-{os.getpid()}"
+    group.mkdir()
+    limit = str(limit_mb * 1024 * 1024)
+    (group / ("memory.max" if v2 else "memory.limit_in_bytes")).write_text(limit)
+    swap = group / ("memory.swap.max" if v2 else "memory.memsw.limit_in_bytes")
+    if swap.exists():  # no swapping instead of reclaiming
+        swap.write_text("0" if v2 else limit)
+    return group
+
+
+def ingest(repo: Path, docs: Path, work: Path, cgroup: Path | None = None) -> dict:
     models = [m for m in built_triton_models(repo) if m.startswith(("minilm", "bge_m3"))]
     with LocalTriton(repo, work / "triton", models=models) as server:
         env = {**os.environ, "SEARCH_DATA_DIR": str(work / "data"), "SEARCH_TRITON_REPO": str(repo),
                "SEARCH_TRITON_URL": f"127.0.0.1:{server.grpc_port}"}
         start = time.perf_counter()
+        join = (lambda: (cgroup / "cgroup.procs").write_text(str(os.getpid()))) if cgroup else None
         proc = subprocess.Popen(["/usr/bin/time", "-v", sys.executable, "-m", "indexer", "ingest", "--json", str(docs)],
-                                env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                                env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, preexec_fn=join)
         samples: list[tuple[int, int, int]] = []
 
         def sample() -> None:  # the RSS of /usr/bin/time's child, the ingest
@@ -110,7 +129,7 @@ def ingest(repo: Path, docs: Path, work: Path) -> dict:
         out, err = proc.communicate()
         watcher.join()
     if proc.returncode != 0:
-        sys.exit(f"indexer ingest failed ({proc.returncode}): {err[-2000:]}")
+        sys.exit(f"indexer ingest failed ({proc.returncode}{', the memory limit' if cgroup else ''}): {err[-2000:]}")
     peak = next(int(line.split()[-1]) for line in err.splitlines() if "Maximum resident set size" in line)
     chunks = json.loads(out)["embedded_chunks"]
     return {"seconds": round(time.perf_counter() - start, 1), "peak_rss_mb": peak // 1024, "chunks": chunks,
@@ -161,22 +180,29 @@ def engine(chunks: int, rows: int, work: Path) -> dict:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--words", type=int, default=60_000, help="words in the generated document (default 60,000)")
+    ap.add_argument("--memory-limit", type=int, metavar="MB", help="run the ingest in a memory cgroup of this size (root)")
     ap.add_argument("--json", type=Path, help="write the results here too")
     args = ap.parse_args()
     if not Path("/usr/bin/time").exists():
         sys.exit("needs /usr/bin/time (Debian: apt-get install time)")
     repo = model_repo()
     work = Path(tempfile.mkdtemp(prefix="bench-ingest-memory-"))
+    cgroup = memory_cgroup(args.memory_limit) if args.memory_limit else None
     try:
         docs = document(work / "docs", args.words)
-        res: dict = {"machine": machine(), "words": args.words, "bytes": (docs / "long.txt").stat().st_size}
-        res["ingest"] = ingest(repo, docs, work)
+        res: dict = {"machine": machine(), "words": args.words, "bytes": (docs / "long.txt").stat().st_size,
+                     "memory_limit_mb": args.memory_limit}
+        res["ingest"] = ingest(repo, docs, work, cgroup)
         # ColBERT rows per chunk: the tokens of an average chunk less one (the store's own count is exact,
         # this is for sizing the baseline): 200-token chunks of this vocabulary come out near 200.
         res["engine"] = engine(res["ingest"]["chunks"], 199, work)
         res["ratio"] = round(res["ingest"]["peak_rss_mb"] / res["engine"]["peak_rss_mb"], 2)
     finally:
         shutil.rmtree(work, ignore_errors=True)
+        if cgroup:
+            cgroup.rmdir()
+    if args.memory_limit:
+        print(f"the ingest ran in a memory cgroup of {args.memory_limit:,} MB")
     print(f"{res['machine']}\n{res['words']:,} words ({res['bytes'] / 1e3:.0f} KB), {res['ingest']['chunks']:,} chunks")
     print(f"indexer ingest: peak RSS {res['ingest']['peak_rss_mb']:,} MB (anonymous, sampled: "
           f"{res['ingest']['peak_anon_mb']:,} MB) in {res['ingest']['seconds']} s")
