@@ -155,13 +155,14 @@ class Ingestor:
 
     def _sweep(self) -> None:
         """Points a run wrote for a long file before the file was complete (``_stream``), still
-        marked partial: a run stopped by a crash or kill -9. Complete files are marked so; the
-        points of the others are deleted, on a shared store only once no process has written them
-        for STALE_PARTIAL_S (another may be ingesting that file now)."""
+        marked partial: a run stopped by a crash or kill -9. Complete files (stopped between their
+        unit 0 and ``_write``'s last step) are completed; the points of the others are deleted, on a
+        shared store only once no process has written them for STALE_PARTIAL_S (another may be
+        ingesting that file now)."""
         name = self.kind.schema.name
         for (sha, chunker), last in self.store.partial_contents(name).items():
-            if self.store.is_complete(name, sha, chunker):
-                self.store.mark_complete(name, sha, chunker)
+            if (paths := self.store.complete_paths(name, sha, chunker)) is not None:
+                self.store.mark_complete(name, sha, chunker, paths)
             elif not self.store.shared or time.time() - last > STALE_PARTIAL_S:
                 self.store.delete_chunking(name, sha, chunker)
 

@@ -70,7 +70,7 @@ def test_a_file_its_model_rejects_leaves_no_streamed_points(settings, tmp_path, 
 
 def test_a_model_that_stops_mid_file_leaves_no_streamed_points(settings, tmp_path, streaming, monkeypatch):
     folder = tmp_path / "kb"
-    long_doc(folder, parts=40)
+    long_doc(folder, parts=20)
     embed, calls = Documents.embed, []
 
     def stopping(kind, items):
@@ -96,11 +96,11 @@ def test_points_of_files_that_never_completed_are_swept_by_the_next_run(settings
     chunker = payloads(settings)[0]["chunker"]
     now = float(int(time.time()))  # whole seconds: stored exactly
 
-    def point(sha: str, chunk: int, partial: float) -> models.PointStruct:
+    def point(sha: str, chunk: int, partial: float, paths: tuple[str, ...] = ()) -> models.PointStruct:
+        paths = list(paths or [f"/gone/{sha}.md"])
         return models.PointStruct(id=point_id(sha, chunker, chunk), vector={"minilm": [1.0] + [0.0] * 383},
                                   payload={"sha256": sha, "chunker": chunker, "chunk": chunk, "n_chunks": 3,
-                                           "path": f"/gone/{sha}.md", "paths": [f"/gone/{sha}.md"], "text": "x",
-                                           PARTIAL: partial})
+                                           "path": paths[0], "paths": paths, "text": "x", PARTIAL: partial})
 
     def plant() -> None:
         store = open_store(settings)
@@ -108,21 +108,26 @@ def test_points_of_files_that_never_completed_are_swept_by_the_next_run(settings
             store.upsert(DOCUMENTS.name, [
                 point("unfinished", 1, now - 10), point("unfinished", 2, now - 5),
                 point("stale", 1, now - 2 * pipeline.STALE_PARTIAL_S),
-                point("finished", 1, now - 10), point("finished", 2, now - 10), point("finished", 0, 0.0)])
+                # complete: its unit 0 lists a copy met after its parts were written
+                point("finished", 1, now - 10), point("finished", 2, now - 10),
+                point("finished", 0, 0.0, ("/gone/finished.md", "/gone/copy.md"))])
         finally:
             store.close()
 
-    def left() -> dict[str, list[float]]:
-        out: dict[str, list[float]] = {}
+    def left() -> dict[str, list]:
+        out: dict[str, list] = {}
         for p in payloads(settings):
-            out.setdefault(p["sha256"], []).append(p[PARTIAL])
+            out.setdefault(p["sha256"], []).append((p[PARTIAL], p["paths"]))
         return {sha: sorted(v) for sha, v in out.items() if sha in ("unfinished", "stale", "finished")}
+
+    finished = [(0.0, ["/gone/finished.md", "/gone/copy.md"])] * 3
 
     plant()
     monkeypatch.setattr(EdgeStore, "shared", property(lambda self: True))
     run(settings, [folder / "a"])
-    assert left() == {"unfinished": [now - 10, now - 5], "finished": [0.0, 0.0, 0.0]}
+    assert left() == {"unfinished": [(now - 10, ["/gone/unfinished.md"]), (now - 5, ["/gone/unfinished.md"])],
+                      "finished": finished}
 
     monkeypatch.setattr(EdgeStore, "shared", property(lambda self: False))  # the embedded store: one process
     run(settings, [folder / "a"])
-    assert left() == {"finished": [0.0, 0.0, 0.0]}
+    assert left() == {"finished": finished}

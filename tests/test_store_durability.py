@@ -122,14 +122,14 @@ def test_a_long_file_killed_mid_way_then_changed_leaves_none_of_its_old_points(e
     was complete, then changed: the next run deletes the parts of the content that never completed,
     and the store holds what an ingest of the new content alone holds."""
     kb = tmp_path / "kb"
-    long_doc(kb)
+    long_doc(kb, parts=6)
     killed = subprocess.run([sys.executable, "-c", KILLER, str(kb)], cwd=PROJECT_ROOT, capture_output=True, text=True,
                             env={**env, "KILL_AFTER_UPSERTS": "2", "WRITE_VALUES": "1000"}, timeout=300)
     assert killed.returncode == -signal.SIGKILL, killed.stderr
     left = stored(tmp_path / "data")
     assert left and all(p["partial"] > 0 and p["chunk"] > 0 for p in left.values())
 
-    long_doc(kb, parts=8)  # other content now
+    long_doc(kb, parts=4)  # other content now
     again = run(env, "ingest", str(kb), "--json", module="indexer")
     assert again.returncode == 0, again.stderr
     reference = {**env, "SEARCH_DATA_DIR": str(tmp_path / "reference")}

@@ -200,20 +200,22 @@ class Store(ABC):
                 break
         return found
 
-    def mark_complete(self, collection: str, sha256: str, chunker: str) -> None:
-        """Clear ``partial`` on one chunking of a content (its file is complete)."""
-        self.set_payload(collection, {PARTIAL: 0.0}, _content(sha256, chunker))
-
-    def is_complete(self, collection: str, sha256: str, chunker: str) -> bool:
-        """One chunking of a content has its chunk-0 point: the file-complete record."""
+    def complete_paths(self, collection: str, sha256: str, chunker: str) -> list[str] | None:
+        """The paths on the chunk-0 point (the file-complete record) of one chunking of a content; None
+        when it has none."""
         flt = _content(sha256, chunker)
         flt.must.append(models.FieldCondition(key="chunk", match=models.MatchValue(value=0)))
-        return bool(self.scroll(collection, flt, limit=1, with_payload=False)[0])
+        points = self.scroll(collection, flt, limit=1, with_payload=["paths"])[0]
+        return list((points[0].payload or {}).get("paths", [])) if points else None
+
+    def mark_complete(self, collection: str, sha256: str, chunker: str, paths: list[str]) -> None:
+        """One chunking of a content is complete: its points get its chunk-0 point's ``paths`` (points
+        written before the file was complete have the paths known then) and lose ``partial``."""
+        self.set_payload(collection, {**(_paths_payload(paths) if paths else {}), PARTIAL: 0.0}, _content(sha256, chunker))
 
     def set_paths(self, collection: str, sha256: str, paths: list[str], **extra: object) -> None:
         """Re-point every chunk of one content at ``paths`` (rename, duplicate, removal)."""
-        payload = {"paths": paths, "path": paths[0], "folders": sorted({f for p in paths for f in folders_of(p)}), **extra}
-        self.set_payload(collection, payload, match("sha256", sha256))
+        self.set_payload(collection, {**_paths_payload(paths), **extra}, match("sha256", sha256))
 
     def files(self, collection: str) -> Iterator[StoredFile]:
         """Every completely written piece of content (its chunk-0 point exists)."""
@@ -294,6 +296,10 @@ def deepen(prefetch: list[models.Prefetch] | None, limit: int) -> list[models.Pr
 
 def match(key: str, value: object) -> models.Filter:
     return models.Filter(must=[models.FieldCondition(key=key, match=models.MatchValue(value=value))])
+
+
+def _paths_payload(paths: list[str]) -> dict:
+    return {"paths": paths, "path": paths[0], "folders": sorted({f for p in paths for f in folders_of(p)})}
 
 
 def _content(sha256: str, chunker: str) -> models.Filter:
