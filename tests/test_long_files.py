@@ -131,3 +131,21 @@ def test_points_of_files_that_never_completed_are_swept_by_the_next_run(settings
     monkeypatch.setattr(EdgeStore, "shared", property(lambda self: False))  # the embedded store: one process
     run(settings, [folder / "a"])
     assert left() == {"finished": finished}
+
+
+def test_content_chunked_anew_keeps_its_parts_when_its_old_path_changes_meanwhile(settings, tmp_path, streaming):
+    """Content stored with other chunk settings is embedded anew for a copy of it while the file it
+    was stored for changes: its old chunking goes with that path, the parts of the new one stay."""
+    folder = tmp_path / "kb"
+    old = long_doc(folder)  # kb/long.md
+    run(settings.model_copy(update={"chunk_tokens": 150}), [folder])
+    copy = folder / "a-copy.md"  # listed before long.md: embedded anew while long.md changes
+    copy.write_bytes(old.read_bytes())
+    old.write_text("# Parking\n\nPermits are issued by reception.\n")
+    report = run(settings, [folder])
+    assert not report.failures and any(0 not in w for w in streaming)  # the copy was written in parts
+    by_sha: dict[str, list[dict]] = {}
+    for p in payloads(settings):
+        by_sha.setdefault(p["sha256"], []).append(p)
+    got = {(len(ps) == ps[0]["n_chunks"], *{tuple(p["paths"]) for p in ps}) for ps in by_sha.values()}
+    assert got == {(True, (str(old),)), (True, (str(copy),))}  # each content whole, on its one path
