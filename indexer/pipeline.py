@@ -334,7 +334,7 @@ class Ingestor:
             self._heads += points[:1]
             if job.streamed:  # its other points went earlier, with the paths known then: complete them
                 self._flush()
-                self._set_paths(job.sha256, paths, **{PARTIAL: 0.0})
+                self.store.mark_complete(kind.schema.name, job.sha256, kind.signature, [stored(p) for p in paths])
         else:  # a Ray worker wrote the points with the store's view of when the run was planned
             n = job.chunks
             if list(job.written) != paths:  # a path of the content it replaces was moved or dropped since
