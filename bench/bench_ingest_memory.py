@@ -156,7 +156,7 @@ store = open_location("edge", where)
 store.ensure(DOCUMENTS)
 rng = np.random.default_rng(0)
 colbert = rng.standard_normal((rows, 1024)).astype(np.float32)
-points = [models.PointStruct.model_construct(id=point_id("sha", "c", i), payload={"chunk": i}, vector={
+points = [models.PointStruct.model_construct(id=point_id("sha", "c", i), payload={"chunk": i, "sha256": "sha", "chunker": "c"}, vector={
     "minilm": rng.standard_normal(384).astype(np.float32), "bge_dense": rng.standard_normal(1024).astype(np.float32),
     "bge_colbert": colbert}) for i in range(n)]
 start = time.perf_counter()

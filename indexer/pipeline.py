@@ -15,11 +15,11 @@ Incremental rules, all keyed on content (sha256 of the file):
   applied what its workers wrote) left it there, and its size and mtime match the new content. It
   is read again, and the rules above leave it on the content the file holds only.
 Unit 0 of a file is written after its other units: it marks the file complete, so an
-interrupted ingest never leaves a file that looks indexed but is not. A long file's other units
-are written as they are embedded, once they hold WRITE_VALUES vector values, so memory follows a
-request, not a file (BGE-M3: ~0.8 MB of vectors a chunk). Those points carry ``partial`` (the
-time) until the file is complete; points of a file that never completed are deleted: at once when
-its model rejects it or stops, and by the next run's ``open`` after a crash.
+interrupted ingest never leaves a file that looks indexed but is not. The other units carry
+``partial`` (the time) until then. A long file's other units are written as they are embedded,
+once they hold WRITE_VALUES vector values, so memory follows a request, not a file (BGE-M3: ~0.8 MB
+of vectors a chunk). Points of a file that never completed are deleted: at once when its model
+rejects it or stops, and by the next run's ``open`` after a crash.
 """
 
 from __future__ import annotations
@@ -357,8 +357,7 @@ class Ingestor:
         """Write a long file's embedded units (not unit 0) before the file is complete, and let go
         of their vectors; ``_write`` completes the file."""
         paths = content_paths(job, self.by_sha.get(job.sha256))
-        points = build_points(job, paths, self.kind.signature, job.ready, partial=time.time())
-        write_marked(self.store, self.kind.schema.name, points, [])
+        write_marked(self.store, self.kind.schema.name, build_points(job, paths, self.kind.signature, job.ready), [])
         for i in job.ready:
             job.vectors[i] = None
         job.ready, job.ready_values, job.streamed = [], 0, True
@@ -560,15 +559,14 @@ def content_paths(job: _Job, previous: StoredFile | None) -> list[str]:
 
 
 def build_points(job: _Job, paths: list[str], signature: str, units: Iterable[int] | None = None,
-                 *, partial: float = 0.0) -> list[models.PointStruct]:
+                 ) -> list[models.PointStruct]:
     """Stage 4: the points of new content, one per unit (``units``: those units only), in the order
     given (all: unit order, unit 0 first). Ids come from the content, the signature and the unit
-    number, so writing them again duplicates nothing. ``partial``: the time, for points written
-    before their file is complete."""
+    number, so writing them again duplicates nothing."""
     kept = [stored(p) for p in paths]  # names that are not UTF-8 kept losslessly (search/paths.py)
     common = {"path": kept[0], "paths": kept, "folders": sorted({f for p in kept for f in folders_of(p)}),
               "suffix": _suffix(job.path), "n_chunks": len(job.units), "sha256": job.sha256, "size": job.size,
-              "mtime": job.mtime, "chunker": signature, PARTIAL: partial}
+              "mtime": job.mtime, "chunker": signature, PARTIAL: 0.0}
     assert len(job.vectors) == len(job.units)
     return [
         # Built, not validated: ids, lists of floats and SparseVectors are made right above, and
@@ -583,11 +581,24 @@ def write_marked(store: Store, collection: str, rest: list[models.PointStruct], 
                  batch: int | None = None) -> None:
     """Stage 5: write files' points, every unit but unit 0 (``rest``) first, then the unit-0 points
     (``heads``) that mark their files complete, so a file never looks complete before it is.
+    ``rest`` is written marked ``partial`` (the time; set on the points given), and the points of
+    the files whose unit 0 is in ``heads`` lose the mark once it is written: a stop in between
+    leaves them to the next run's sweep (``Ingestor.open``), not in the store for good.
     ``batch``: points per request (None: no limit); a request also holds at most WRITE_VALUES
     vector values."""
+    mark = time.time()
+    for p in rest:
+        p.payload[PARTIAL] = mark
     for points in (rest, heads):
         for part in bounded_runs(points, lambda p: _values(p.vector), WRITE_VALUES, batch):
             store.upsert(collection, part)
+    done = {_chunking(p) for p in heads}
+    if ids := [p.id for p in rest if _chunking(p) in done]:
+        store.clear_partial(collection, ids)
+
+
+def _chunking(point: models.PointStruct) -> tuple[str, str]:
+    return point.payload["sha256"], point.payload["chunker"]
 
 
 def bounded_runs(items: list[T], weight: Callable[[T], int], limit: int, max_items: int | None = None) -> Iterator[list[T]]:

@@ -12,6 +12,7 @@ import sys
 import textwrap
 import time
 
+import pytest
 from qdrant_client import models
 from test_cli import env, run  # noqa: F401
 from test_long_files import long_doc
@@ -117,14 +118,17 @@ def test_ingest_killed_mid_way_resumes_to_exactly_the_same_points(env, docs, tmp
     assert {k: v["paths"] for k, v in final.items()} == {k: v["paths"] for k, v in want.items()}
 
 
-def test_a_long_file_killed_mid_way_then_changed_leaves_none_of_its_old_points(env, tmp_path):  # noqa: F811
-    """A long file's parts are written as it is embedded (marked partial). Killed before the file
-    was complete, then changed: the next run deletes the parts of the content that never completed,
+@pytest.mark.parametrize("written", ["in parts", "at once"])
+def test_a_file_killed_before_its_unit_0_then_changed_leaves_none_of_its_old_points(env, tmp_path, written):  # noqa: F811
+    """A file's other units are written before its unit 0, marked partial: a long file's in parts as
+    it is embedded, a shorter one's in one request just before its unit 0. Killed before the file
+    was complete, then changed: the next run deletes the points of the content that never completed,
     and the store holds what an ingest of the new content alone holds."""
     kb = tmp_path / "kb"
     long_doc(kb, parts=6)
+    kill = {"KILL_AFTER_UPSERTS": "2", "WRITE_VALUES": "1000"} if written == "in parts" else {"KILL_AFTER_UPSERTS": "1"}
     killed = subprocess.run([sys.executable, "-c", KILLER, str(kb)], cwd=PROJECT_ROOT, capture_output=True, text=True,
-                            env={**env, "KILL_AFTER_UPSERTS": "2", "WRITE_VALUES": "1000"}, timeout=300)
+                            env={**env, **kill}, timeout=300)
     assert killed.returncode == -signal.SIGKILL, killed.stderr
     left = stored(tmp_path / "data")
     assert left and all(p["partial"] > 0 and p["chunk"] > 0 for p in left.values())

@@ -213,6 +213,10 @@ class Store(ABC):
         written before the file was complete have the paths known then) and lose ``partial``."""
         self.set_payload(collection, {**(_paths_payload(paths) if paths else {}), PARTIAL: 0.0}, _content(sha256, chunker))
 
+    def clear_partial(self, collection: str, ids: list) -> None:
+        """These points' files are complete (their unit 0 was written after them): no ``partial``."""
+        self.set_payload(collection, {PARTIAL: 0.0}, models.Filter(must=[models.HasIdCondition(has_id=ids)]))
+
     def set_paths(self, collection: str, sha256: str, paths: list[str], **extra: object) -> None:
         """Re-point every chunk of one content at ``paths`` (rename, duplicate, removal)."""
         self.set_payload(collection, {**_paths_payload(paths), **extra}, match("sha256", sha256))
