@@ -9,8 +9,9 @@ kept in one place, the driver's ``Ingestor``.
 Files must be visible to every node at the same path (a shared filesystem), and so must the data
 dir (workers write the photos' thumbnails there); a node that cannot read a root stops the run
 before anything is read. With a Qdrant server (QDRANT_URL) the embed actors write the points of
-new content themselves, in batches, the file-complete markers (unit 0) after the files' other units,
-and send the driver no vectors. The rest of the bookkeeping needs one view of what is stored and
+new content themselves, in batches, the file-complete markers (unit 0) after the files' other units
+(a file longer than an embed slice: a slice at a time, as it is embedded), and send the driver no
+vectors. The rest of the bookkeeping needs one view of what is stored and
 stays on the driver: known content (moves, copies, unchanged files), the paths of content written
 by a worker that the rules changed since the run was planned, prune. With the embedded store (one
 opener) the driver writes everything. Point ids are derived from content, so a block Ray runs
@@ -56,6 +57,7 @@ from indexer.report import IngestReport
 from search.config import Settings
 from search.errors import ModelNotReady, ServiceError, TritonUnavailable
 from search.models import family
+from search.paths import stored
 from search.store import Store, StoredFile, kb_thumbnails, open_store
 from search.triton.client import TritonClient
 
@@ -243,12 +245,61 @@ class Embedder:
     def __call__(self, batch: dict) -> Iterator[dict]:
         recs: list[_Rec] = [pickle.loads(raw) for raw in batch["rec"]]
         for part in bounded_runs(recs, lambda r: len(r.units or ()), UNITS_PER_EMBED_SLICE):
-            self._embed_slice(part)
-            if self.plan.write:
-                if self.store is None:
-                    self.store = open_store(self.plan.settings)
-                write_new(self.store, self.plan, _kinds(self.plan, self.plan.urls[self.at]), part)
+            if self.plan.write and len(part[0].units or ()) > UNITS_PER_EMBED_SLICE:  # a slice of its own
+                self._embed_and_write_long(part[0])
+            else:
+                self._embed_slice(part)
+                if self.plan.write:
+                    write_new(self._store(), self.plan, self._kinds(), part)
             yield _pack(part)
+
+    def _store(self) -> Store:
+        if self.store is None:
+            self.store = open_store(self.plan.settings)
+        return self.store
+
+    def _kinds(self) -> dict[str, Kind]:
+        return _kinds(self.plan, self.plan.urls[self.at])
+
+    def _embed_and_write_long(self, rec: _Rec) -> None:
+        """A file with more units than a slice, the workers writing: embedded a slice at a time, its
+        other units written as each slice is (marked partial, as a local run writes a long file), its
+        unit 0 last. The actor holds one slice's vectors, not the file's. A part the model rejects, a
+        model that stops or no replica left: what was written of the file is deleted."""
+        name, n = rec.kind, len(rec.units)
+        job = _Job(rec.read.path, rec.read.sha256, rec.read.size, rec.read.mtime, rec.units, "", vectors=[None] * n)
+        paths = content_paths(job, _stored(self.plan)[name].get(job.sha256))
+        embed_s = write_s = 0.0
+        for start in range(0, n, UNITS_PER_EMBED_SLICE):
+            end = min(n, start + UNITS_PER_EMBED_SLICE)
+            t0 = time.perf_counter()
+            try:
+                embedded = self._embed(name, [u.item for u in rec.units[start:end]])
+                rec.truncated += embedded.truncated
+                rec.error = next(iter(embedded.errors.values()), "")
+            except ModelNotReady as exc:
+                rec.stopped = str(exc)
+            except TritonUnavailable as exc:
+                rec.fatal = str(exc)
+            t1 = time.perf_counter()
+            embed_s += t1 - t0
+            kind = self._kinds()[name]
+            if rec.error or rec.stopped or rec.fatal:
+                if start:
+                    self._store().delete_chunking(kind.schema.name, job.sha256, kind.signature)
+                break
+            job.vectors[start:end] = embedded.vectors
+            others = range(max(start, 1), end)  # unit 0 waits for the end
+            write_marked(self._store(), kind.schema.name, build_points(job, paths, kind.signature, others), [])
+            job.vectors[others.start:end] = [None] * len(others)
+            write_s += time.perf_counter() - t1
+        else:
+            t1 = time.perf_counter()
+            write_marked(self._store(), kind.schema.name, [], build_points(job, paths, kind.signature, [0]))
+            self._store().mark_complete(kind.schema.name, job.sha256, kind.signature, [stored(p) for p in paths])
+            rec.written, rec.chunks, rec.units = tuple(paths), n, None
+            write_s += time.perf_counter() - t1
+        rec.times["embed"], rec.times["write"] = embed_s, write_s
 
     def _embed_slice(self, recs: list[_Rec]) -> None:
         for name in self.plan.kinds:

@@ -22,15 +22,18 @@ import numpy as np
 import pytest
 from qdrant_client import models
 from stored_points import assert_same_points, mixed_folder, photo, points_of, run, stored
+from test_long_files import long_doc
 
 from indexer import distributed
 from indexer.distributed import Embedder, _pack, _Rec, make_plan, read_and_split, write_new
+from indexer.kinds import Documents
 from indexer.pipeline import Ingestor, bounded_runs, listing
 from indexer.report import IngestReport
 from indexer.service import IngestService
 from search.config import Settings
 from search.services import SearchService
 from search.store import Store
+from search.store.edge import EdgeStore
 
 
 def twin(settings: Settings, name: str) -> Settings:
@@ -209,6 +212,48 @@ def test_copies_with_other_suffixes_and_times(settings, tmp_path, monkeypatch):
     a, b = stored(settings), stored(on_ray)
     assert a and all(len(payload["paths"]) == 5 for _, payload in a.values())
     assert_same_points(a, b)
+
+
+def test_a_long_file_is_written_by_its_worker_as_it_is_embedded(settings, tmp_path, monkeypatch):
+    """With the workers writing, a file with more units than an embed slice is embedded and written a
+    slice at a time, its other units marked partial, its unit 0 last: the store ends as a local
+    ingest leaves it. A part the model rejects leaves none of that file."""
+    folder = tmp_path / "kb"
+    long_doc(folder, parts=6)
+    (folder / "short.md").write_text("# Parking\n\nPermits are issued by reception.\n")
+    local = run(settings, [folder])
+    monkeypatch.setattr(distributed, "UNITS_PER_EMBED_SLICE", 4)
+    writes, upsert = [], EdgeStore.upsert
+
+    def recorded(store, collection, points):
+        writes.append([(p.payload["path"], p.payload["chunk"], p.payload["partial"]) for p in points])
+        return upsert(store, collection, points)
+
+    monkeypatch.setattr(EdgeStore, "upsert", recorded)
+    on_ray = twin(settings, "ray-long")
+    report = ray_run(monkeypatch, on_ray, [folder])
+    assert outcomes(report) == outcomes(local)
+    assert_same_points(stored(settings), stored(on_ray))
+    long = [w for w in writes if w[0][0].endswith("long.md")]
+    assert len(long) > 3 and all(len(w) <= 4 for w in long)
+    assert all(chunk and partial > 0 for w in long[:-1] for _, chunk, partial in w) and long[-1][0][1:] == (0, 0.0)
+
+    embed = Documents.embed
+
+    def rejecting(kind, items):
+        got = embed(kind, items)
+        for k, item in enumerate(items):
+            if "Part 5:" in item:
+                got.vectors[k], got.errors[k] = None, "rejected by the test"
+        return got
+
+    monkeypatch.setattr(Documents, "embed", rejecting)
+    writes.clear()
+    rejected = twin(settings, "ray-rejected")
+    report = ray_run(monkeypatch, rejected, [folder])
+    assert [Path(o.path).name for o in report.failures] == ["long.md"] and report.counts["indexed"] == 1
+    assert any(w[0][0].endswith("long.md") for w in writes)  # parts were written before the rejection
+    assert {Path(payload["path"]).name for _, payload in stored(rejected).values()} == {"short.md"}
 
 
 def listing_paths(settings: Settings) -> dict[str, list[tuple[str, ...]]]:
