@@ -18,7 +18,13 @@ arrays until they are written, and writes them in bounded requests (indexer/pipe
 Since the ingest writes a long file's parts as they are embedded (indexer/pipeline.py, ``_stream``),
 what it holds no longer grows with the file: compare the peaks at two ``--words``.
 
-    python bench/bench_ingest_memory.py [--words N] [--memory-limit MB] [--json FILE]
+``--ray-worker``: instead, the Ray ingest's embed stage as a worker runs it when the workers write
+(``QDRANT_URL``; indexer/distributed.py), on this one document, in a subprocess: its stage functions
+without a cluster, writing to an embedded store in place of a Qdrant server (none here). Run twice
+in turn: a file longer than an embed slice embedded and written a slice at a time (as built), and
+the whole file as one slice (the code path before 2026-11-28, the baseline).
+
+    python bench/bench_ingest_memory.py [--words N] [--memory-limit MB] [--ray-worker] [--json FILE]
 
 ``--memory-limit``: run the ingest (not Triton) in a memory cgroup of that size (needs root; cgroup
 v1 or v2): whether it completes where its RSS peak is above the limit, i.e. whether the store's
@@ -177,10 +183,81 @@ def engine(chunks: int, rows: int, work: Path) -> dict:
     return json.loads(got.stdout)
 
 
+WORKER = """
+import json, pickle, sys, threading, time
+from pathlib import Path
+from indexer import distributed
+from indexer.distributed import Embedder, _pack, _Rec, make_plan, read_and_split
+from indexer.pipeline import Ingestor, listing
+from indexer.report import IngestReport
+from indexer.service import IngestService
+from search.config import Settings
+distributed.UNITS_PER_EMBED_SLICE, docs = int(sys.argv[1]), Path(sys.argv[2])
+peak = [0, 0]
+def sample():
+    while True:
+        f = dict(l.split(":", 1) for l in open("/proc/self/status") if ":" in l)
+        peak[0], peak[1] = max(peak[0], int(f["VmRSS"].split()[0])), max(peak[1], int(f["RssAnon"].split()[0]))
+        time.sleep(0.5)
+threading.Thread(target=sample, daemon=True).start()
+settings = Settings()
+svc = IngestService(settings)
+store = svc.resources.store
+kinds, _ = svc.kinds()
+ingestors = {k.name: Ingestor(store, k) for k in kinds}
+for ing in ingestors.values():
+    ing.open()
+plan = make_plan(settings, ingestors, [settings.triton_url], confine_to=None, kb=None, write=True)
+_, by_kind, _, _ = listing(IngestReport(), kinds, [docs], unavailable=None, gone_ok=False, confine_to=None,
+                           on_start=None, on_file=None)
+batch = read_and_split(_pack([_Rec(path, name) for name, paths in by_kind.items() for path in paths]), plan)
+start = time.perf_counter()
+recs = [pickle.loads(r) for part in Embedder(plan, store)(batch) for r in part["rec"]]
+seconds = time.perf_counter() - start
+assert all(r.written and not r.error for r in recs), [(r.path, r.error, r.stopped, r.fatal) for r in recs]
+sent = sum(len(pickle.dumps(r)) for r in recs)
+svc.close()
+print(json.dumps({"seconds": round(seconds, 1), "chunks": sum(r.chunks for r in recs), "peak_rss_mb": peak[0] // 1024,
+                  "peak_anon_mb": peak[1] // 1024, "record_bytes": sent}))
+"""
+
+
+def ray_worker(repo: Path, docs: Path, work: Path, slice_units: int) -> dict:
+    """The embed stage of a Ray worker that writes, on ``docs``, with embed slices of ``slice_units``."""
+    models = [m for m in built_triton_models(repo) if m.startswith(("minilm", "bge_m3"))]
+    data = work / f"worker-{slice_units}"
+    with LocalTriton(repo, work / "triton", models=models) as server:
+        env = {**os.environ, "SEARCH_DATA_DIR": str(data), "SEARCH_TRITON_REPO": str(repo),
+               "SEARCH_TRITON_URL": f"127.0.0.1:{server.grpc_port}"}
+        got = subprocess.run([sys.executable, "-c", WORKER, str(slice_units), str(docs)], env=env, cwd=ROOT,
+                             capture_output=True, text=True)
+    shutil.rmtree(data, ignore_errors=True)
+    if got.returncode != 0:
+        sys.exit(f"the worker failed ({got.returncode}): {got.stderr[-2000:]}")
+    return json.loads(got.stdout.strip().splitlines()[-1])
+
+
+def worker_main(args, repo: Path, work: Path, docs: Path) -> None:
+    res: dict = {"machine": machine(), "words": args.words, "bytes": (docs / "long.txt").stat().st_size}
+    from indexer.distributed import UNITS_PER_EMBED_SLICE  # noqa: PLC0415  (the default, printed)
+
+    for label, units in (("whole file", 10**9), ("sliced", UNITS_PER_EMBED_SLICE)):
+        res[label] = ray_worker(repo, docs, work, units)
+    print(f"{res['machine']}\n{res['words']:,} words ({res['bytes'] / 1e3:.0f} KB), {res['sliced']['chunks']:,} chunks")
+    for label in ("whole file", "sliced"):
+        r = res[label]
+        print(f"Ray worker, {label}: peak RSS {r['peak_rss_mb']:,} MB, anonymous {r['peak_anon_mb']:,} MB, "
+              f"{r['seconds']} s, records to the driver {r['record_bytes'] / 1e6:.2f} MB")
+    print(f"anonymous peak, sliced / whole file: {res['sliced']['peak_anon_mb'] / res['whole file']['peak_anon_mb']:.2f}x")
+    if args.json:
+        args.json.write_text(json.dumps(res, indent=2))
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--words", type=int, default=60_000, help="words in the generated document (default 60,000)")
     ap.add_argument("--memory-limit", type=int, metavar="MB", help="run the ingest in a memory cgroup of this size (root)")
+    ap.add_argument("--ray-worker", action="store_true", help="a Ray worker's embed stage that writes, sliced and whole")
     ap.add_argument("--json", type=Path, help="write the results here too")
     args = ap.parse_args()
     if not Path("/usr/bin/time").exists():
@@ -190,6 +267,8 @@ def main() -> None:
     cgroup = memory_cgroup(args.memory_limit) if args.memory_limit else None
     try:
         docs = document(work / "docs", args.words)
+        if args.ray_worker:
+            return worker_main(args, repo, work, docs)
         res: dict = {"machine": machine(), "words": args.words, "bytes": (docs / "long.txt").stat().st_size,
                      "memory_limit_mb": args.memory_limit}
         res["ingest"] = ingest(repo, docs, work, cgroup)
