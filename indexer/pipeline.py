@@ -154,16 +154,18 @@ class Ingestor:
         self._sweep()
 
     def _sweep(self) -> None:
-        """Points a run wrote for a long file before the file was complete (``_stream``), still
-        marked partial: a run stopped by a crash or kill -9. Complete files (stopped between their
-        unit 0 and ``_write``'s last step) are completed; the points of the others are deleted, on a
-        shared store only once no process has written them for STALE_PARTIAL_S (another may be
-        ingesting that file now)."""
+        """Points a run wrote before their file was complete, still marked partial: a run stopped by
+        a crash or kill -9. Complete files (stopped between their unit 0 and the mark's removal) are
+        completed; the points of the others are deleted. On a shared store, only once no process has
+        written them for STALE_PARTIAL_S: another may be writing that content now, and completing
+        it with the unit 0 it is about to replace would give its points that one's paths."""
         name = self.kind.schema.name
         for (sha, chunker), last in self.store.partial_contents(name).items():
+            if self.store.shared and time.time() - last <= STALE_PARTIAL_S:
+                continue
             if (paths := self.store.complete_paths(name, sha, chunker)) is not None:
                 self.store.mark_complete(name, sha, chunker, paths)
-            elif not self.store.shared or time.time() - last > STALE_PARTIAL_S:
+            else:
                 self.store.delete_chunking(name, sha, chunker)
 
     def stopped(self, files: list[Path], seen: set[str], report: IngestReport, exc: ModelNotReady) -> None:
@@ -558,8 +560,8 @@ def content_paths(job: _Job, previous: StoredFile | None) -> list[str]:
     return list(dict.fromkeys([job.path, *(p for p, _ in job.copies), *_existing(previous.paths if previous else ())]))
 
 
-def build_points(job: _Job, paths: list[str], signature: str, units: Iterable[int] | None = None,
-                 ) -> list[models.PointStruct]:
+def build_points(job: _Job, paths: list[str], signature: str,
+                 units: Iterable[int] | None = None) -> list[models.PointStruct]:
     """Stage 4: the points of new content, one per unit (``units``: those units only), in the order
     given (all: unit order, unit 0 first). Ids come from the content, the signature and the unit
     number, so writing them again duplicates nothing."""

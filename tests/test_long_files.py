@@ -88,7 +88,7 @@ def test_a_model_that_stops_mid_file_leaves_no_streamed_points(settings, tmp_pat
 def test_points_of_files_that_never_completed_are_swept_by_the_next_run(settings, tmp_path, monkeypatch):
     """What a crash leaves (points marked partial): the next run deletes those of unfinished files
     and marks complete those whose unit 0 was written; on a shared store (a Qdrant server) points
-    written recently may be another process's ingest in progress, and stay."""
+    written recently may be another process's ingest in progress, and stay as they are."""
     folder = tmp_path / "kb"
     (folder / "a").mkdir(parents=True)
     (folder / "a" / "note.md").write_text("# Note\n\nA short note.\n")
@@ -110,7 +110,9 @@ def test_points_of_files_that_never_completed_are_swept_by_the_next_run(settings
                 point("stale", 1, now - 2 * pipeline.STALE_PARTIAL_S),
                 # complete: its unit 0 lists a copy met after its parts were written
                 point("finished", 1, now - 10), point("finished", 2, now - 10),
-                point("finished", 0, 0.0, ("/gone/finished.md", "/gone/copy.md"))])
+                point("finished", 0, 0.0, ("/gone/finished.md", "/gone/copy.md")),
+                point("finished long ago", 1, now - 2 * pipeline.STALE_PARTIAL_S),
+                point("finished long ago", 0, 0.0, ("/gone/finished long ago.md", "/gone/copy.md"))])
         finally:
             store.close()
 
@@ -118,19 +120,22 @@ def test_points_of_files_that_never_completed_are_swept_by_the_next_run(settings
         out: dict[str, list] = {}
         for p in payloads(settings):
             out.setdefault(p["sha256"], []).append((p[PARTIAL], p["paths"]))
-        return {sha: sorted(v) for sha, v in out.items() if sha in ("unfinished", "stale", "finished")}
+        return {sha: sorted(v) for sha, v in out.items() if sha in ("unfinished", "stale", "finished", "finished long ago")}
 
     finished = [(0.0, ["/gone/finished.md", "/gone/copy.md"])] * 3
+    long_ago = [(0.0, ["/gone/finished long ago.md", "/gone/copy.md"])] * 2
 
     plant()
     monkeypatch.setattr(EdgeStore, "shared", property(lambda self: True))
     run(settings, [folder / "a"])
     assert left() == {"unfinished": [(now - 10, ["/gone/unfinished.md"]), (now - 5, ["/gone/unfinished.md"])],
-                      "finished": finished}
+                      "finished": [(0.0, ["/gone/finished.md", "/gone/copy.md"]), (now - 10, ["/gone/finished.md"]),
+                                   (now - 10, ["/gone/finished.md"])],
+                      "finished long ago": long_ago}
 
     monkeypatch.setattr(EdgeStore, "shared", property(lambda self: False))  # the embedded store: one process
     run(settings, [folder / "a"])
-    assert left() == {"finished": finished}
+    assert left() == {"finished": finished, "finished long ago": long_ago}
 
 
 def test_content_chunked_anew_keeps_its_parts_when_its_old_path_changes_meanwhile(settings, tmp_path, streaming):
