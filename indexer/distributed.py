@@ -267,23 +267,19 @@ class Embedder:
         unit 0 last. The actor holds one slice's vectors, not the file's. A part the model rejects, a
         model that stops or no replica left: what was written of the file is deleted."""
         name, n = rec.kind, len(rec.units)
+        kind = self._kinds()[name]  # its collection and signature: the same on every replica
         job = _Job(rec.read.path, rec.read.sha256, rec.read.size, rec.read.mtime, rec.units, "", vectors=[None] * n)
         paths = content_paths(job, _stored(self.plan)[name].get(job.sha256))
         embed_s = write_s = 0.0
         for start in range(0, n, UNITS_PER_EMBED_SLICE):
             end = min(n, start + UNITS_PER_EMBED_SLICE)
             t0 = time.perf_counter()
-            try:
-                embedded = self._embed(name, [u.item for u in rec.units[start:end]])
+            embedded = self._embed_or_mark(name, [u.item for u in rec.units[start:end]], [rec])
+            if embedded is not None:
                 rec.truncated += embedded.truncated
                 rec.error = next(iter(embedded.errors.values()), "")
-            except ModelNotReady as exc:
-                rec.stopped = str(exc)
-            except TritonUnavailable as exc:
-                rec.fatal = str(exc)
             t1 = time.perf_counter()
             embed_s += t1 - t0
-            kind = self._kinds()[name]
             if rec.error or rec.stopped or rec.fatal:
                 if start:
                     self._store().delete_chunking(kind.schema.name, job.sha256, kind.signature)
@@ -308,15 +304,8 @@ class Embedder:
                 continue
             items = [u.item for r in todo for u in r.units]
             t0 = time.perf_counter()
-            try:
-                embedded = self._embed(name, items)
-            except ModelNotReady as exc:
-                for r in todo:
-                    r.stopped = str(exc)
-                continue
-            except TritonUnavailable as exc:
-                for r in todo:
-                    r.fatal = str(exc)
+            embedded = self._embed_or_mark(name, items, todo)
+            if embedded is None:
                 continue
             seconds = time.perf_counter() - t0
             todo[0].truncated = embedded.truncated
@@ -327,6 +316,19 @@ class Embedder:
                 r.error = next((embedded.errors[i] for i in range(k, k + n) if i in embedded.errors), "")
                 r.times["embed"] = seconds * n / len(items)
                 k += n
+
+    def _embed_or_mark(self, name: str, items: list, recs: list[_Rec]):
+        """``items`` embedded; or None, ``recs`` marked stopped (the kind's model failed) or fatal (no
+        replica answered)."""
+        try:
+            return self._embed(name, items)
+        except ModelNotReady as exc:
+            for r in recs:
+                r.stopped = str(exc)
+        except TritonUnavailable as exc:
+            for r in recs:
+                r.fatal = str(exc)
+        return None
 
     def _embed(self, name: str, items: list):
         urls = self.plan.urls
