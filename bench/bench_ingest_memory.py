@@ -45,6 +45,8 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -106,11 +108,17 @@ def memory_cgroup(limit_mb: int) -> Path:
     return group
 
 
-def ingest(repo: Path, docs: Path, work: Path, cgroup: Path | None = None) -> dict:
+@contextmanager
+def served(repo: Path, work: Path) -> Iterator[dict[str, str]]:
+    """MiniLM and the tiny BGE-M3 on a local Triton; the environment a process needs to use them."""
     models = [m for m in built_triton_models(repo) if m.startswith(("minilm", "bge_m3"))]
     with LocalTriton(repo, work / "triton", models=models) as server:
-        env = {**os.environ, "SEARCH_DATA_DIR": str(work / "data"), "SEARCH_TRITON_REPO": str(repo),
-               "SEARCH_TRITON_URL": f"127.0.0.1:{server.grpc_port}"}
+        yield {**os.environ, "SEARCH_TRITON_REPO": str(repo), "SEARCH_TRITON_URL": f"127.0.0.1:{server.grpc_port}"}
+
+
+def ingest(repo: Path, docs: Path, work: Path, cgroup: Path | None = None) -> dict:
+    with served(repo, work) as env:
+        env["SEARCH_DATA_DIR"] = str(work / "data")
         start = time.perf_counter()
         join = (lambda: (cgroup / "cgroup.procs").write_text(str(os.getpid()))) if cgroup else None
         proc = subprocess.Popen(["/usr/bin/time", "-v", sys.executable, "-m", "indexer", "ingest", "--json", str(docs)],
@@ -222,15 +230,11 @@ print(json.dumps({"seconds": round(seconds, 1), "chunks": sum(r.chunks for r in 
 """
 
 
-def ray_worker(repo: Path, docs: Path, work: Path, slice_units: int) -> dict:
+def ray_worker(env: dict[str, str], docs: Path, work: Path, slice_units: int) -> dict:
     """The embed stage of a Ray worker that writes, on ``docs``, with embed slices of ``slice_units``."""
-    models = [m for m in built_triton_models(repo) if m.startswith(("minilm", "bge_m3"))]
     data = work / f"worker-{slice_units}"
-    with LocalTriton(repo, work / "triton", models=models) as server:
-        env = {**os.environ, "SEARCH_DATA_DIR": str(data), "SEARCH_TRITON_REPO": str(repo),
-               "SEARCH_TRITON_URL": f"127.0.0.1:{server.grpc_port}"}
-        got = subprocess.run([sys.executable, "-c", WORKER, str(slice_units), str(docs)], env=env, cwd=ROOT,
-                             capture_output=True, text=True)
+    got = subprocess.run([sys.executable, "-c", WORKER, str(slice_units), str(docs)], cwd=ROOT,
+                         env={**env, "SEARCH_DATA_DIR": str(data)}, capture_output=True, text=True)
     shutil.rmtree(data, ignore_errors=True)
     if got.returncode != 0:
         sys.exit(f"the worker failed ({got.returncode}): {got.stderr[-2000:]}")
@@ -241,8 +245,9 @@ def worker_main(args, repo: Path, work: Path, docs: Path) -> None:
     res: dict = {"machine": machine(), "words": args.words, "bytes": (docs / "long.txt").stat().st_size}
     from indexer.distributed import UNITS_PER_EMBED_SLICE  # noqa: PLC0415  (the default, printed)
 
-    for label, units in (("whole file", 10**9), ("sliced", UNITS_PER_EMBED_SLICE)):
-        res[label] = ray_worker(repo, docs, work, units)
+    with served(repo, work) as env:
+        for label, units in (("whole file", 10**9), ("sliced", UNITS_PER_EMBED_SLICE)):
+            res[label] = ray_worker(env, docs, work, units)
     print(f"{res['machine']}\n{res['words']:,} words ({res['bytes'] / 1e3:.0f} KB), {res['sliced']['chunks']:,} chunks")
     for label in ("whole file", "sliced"):
         r = res[label]
@@ -260,6 +265,8 @@ def main() -> None:
     ap.add_argument("--ray-worker", action="store_true", help="a Ray worker's embed stage that writes, sliced and whole")
     ap.add_argument("--json", type=Path, help="write the results here too")
     args = ap.parse_args()
+    if args.ray_worker and args.memory_limit:
+        ap.error("--memory-limit applies to `indexer ingest`, not to --ray-worker")
     if not Path("/usr/bin/time").exists():
         sys.exit("needs /usr/bin/time (Debian: apt-get install time)")
     repo = model_repo()
