@@ -192,7 +192,7 @@ def engine(chunks: int, rows: int, work: Path) -> dict:
 
 
 WORKER = """
-import json, pickle, sys, threading, time
+import json, pickle, sys, time
 from pathlib import Path
 from indexer import distributed
 from indexer.distributed import Embedder, _pack, _Rec, make_plan, read_and_split
@@ -201,13 +201,6 @@ from indexer.report import IngestReport
 from indexer.service import IngestService
 from search.config import Settings
 distributed.UNITS_PER_EMBED_SLICE, docs = int(sys.argv[1]), Path(sys.argv[2])
-peak = [0, 0]
-def sample():
-    while True:
-        f = dict(l.split(":", 1) for l in open("/proc/self/status") if ":" in l)
-        peak[0], peak[1] = max(peak[0], int(f["VmRSS"].split()[0])), max(peak[1], int(f["RssAnon"].split()[0]))
-        time.sleep(0.5)
-threading.Thread(target=sample, daemon=True).start()
 settings = Settings()
 svc = IngestService(settings)
 store = svc.resources.store
@@ -225,20 +218,32 @@ seconds = time.perf_counter() - start
 assert all(r.written and not r.error for r in recs), [(r.path, r.error, r.stopped, r.fatal) for r in recs]
 sent = sum(len(pickle.dumps(r)) for r in recs)
 svc.close()
-print(json.dumps({"seconds": round(seconds, 1), "chunks": sum(r.chunks for r in recs), "peak_rss_mb": peak[0] // 1024,
-                  "peak_anon_mb": peak[1] // 1024, "record_bytes": sent}))
+print(json.dumps({"seconds": round(seconds, 1), "chunks": sum(r.chunks for r in recs), "record_bytes": sent}))
 """
 
 
 def ray_worker(env: dict[str, str], docs: Path, work: Path, slice_units: int) -> dict:
     """The embed stage of a Ray worker that writes, on ``docs``, with embed slices of ``slice_units``."""
     data = work / f"worker-{slice_units}"
-    got = subprocess.run([sys.executable, "-c", WORKER, str(slice_units), str(docs)], cwd=ROOT,
-                         env={**env, "SEARCH_DATA_DIR": str(data)}, capture_output=True, text=True)
+    proc = subprocess.Popen([sys.executable, "-c", WORKER, str(slice_units), str(docs)], cwd=ROOT,
+                            env={**env, "SEARCH_DATA_DIR": str(data)}, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True)
+    peak = [0, 0]  # RSS, its anonymous part (KB)
+
+    def sample() -> None:
+        while proc.poll() is None:
+            if (kb := rss_kb(proc.pid)) is not None:
+                peak[:] = [max(a, b) for a, b in zip(peak, kb)]
+            time.sleep(0.5)
+
+    watcher = threading.Thread(target=sample, daemon=True)
+    watcher.start()
+    out, err = proc.communicate()
+    watcher.join()
     shutil.rmtree(data, ignore_errors=True)
-    if got.returncode != 0:
-        sys.exit(f"the worker failed ({got.returncode}): {got.stderr[-2000:]}")
-    return json.loads(got.stdout.strip().splitlines()[-1])
+    if proc.returncode != 0:
+        sys.exit(f"the worker failed ({proc.returncode}): {err[-2000:]}")
+    return {**json.loads(out.strip().splitlines()[-1]), "peak_rss_mb": peak[0] // 1024, "peak_anon_mb": peak[1] // 1024}
 
 
 def worker_main(args, repo: Path, work: Path, docs: Path) -> None:
