@@ -14,7 +14,8 @@ new content themselves, in batches, the file-complete markers (unit 0) after the
 vectors. The rest of the bookkeeping needs one view of what is stored and
 stays on the driver: known content (moves, copies, unchanged files), the paths of content written
 by a worker that the rules changed since the run was planned, prune. With the embedded store (one
-opener) the driver writes everything. Point ids are derived from content, so a block Ray runs
+opener) the driver writes everything; a file longer than an embed slice reaches it in parts, one
+record per slice, each written as it comes. Point ids are derived from content, so a block Ray runs
 twice writes the same points again, never new ones.
 """
 
@@ -106,6 +107,7 @@ class _Rec:
     written: tuple[str, ...] | None = None  # a worker wrote its points, with these paths
     chunks: int = 0  # its units, once written (units and vectors are dropped then)
     times: dict[str, float] = field(default_factory=dict)
+    part: tuple[int, int] | None = None  # a long file sent in parts: (its first unit here, the file's units)
 
     def count(self) -> int:
         return len(self.units) if self.units else self.chunks
@@ -245,7 +247,11 @@ class Embedder:
     def __call__(self, batch: dict) -> Iterator[dict]:
         recs: list[_Rec] = [pickle.loads(raw) for raw in batch["rec"]]
         for part in bounded_runs(recs, lambda r: len(r.units or ()), UNITS_PER_EMBED_SLICE):
-            if self.plan.write and len(part[0].units or ()) > UNITS_PER_EMBED_SLICE:  # a slice of its own
+            long = len(part[0].units or ()) > UNITS_PER_EMBED_SLICE  # a slice of its own
+            if long and not self.plan.write:
+                yield from (_pack([piece]) for piece in self._embed_in_parts(part[0]))
+                continue
+            if long:
                 self._embed_and_write_long(part[0])
             else:
                 self._embed_slice(part)
@@ -296,6 +302,20 @@ class Embedder:
             rec.written, rec.chunks, rec.units = tuple(paths), n, None
             write_s += time.perf_counter() - t1
         rec.times["embed"], rec.times["write"] = embed_s, write_s
+
+    def _embed_in_parts(self, rec: _Rec) -> Iterator[_Rec]:
+        """A file with more units than a slice, the driver writing (the embedded store): a record per
+        slice with its units and their vectors, sent as it is embedded, so neither the actor nor
+        Ray's store holds the file's vectors at once; the driver writes each part as it comes
+        (``Ingestor.part``). A part the model rejects, or a model that stops, is the last sent."""
+        n = len(rec.units)
+        for start in range(0, n, UNITS_PER_EMBED_SLICE):
+            piece = _Rec(rec.path, rec.kind, read=rec.read, units=rec.units[start:start + UNITS_PER_EMBED_SLICE],
+                         times=dict(rec.times) if start == 0 else {}, part=(start, n))  # read and split: counted once
+            self._embed_slice([piece])
+            yield piece
+            if piece.error or piece.stopped or piece.fatal:
+                return
 
     def _embed_slice(self, recs: list[_Rec]) -> None:
         for name in self.plan.kinds:
@@ -456,6 +476,8 @@ def _run(ray, store, kinds, roots, by_kind, confine, done, report: IngestReport,
         for rec in _stream(ray, plan, files, settings):
             if stop is not None and stop():
                 report.cancelled = True
+                for ing in ingestors.values():
+                    ing.abandon()  # a long file cut between its parts
                 break
             _apply(rec, ingestors[rec.kind], report, emit, stages, by_kind, seen, rules)
     t0 = time.perf_counter()
@@ -519,6 +541,8 @@ def _apply(rec: _Rec, ing: Ingestor, report: IngestReport, emit, stages: dict, b
     outcomes: list[FileOutcome] = []
     if rec.outcome is not None:
         outcomes = [replace(rec.outcome, kind=name)]
+    elif rec.part is not None:
+        outcomes = ing.part(rec.read, *rec.part, rec.units, rec.vectors or [], rec.error)
     else:
         admitted = ing.admit(rec.read)
         if isinstance(admitted, FileOutcome):
@@ -535,7 +559,7 @@ def _apply(rec: _Rec, ing: Ingestor, report: IngestReport, emit, stages: dict, b
     for o in outcomes:
         emit(o)
     stages[rules]["seconds"] += time.perf_counter() - t0
-    stages[rules]["items"] += 1
+    stages[rules]["items"] += rec.part is None or rec.part[0] == 0  # a file, not each of its parts
 
 
 def _here(ing: Ingestor, path: Path) -> list[FileOutcome]:

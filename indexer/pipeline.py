@@ -110,6 +110,8 @@ class Ingestor:
         self.stale: dict[str, set[str]] = {}
         self._opened = False
         self._written: dict[str, str] = {}  # content embedded and written in this run -> the path it was written for
+        # Long files arriving in parts (``part``): path -> its job, or None for a file not admitted.
+        self._parts: dict[str, _Job | None] = {}
 
     def run(self, files: list[Path], roots: list[Path], report: IngestReport, done: Callable[[FileOutcome], None],
             *, prune: bool = False, optimize: bool = True) -> None:
@@ -176,6 +178,7 @@ class Ingestor:
             if job.sha256 not in self.by_sha:
                 self.kind.forget(job.sha256)  # e.g. the thumbnail of a photo that is not indexed
         self._inflight.clear()
+        self._parts.clear()
         left = sum(str(f) not in seen for f in files)
         report.stopped[self.kind.name] = str(exc)
         report.unavailable[self.kind.name] = (left, f"stopped: {exc}")
@@ -317,6 +320,40 @@ class Ingestor:
         self._inflight[job.sha256] = job
         return self._write(job) if not job.error else self._reject(job)
 
+    def part(self, got: Read, start: int, n: int, units: list[Unit], vectors: list, error: str = "") -> list[FileOutcome]:
+        """One part of a long file embedded elsewhere (the Ray path with the embedded store), parts
+        in order: the first is admitted as a whole file is; each part's units but unit 0 are written
+        as the part comes, marked partial, and their vectors let go; the last part completes the
+        file, and a part the model rejected deletes what was written of it. The later parts of a
+        file that was not admitted (known content, a copy of content in flight) are dropped."""
+        if start == 0:
+            admitted = self.admit(got)
+            if admitted is not got:
+                self._parts[got.path] = None
+                return [admitted] if isinstance(admitted, FileOutcome) else []
+            job = _Job(got.path, got.sha256, got.size, got.mtime, [None] * n, self.status_of(got.path), vectors=[None] * n)
+            self._parts[got.path] = self._inflight[got.sha256] = job
+        job = self._parts.get(got.path)
+        if job is None:
+            return []
+        end = start + len(units)
+        job.units[start:end], job.vectors[start:end] = units, vectors
+        if error or end == n:
+            del self._parts[got.path]
+            job.error = error
+            return self._write(job) if not error else self._reject(job)
+        job.ready = list(range(max(start, 1), end))
+        self._stream(job)
+        return []
+
+    def abandon(self) -> None:
+        """Long files whose last part will not come (the run was cancelled): what was written of
+        them goes now, not at the next run's sweep."""
+        for job in self._parts.values():
+            if job is not None:
+                self._drop(job)
+        self._parts.clear()
+
     def rewritten(self, sha: str) -> None:
         """Content written in this run was written again, for a copy of it, by a Ray worker that could
         not know it was a copy (indexer/distributed.py): put back what the store held for it."""
@@ -365,11 +402,15 @@ class Ingestor:
         job.ready, job.ready_values, job.streamed = [], 0, True
 
     def _reject(self, job: _Job) -> list[FileOutcome]:
+        self._drop(job)
+        return [FileOutcome(p, FAILED, job.error, kind=self.kind.name) for p in (job.path, *(p for p, _ in job.copies))]
+
+    def _drop(self, job: _Job) -> None:
+        """Forget a job that will not be written, and delete what was written of it."""
         if job.streamed:
             self.store.delete_chunking(self.kind.schema.name, job.sha256, self.kind.signature)
         del self._inflight[job.sha256]
         self.kind.forget(job.sha256)
-        return [FileOutcome(p, FAILED, job.error, kind=self.kind.name) for p in (job.path, *(p for p, _ in job.copies))]
 
     def _flush(self) -> None:
         """Write buffered points: all later units first, then the unit-0 points that mark their

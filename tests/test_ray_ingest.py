@@ -18,6 +18,9 @@ ray = pytest.importorskip("ray")
 from processes import run_cli  # noqa: E402
 from ray.cluster_utils import Cluster  # noqa: E402
 from stored_points import assert_same_points, mixed_folder, run, stored  # noqa: E402
+from test_long_files import long_doc  # noqa: E402
+
+from indexer.distributed import UNITS_PER_EMBED_SLICE  # noqa: E402
 
 MB = 2**20
 # Each node's object store. An embed batch of 32 BGE-M3 notes is one ~40 MB object (its ColBERT rows);
@@ -61,9 +64,12 @@ def twin(settings: Settings, name: str) -> Settings:
 
 
 def test_ray_ingest_equals_local_ingest(cluster, settings, mixed):
-    """The same stored points as a local ingest; then, in a second run, a move and a deletion follow the
-    local rules (the moved photo keeps its vectors, the deleted one is pruned) and nothing else changes."""
+    """The same stored points as a local ingest (a file longer than an embed slice included: it
+    reaches the driver in parts); then, in a second run, a move and a deletion follow the local rules
+    (the moved photo keeps its vectors, the deleted one is pruned) and nothing else changes."""
+    long_doc(mixed, parts=60)
     local = run(settings, [mixed])
+    assert next(o.chunks for o in local.outcomes if o.path.endswith("long.md")) > UNITS_PER_EMBED_SLICE
     on_ray = twin(settings, "ray-data")
     report = run(on_ray, [mixed], ray="")
     assert outcomes(report) == outcomes(local)

@@ -8,6 +8,8 @@ its functions run in this process, against the real Triton and a real embedded s
   same stage functions run here, every block written before the driver sees the first one (the
   order a cluster that runs ahead of the driver gives): the driver's rules (copies, moves, changed
   files, prune) on top of the workers' writes leave what a local ingest leaves.
+- A file longer than an embed slice, written a slice at a time: by its worker, or, with the
+  embedded store, by the driver, which gets it in parts.
 """
 
 from __future__ import annotations
@@ -129,34 +131,38 @@ def test_vectors_cross_between_stages_as_float32_and_come_back_exact():
     assert np.array_equal(back["bge_colbert"], colbert) and back["no_rows"].shape == (0, 1024)
 
 
-def fake_ray(monkeypatch, svc: IngestService) -> None:
+def fake_ray(monkeypatch, svc: IngestService, write: bool = True, sent: list | None = None) -> None:
     """distributed.ingest with the workers writing, its cluster replaced by this process: every block
     is read, embedded and written (into the driver's own store, the one opener the embedded store
-    admits) before the driver applies the first record."""
+    admits) before the driver applies the first record. ``write=False``: the embedded store's way,
+    the driver writes; ``sent`` gets each record's (file name, units, part) as the driver gets it."""
 
     class RayError(Exception):
         pass
 
     def stream(ray, plan, files, settings):
-        assert plan.write
+        assert plan.write == write
         out = []
         for k in range(0, len(files), 3):
             batch = read_and_split(_pack([_Rec(path, name) for path, name in files[k:k + 3]]), plan)
-            out += embed(Embedder(plan, svc.resources.store), batch)
+            out += embed(Embedder(plan, svc.resources.store if write else None), batch)
         for raw in out:
-            yield pickle.loads(raw)
+            rec = pickle.loads(raw)
+            if sent is not None:
+                sent.append((rec.path.name, len(rec.units or ()), rec.part))
+            yield rec
 
-    monkeypatch.setattr(distributed, "workers_write", lambda settings: True)
+    monkeypatch.setattr(distributed, "workers_write", lambda settings: write)
     monkeypatch.setattr(distributed, "connect", lambda address: (SimpleNamespace(exceptions=SimpleNamespace(RayError=RayError)), False))
     monkeypatch.setattr(distributed, "check_nodes", lambda ray, roots, writable: None)
     monkeypatch.setattr(distributed, "_stream", stream)
 
 
-def ray_run(monkeypatch, settings: Settings, paths, **kw):
+def ray_run(monkeypatch, settings: Settings, paths, write: bool = True, sent: list | None = None, **kw):
     svc = IngestService(settings)
     try:
         with monkeypatch.context() as m:
-            fake_ray(m, svc)
+            fake_ray(m, svc, write, sent)
             return svc.ingest(paths, ray="", **kw)
     finally:
         svc.close()
@@ -214,12 +220,15 @@ def test_copies_with_other_suffixes_and_times(settings, tmp_path, monkeypatch):
     assert_same_points(a, b)
 
 
-def test_a_long_file_is_written_by_its_worker_as_it_is_embedded(settings, tmp_path, monkeypatch):
-    """With the workers writing, a file with more units than an embed slice is embedded and written a
-    slice at a time, its other units marked partial, its unit 0 last: the store ends as a local
-    ingest leaves it. A part the model rejects leaves none of that file."""
+@pytest.mark.parametrize("write", [True, False], ids=["workers-write", "driver-writes"])
+def test_a_long_file_is_embedded_and_written_a_slice_at_a_time(settings, tmp_path, monkeypatch, write):
+    """A file with more units than an embed slice is embedded a slice at a time and written as each
+    slice is: by its worker when the workers write (a Qdrant server), by the driver, which gets the
+    file in parts, with the embedded store. Its other units are marked partial, its unit 0 comes
+    last, and the store ends as a local ingest leaves it. A part the model rejects leaves none of
+    that file; with the driver writing, neither does a run cancelled between two parts."""
     folder = tmp_path / "kb"
-    long_doc(folder, parts=6)
+    long_doc(folder, parts=10)
     (folder / "short.md").write_text("# Parking\n\nPermits are issued by reception.\n")
     local = run(settings, [folder])
     monkeypatch.setattr(distributed, "UNITS_PER_EMBED_SLICE", 4)
@@ -230,30 +239,44 @@ def test_a_long_file_is_written_by_its_worker_as_it_is_embedded(settings, tmp_pa
         return upsert(store, collection, points)
 
     monkeypatch.setattr(EdgeStore, "upsert", recorded)
-    on_ray = twin(settings, "ray-long")
-    report = ray_run(monkeypatch, on_ray, [folder])
+    on_ray, sent = twin(settings, "ray-long"), []
+    report = ray_run(monkeypatch, on_ray, [folder], write=write, sent=sent)
     assert outcomes(report) == outcomes(local)
     assert_same_points(stored(settings), stored(on_ray))
     long = [w for w in writes if w[0][0].endswith("long.md")]
     assert len(long) > 3 and all(len(w) <= 4 for w in long)
     assert all(chunk and partial > 0 for w in long[:-1] for _, chunk, partial in w) and long[-1][0][1:] == (0, 0.0)
+    if not write:  # the driver got the file in parts of a slice each, and counts it as one file written
+        n = next(o.chunks for o in local.outcomes if o.path.endswith("long.md"))
+        parts = [(units, part) for name, units, part in sent if name == "long.md"]
+        assert [part for _, part in parts] == [(start, n) for start in range(0, n, 4)] and all(u <= 4 for u, _ in parts)
+        assert report.stages["write"]["items"] == 2 and report.stages["embed"]["items"] == local.embedded_chunks
 
     embed = Documents.embed
 
     def rejecting(kind, items):
         got = embed(kind, items)
         for k, item in enumerate(items):
-            if "Part 5:" in item:
+            if "Part 8:" in item:
                 got.vectors[k], got.errors[k] = None, "rejected by the test"
         return got
 
-    monkeypatch.setattr(Documents, "embed", rejecting)
-    writes.clear()
-    rejected = twin(settings, "ray-rejected")
-    report = ray_run(monkeypatch, rejected, [folder])
+    with monkeypatch.context() as m:
+        m.setattr(Documents, "embed", rejecting)
+        writes.clear()
+        rejected = twin(settings, "ray-rejected")
+        report = ray_run(monkeypatch, rejected, [folder], write=write)
     assert [Path(o.path).name for o in report.failures] == ["long.md"] and report.counts["indexed"] == 1
     assert any(w[0][0].endswith("long.md") for w in writes)  # parts were written before the rejection
     assert {Path(payload["path"]).name for _, payload in stored(rejected).values()} == {"short.md"}
+    if write:
+        return
+
+    asked = []  # the driver asks before each record: stop at long.md's third part
+    cancelled = twin(settings, "ray-cancelled")
+    report = ray_run(monkeypatch, cancelled, [folder], write=False, stop=lambda: asked.append(1) or len(asked) > 2)
+    assert report.cancelled and not report.outcomes
+    assert stored(cancelled) == {}  # its first two parts were written, then deleted
 
 
 def listing_paths(settings: Settings) -> dict[str, list[tuple[str, ...]]]:
