@@ -23,8 +23,12 @@ what it holds no longer grows with the file: compare the peaks at two ``--words`
 without a cluster, writing to an embedded store in place of a Qdrant server (none here). Run twice
 in turn: a file longer than an embed slice embedded and written a slice at a time (as built), and
 the whole file as one slice (the code path before 2026-11-28, the baseline).
+``--ray-worker sends``: the same for the embedded store's way, where the worker sends the vectors
+to the driver, which writes: the file sent in parts of a slice each (as built) against the whole
+file as one record (before 2026-11-28). Also printed: the largest record, which is one object in
+Ray's store and what the driver holds at once.
 
-    python bench/bench_ingest_memory.py [--words N] [--memory-limit MB] [--ray-worker] [--json FILE]
+    python bench/bench_ingest_memory.py [--words N] [--memory-limit MB] [--ray-worker [writes|sends]] [--json FILE]
 
 ``--memory-limit``: run the ingest (not Triton) in a memory cgroup of that size (needs root; cgroup
 v1 or v2): whether it completes where its RSS peak is above the limit, i.e. whether the store's
@@ -200,7 +204,7 @@ from indexer.pipeline import Ingestor, listing
 from indexer.report import IngestReport
 from indexer.service import IngestService
 from search.config import Settings
-distributed.UNITS_PER_EMBED_SLICE, docs = int(sys.argv[1]), Path(sys.argv[2])
+distributed.UNITS_PER_EMBED_SLICE, docs, write = int(sys.argv[1]), Path(sys.argv[2]), sys.argv[3] == "writes"
 settings = Settings()
 svc = IngestService(settings)
 store = svc.resources.store
@@ -208,24 +212,30 @@ kinds, _ = svc.kinds()
 ingestors = {k.name: Ingestor(store, k) for k in kinds}
 for ing in ingestors.values():
     ing.open()
-plan = make_plan(settings, ingestors, [settings.triton_url], confine_to=None, kb=None, write=True)
+plan = make_plan(settings, ingestors, [settings.triton_url], confine_to=None, kb=None, write=write)
 _, by_kind, _, _ = listing(IngestReport(), kinds, [docs], unavailable=None, gone_ok=False, confine_to=None,
                            on_start=None, on_file=None)
 batch = read_and_split(_pack([_Rec(path, name) for name, paths in by_kind.items() for path in paths]), plan)
-start = time.perf_counter()
-recs = [pickle.loads(r) for part in Embedder(plan, store)(batch) for r in part["rec"]]
+start, sizes, chunks = time.perf_counter(), [], 0
+for part in Embedder(plan, store if write else None)(batch):  # a record at a time, as the driver takes them
+    for raw in part["rec"]:
+        rec = pickle.loads(raw)
+        assert (rec.written or not write) and not (rec.error or rec.stopped or rec.fatal), (rec.path, rec.error, rec.stopped)
+        sizes.append(len(raw))
+        chunks += rec.chunks or len(rec.units or ())
+    del part, rec, raw
 seconds = time.perf_counter() - start
-assert all(r.written and not r.error for r in recs), [(r.path, r.error, r.stopped, r.fatal) for r in recs]
-sent = sum(len(pickle.dumps(r)) for r in recs)
 svc.close()
-print(json.dumps({"seconds": round(seconds, 1), "chunks": sum(r.chunks for r in recs), "record_bytes": sent}))
+print(json.dumps({"seconds": round(seconds, 1), "chunks": chunks, "record_bytes": sum(sizes), "records": len(sizes),
+                  "max_record_bytes": max(sizes)}))
 """
 
 
-def ray_worker(env: dict[str, str], docs: Path, work: Path, slice_units: int) -> dict:
-    """The embed stage of a Ray worker that writes, on ``docs``, with embed slices of ``slice_units``."""
-    data = work / f"worker-{slice_units}"
-    proc = subprocess.Popen([sys.executable, "-c", WORKER, str(slice_units), str(docs)], cwd=ROOT,
+def ray_worker(env: dict[str, str], docs: Path, work: Path, slice_units: int, mode: str) -> dict:
+    """The embed stage of a Ray worker, on ``docs``, with embed slices of ``slice_units``; ``mode``:
+    "writes" (the points) or "sends" (the vectors, to the driver)."""
+    data = work / f"worker-{mode}-{slice_units}"
+    proc = subprocess.Popen([sys.executable, "-c", WORKER, str(slice_units), str(docs), mode], cwd=ROOT,
                             env={**env, "SEARCH_DATA_DIR": str(data)}, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             text=True)
     peak = [0, 0]  # RSS, its anonymous part (KB)
@@ -250,14 +260,16 @@ def worker_main(args, repo: Path, work: Path, docs: Path) -> None:
     res: dict = {"machine": machine(), "words": args.words, "bytes": (docs / "long.txt").stat().st_size}
     from indexer.distributed import UNITS_PER_EMBED_SLICE  # noqa: PLC0415  (the default, printed)
 
+    res["mode"] = args.ray_worker  # writes: the points (a Qdrant server); sends: the vectors, to the driver
     with served(repo, work) as env:
         for label, units in (("whole file", 10**9), ("sliced", UNITS_PER_EMBED_SLICE)):
-            res[label] = ray_worker(env, docs, work, units)
+            res[label] = ray_worker(env, docs, work, units, args.ray_worker)
     print(f"{res['machine']}\n{res['words']:,} words ({res['bytes'] / 1e3:.0f} KB), {res['sliced']['chunks']:,} chunks")
     for label in ("whole file", "sliced"):
         r = res[label]
-        print(f"Ray worker, {label}: peak RSS {r['peak_rss_mb']:,} MB, anonymous {r['peak_anon_mb']:,} MB, "
-              f"{r['seconds']} s, records to the driver {r['record_bytes'] / 1e6:.2f} MB")
+        print(f"Ray worker that {args.ray_worker}, {label}: peak RSS {r['peak_rss_mb']:,} MB, anonymous {r['peak_anon_mb']:,} MB, "
+              f"{r['seconds']} s, {r['records']} records to the driver, {r['record_bytes'] / 1e6:.2f} MB "
+              f"(the largest {r['max_record_bytes'] / 1e6:.2f} MB)")
     print(f"anonymous peak, sliced / whole file: {res['sliced']['peak_anon_mb'] / res['whole file']['peak_anon_mb']:.2f}x")
     if args.json:
         args.json.write_text(json.dumps(res, indent=2))
@@ -267,7 +279,9 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--words", type=int, default=60_000, help="words in the generated document (default 60,000)")
     ap.add_argument("--memory-limit", type=int, metavar="MB", help="run the ingest in a memory cgroup of this size (root)")
-    ap.add_argument("--ray-worker", action="store_true", help="a Ray worker's embed stage that writes, sliced and whole")
+    ap.add_argument("--ray-worker", nargs="?", const="writes", choices=["writes", "sends"],
+                    help="a Ray worker's embed stage, sliced and whole: one that writes the points (default), "
+                         "or one that sends the vectors to the driver (the embedded store)")
     ap.add_argument("--json", type=Path, help="write the results here too")
     args = ap.parse_args()
     if args.ray_worker and args.memory_limit:
