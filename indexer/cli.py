@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import shlex
 import signal
+import sys
 import time
 from pathlib import Path
 
@@ -62,7 +63,7 @@ def ingest(
                                  "still failing as in the last run."),
     kb: str = typer.Option(None, "--kb", help="The knowledge base to index into (created on first use) \\[default: default]."),
     as_json: bool = typer.Option(False, "--json", help="Print the summary as JSON."),
-    ray: str = typer.Option(None, "--ray", flag_value="", metavar="[ADDRESS]",
+    ray: str = typer.Option(None, "--ray", metavar="[ADDRESS]",
                             help="Run the ingest as a Ray Data pipeline: on the cluster at ADDRESS (\"auto\": the one "
                                  "`ray start` runs here), else SEARCH_RAY_ADDRESS, else a local Ray. Put it after PATHS, "
                                  "or write --ray=ADDRESS. Files must be at the same path on every node (docs/scale.md)."),
@@ -360,5 +361,12 @@ def watches(ctx: typer.Context, as_json: bool = typer.Option(False, "--json", he
 reflow_help(app)
 
 
+def optional_value(args: list[str], option: str) -> list[str]:
+    """``option`` given alone (last, or before another option) as ``option=``, an empty value: Typer
+    no longer has Click's options with an optional value, and ``--ray`` alone is documented."""
+    return [f"{a}=" if a == option and (i + 1 == len(args) or args[i + 1].startswith("-")) else a
+            for i, a in enumerate(args)]
+
+
 def main() -> None:
-    app()
+    app(args=optional_value(sys.argv[1:], "--ray"))

@@ -5,17 +5,19 @@ Triton. What it stores must equal what a local ingest of the same folder stores.
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 import threading
 import uuid
 from pathlib import Path
 
 import pytest
 
-from search.config import Settings
+from search.config import PROJECT_ROOT, Settings
 from search.store import DOCUMENTS, open_store
 
 ray = pytest.importorskip("ray")
-from processes import run_cli  # noqa: E402
+from processes import env_for, run_cli  # noqa: E402
 from ray.cluster_utils import Cluster  # noqa: E402
 from stored_points import assert_same_points, mixed_folder, run, stored  # noqa: E402
 from test_long_files import long_doc  # noqa: E402
@@ -165,6 +167,16 @@ def test_cli_ray_bad_address_is_one_line(settings, tmp_path):
     assert proc.returncode == 1
     assert "Ray cluster at 127.0.0.1:1" in proc.stderr and "Traceback" not in proc.stderr
     assert len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+
+
+@pytest.mark.parametrize("args", [["--ray"], ["--ray", "--json"]], ids=["last", "before-an-option"])
+def test_cli_ray_alone_uses_the_configured_address(settings, tmp_path, args):
+    """``--ray`` without a value (as the help and docs/scale.md give it) takes SEARCH_RAY_ADDRESS."""
+    (tmp_path / "a.md").write_text("# A\n\nhello")
+    proc = subprocess.run([sys.executable, "-m", "indexer", "ingest", str(tmp_path), *args], cwd=PROJECT_ROOT,
+                          env=env_for(settings, SEARCH_RAY_ADDRESS="127.0.0.1:1"), capture_output=True, text=True,
+                          timeout=300)
+    assert proc.returncode == 1 and "Ray cluster at 127.0.0.1:1" in proc.stderr, proc.stderr
 
 
 def test_triton_replica_stopped_mid_run(cluster, settings, model_repo, tmp_path):
