@@ -30,6 +30,7 @@ import socket
 import threading
 import time
 import uuid
+import warnings
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -508,6 +509,9 @@ def _stream(ray, plan: Plan, files: list[tuple[Path, str]], settings: Settings):
     ctx.enable_progress_bars = False  # the CLI shows its own bar
     ctx.print_on_execution_start = False
     logging.getLogger("ray.data").setLevel(logging.WARNING)
+    logging.getLogger("ray.data._internal.progress").setLevel(logging.ERROR)  # "Progress bars disabled": by us
+    # A run of fewer blocks than embed actors (a few files) is told it cannot use them all: it needs none more.
+    warnings.filterwarnings("ignore", "The minimum number of concurrent actors", UserWarning)
     blocks = max(1, min(len(files) // FILES_PER_READ_BATCH, 1000))
     ds = ray.data.from_items([{"rec": pickle.dumps(_Rec(path, name))} for path, name in files], override_num_blocks=blocks)
     ds = ds.map_batches(read_and_split, fn_kwargs={"plan": plan}, batch_size=FILES_PER_READ_BATCH, num_cpus=1,

@@ -159,6 +159,7 @@ def test_cli_ingest_with_ray_address(cluster, settings, mixed):
     assert "indexed" in proc.stdout and "stages, per worker:" in proc.stdout and "embed" in proc.stdout
     assert "failed" in proc.stdout and "binary.txt" in proc.stdout
     assert "Traceback" not in proc.stderr
+    assert "Progress bars disabled" not in proc.stderr and "concurrent actors" not in proc.stderr  # Ray's notices of our choices
 
 
 def test_cli_ray_bad_address_is_one_line(settings, tmp_path):
