@@ -278,20 +278,17 @@ class Embedder:
         job = _Job(rec.read.path, rec.read.sha256, rec.read.size, rec.read.mtime, rec.units, "", vectors=[None] * n)
         paths = content_paths(job, _stored(self.plan)[name].get(job.sha256))
         embed_s = write_s = 0.0
-        for start in range(0, n, UNITS_PER_EMBED_SLICE):
-            end = min(n, start + UNITS_PER_EMBED_SLICE)
-            t0 = time.perf_counter()
-            embedded = self._embed_or_mark(name, [u.item for u in rec.units[start:end]], [rec])
-            if embedded is not None:
-                rec.truncated += embedded.truncated
-                rec.error = next(iter(embedded.errors.values()), "")
+        for piece in self._embed_in_parts(rec):
+            start, end = piece.part[0], piece.part[0] + len(piece.units)
             t1 = time.perf_counter()
-            embed_s += t1 - t0
+            embed_s += piece.times.get("embed", 0.0)
+            rec.truncated += piece.truncated
+            rec.error, rec.stopped, rec.fatal = piece.error, piece.stopped, piece.fatal
             if rec.error or rec.stopped or rec.fatal:
                 if start:
                     self._store().delete_chunking(kind.schema.name, job.sha256, kind.signature)
                 break
-            job.vectors[start:end] = embedded.vectors
+            job.vectors[start:end] = piece.vectors
             others = range(max(start, 1), end)  # unit 0 waits for the end
             write_marked(self._store(), kind.schema.name, build_points(job, paths, kind.signature, others), [])
             job.vectors[others.start:end] = [None] * len(others)
@@ -305,10 +302,11 @@ class Embedder:
         rec.times["embed"], rec.times["write"] = embed_s, write_s
 
     def _embed_in_parts(self, rec: _Rec) -> Iterator[_Rec]:
-        """A file with more units than a slice, the driver writing (the embedded store): a record per
-        slice with its units and their vectors, sent as it is embedded, so neither the actor nor
-        Ray's store holds the file's vectors at once; the driver writes each part as it comes
-        (``Ingestor.part``). A part the model rejects, or a model that stops, is the last sent."""
+        """A file with more units than a slice, embedded a slice at a time: a record per slice with
+        its units and their vectors, so neither the actor nor Ray's store holds the file's vectors at
+        once. With the embedded store the driver gets them and writes each part as it comes
+        (``Ingestor.part``); a writing worker writes them itself (``_embed_and_write_long``). A part
+        the model rejects, or a model that stops, is the last."""
         n = len(rec.units)
         for start in range(0, n, UNITS_PER_EMBED_SLICE):
             piece = _Rec(rec.path, rec.kind, read=rec.read, units=rec.units[start:start + UNITS_PER_EMBED_SLICE],

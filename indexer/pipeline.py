@@ -341,7 +341,7 @@ class Ingestor:
         if error or end == n:
             del self._parts[got.path]
             job.error = error
-            return self._write(job) if not error else self._reject(job)
+            return self.finished(job)
         job.ready = list(range(max(start, 1), end))
         self._stream(job)
         return []
