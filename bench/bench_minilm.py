@@ -17,6 +17,11 @@ before issue 18) and model.cpu.onnx (what config.pbtxt serves: the packed graph,
 encoder on the real tokens only, the fused one, or the exported one, whichever the build timed
 fastest; the build manifest's cpu_graph says which). Every path gets the same requests of 32
 sentences in the data's order, each padded to its longest as sentence-transformers pads it.
+
+For the served ÷ same-file ratio it also prints where a served request spends its time (Triton's
+own statistics per step, against in-process tokenize and run), and the ratio from paired passes:
+the two paths taking turns in blocks of 8 requests, so that both see the same phases of the
+machine's speed.
 """
 
 from __future__ import annotations
@@ -125,12 +130,19 @@ def ort_embedder(repo: Path, graph: str):
     sess = ort.InferenceSession(str(repo / "minilm_onnx/1" / graph), providers=["CPUExecutionProvider"])
 
     def embed(batch: list[str]) -> np.ndarray:
+        start = time.perf_counter()
         enc = tok.encode_batch(batch)
         feed = {"input_ids": np.array([e.ids for e in enc], np.int64),
                 "attention_mask": np.array([e.attention_mask for e in enc], np.int64),
                 "token_type_ids": np.array([e.type_ids for e in enc], np.int64)}
-        return sess.run(None, feed)[0]
+        ran = time.perf_counter()
+        out = sess.run(None, feed)[0]
+        embed.spent["tokenize"] += ran - start
+        embed.spent["run"] += time.perf_counter() - ran
+        embed.spent["calls"] += 1
+        return out
 
+    embed.spent = {"tokenize": 0.0, "run": 0.0, "calls": 0}
     return embed
 
 
@@ -142,6 +154,44 @@ def served_embedder(url: str):
         return minilm.embed(c, batch)[0]
 
     return embed
+
+
+STAGES = ("queue", "compute_input", "compute_infer", "compute_output", "success")
+
+
+def triton_stats(url: str) -> dict[str, dict[str, float]]:
+    """Per model: Triton's cumulative milliseconds in each stage and its successful request count."""
+    import tritonclient.grpc as grpcclient
+
+    client = grpcclient.InferenceServerClient(url)
+    try:
+        out = {}
+        for m in client.get_inference_statistics(as_json=True)["model_stats"]:
+            st = m["inference_stats"]
+            out[m["name"]] = {k: int(st[k].get("ns", 0) or 0) / 1e6 for k in STAGES} | \
+                {"requests": int(st["success"].get("count", 0) or 0)}
+        return out
+    finally:
+        client.close()
+
+
+def stats_delta(before: dict, after: dict) -> dict[str, dict[str, float]]:
+    return {m: {k: after[m][k] - before.get(m, {}).get(k, 0) for k in after[m]} for m in after}
+
+
+def paired(ort, served, batches: list[list[str]], block: int = 8) -> dict[str, float]:
+    """In-process onnxruntime and the served model (1 client) in alternating blocks of `block`
+    requests (A B B A ...): both see the same phases of the machine's speed, which on a shared
+    2-core VM drifts by tens of percent within minutes and moves ratios of whole rounds."""
+    spent = {"ort": 0.0, "served": 0.0}
+    for i in range(0, len(batches), block):
+        order = (("ort", ort), ("served", served)) if (i // block) % 2 == 0 else (("served", served), ("ort", ort))
+        for name, fn in order:
+            start = time.perf_counter()
+            for b in batches[i:i + block]:
+                fn(b)
+            spent[name] += time.perf_counter() - start
+    return spent
 
 
 def serve(repo: Path, run_dir: Path) -> LocalTriton:
@@ -203,10 +253,20 @@ def main() -> None:
         for (_, per_req, _), (fn, _, _) in paths.items():
             fn(batches[per_req][0])  # warm-up
         got: dict[tuple, list[tuple[float, float]]] = {k: [] for k in paths}
+        same_key = next(k for k in paths if k[0].startswith("in-process onnxruntime, model.") and k[1] == 32
+                        and ("model.cpu" in k[0]) == (served_graph != "exported"))
         for r in range(args.rounds):
             for key, (fn, clients, pid) in paths.items():
                 got[key].append(measure(fn, batches[key[1]], clients, pid))
             print(f"  round {r + 1}/{args.rounds} done, load average {fmt_load(os.getloadavg())}", flush=True)
+        url = f"127.0.0.1:{servers[0].grpc_port}"
+        ort = paths[same_key][0]
+        before, ort_before = triton_stats(url), dict(ort.spent)
+        results["paired"] = [paired(ort, fp32, batches[32]) for _ in range(args.rounds)]
+        results["where"] = {"served_s": sum(p["served"] for p in results["paired"]),
+                            "stages": stats_delta(before, triton_stats(url)),
+                            "ort": {k: ort.spent[k] - ort_before[k] for k in ort.spent}}
+        print(f"  paired passes done, load average {fmt_load(os.getloadavg())}", flush=True)
         for (name, per_req, clients), runs in got.items():
             results["rows"].append({"path": name, "per_request": per_req, "clients": clients,
                                     "sentences_per_s": round(statistics.median(x[0] for x in runs), 1),
@@ -308,6 +368,7 @@ def report(results: dict) -> None:
         print(f"{per_req} sent/req: served fp32 (1 client) / in-process onnxruntime, same file = {one / ort_same:.2f}x; "
               f"best served fp32 / sentence-transformers = {best / st:.2f}x; CPU per sentence: sentence-transformers "
               f"{cpu['st']:.2f} ms, onnxruntime {cpu['ort']:.2f} ms, served {cpu['served']:.2f} ms (least over client counts)")
+    report_where(results)
     st, same, best = get("in-process sentence", 32), get(same_file, 32), get("Triton minilm fp32", 32)
     one = get("Triton minilm fp32", 32, 1)
     checks = [("served fp32 / sentence-transformers", best / st, GOALS["served_vs_st"]),
@@ -326,6 +387,36 @@ def report(results: dict) -> None:
               f"unchanged re-run {ing['unchanged_rerun_s']} s")
         print(f"ingest / in-process onnxruntime on the same chunks ({ing['inprocess_ort_chunks_per_s']} chunks/s) = "
               f"{ing['chunks_per_s'] / ing['inprocess_ort_chunks_per_s']:.2f}x")
+
+
+def report_where(results: dict) -> None:
+    """The paired passes' ratio, and where their served requests spent the time (Triton's own
+    statistics per step) next to in-process onnxruntime's tokenize and run in the same passes."""
+    passes = results.get("paired") or []
+    if not passes:
+        return
+    print(f"paired passes (blocks of 8 requests of 32 sentences taking turns, A B B A ...): served fp32 (1 client) / "
+          f"in-process onnxruntime, same file = {sum(p['ort'] for p in passes) / sum(p['served'] for p in passes):.2f}x "
+          f"over {len(passes)} passes; per pass {[round(p['ort'] / p['served'], 3) for p in passes]}")
+    w = results["where"]
+    stages = w["stages"]
+
+    def ms(model: str, stage: str) -> float:
+        got = stages.get(model, {})
+        return got.get(stage, 0.0) / max(got.get("requests", 0), 1)
+
+    wall = 1000 * w["served_s"] / max(stages.get("minilm", {}).get("requests", 0), 1)
+    tok, enc, ens = ms("minilm_tokenize", "success"), ms("minilm_onnx", "success"), ms("minilm", "success")
+    calls = max(w["ort"]["calls"], 1)
+    o_tok, o_run = 1000 * w["ort"]["tokenize"] / calls, 1000 * w["ort"]["run"] / calls
+    print(f"  served, per request: {wall:.1f} ms = tokenizer step {tok:.2f} (queue {ms('minilm_tokenize', 'queue'):.2f}, "
+          f"execute {ms('minilm_tokenize', 'compute_infer'):.2f}) + encoder step {enc:.2f} (queue "
+          f"{ms('minilm_onnx', 'queue'):.2f}, execute {ms('minilm_onnx', 'compute_infer'):.2f}, outputs "
+          f"{ms('minilm_onnx', 'compute_output'):.2f}) + the ensemble's own {ens - tok - enc:.2f} + gRPC and the client "
+          f"{wall - ens:.2f}")
+    print(f"  in-process onnxruntime, per request: {o_tok + o_run:.1f} ms = tokenize {o_tok:.2f} + run {o_run:.2f}; "
+          f"served minus in-process {wall - o_tok - o_run:+.2f} ms, of which the encoder step's execute minus the "
+          f"in-process run {ms('minilm_onnx', 'compute_infer') - o_run:+.2f} (the same graph, in Triton's stub process)")
 
 
 if __name__ == "__main__":
