@@ -18,10 +18,11 @@ encoder on the real tokens only, the fused one, or the exported one, whichever t
 fastest; the build manifest's cpu_graph says which). Every path gets the same requests of 32
 sentences in the data's order, each padded to its longest as sentence-transformers pads it.
 
-For the served ÷ same-file ratio it also prints where a served request spends its time (Triton's
-own statistics per step, against in-process tokenize and run), and the ratio from paired passes:
-the two paths taking turns in blocks of 8 requests, so that both see the same phases of the
-machine's speed.
+The ratios at 32 sentences per request are also measured in paired passes: sentence-transformers,
+in-process onnxruntime on the served file and the served model (1 client) taking turns in blocks of
+8 requests, so that all three see the same phases of the machine's speed (whole rounds, ~5 s per
+path, can land in different phases of a shared VM). With them it prints where a served request
+spends its time: Triton's own statistics per step, against in-process tokenize and run.
 """
 
 from __future__ import annotations
@@ -179,17 +180,19 @@ def stats_delta(before: dict, after: dict) -> dict[str, dict[str, float]]:
     return {m: {k: after[m][k] - before.get(m, {}).get(k, 0) for k in after[m]} for m in after}
 
 
-def paired(ort, served, batches: list[list[str]], block: int = 8) -> dict[str, float]:
-    """In-process onnxruntime and the served model (1 client) in alternating blocks of `block`
-    requests (A B B A ...): both see the same phases of the machine's speed, which on a shared
-    2-core VM drifts by tens of percent within minutes and moves ratios of whole rounds."""
-    spent = {"ort": 0.0, "served": 0.0}
-    for i in range(0, len(batches), block):
-        order = (("ort", ort), ("served", served)) if (i // block) % 2 == 0 else (("served", served), ("ort", ort))
-        for name, fn in order:
+def paired(fns: dict, batches: list[list[str]], block: int = 8) -> dict[str, float]:
+    """Seconds each path took for all `batches`, the paths taking turns in blocks of `block` requests
+    (the order rotates and reverses from block to block): all see the same phases of the machine's
+    speed, which on a shared 2-core VM drifts by tens of percent within minutes and moves the ratios
+    of whole rounds (one path's round can fall in a slow phase and another's in a fast one)."""
+    names = list(fns)
+    spent = dict.fromkeys(names, 0.0)
+    for j, i in enumerate(range(0, len(batches), block)):
+        order = names[j % len(names):] + names[:j % len(names)]
+        for name in order[::-1] if j % 2 else order:
             start = time.perf_counter()
             for b in batches[i:i + block]:
-                fn(b)
+                fns[name](b)
             spent[name] += time.perf_counter() - start
     return spent
 
@@ -262,7 +265,8 @@ def main() -> None:
         url = f"127.0.0.1:{servers[0].grpc_port}"
         ort = paths[same_key][0]
         before, ort_before = triton_stats(url), dict(ort.spent)
-        results["paired"] = [paired(ort, fp32, batches[32]) for _ in range(args.rounds)]
+        trio = {"st": st_embed, "ort": ort, "served": fp32}
+        results["paired"] = [paired(trio, batches[32]) for _ in range(args.rounds)]
         results["where"] = {"served_s": sum(p["served"] for p in results["paired"]),
                             "stages": stats_delta(before, triton_stats(url)),
                             "ort": {k: ort.spent[k] - ort_before[k] for k in ort.spent}}
@@ -378,6 +382,13 @@ def report(results: dict) -> None:
         checks.append(("served int8 / sentence-transformers", int8 / st, GOALS["int8_vs_st"]))
         print(f"32 sent/req: served int8 / served fp32 = {int8 / best:.2f}x; int8 in-process / fp32 in-process (same build) = "
               f"{get('in-process onnxruntime, int8', 32) / same:.2f}x")
+    passes = results.get("paired") or []
+    if passes:
+        total = {k: sum(p[k] for p in passes) for k in passes[0]}
+        checks += [("served fp32 (1 client) / sentence-transformers, paired passes", total["st"] / total["served"],
+                    GOALS["served_vs_st"]),
+                   ("served fp32 (1 client) / in-process onnxruntime, paired passes", total["ort"] / total["served"],
+                    GOALS["served_vs_ort"])]
     for name, ratio, goal in checks:
         print(f"GOAL {name} = {ratio:.2f}x (goal >= {goal}x): {'met' if ratio >= goal else 'NOT met'}")
     ing = results.get("ingest")
@@ -390,14 +401,18 @@ def report(results: dict) -> None:
 
 
 def report_where(results: dict) -> None:
-    """The paired passes' ratio, and where their served requests spent the time (Triton's own
+    """The paired passes' ratios, and where their served requests spent the time (Triton's own
     statistics per step) next to in-process onnxruntime's tokenize and run in the same passes."""
     passes = results.get("paired") or []
     if not passes:
         return
-    print(f"paired passes (blocks of 8 requests of 32 sentences taking turns, A B B A ...): served fp32 (1 client) / "
-          f"in-process onnxruntime, same file = {sum(p['ort'] for p in passes) / sum(p['served'] for p in passes):.2f}x "
-          f"over {len(passes)} passes; per pass {[round(p['ort'] / p['served'], 3) for p in passes]}")
+    total = {k: sum(p[k] for p in passes) for k in passes[0]}
+    print(f"paired passes ({len(passes)}; blocks of 8 requests of 32 sentences, the three paths taking turns): "
+          f"served fp32 (1 client) / in-process onnxruntime, same file = {total['ort'] / total['served']:.2f}x "
+          f"(per pass {[round(p['ort'] / p['served'], 3) for p in passes]}); served fp32 (1 client) / "
+          f"sentence-transformers = {total['st'] / total['served']:.2f}x (per pass "
+          f"{[round(p['st'] / p['served'], 3) for p in passes]}); onnxruntime / sentence-transformers = "
+          f"{total['st'] / total['ort']:.2f}x")
     w = results["where"]
     stages = w["stages"]
 
