@@ -12,12 +12,13 @@ if [ ! -x "$VENV/bin/python" ]; then
   echo "==> creating $VENV"
   "$PY" -m venv "$VENV"
 fi
-stamp="$VENV/.installed-$(cat pyproject.toml scripts/bootstrap.sh | sha256sum | cut -c1-16)"
+# constraints.txt pins every package to the versions the suite last passed with (scripts/lock.sh).
+stamp="$VENV/.installed-$(cat pyproject.toml constraints.txt scripts/bootstrap.sh | sha256sum | cut -c1-16)"
 if [ ! -f "$stamp" ]; then
   echo "==> installing (first run takes a few minutes)"
   "$VENV/bin/python" -m pip install -q --upgrade pip
-  "$VENV/bin/python" -m pip install -q "$TORCH_SPEC"
-  "$VENV/bin/python" -m pip install -q -e ".[local,export,heic,test]"
+  "$VENV/bin/python" -m pip install -q -c constraints.txt "$TORCH_SPEC"
+  "$VENV/bin/python" -m pip install -q -c constraints.txt -e ".[local,export,heic,test]"
   rm -f "$VENV"/.installed-*
   touch "$stamp"
 fi
