@@ -6,7 +6,7 @@ FROM python:3.11-slim-bookworm AS app
 ENV PYTHONDONTWRITEBYTECODE=1 PYTHONUNBUFFERED=1 PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1 \
     TOKENIZERS_PARALLELISM=false HF_HUB_DISABLE_TELEMETRY=1
 WORKDIR /app
-COPY pyproject.toml README.md ./
+COPY pyproject.toml README.md constraints.txt ./
 COPY search search
 COPY indexer indexer
 COPY ui ui
@@ -17,8 +17,9 @@ COPY docker/export-models.sh docker/export-models.sh
 # Editable, so PROJECT_ROOT is /app (the page's ui/app.py and the repository's configs are found there).
 # qdrant-client stays on the Qdrant server's minor (docker-compose.yml pins the server).
 # EXTRAS=heic,scale adds Ray for the cluster's head and workers (docker-compose.cluster.yml).
+# constraints.txt: every package at the version the test suite passed with (scripts/lock.sh).
 ARG EXTRAS=heic
-RUN pip install -e ".[${EXTRAS}]" "qdrant-client~=1.20.0" \
+RUN pip install -c constraints.txt -e ".[${EXTRAS}]" "qdrant-client~=1.20.0" \
  && useradd --system --uid 10001 --create-home search \
  && mkdir -p /data /models && chown search /data
 ENV SEARCH_DATA_DIR=/data SEARCH_TRITON_REPO=/models
@@ -32,6 +33,6 @@ USER root
 # packages that an export does not need.
 ARG TORCH_SPEC="torch==2.13.0"
 ARG TORCH_INDEX=https://download.pytorch.org/whl/cpu
-RUN pip install --index-url "$TORCH_INDEX" "$TORCH_SPEC" && pip install -e ".[export]"
+RUN pip install --index-url "$TORCH_INDEX" "$TORCH_SPEC" && pip install -c constraints.txt -e ".[export]"
 # root: it writes the shared volumes (model repository, TensorRT engine cache) that Triton reads.
 CMD ["sh", "docker/export-models.sh"]

@@ -149,6 +149,20 @@ def test_qdrant_image_matches_the_client():
     assert pinned and pinned.groups() == minor
 
 
+def test_app_image_installs_the_tested_versions():
+    """The app image installs the project under constraints.txt, as bootstrap.sh does for the suite:
+    production runs the versions the tests passed with, not the newest of each range."""
+    dockerfile = (DOCKER / "app.Dockerfile").read_text()
+    assert re.search(r"^COPY .*\bconstraints\.txt\b.* \./$", dockerfile, re.M), "copy constraints.txt into the image"
+    installs = [line for line in dockerfile.splitlines() if re.search(r"pip install .*-e ", line)]
+    assert installs, "docker/app.Dockerfile installs no project"
+    for line in installs:
+        assert "-c constraints.txt" in line, line
+    pinned = dict(line.split("==", 1) for line in (PROJECT_ROOT / "constraints.txt").read_text().splitlines()
+                  if line and not line.startswith("#"))
+    assert tuple(pinned["qdrant-client"].split(".")[:2]) == re.search(r'"qdrant-client~=(\d+)\.(\d+)', dockerfile).groups()
+
+
 def test_triton_image_matches_the_local_server(triton):
     """The container release is the one whose server the local wheel runs (24.10 = 2.51.0)."""
     dockerfile = (DOCKER / "triton.Dockerfile").read_text()
