@@ -23,7 +23,6 @@ from search.api.responses import FastJSON
 from search.api.routes import embeddings, health, ingest, kb, search, watches
 from search.api.schemas import errors
 from search.api.security import SCOPES, KeyGuard, principal
-from search.api.wire import OneWriteHttpToolsProtocol
 from search.config import Settings
 from search.errors import StoreInUse
 from search.mcp import McpEndpoint
@@ -100,8 +99,7 @@ def serve(settings: Settings, host: str | None = None, port: int | None = None,
     if announce:
         announce(_local_url(host, port) if host in ("127.0.0.1", "localhost", "::1") else f"http://{host}:{port}")
     try:
-        # A response's head and body in one send, not two (search/api/wire.py)
-        uvicorn.run(app, host=host, port=port, log_config=log_config, access_log=False, http=OneWriteHttpToolsProtocol)
+        uvicorn.run(app, host=host, port=port, log_config=log_config, access_log=False)
     finally:  # a server that failed to start (a busy port) still gives the data dir back
         if backend.owner is not None:
             owner.release(settings.data_dir)
