@@ -12,13 +12,17 @@ if [ ! -x "$VENV/bin/python" ]; then
   echo "==> creating $VENV"
   "$PY" -m venv "$VENV"
 fi
-# constraints.txt pins every package to the versions the suite last passed with (scripts/lock.sh).
-stamp="$VENV/.installed-$(cat pyproject.toml constraints.txt scripts/bootstrap.sh | sha256sum | cut -c1-16)"
+# constraints.txt pins every package to the versions the suite last passed with; CONSTRAINTS= (empty)
+# resolves pyproject.toml's ranges afresh, as scripts/lock.sh does to regenerate the file.
+CONSTRAINTS=${CONSTRAINTS-constraints.txt}
+pin=()
+[ -n "$CONSTRAINTS" ] && pin=(-c "$CONSTRAINTS")
+stamp="$VENV/.installed-$(cat pyproject.toml ${CONSTRAINTS:+"$CONSTRAINTS"} scripts/bootstrap.sh | sha256sum | cut -c1-16)"
 if [ ! -f "$stamp" ]; then
   echo "==> installing (first run takes a few minutes)"
   "$VENV/bin/python" -m pip install -q --upgrade pip
-  "$VENV/bin/python" -m pip install -q -c constraints.txt "$TORCH_SPEC"
-  "$VENV/bin/python" -m pip install -q -c constraints.txt -e ".[local,export,heic,test]"
+  "$VENV/bin/python" -m pip install -q "${pin[@]}" "$TORCH_SPEC"
+  "$VENV/bin/python" -m pip install -q "${pin[@]}" -e ".[local,export,heic,test]"
   rm -f "$VENV"/.installed-*
   touch "$stamp"
 fi

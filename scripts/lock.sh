@@ -6,14 +6,10 @@
 # `bash scripts/test.sh`, and commit constraints.txt only if the suite passes.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-PY=${PYTHON:-python3}
-TORCH_SPEC=${TORCH_SPEC:-torch==2.13.0}
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
-"$PY" -m venv "$tmp/venv"
-"$tmp/venv/bin/python" -m pip install -q --upgrade pip
-"$tmp/venv/bin/python" -m pip install -q "$TORCH_SPEC"
-"$tmp/venv/bin/python" -m pip install -q -e ".[local,export,heic,test]"
+# The same install as bootstrap.sh (its extras, its torch), into a fresh venv, without the old pins
+VENV="$tmp/venv" CONSTRAINTS= bash scripts/bootstrap.sh
 {
   echo "# Exact versions for scripts/bootstrap.sh (pip install -c constraints.txt): what the suite passed with."
   echo "# torch is left out: bootstrap.sh installs TORCH_SPEC (a CPU build by default), which a user may change."
