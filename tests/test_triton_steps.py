@@ -18,8 +18,17 @@ from tokenizers import Tokenizer, models, pre_tokenizers, processors
 from tritonclient.utils import InferenceServerException
 
 from search.config import PROJECT_ROOT
-from search.triton.steps import tokens
-from search.triton.steps.requests import BadInput, attempt, one_each, run_batched, run_grouped, split, texts
+from search.triton.steps import bge_m3, tokens
+from search.triton.steps.requests import (
+    BadInput,
+    MixedUp,
+    attempt,
+    one_each,
+    run_batched,
+    run_grouped,
+    split,
+    texts,
+)
 
 STEPS = PROJECT_ROOT / "search" / "triton" / "steps"
 BAD = b"caf\xe9 \xff"  # Latin-1, not UTF-8
@@ -129,6 +138,32 @@ def imports(path) -> set[str]:
         elif isinstance(node, ast.ImportFrom):
             names.add(node.module)
     return names
+
+
+def _encoder_outputs(mask: np.ndarray, dim: int = 4) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """What the BGE-M3 graph gives for ``mask``: zero token weights and ColBERT rows at padding."""
+    n, width = mask.shape
+    rng = np.random.default_rng(0)
+    weights = rng.uniform(0.1, 1, (n, width)).astype(np.float32) * mask
+    colbert = rng.normal(size=(n, width - 1, dim)).astype(np.float32) * mask[:, 1:, None]
+    return rng.normal(size=(n, dim)).astype(np.float32), weights, colbert
+
+
+def test_bge_m3_post_refuses_encoder_outputs_of_another_request():
+    """Triton 2.51 hands a stalled step's late answers to the next requests (docs/reliability.md):
+    outputs whose shape or padding cannot be this request's fail it, never come back as its vectors."""
+    mask = np.array([[1, 1, 1, 1, 0, 0], [1, 1, 1, 0, 0, 0]])
+    ids = np.where(mask == 1, 5, 1)
+    dense, weights, colbert = _encoder_outputs(mask)
+    assert set(bge_m3.post(ids, mask, weights, colbert, dense, np.array([0, 1, 2, 3]), 4, True)) >= {"DENSE"}
+    other = np.array([[1, 1, 1, 1, 1, 0], [1, 1, 1, 0, 0, 0]])  # same shape, another text in row 1
+    wider = np.ones((2, 7), np.int64)
+    for m in (other, wider, mask[:1]):
+        with pytest.raises(MixedUp, match="outputs of another request"):
+            bge_m3.check_one_request(np.where(m == 1, 5, 1), m, weights, colbert, dense, 4)
+    shorter = np.array([[1, 1, 1, 0, 0, 0], [1, 1, 1, 0, 0, 0]])  # a real token where this request pads
+    with pytest.raises(MixedUp, match="padding"):
+        bge_m3.check_one_request(np.where(shorter == 1, 5, 1), shorter, weights * shorter, colbert, dense, 4)
 
 
 def test_steps_import_only_the_shared_package_and_their_libraries():

@@ -9,6 +9,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from search.triton.steps import tokens
+from search.triton.steps.requests import MIXED_UP, MixedUp
 
 
 def limit(asked: int, server: int) -> int:
@@ -50,6 +51,7 @@ def post(ids: np.ndarray, mask: np.ndarray, weights: np.ndarray, colbert: np.nda
     """One request's encoder outputs -> DENSE; SPARSE_INDICES / SPARSE_VALUES (by id, padded with
     -1 / 0 to the request's longest); COLBERT (NUM_TOKENS - 1 vectors per text, the graph masked and
     normalised them, padded with zero rows to the request's longest text; none without colbert)."""
+    check_one_request(ids, mask, weights, colbert, dense, dim)
     pairs = [sparse(ids[r], weights[r], special) for r in range(len(ids))]
     width = max((len(p[0]) for p in pairs), default=0)
     indices = np.full((len(ids), width), -1, np.int64)
@@ -60,3 +62,22 @@ def post(ids: np.ndarray, mask: np.ndarray, weights: np.ndarray, colbert: np.nda
     vectors = np.ascontiguousarray(colbert[:, :rows], dtype=np.float32)
     return {"DENSE": np.asarray(dense, np.float32), "SPARSE_INDICES": indices, "SPARSE_VALUES": values,
             "COLBERT": vectors.reshape(len(ids), rows, dim)}
+
+
+def check_one_request(ids: np.ndarray, mask: np.ndarray, weights: np.ndarray, colbert: np.ndarray,
+                      dense: np.ndarray, dim: int) -> None:
+    """Raise MixedUp unless the encoder's outputs can be this request's: its shapes, and its masking
+    (the graph zeroes token weights and ColBERT rows exactly where the tokens are padding). Checks
+    the pad area of token weights and, per text, ColBERT's last real and first pad row: no copy of
+    the vectors."""
+    n, width = ids.shape
+    shapes = {"input_ids": ids.shape, "attention_mask": mask.shape, "token_weights": weights.shape,
+              "colbert": colbert.shape, "dense": dense.shape}
+    if (mask.shape != ids.shape or weights.shape != ids.shape or dense.shape != (n, dim)
+            or colbert.shape != (n, max(width - 1, 0), dim)):
+        raise MixedUp(f"the encoder's {MIXED_UP}: shapes " + ", ".join(f"{k} {list(v)}" for k, v in shapes.items()))
+    real = mask.sum(axis=1)
+    if weights[mask == 0].any() or any(
+            (1 < k <= width and not colbert[r, k - 2].any()) or (1 <= k < width and colbert[r, k - 1].any())
+            for r, k in enumerate(real.tolist())):
+        raise MixedUp(f"the encoder's {MIXED_UP}: its padding does not match this request's tokens")

@@ -13,6 +13,15 @@ class BadInput(ValueError):
     """The caller's data cannot be used (the message says why): INVALID_ARG, not a server fault."""
 
 
+MIXED_UP = "outputs of another request"  # in MixedUp's message: the client reloads the ensemble's steps
+
+
+class MixedUp(RuntimeError):
+    """A step got inputs that cannot come from one request. Triton 2.51's Python backend does that
+    once it has given up on a step that stalled for over a second: the step's late answer goes to
+    the next batch of requests (docs/reliability.md, "A stalled step")."""
+
+
 def texts(values: np.ndarray, name: str) -> list[str]:
     """A BYTES tensor's values as str, strictly UTF-8 (a replacement character would hide the error)."""
     flat = np.asarray(values, dtype=np.object_).reshape(-1)
