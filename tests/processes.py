@@ -1,4 +1,5 @@
-"""Real processes the tests start: `search serve` owning a data dir (search/owner.py), and the CLIs."""
+"""Real processes the tests start: `search serve` owning a data dir (search/owner.py), and the CLIs;
+and the stub processes of a local Triton."""
 
 from __future__ import annotations
 
@@ -12,7 +13,21 @@ import urllib.request
 from pathlib import Path
 
 from search.config import PROJECT_ROOT
-from search.triton.local import free_port
+from search.triton.local import LocalTriton, free_port
+
+
+def stubs(server: LocalTriton, model: str) -> list[int]:
+    """Live Python-backend stub processes serving ``model``: argv[1] is <repo>/<model>/<version>/<file>."""
+    pids = []
+    for pid in server.leftovers(server.state.shm_prefix)[0]:
+        try:
+            argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+            state = Path(f"/proc/{pid}/stat").read_text().rsplit(") ", 1)[1][0]
+        except OSError:
+            continue
+        if argv[0].endswith(b"triton_python_backend_stub") and Path(argv[1].decode()).parent.parent.name == model and state != "Z":
+            pids.append(pid)
+    return pids
 
 
 def env_for(settings, **extra: str) -> dict[str, str]:

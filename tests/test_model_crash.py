@@ -20,6 +20,7 @@ import pytest
 from fastapi.testclient import TestClient
 from ingest_helper import ingest
 from PIL import Image
+from processes import stubs
 
 from search.api import create_app
 from search.config import Settings
@@ -66,20 +67,6 @@ def settings(tmp_path, crash_repo, server, monkeypatch) -> Settings:
     for name, h in client.health().items():
         if not h.healthy:
             client.heal(name)
-
-
-def stubs(server: LocalTriton, model: str) -> list[int]:
-    """Live stub processes serving ``model``: argv[1] is <repo>/<model>/<version>/<file>."""
-    pids = []
-    for pid in server.leftovers(server.state.shm_prefix)[0]:
-        try:
-            argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
-            state = Path(f"/proc/{pid}/stat").read_text().rsplit(") ", 1)[1][0]
-        except OSError:
-            continue
-        if argv[0].endswith(b"triton_python_backend_stub") and Path(argv[1].decode()).parent.parent.name == model and state != "Z":
-            pids.append(pid)
-    return pids
 
 
 def kill_stub(server: LocalTriton, model: str) -> set[int]:

@@ -26,7 +26,11 @@ def triton_up(
     grpc_port: int = typer.Option(None, help="gRPC port \\[default: 8001, env SEARCH_TRITON_GRPC_PORT]."),
     metrics_port: int = typer.Option(None, help="Metrics port \\[default: 8002, env SEARCH_TRITON_METRICS_PORT]."),
 ) -> None:
-    """Start the local Triton server in the background on 127.0.0.1 and wait until it is ready."""
+    """Start the local Triton server in the background on 127.0.0.1 and wait until it is ready.
+
+    A supervisor starts it again if it exits by itself later (Triton 2.51 aborts when the machine
+    pauses mid-request, e.g. a suspended laptop); `search triton status` says how often.
+    """
     settings: Settings = ctx.obj
     running = LocalTriton.attach(settings.triton_run_dir)
     if running and running.is_running():
@@ -77,6 +81,8 @@ def triton_status(ctx: typer.Context) -> None:
     ready = server.is_ready()
     say("Triton pid {}: {}; gRPC {}:{}, HTTP {}, metrics {}; log {}", server.state.pid, "ready" if ready else "not ready",
         server.host, server.grpc_port, server.http_port, server.metrics_port, server.state.log)
+    if restarted := server.restarts():
+        say("  started again {} time(s) after Triton exited by itself; the last: {}", len(restarted), restarted[-1])
     if ready:
         health = server.health()  # READY stays true when a model's process died: probe each ensemble
         for m in server.model_status():  # the reason is Triton's own message, which may quote a model's error

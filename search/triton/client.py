@@ -6,6 +6,11 @@ and when that process dies Triton keeps the model READY and fails each request w
 (``heal``) first reloads the dead step through Triton's model-control API and retries once, so
 a crash costs one slow request instead of a manual `search triton down && search triton up`.
 ``probe`` tells such a model apart from a healthy one with a tiny real inference.
+
+Triton 2.51 says the same of a stub that merely stalled for over a second (a suspended machine),
+and then hands that step's late answers to the next requests: a step that finds another
+request's outputs in its inputs fails with ``MIXED_UP`` (``search.triton.steps.requests``), and
+the client reloads the ensemble's steps as for a death (docs/reliability.md, "A stalled step").
 """
 
 from __future__ import annotations
@@ -25,6 +30,7 @@ import tritonclient.grpc.aio as aio
 from tritonclient.utils import InferenceServerException, np_to_triton_dtype
 
 from search.errors import ModelNotReady, ModelUnhealthy, TritonUnavailable
+from search.triton.steps.requests import MIXED_UP
 
 log = logging.getLogger(__name__)
 
@@ -33,6 +39,9 @@ RELOAD_PARAMETER = "search_reloaded_ns"  # set by heal: when the model was last 
 RESTART_HINT = "restart Triton (`search triton down && search triton up`, or restart the Triton container)"
 _STUB_DEAD = re.compile(r"Stub process(?: '([^']+)')? is not healthy")
 _ENSEMBLE = re.compile(r"in ensemble '([^']+)'")
+# A step inside an ensemble refused the inputs the ensemble gave it: only another request's outputs
+# do that (the caller's inputs were checked at the ensemble), as after a stalled step.
+_STEP_MISFIT = re.compile(r"in ensemble '[^']+'.*(?:batch size does not match other inputs|expected number of inputs)", re.S)
 
 
 @dataclass(frozen=True)
@@ -183,21 +192,24 @@ class TritonClient:
         if "NOT_FOUND" in status or "unknown model" in str(exc) or "not ready" in str(exc):
             self._ready_at.pop(model, None)
             return ModelNotReady(f"model '{model}' is not available in Triton ({_short(exc)})")
-        if m := _STUB_DEAD.search(exc.message() or ""):
-            ens = _ENSEMBLE.search(exc.message() or "")
+        message = exc.message() or ""
+        ens = _ENSEMBLE.search(message)
+        if m := _STUB_DEAD.search(message):
             return _StubDied(m.group(1), ens.group(1) if ens else None, exc)
+        if MIXED_UP in message or _STEP_MISFIT.search(message):  # any step's late answer may be the cause
+            return _StubDied(None, ens.group(1) if ens else None, exc, mixed_up=True)
         return None
 
     def _after_death(self, model: str, dead: _StubDied, started: float) -> None:
         """A request found ``model``'s step dead: reload it (the caller retries once), or say how to."""
         self._healthy_at.pop(model, None)
         if not self.heal_enabled:
-            raise dead.error(model, f"its backend process died: {RESTART_HINT}") from None
+            raise dead.error(model, RESTART_HINT) from None
         self._recover(model, dead, started)
 
     @staticmethod
     def _died_again(model: str, again: _StubDied) -> ModelUnhealthy:
-        return again.error(model, "it died again right after a reload (see Triton's log for why): " + RESTART_HINT)
+        return again.error(model, "again right after a reload (see Triton's log for why): " + RESTART_HINT)
 
     # -- recovery
     def _recover(self, model: str, dead: _StubDied, started: float) -> None:
@@ -212,7 +224,7 @@ class TritonClient:
             except InferenceServerException as exc:
                 raise dead.error(model, f"reloading it failed ({_load_error(exc)}): fix that, then {RESTART_HINT}") from None
             self._healed_at[key] = time.monotonic()
-        log.warning("Triton model '%s': the backend process of %s had died; reloaded it", model, ", ".join(reloaded))
+        log.warning("Triton model '%s': %s; reloaded %s", model, dead.what, ", ".join(reloaded))
 
     def heal(self, model: str, step: str | None = None) -> list[str]:
         """Reload ``step`` (unknown: every step of the ensemble ``model``, or ``model`` itself) through
@@ -255,8 +267,7 @@ class TritonClient:
             cfg = self._client.get_model_config(model, as_json=True, client_timeout=timeout_s)["config"]
             self._infer(model, _tensors(_probe_inputs(cfg)), None, timeout_s)
         except _StubDied as dead:
-            step = self._dead_step(dead, model)
-            return Health(False, f"the backend process of {f'its step {step!r}' if step else repr(model)} died")
+            return Health(False, dead.what)
         except TritonUnavailable as exc:
             cause = exc.__cause__
             if isinstance(cause, InferenceServerException) and "DEADLINE" in str(cause.status() or ""):
@@ -286,13 +297,23 @@ class TritonClient:
 
 
 class _StubDied(Exception):
-    def __init__(self, instance: str | None, ensemble: str | None, cause: InferenceServerException) -> None:
+    """A step's process stopped answering (died, or stalled past Triton's 1 s), or a step was handed
+    another request's outputs (``mixed_up``), which Triton 2.51 does after such a stall."""
+
+    def __init__(self, instance: str | None, ensemble: str | None, cause: InferenceServerException,
+                 *, mixed_up: bool = False) -> None:
         super().__init__(cause.message())
-        self.instance, self.ensemble, self.cause = instance, ensemble, cause
+        self.instance, self.ensemble, self.cause, self.mixed_up = instance, ensemble, cause, mixed_up
+
+    @property
+    def what(self) -> str:
+        if self.mixed_up:
+            return "a step was handed another request's outputs (after a step stalled)"
+        where = f"the process of its step '{re.sub(r'_[0-9]+_[0-9]+$', '', self.instance)}'" if self.instance else "its process"
+        return f"{where} stopped answering (it died, or stalled for over a second)"
 
     def error(self, model: str, fix: str) -> ModelUnhealthy:
-        where = f"the process of its step '{re.sub(r'_[0-9]+_[0-9]+$', '', self.instance)}'" if self.instance else "its process"
-        return ModelUnhealthy(f"model '{model}' crashed in Triton ({where} is gone): {fix}")
+        return ModelUnhealthy(f"model '{model}' failed in Triton: {self.what}: {fix}")
 
 
 def _fresh(stamps: dict[str, float], name: str, max_age_s: float) -> bool:

@@ -3,6 +3,8 @@
 The server is started in its own process group with its own python-backend shared-memory prefix,
 so that stopping it (also after a failed start, when Triton exits but leaves the stubs of models
 it did load running) can kill every process it spawned and remove every ``/dev/shm`` region.
+A small supervisor (``supervise.py``) leads that group and starts Triton again when it exits by
+itself after it was ready, as Triton 2.51 does when the machine pauses mid-request.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ from search.process import alive
 from search.triton.client import TritonClient
 
 STANDIN_BACKENDS = Path(__file__).parent / "backends"
+SUPERVISOR = Path(__file__).with_name("supervise.py")
 
 
 def _pytriton_dir() -> Path:
@@ -184,6 +187,11 @@ class LocalTriton:
         ]
         return cmd
 
+    def supervised(self, command: list[str], shm_prefix: str) -> list[str]:
+        """``command`` under the supervisor, which starts Triton again after a crash (``supervise.py``)."""
+        return [sys.executable, "-I", str(SUPERVISOR), f"--ready-url={self.url('/v2/health/ready')}",
+                f"--shm-prefix={shm_prefix}", "--", *command]
+
     def start(self, timeout: float = 120.0) -> LocalTriton:
         if not self.repo.is_dir():
             raise TritonError(f"model repository not found: {self.repo}")
@@ -208,8 +216,8 @@ class LocalTriton:
         log = self.run_dir / "tritonserver.log"
         with open(log, "wb") as logf:
             proc = subprocess.Popen(
-                self.command(backends, shm_prefix), stdout=logf, stderr=subprocess.STDOUT,
-                stdin=subprocess.DEVNULL, env=_server_env(), start_new_session=True,
+                self.supervised(self.command(backends, shm_prefix), shm_prefix), stdout=logf,
+                stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=_server_env(), start_new_session=True,
             )
         self._proc = proc
         self.state = ServerState(proc.pid, shm_prefix, self.host, self.http_port, self.grpc_port,
@@ -241,6 +249,14 @@ class LocalTriton:
 
     def is_running(self) -> bool:
         return self.state is not None and _alive(self.state.pid)
+
+    def restarts(self) -> list[str]:
+        """What the supervisor wrote each time it started Triton again since this server's start."""
+        try:
+            lines = Path(self.state.log).read_text(errors="replace").splitlines() if self.state else []
+        except OSError:
+            return []
+        return [ln.removeprefix("[supervise] ") for ln in lines if ln.startswith("[supervise]") and "starting it again" in ln]
 
     def model_status(self) -> list[dict]:
         req = urllib.request.Request(self.url("/v2/repository/index"), data=b"{}", method="POST")
@@ -321,6 +337,8 @@ def _pids_with_arg(needle: str) -> list[int]:
 
 
 def _tritonserver_processes() -> list[tuple[int, list[str]]]:
+    """(pid, the server's command line) of each tritonserver and each supervisor of one: the state
+    file records the supervisor's pid."""
     procs = []
     for p in Path("/proc").iterdir():
         if p.name.isdigit():
@@ -328,6 +346,8 @@ def _tritonserver_processes() -> list[tuple[int, list[str]]]:
                 args = [os.fsdecode(a) for a in (p / "cmdline").read_bytes().split(b"\0") if a]
             except OSError:
                 continue
+            if str(SUPERVISOR) in args and "--" in args:
+                args = args[args.index("--") + 1:]
             if args and Path(args[0]).name == "tritonserver":
                 procs.append((int(p.name), args))
     return procs

@@ -1,0 +1,126 @@
+"""A step that stalls: SIGSTOP the real Python-backend stub of BGE-M3's encoder step for longer than
+the second Triton 2.51's Python backend waits, while requests flow. Triton then calls the step
+unhealthy, hands its late answers to the next requests, and aborts (boost lock_exception) a moment
+later (docs/reliability.md, "A stalled step"). What this product owes its callers then: no request
+gets another text's vectors, every failure is one of its clear errors, and the local server is
+back without anyone running `search triton up`. A dedicated server takes the damage; the
+session's stays untouched."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import numpy as np
+import pytest
+from processes import stubs
+from tritonclient.utils import InferenceServerException
+
+from search.errors import ModelUnhealthy, TritonUnavailable
+from search.models import BGEM3, bge_m3
+from search.triton.client import TritonClient
+from search.triton.local import LocalTriton
+
+STALL_S = 1.5  # Triton's Python backend gives a step up after 1 s without a sign of life
+WORDS = "printer queue badge reader password reset vpn laptop docking station monitor".split()
+
+
+@pytest.fixture
+def server(model_repo, tmp_path):
+    srv = LocalTriton(model_repo, tmp_path / "data" / "triton", models=list(BGEM3().triton_models))  # <data dir>/triton
+    srv.start(timeout=120)
+    yield srv
+    srv.stop()
+
+
+def test_a_stalled_step_never_hands_a_request_another_texts_vectors_and_triton_comes_back(server):
+    data_dir = server.run_dir.parent
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("SEARCH_", "QDRANT_"))} | {"HF_HUB_OFFLINE": "1"}
+    client = TritonClient(f"127.0.0.1:{server.grpc_port}")
+    # One text per request, each of its own width: a late answer for a different text then differs
+    # in shape or padding, so the steps and Triton can tell; one for the same text is its answer.
+    texts = [" ".join(WORDS[i % len(WORDS)] for i in range(n)) for n in (2, 9, 30, 100)]
+    reference = {t: bge_m3.encode(client, [t])[0] for t in texts}
+    widths = sorted(r.n_tokens for r in reference.values())
+    assert all(b > a * 1.25 + 4 for a, b in zip(widths, widths[1:])), widths  # no two share a width
+
+    stop, wrong, failures, answered = threading.Event(), [], [], [0]
+
+    def send(k: int) -> None:
+        while not stop.is_set():
+            text = texts[k % len(texts)]
+            k += 1
+            try:
+                got = bge_m3.encode(client, [text])[0]
+            except Exception as exc:  # noqa: BLE001 - every failure is checked below
+                failures.append(exc)
+                if isinstance(exc, TritonUnavailable):
+                    return  # Triton aborted: nothing more to learn from this server
+                continue
+            ref = reference[text]
+            if (float(got.dense @ ref.dense) < 0.9999 or got.n_tokens != ref.n_tokens or got.sparse.keys() != ref.sparse.keys()
+                    or not np.allclose(got.colbert, ref.colbert, atol=1e-4)):
+                wrong.append(text)
+            answered[0] += 1
+
+    (encoder,) = stubs(server, "bge_m3_onnx")
+    with ThreadPoolExecutor(4) as pool:
+        for k in range(4):
+            pool.submit(send, k)
+        time.sleep(1.0)
+        os.kill(encoder, signal.SIGSTOP)
+        time.sleep(STALL_S)
+        os.kill(encoder, signal.SIGCONT)
+        time.sleep(4.0)
+        stop.set()
+
+    assert answered[0] > 0
+    assert not wrong, f"{len(wrong)} answers carried another text's vectors"
+    assert failures, "the stall went unnoticed: the test did not stall a step with requests in flight"
+    # Whatever Triton did with the stall, each failure is this product's error naming the model or
+    # the server (not a raw gRPC error, nor numpy's about shapes that do not broadcast).
+    assert all(isinstance(e, (ModelUnhealthy, TritonUnavailable)) for e in failures), failures
+    assert all("'bge_m3'" in str(e) or "Triton is not reachable" in str(e) for e in failures), failures
+
+    # Triton aborted (or, if it did not, still serves): either way it serves again, on its ports.
+    deadline = time.monotonic() + 120
+    while not server.is_ready():
+        assert server.is_running() and time.monotonic() < deadline, Path(server.state.log).read_text()[-2000:]
+        time.sleep(0.5)
+    for text, ref in reference.items():
+        assert float(bge_m3.encode(client, [text])[0].dense @ ref.dense) >= 0.9999
+    log = Path(server.state.log).read_text()
+    if any(isinstance(e, TritonUnavailable) for e in failures):
+        assert server.restarts() and "Triton exited (signal" in server.restarts()[0], log[-2000:]
+        shown = subprocess.run([sys.executable, "-m", "search", "--data-dir", str(data_dir), "triton", "status"],
+                               capture_output=True, text=True, timeout=120, env=env)
+        assert "started again 1 time(s) after Triton exited by itself" in shown.stdout, shown.stdout + shown.stderr
+    prefix = server.state.shm_prefix
+    server.stop()
+    assert server.leftovers(prefix) == ([], [])
+
+
+@pytest.mark.parametrize("message", [
+    "in ensemble 'bge_m3', Failed to process the request(s) for model 'bge_m3_post_0_0', message: "
+    "MixedUp: the encoder's outputs of another request: its padding does not match this request's tokens",
+    "in ensemble 'bge_m3', [request id: <id_unknown>] input 'WITH_COLBERT' batch size does not match other inputs for 'bge_m3_post'",
+    "in ensemble 'bge_m3', [request id: <id_unknown>] expected number of inputs between 5 and 6 but got 4 inputs for model 'bge_m3_post'",
+])
+def test_a_step_handed_another_requests_outputs_fails_as_the_model_and_reloads_all_its_steps(message):
+    """What Triton says when a late answer reached the wrong request (seen in the stall test's runs):
+    the client reloads every step of the ensemble, since any of them may have answered late."""
+    died = TritonClient("127.0.0.1:1")._error("bge_m3", InferenceServerException(message, "StatusCode.INTERNAL"))
+    assert died is not None and died.mixed_up and died.instance is None and died.ensemble == "bge_m3"
+    error = str(died.error("bge_m3", "restart Triton"))
+    assert error.startswith("model 'bge_m3' failed in Triton: a step was handed another request's outputs")
+
+
+def test_a_request_the_ensemble_itself_refuses_is_not_taken_for_a_stall():
+    plain = "[request id: <id_unknown>] input 'TEXT' batch size does not match other inputs for 'bge_m3'"
+    assert TritonClient("127.0.0.1:1")._error("bge_m3", InferenceServerException(plain, "StatusCode.INVALID_ARGUMENT")) is None
