@@ -27,7 +27,9 @@ from search.models import BGEM3, bge_m3
 from search.triton.client import TritonClient
 from search.triton.local import LocalTriton
 
-STALL_S = 1.5  # Triton's Python backend gives a step up after 1 s without a sign of life
+# Triton's Python backend gives a step up after a whole 1 s slice of its wait without a sign of life
+# (the stub gives one every 0.3 s): only a stall of 2.3 s or more is sure to contain such a slice.
+STALL_S = 3.0
 WORDS = "printer queue badge reader password reset vpn laptop docking station monitor".split()
 
 

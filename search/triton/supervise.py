@@ -81,6 +81,8 @@ def main(argv: list[str] | None = None) -> int:
     while not stopping:
         started = time.monotonic()
         child = subprocess.Popen(command, stdin=subprocess.DEVNULL)
+        if stopping:  # a stop that came while it was being started again: forward() saw the old one
+            child.terminate()
         was_ready = False
         while (code := child.poll()) is None:
             if not was_ready:
