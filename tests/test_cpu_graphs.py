@@ -22,7 +22,7 @@ from tritonclient.grpc import model_config_pb2 as mc
 
 from search.config import PROJECT_ROOT
 from search.models import CLIP, FAMILIES, Int8Quality, MiniLM, family
-from search.models.base import INT8_TOLERANCE
+from search.models.base import INT8_MIN_COSINE, INT8_TOLERANCE
 from search.models.export import clip as clip_export
 from search.models.export import common
 from search.models.export.common import MIN_GAIN, agreement, sha256
@@ -236,3 +236,24 @@ def test_int8_minilm_is_built_recorded_listed_and_verified(model_repo, tmp_path)
         server.stop()
     refused = cli("build", "--precision", "clip=int8")
     assert refused.returncode == 1 and "--allow-unmeasured-int8" in refused.stdout
+
+
+def test_an_int8_build_timed_on_a_busy_machine_still_serves_a_graph_within_the_int8_bound(model_repo, tmp_path):
+    """On a loaded machine the timing once picked the exported graph, whose int8 copy gave 0.977 on
+    the check inputs and failed `search models verify` (0.979 < 0.98); the packed one's gives 0.983.
+    Here the exported graph is made the fastest: the build must move on to a graph whose int8 copy
+    meets the bound."""
+    repo = tmp_path / "triton_repo"
+    shutil.copytree(model_repo, repo, ignore=shutil.ignore_patterns("clip_*", "bge_m3*", "ofa_*"))
+    program = ("import runpy, sys; import search.models.export.common as c; "
+               "c.time_graphs = lambda graphs, feeds, rounds=3: {k: 1.0 if k == 'exported' else 2.0 for k in graphs}; "
+               "sys.argv = ['search', 'models', 'build', '--precision', 'minilm=int8']; runpy.run_module('search', run_name='__main__')")
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "SEARCH_TRITON_REPO": str(repo), "SEARCH_DATA_DIR": str(tmp_path / "d")}
+    built = subprocess.run([sys.executable, "-c", program], env=env, capture_output=True, text=True, timeout=600)
+    assert "minilm: built" in built.stdout, built.stdout + built.stderr
+    cpu = MiniLM().manifest(repo)["cpu_graph"]
+    tried = cpu.get("int8_tried_min_cosine", {cpu["served"]: cpu["int8_vs_fp32_min_cosine"]})  # one: it passed
+    assert list(tried)[0] == "exported", cpu  # the fastest first
+    good = [kind for kind, cos in tried.items() if cos >= INT8_MIN_COSINE]
+    assert good and cpu["served"] == good[0] and list(tried)[-1] == good[0], cpu  # then no further than the first good one
+    assert cpu["int8_vs_fp32_min_cosine"] == tried[cpu["served"]]

@@ -31,6 +31,9 @@ PRECISIONS = ("fp32", "int8")  # what `search models build --precision` takes; f
 # int8 is called measured only with these figures (int8 vs fp32 on the same served path, real
 # weights, ../shared/data), each within its tolerance: STS-B dev Spearman x100 and MS MARCO nDCG@10 x100.
 INT8_TOLERANCE = {"stsb_spearman": 0.5, "msmarco_ndcg10": 1.0}
+# The least cosine an int8 graph's vectors keep with fp32's: `search models verify` holds served int8
+# models to it, and the int8 build quantizes a graph that meets it on the check inputs.
+INT8_MIN_COSINE = 0.98
 
 
 @dataclass(frozen=True)

@@ -14,7 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from search.models.base import BuildReport, Family, WeightsUnavailable
+from search.models.base import INT8_MIN_COSINE, BuildReport, Family, WeightsUnavailable
 
 
 def export_checked(module, feeds: dict, outputs: list[str], dynamic_axes: dict, dest: Path, family: str,
@@ -178,8 +178,12 @@ def cpu_graph(exported: Path, fusion: Fusion | None, checks: list[dict], family:
        some CPUs its core kernels beat the contrib ops the optimizer introduces, so the fused
        graph is not always the faster one. The build machine decides.
     3. ``precision`` "int8": dynamic int8 quantization of the chosen graph's MatMul / Attention
-       weights (per channel), checked only for sanity here (its quality is measured on real
-       weights by a quality script: ``Family.int8_quality``)."""
+       weights (per channel). Quantizing one graph or another gives slightly different vectors
+       (MiniLM: min cosine 0.977 from the exported graph, 0.983 from the packed one, on this
+       repository's check inputs), so a
+       quantized graph below INT8_MIN_COSINE on the check inputs (what `search models verify`
+       holds int8 to) gives way to the next-fastest candidate's; its quality is measured on real
+       weights by a quality script (``Family.int8_quality``)."""
     import numpy as np  # noqa: PLC0415
 
     if precision not in ("fp32", "int8"):
@@ -209,7 +213,7 @@ def cpu_graph(exported: Path, fusion: Fusion | None, checks: list[dict], family:
                     raise RuntimeError(f"{family}: the {kind} {name} graph differs from the exported one "
                                        f"(min cosine {cos:.6f} < {MIN_COSINE})")
                 record[f"{kind}_vs_exported_min_cosine"] = round(cos, 7)
-        served = "exported"
+        served, ms = "exported", {}
         if len(candidates) > 1:
             # 3 rounds (~1.2 s a graph each for MiniLM): one graph's rounds vary by ~5 % here, and the
             # packed/exported gain came out 1.177x from 3 rounds against 1.191x from 5 (2026-11-27).
@@ -228,15 +232,24 @@ def cpu_graph(exported: Path, fusion: Fusion | None, checks: list[dict], family:
             chosen.parent.mkdir()
             _copy_graph(candidates[served], chosen)
         if precision == "int8":
-            quantized = work / "int8" / CPU_GRAPH
-            quantized.parent.mkdir()
-            quantize_int8(chosen, quantized, big)
-            cos = agreement(reference, run_graph(quantized, checks))
-            if not np.isfinite(cos) or cos < INT8_FLOOR:
+            order = [served] + sorted((k for k in candidates if k != served), key=lambda k: ms.get(k, 0.0))
+            tried: dict[str, tuple[float, Path]] = {}
+            for kind in order:  # the fastest first; the next only when it falls short
+                quantized = work / f"int8-{kind}" / CPU_GRAPH
+                quantized.parent.mkdir()
+                quantize_int8(chosen if kind == served else candidates[kind], quantized, big)
+                cos = agreement(reference, run_graph(quantized, checks))
+                tried[kind] = (cos if np.isfinite(cos) else -1.0, quantized)
+                if tried[kind][0] >= INT8_MIN_COSINE:
+                    break
+            base = max(tried, key=lambda k: tried[k][0]) if tried[kind][0] < INT8_MIN_COSINE else kind
+            cos, chosen = tried[base]
+            if cos < INT8_FLOOR:
                 raise RuntimeError(f"{family}: the int8 {name} graph is broken (min cosine {cos:.4f} against fp32 "
                                    "on the check inputs)")
-            record["int8_vs_fp32_min_cosine"] = round(cos, 6)
-            chosen = quantized
+            if len(tried) > 1:
+                record["int8_tried_min_cosine"] = {k: round(c, 6) for k, (c, _) in tried.items()}
+            record["served"], record["int8_vs_fp32_min_cosine"] = base, round(cos, 6)
         record["seconds"] = round(time.perf_counter() - start, 1)
         for stale in (dest, dest.with_name(CPU_GRAPH + ".data")):
             stale.unlink(missing_ok=True)
