@@ -6,6 +6,8 @@ from __future__ import annotations
 import fcntl
 import os
 import shutil
+import time
+import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -82,7 +84,19 @@ def triton(model_repo, tmp_path_factory) -> LocalTriton:
     server = LocalTriton(model_repo, tmp_path_factory.mktemp("triton-run"), models=built_triton_models(model_repo))
     server.start(timeout=120)
     yield server
+    if restarted := server.restarts():  # never silent: the run's warnings summary shows it
+        warnings.warn(f"the session's Triton was started again {len(restarted)} time(s): {restarted} "
+                      f"(log: {server.state.log})", stacklevel=1)
     server.stop()
+
+
+def serving(server: LocalTriton, timeout: float = 120) -> LocalTriton:
+    """``server``, ready. After Triton 2.51 aborts (docs/reliability.md, "A stalled step") its
+    supervisor starts it again in seconds: the test that saw the abort fails, the next ones wait."""
+    deadline = time.monotonic() + timeout
+    while not server.is_ready() and server.is_running() and time.monotonic() < deadline:
+        time.sleep(0.5)
+    return server
 
 
 @pytest.fixture
@@ -91,7 +105,7 @@ def settings(tmp_path, model_repo, triton, monkeypatch) -> Settings:
         monkeypatch.delenv(var, raising=False)
     # search_mode: the tiny BGE-M3 is random, so checks of what a query finds use MiniLM; tests of
     # the BGE-M3 modes (test_hybrid.py) ask for them by name.
-    return settings_for(tmp_path / "data", model_repo, triton.grpc_port)
+    return settings_for(tmp_path / "data", model_repo, serving(triton).grpc_port)
 
 
 @pytest.fixture

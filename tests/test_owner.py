@@ -174,7 +174,9 @@ def test_cancel_stops_a_job_and_leaves_whole_files(settings, tmp_path):
     server = SearchServer(settings, tmp_path / "serve.log", SEARCH_EMBED_BATCH_SIZE="2")
     try:
         job = api(server, "POST", "/ingest", {"paths": [str(folder)]})
-        while api(server, "GET", f"/ingest/jobs/{job['job_id']}")["files_done"] < 10:
+        deadline = time.monotonic() + 300
+        while (state := api(server, "GET", f"/ingest/jobs/{job['job_id']}"))["files_done"] < 10:
+            assert state["state"] in ("queued", "running") and time.monotonic() < deadline, state  # not a hang
             time.sleep(0.05)
         api(server, "DELETE", f"/ingest/jobs/{job['job_id']}")
         deadline = time.monotonic() + 120
