@@ -3,8 +3,9 @@ the second Triton 2.51's Python backend waits, while requests flow. Triton then 
 unhealthy, hands its late answers to the next requests, and aborts (boost lock_exception) a moment
 later (docs/reliability.md, "A stalled step"). What this product owes its callers then: no request
 gets another text's vectors, every failure is one of its clear errors, and the local server is
-back without anyone running `search triton up`. A dedicated server takes the damage; the
-session's stays untouched."""
+back without anyone running `search triton up`. (Sometimes the client's reload of the step wins
+the race, its retry is answered and Triton does not abort at all.) A dedicated server takes the
+damage; the session's stays untouched."""
 
 from __future__ import annotations
 
@@ -84,7 +85,6 @@ def test_a_stalled_step_never_hands_a_request_another_texts_vectors_and_triton_c
 
     assert answered[0] > 0
     assert not wrong, f"{len(wrong)} answers carried another text's vectors"
-    assert failures, "the stall went unnoticed: the test did not stall a step with requests in flight"
     # Whatever Triton did with the stall, each failure is this product's error naming the model or
     # the server (not a raw gRPC error, nor numpy's about shapes that do not broadcast).
     assert all(isinstance(e, (ModelUnhealthy, TritonUnavailable)) for e in failures), failures
@@ -97,6 +97,9 @@ def test_a_stalled_step_never_hands_a_request_another_texts_vectors_and_triton_c
         time.sleep(0.5)
     for text, ref in reference.items():
         assert float(bge_m3.encode(client, [text])[0].dense @ ref.dense) >= 0.9999
+    # Noticed: the client reloaded the step (and its retry was answered) or Triton was started again;
+    # either way the stalled stub is gone.
+    assert encoder not in stubs(server, "bge_m3_onnx"), "the stall went unnoticed: no request was in flight"
     log = Path(server.state.log).read_text()
     if any(isinstance(e, TritonUnavailable) for e in failures):
         assert server.restarts() and "Triton exited (signal" in server.restarts()[0], log[-2000:]
