@@ -179,11 +179,10 @@ def cpu_graph(exported: Path, fusion: Fusion | None, checks: list[dict], family:
        graph is not always the faster one. The build machine decides.
     3. ``precision`` "int8": dynamic int8 quantization of the chosen graph's MatMul / Attention
        weights (per channel). Quantizing one graph or another gives slightly different vectors
-       (MiniLM: min cosine 0.977 from the exported graph, 0.983 from the packed one, on this
-       repository's check inputs), so a
-       quantized graph below INT8_MIN_COSINE on the check inputs (what `search models verify`
-       holds int8 to) gives way to the next-fastest candidate's; its quality is measured on real
-       weights by a quality script (``Family.int8_quality``)."""
+       (MiniLM, on this repository's check inputs: min cosine 0.977 from the exported graph, 0.983
+       from the packed one), so a quantized graph below INT8_MIN_COSINE there (what `search models
+       verify` holds int8 to) gives way to the next-fastest candidate's. Its quality is measured
+       on real weights by a quality script (``Family.int8_quality``)."""
     import numpy as np  # noqa: PLC0415
 
     if precision not in ("fp32", "int8"):
