@@ -6,7 +6,6 @@ from __future__ import annotations
 import fcntl
 import os
 import shutil
-import time
 import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -21,6 +20,7 @@ import tiny_bge_m3  # noqa: E402  (tests/ is on sys.path: the tiny random BGE-M3
 import tiny_clip  # noqa: E402  (tests/ is on sys.path: the tiny random CLIP helper)
 import tiny_ofa  # noqa: E402  (tests/ is on sys.path: the tiny random OFA helper)
 from indexed import sample_docs, settings_for  # noqa: E402
+from processes import serving  # noqa: E402
 
 from search.config import PROJECT_ROOT, Settings  # noqa: E402
 from search.models import MiniLM, built_triton_models  # noqa: E402
@@ -88,15 +88,6 @@ def triton(model_repo, tmp_path_factory) -> LocalTriton:
         warnings.warn(f"the session's Triton was started again {len(restarted)} time(s): {restarted} "
                       f"(log: {server.state.log})", stacklevel=1)
     server.stop()
-
-
-def serving(server: LocalTriton, timeout: float = 120) -> LocalTriton:
-    """``server``, ready. After Triton 2.51 aborts (docs/reliability.md, "A stalled step") its
-    supervisor starts it again in seconds: the test that saw the abort fails, the next ones wait."""
-    deadline = time.monotonic() + timeout
-    while not server.is_ready() and server.is_running() and time.monotonic() < deadline:
-        time.sleep(0.5)
-    return server
 
 
 @pytest.fixture

@@ -30,6 +30,15 @@ def stubs(server: LocalTriton, model: str) -> list[int]:
     return pids
 
 
+def serving(server: LocalTriton, timeout: float = 120) -> LocalTriton:
+    """``server``, ready. After Triton 2.51 aborts (docs/reliability.md, "A stalled step") its
+    supervisor starts it again in seconds: the test that saw the abort fails, the next ones wait."""
+    deadline = time.monotonic() + timeout
+    while not server.is_ready() and server.is_running() and time.monotonic() < deadline:
+        time.sleep(0.5)
+    return server
+
+
 def env_for(settings, **extra: str) -> dict[str, str]:
     """The environment a child process reads the test's settings from."""
     env = {k: v for k, v in os.environ.items() if k not in ("QDRANT_URL", "SEARCH_QDRANT_URL")}

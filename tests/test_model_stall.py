@@ -20,7 +20,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from processes import stubs
+from processes import serving, stubs
 from tritonclient.utils import InferenceServerException
 
 from search.errors import ModelUnhealthy, TritonUnavailable
@@ -91,10 +91,7 @@ def test_a_stalled_step_never_hands_a_request_another_texts_vectors_and_triton_c
     assert all("'bge_m3'" in str(e) or "Triton is not reachable" in str(e) for e in failures), failures
 
     # Triton aborted (or, if it did not, still serves): either way it serves again, on its ports.
-    deadline = time.monotonic() + 120
-    while not server.is_ready():
-        assert server.is_running() and time.monotonic() < deadline, Path(server.state.log).read_text()[-2000:]
-        time.sleep(0.5)
+    assert serving(server).is_ready(), Path(server.state.log).read_text()[-2000:]
     for text, ref in reference.items():
         assert float(bge_m3.encode(client, [text])[0].dense @ ref.dense) >= 0.9999
     # Noticed: the client reloaded the step (and its retry was answered) or Triton was started again;

@@ -28,6 +28,7 @@ from pathlib import Path
 from search.errors import TritonError
 from search.process import alive
 from search.triton.client import TritonClient
+from search.triton.supervise import clean, pids_with_arg
 
 STANDIN_BACKENDS = Path(__file__).parent / "backends"
 SUPERVISOR = Path(__file__).with_name("supervise.py")
@@ -289,19 +290,13 @@ class LocalTriton:
             pass
         if proc is not None:
             proc.wait(timeout=5)
-        for pid in _pids_with_arg(st.shm_prefix):
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-        for region in Path("/dev/shm").glob(f"{st.shm_prefix}*"):
-            region.unlink(missing_ok=True)
+        clean(st.shm_prefix)
         self.state_file.unlink(missing_ok=True)
         self.state = None
 
     def leftovers(self, shm_prefix: str) -> tuple[list[int], list[Path]]:
         """Processes and shm regions still carrying ``shm_prefix`` (for tests and status)."""
-        return _pids_with_arg(shm_prefix), list(Path("/dev/shm").glob(f"{shm_prefix}*"))
+        return pids_with_arg(shm_prefix), list(Path("/dev/shm").glob(f"{shm_prefix}*"))
 
     def __enter__(self) -> LocalTriton:
         return self.start() if self.state is None else self
@@ -322,18 +317,6 @@ def _port_in_use(host: str, port: int) -> bool:
     with socket.socket() as s:
         s.settimeout(0.2)
         return s.connect_ex((host, port)) == 0
-
-
-def _pids_with_arg(needle: str) -> list[int]:
-    pids = []
-    for p in Path("/proc").iterdir():
-        if p.name.isdigit():
-            try:
-                if needle.encode() in (p / "cmdline").read_bytes():
-                    pids.append(int(p.name))
-            except OSError:
-                continue
-    return pids
 
 
 def _tritonserver_processes() -> list[tuple[int, list[str]]]:

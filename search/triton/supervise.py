@@ -36,16 +36,27 @@ def _ready(url: str) -> bool:
         return False
 
 
-def _clean(shm_prefix: str) -> None:
-    """Kill the dead server's stubs that still run and remove its shared memory."""
-    me = os.getpid()
+def pids_with_arg(needle: str) -> list[int]:
+    """Processes other than this one whose command line holds ``needle``."""
+    pids = []
     for proc in Path("/proc").iterdir():
-        if proc.name.isdigit() and int(proc.name) != me:
+        if proc.name.isdigit() and int(proc.name) != os.getpid():
             try:
-                if shm_prefix.encode() in (proc / "cmdline").read_bytes():
-                    os.kill(int(proc.name), signal.SIGKILL)
-            except (OSError, ProcessLookupError):
+                if needle.encode() in (proc / "cmdline").read_bytes():
+                    pids.append(int(proc.name))
+            except OSError:
                 continue
+    return pids
+
+
+def clean(shm_prefix: str) -> None:
+    """Kill the processes still carrying a server's shm prefix (its stubs) and remove its shared
+    memory: after a crash here, after a stop in ``LocalTriton.stop``."""
+    for pid in pids_with_arg(shm_prefix):
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
     for region in Path("/dev/shm").glob(f"{shm_prefix}*"):
         region.unlink(missing_ok=True)
 
@@ -98,7 +109,7 @@ def main(argv: list[str] | None = None) -> int:
         restarts.append(now)
         print(f"[supervise] Triton exited ({_describe(code)}) after {now - started:.0f} s; starting it again "
               f"(restart {len(restarts)} in the last {WINDOW_S / 60:.0f} min)", flush=True)
-        _clean(args.shm_prefix)
+        clean(args.shm_prefix)
     return 0
 
 
