@@ -9,6 +9,7 @@ damage; the session's stays untouched."""
 
 from __future__ import annotations
 
+import asyncio
 import os
 import signal
 import subprocess
@@ -121,6 +122,61 @@ def test_a_step_handed_another_requests_outputs_fails_as_the_model_and_reloads_a
     assert died is not None and died.mixed_up and died.instance is None and died.ensemble == "bge_m3"
     error = str(died.error("bge_m3", "restart Triton"))
     assert error.startswith("model 'bge_m3' failed in Triton: a step was handed another request's outputs")
+
+
+ROWS_CONFIG = """
+name: "{name}"
+backend: "python"
+max_batch_size: 8
+input [ {{ name: "X" data_type: TYPE_FP32 dims: [ 1 ] }} ]
+output [ {{ name: "Y" data_type: TYPE_FP32 dims: [ 1 ] }} ]
+"""
+# Echoes X, with one row too many while ``bad``: what a late answer of another request's looks like
+# to the client. "late" is bad until it is reloaded; "wrong" stays bad.
+ROWS_MODEL = """
+import os
+import numpy as np
+import triton_python_backend_utils as pb_utils
+class TritonPythonModel:
+    def initialize(self, args):
+        flag = os.path.join(args["model_repository"], "loaded-before")
+        self.bad = {always} or not os.path.exists(flag)
+        open(flag, "w").close()
+    def execute(self, requests):
+        out = []
+        for r in requests:
+            x = pb_utils.get_input_tensor_by_name(r, "X").as_numpy()
+            y = np.concatenate([x, x[:1]]) if self.bad else x
+            out.append(pb_utils.InferenceResponse([pb_utils.Tensor("Y", y)]))
+        return out
+"""
+
+
+def test_an_answer_without_a_row_per_input_is_refused_and_the_model_reloaded(tmp_path):
+    """Triton hands a step's answer to the client unchecked (tried on 2.51: [4, 1] for a [3, 1]
+    request). Texts zipped with such an answer would get other texts' vectors, or be dropped."""
+    repo = tmp_path / "repo"
+    for name, always in (("late", False), ("wrong", True)):
+        (repo / name / "1").mkdir(parents=True)
+        (repo / name / "config.pbtxt").write_text(ROWS_CONFIG.format(name=name))
+        (repo / name / "1" / "model.py").write_text(ROWS_MODEL.format(always=always))
+    x = np.arange(3, dtype=np.float32).reshape(3, 1)
+    with LocalTriton(repo, tmp_path / "run", models=["late", "wrong"]).start(timeout=120) as srv:
+        url = f"127.0.0.1:{srv.grpc_port}"
+        with pytest.raises(ModelUnhealthy) as plain:  # without healing: the one-line fix
+            TritonClient(url, heal=False).infer("late", {"X": x}, ["Y"])
+        assert "its answer was not this request's (Y has 4 rows for 3 inputs" in str(plain.value)
+        assert "search triton down && search triton up" in str(plain.value)
+        client = TritonClient(url)
+        np.testing.assert_array_equal(client.infer("late", {"X": x}, ["Y"])["Y"], x)  # reloaded, asked again
+        with pytest.raises(ModelUnhealthy) as again:
+            client.infer("wrong", {"X": x}, ["Y"])
+        assert str(again.value).startswith("model 'wrong' failed in Triton: its answer was not this request's "
+                                           "(Y has 4 rows for 3 inputs")
+        assert "again right after a reload" in str(again.value)
+        with pytest.raises(ModelUnhealthy, match="Y has 2 rows for 1 inputs"):
+            asyncio.run(client.ainfer("wrong", {"X": x[:1]}, ["Y"]))
+        assert not client.probe("wrong").healthy and client.probe("late").healthy
 
 
 def test_a_request_the_ensemble_itself_refuses_is_not_taken_for_a_stall():

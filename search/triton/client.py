@@ -11,6 +11,8 @@ Triton 2.51 says the same of a stub that merely stalled for over a second (a sus
 and then hands that step's late answers to the next requests: a step that finds another
 request's outputs in its inputs fails with ``MIXED_UP`` (``search.triton.steps.requests``), and
 the client reloads the ensemble's steps as for a death (docs/reliability.md, "A stalled step").
+Triton passes a step's answer on unchecked, so the client also refuses an answer without one row
+per input row (every model here is batched), and treats it the same way.
 """
 
 from __future__ import annotations
@@ -112,28 +114,28 @@ class TritonClient:
             raise ModelNotReady(f"model '{name}' is not available in Triton ({_short(exc)})") from exc
 
     def infer(self, model: str, inputs: dict[str, np.ndarray], outputs: list[str]) -> dict[str, np.ndarray]:
-        tensors = _tensors(inputs)
+        tensors, rows = _tensors(inputs), _rows(inputs)
         started = time.monotonic()
         try:
-            return self._infer(model, tensors, outputs, self.timeout_s)
+            return self._infer(model, tensors, outputs, self.timeout_s, rows)
         except _StubDied as dead:
             self._after_death(model, dead, started)
         try:  # once: a step that dies on every request must not loop
-            return self._infer(model, tensors, outputs, self.timeout_s)
+            return self._infer(model, tensors, outputs, self.timeout_s, rows)
         except _StubDied as again:
             raise self._died_again(model, again) from None
 
     async def ainfer(self, model: str, inputs: dict[str, np.ndarray], outputs: list[str]) -> dict[str, np.ndarray]:
         """``infer`` for an event loop: awaited on Triton's asyncio client, so a request waits for the
         model without holding a thread. A dead step is reloaded in a worker thread, as ``infer`` does."""
-        tensors = _tensors(inputs)
+        tensors, rows = _tensors(inputs), _rows(inputs)
         started = time.monotonic()
         try:
-            return await self._ainfer(model, tensors, outputs)
+            return await self._ainfer(model, tensors, outputs, rows)
         except _StubDied as dead:
             await asyncio.to_thread(self._after_death, model, dead, started)
         try:
-            return await self._ainfer(model, tensors, outputs)
+            return await self._ainfer(model, tensors, outputs, rows)
         except _StubDied as again:
             raise self._died_again(model, again) from None
 
@@ -166,23 +168,24 @@ class TritonClient:
         if held is not None and held[0] is asyncio.get_running_loop():
             await held[1].close()
 
-    def _infer(self, model: str, tensors: list, outputs: list[str] | None, timeout: float) -> dict[str, np.ndarray]:
+    def _infer(self, model: str, tensors: list, outputs: list[str] | None, timeout: float,
+               rows: int | None) -> dict[str, np.ndarray]:
         try:
             result = self._client.infer(model, tensors, outputs=_requested(outputs), client_timeout=timeout)
         except InferenceServerException as exc:
             if (error := self._error(model, exc)) is None:
                 raise
             raise error from exc
-        return _outputs(result, outputs)
+        return _outputs(result, outputs, rows)
 
-    async def _ainfer(self, model: str, tensors: list, outputs: list[str]) -> dict[str, np.ndarray]:
+    async def _ainfer(self, model: str, tensors: list, outputs: list[str], rows: int | None) -> dict[str, np.ndarray]:
         try:
             result = await self._aio().infer(model, tensors, outputs=_requested(outputs), client_timeout=self.timeout_s)
         except InferenceServerException as exc:
             if (error := self._error(model, exc)) is None:
                 raise
             raise error from exc
-        return _outputs(result, outputs)
+        return _outputs(result, outputs, rows)
 
     def _error(self, model: str, exc: InferenceServerException) -> Exception | None:
         """A failed inference as this project's errors (None: none applies)."""
@@ -265,7 +268,8 @@ class TritonClient:
             return Health(True)
         try:
             cfg = self._client.get_model_config(model, as_json=True, client_timeout=timeout_s)["config"]
-            self._infer(model, _tensors(_probe_inputs(cfg)), None, timeout_s)
+            probe = _probe_inputs(cfg)
+            self._infer(model, _tensors(probe), None, timeout_s, _rows(probe) if int(cfg.get("max_batch_size", 0)) > 0 else None)
         except _StubDied as dead:
             return Health(False, dead.what)
         except TritonUnavailable as exc:
@@ -301,12 +305,15 @@ class _StubDied(Exception):
     another request's outputs (``mixed_up``), which Triton 2.51 does after such a stall."""
 
     def __init__(self, instance: str | None, ensemble: str | None, cause: InferenceServerException,
-                 *, mixed_up: bool = False) -> None:
+                 *, mixed_up: bool = False, rows: str = "") -> None:
         super().__init__(cause.message())
         self.instance, self.ensemble, self.cause, self.mixed_up = instance, ensemble, cause, mixed_up
+        self.rows = rows  # why an answer that reached the client is not its request's
 
     @property
     def what(self) -> str:
+        if self.rows:
+            return f"its answer was not this request's ({self.rows}; as after a step stalled)"
         if self.mixed_up:
             return "a step was handed another request's outputs (after a step stalled)"
         where = f"the process of its step '{re.sub(r'_[0-9]+_[0-9]+$', '', self.instance)}'" if self.instance else "its process"
@@ -325,9 +332,22 @@ def _requested(outputs: list[str] | None) -> list | None:
     return [grpcclient.InferRequestedOutput(o) for o in outputs] if outputs else None
 
 
-def _outputs(result, outputs: list[str] | None) -> dict[str, np.ndarray]:
+def _rows(inputs: dict[str, np.ndarray]) -> int:
+    """The request's batch: every model this client calls is batched, its inputs [batch, ...]."""
+    return len(next(iter(inputs.values())))
+
+
+def _outputs(result, outputs: list[str] | None, rows: int | None) -> dict[str, np.ndarray]:
+    """The answer's tensors, refused (as a mix-up) without one row per input row: Triton hands a late
+    answer to the next request without checking its shapes (a zip over it would pair texts with
+    other texts' vectors, or drop some)."""
     names = outputs or [o.name for o in result.get_response().outputs]
-    return {o: result.as_numpy(o) for o in names}
+    got = {o: result.as_numpy(o) for o in names}
+    wrong = [f"{o} has {len(a) if a.ndim else 0}" for o, a in got.items() if rows is not None and (a.ndim == 0 or len(a) != rows)]
+    if wrong:
+        rows_said = f"{', '.join(wrong)} rows for {rows} inputs"
+        raise _StubDied(None, None, InferenceServerException(rows_said, "StatusCode.INTERNAL"), mixed_up=True, rows=rows_said)
+    return got
 
 
 def _tensors(inputs: dict[str, np.ndarray]) -> list:
