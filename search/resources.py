@@ -12,7 +12,7 @@ from search.flight import SingleFlight
 from search.models import bge_m3, clip, minilm
 from search.models.base import TextVector
 from search.store import Store, open_store
-from search.triton.client import TritonClient
+from search.triton.client import START_HINT, TritonClient
 from search.triton.coalesce import Coalescer, LoopCoalescer
 from search.triton.local import LocalTriton
 
@@ -28,7 +28,7 @@ class Resources:
 
     @cached_property
     def triton(self) -> TritonClient:
-        return TritonClient(self.triton_url(), self.settings.triton_timeout_s)
+        return TritonClient(self.triton_url(), self.settings.triton_timeout_s, hint=self.triton_hint)
 
     @cached_property
     def clip_queries(self) -> Coalescer[str, TextVector]:
@@ -89,6 +89,15 @@ class Resources:
         if local is not None and local.is_running():
             return f"{local.host}:{local.grpc_port}"
         return self.settings.grpc_url
+
+    def triton_hint(self) -> str:
+        """What to do about a Triton that does not answer: wait, while the supervisor of the local
+        server starts it again after a crash; else start it."""
+        if not self.settings.triton_url:
+            local = LocalTriton.attach(self.settings.triton_run_dir)
+            if local is not None and (why := local.restarting()):
+                return f"it is being started again ({why}): try again in a few seconds"
+        return START_HINT
 
     def store_opened(self) -> bool:
         return "store" in self.__dict__

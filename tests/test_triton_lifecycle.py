@@ -3,15 +3,23 @@
 from __future__ import annotations
 
 import os
+import re
+import signal
 import socket
 import subprocess
 import sys
 import textwrap
+import time
 from pathlib import Path
 
+import numpy as np
 import pytest
 
+from search.config import Settings
+from search.errors import TritonUnavailable
+from search.resources import Resources
 from search.triton import local
+from search.triton.client import START_HINT
 from search.triton.local import LocalTriton, TritonError, _failure_summary, free_port
 
 ECHO_CONFIG = """
@@ -56,6 +64,50 @@ def test_start_ready_stop_leaves_nothing(tmp_path):
     ports = (srv.http_port, srv.grpc_port, srv.metrics_port)
     with srv.start():  # a restart serves on the ports its clients know
         assert srv.is_ready() and (srv.http_port, srv.grpc_port, srv.metrics_port) == ports
+
+
+def test_a_server_that_exits_is_started_again_on_its_ports_and_callers_are_told_to_wait(tmp_path):
+    """The supervisor's restart (Triton 2.51 aborts after a stalled step: docs/reliability.md). A
+    model that takes 3 s to load holds the restarted server unready long enough to ask it."""
+    python_model(tmp_path / "repo", "echo", init="import time; time.sleep(3)")
+    settings = Settings(data_dir=tmp_path / "data", triton_url=None)
+    srv = server(tmp_path / "repo", settings.triton_run_dir, ["echo"]).start()
+    prefix, ports = srv.state.shm_prefix, (srv.http_port, srv.grpc_port, srv.metrics_port)
+    x = np.ones((2, 1), np.float32)
+    try:
+        resources = Resources(settings)
+        assert resources.triton_hint() == START_HINT and srv.restarts() == []
+        [child] = [pid for pid, args in local._tritonserver_processes()
+                   if pid != srv.state.pid and f"--backend-directory={settings.triton_run_dir / 'backends'}" in args]
+        time.sleep(1)  # the supervisor restarts a server it saw ready: it looks every 0.25 s
+        os.kill(child, signal.SIGKILL)
+        deadline = time.monotonic() + 10
+        while "being started again" not in (hint := resources.triton_hint()) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert re.fullmatch(r"it is being started again \(Triton exited \(signal 9 \(SIGKILL\)\) after \d+ s\): "
+                            r"try again in a few seconds", hint), hint
+        with pytest.raises(TritonUnavailable, match=re.escape(f"): {hint}")):  # what a search says meanwhile
+            resources.triton.infer("echo", {"X": x}, ["Y"])
+        deadline = time.monotonic() + 60
+        while not srv.is_ready() and time.monotonic() < deadline:
+            time.sleep(0.25)
+        assert (srv.http_port, srv.grpc_port, srv.metrics_port) == ports
+        deadline = time.monotonic() + 10  # the same client reconnects by itself (within its backoff's 1 s)
+        while (y := _answer(resources.triton, x)) is None and time.monotonic() < deadline:
+            time.sleep(0.1)
+        np.testing.assert_array_equal(y, x)
+        assert resources.triton_hint() == START_HINT
+        assert [r.split(" after")[0] for r in srv.restarts()] == ["Triton exited (signal 9 (SIGKILL))"]
+    finally:
+        srv.stop()
+    assert srv.leftovers(prefix) == ([], [])
+
+
+def _answer(client, x):
+    try:
+        return client.infer("echo", {"X": x}, ["Y"])["Y"]
+    except TritonUnavailable:
+        return None
 
 
 def test_broken_model_is_a_clear_error_and_cleans_up(tmp_path):

@@ -191,7 +191,10 @@ def status(ctx: typer.Context, as_json: bool = typer.Option(False, "--json"),
             raise typer.Exit(1)
         return
     t = st["triton"]
-    say("Triton  {}: " + ("[green]live[/]" if t["live"] else "[red]not reachable[/] (start it: search triton up)"), t["url"])
+    if t["live"]:
+        say("Triton  {}: [green]live[/]", t["url"])
+    else:
+        say("Triton  {}: [red]not reachable[/] ({})", t["url"], t.get("hint", ""))
     for name, m in t["models"].items():
         say("  {}: built={} ready={}" + ("" if m.get("healthy", True) else " [red]unhealthy[/]: {}"), name,
             "yes" if m["built"] else "no", "yes" if m["ready"] else "no", *([] if m.get("healthy", True) else [m["reason"]]))

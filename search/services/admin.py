@@ -24,6 +24,7 @@ from search.store import (
     open_location,
     parse_spec,
 )
+from search.triton.client import START_HINT
 
 
 class Admin(ServiceBase):
@@ -52,7 +53,7 @@ class Admin(ServiceBase):
                 models[name] = {"built": built, "ready": bool(live and self.triton.model_ready(name))}
                 if models[name]["ready"]:  # READY stays true when the model's process died: probe with a tiny inference
                     models[name].update(self.triton.probe(name).as_dict())
-        return {"url": self.triton_url(), "live": live, "models": models}
+        return {"url": self.triton_url(), "live": live, "models": models, **({} if live else {"hint": self.resources.triton_hint()})}
 
     def store_location(self) -> dict:
         return {"backend": self.settings.store_backend, "location": self.settings.qdrant_location}
@@ -154,7 +155,7 @@ def blocker(status: dict, kind: str, doc_mode: str | None = None) -> str | None:
     "image2image", "entail") in ``doc_mode`` can answer, given ``status()``; None when it can."""
     t, counts = status["triton"], status["store"]["collections"]
     if not t["live"]:
-        return f"Triton is not reachable at {t['url']}: start it with `search triton up`"
+        return f"Triton is not reachable at {t['url']}: {t.get('hint') or START_HINT}"
     if not status["store"].get("available", True) and kind != "entail":
         return status["store"]["error"]
     ready = {n for n, m in t["models"].items() if m["ready"]}

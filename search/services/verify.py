@@ -44,7 +44,7 @@ class Verification(ServiceBase):
 
     def _verify_served(self, names: list[str], published_checks: bool | None) -> dict:
         if not self.triton.is_live():
-            raise TritonUnavailable(f"Triton is not reachable at {self.triton_url()}: start it with `search triton up`")
+            raise TritonUnavailable(f"Triton is not reachable at {self.triton_url()}: {self.resources.triton_hint()}")
         reports = [self._verify_family(fam, fam.family in names, published_checks)
                    for fam in FAMILIES if not names or fam.family in names]
         verified = [r for r in reports if r["status"] in (PASS, FAIL.lower())]

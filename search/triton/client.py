@@ -24,6 +24,7 @@ import logging
 import re
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 
 import numpy as np
@@ -38,7 +39,15 @@ log = logging.getLogger(__name__)
 
 PROBE_TTL_S = 10.0  # a healthy probe is reused this long: the page and /readyz ask often, OFA is slow on CPU
 RELOAD_PARAMETER = "search_reloaded_ns"  # set by heal: when the model was last reloaded
+START_HINT = "start it with `search triton up`"
 RESTART_HINT = "restart Triton (`search triton down && search triton up`, or restart the Triton container)"
+# tritonclient's own message limits, and gRPC's reconnect backoff cut from 1 s (growing 1.6x per failed
+# try, up to 120 s) to 0.1-1 s: with the default, a client kept failing for 16 s after a local Triton
+# that had been down for 30 s was serving again (its supervisor's restart, `search triton down && up`).
+CHANNEL_ARGS = [("grpc.max_send_message_length", grpcclient.MAX_GRPC_MESSAGE_SIZE),
+                ("grpc.max_receive_message_length", grpcclient.MAX_GRPC_MESSAGE_SIZE),
+                ("grpc.initial_reconnect_backoff_ms", 100), ("grpc.min_reconnect_backoff_ms", 100),
+                ("grpc.max_reconnect_backoff_ms", 1000)]
 _STUB_DEAD = re.compile(r"Stub process(?: '([^']+)')? is not healthy")
 _ENSEMBLE = re.compile(r"in ensemble '([^']+)'")
 # A step inside an ensemble refused the inputs the ensemble gave it: only another request's outputs
@@ -56,8 +65,11 @@ class Health:
 
 
 class TritonClient:
-    def __init__(self, url: str, timeout_s: float = 30.0, *, heal: bool = True, heal_timeout_s: float = 180.0) -> None:
+    def __init__(self, url: str, timeout_s: float = 30.0, *, heal: bool = True, heal_timeout_s: float = 180.0,
+                 hint: Callable[[], str] | None = None) -> None:
+        """``hint``: what to do when Triton is not reachable (default: start it), asked then."""
         self.url = url
+        self.hint = hint or (lambda: START_HINT)
         self.timeout_s = timeout_s
         self.heal_enabled, self.heal_timeout_s = heal, heal_timeout_s
         self._local = threading.local()  # one channel per thread: ingest embeds from a pool
@@ -71,13 +83,11 @@ class TritonClient:
     def _client(self) -> grpcclient.InferenceServerClient:
         client = getattr(self._local, "client", None)
         if client is None:
-            client = self._local.client = grpcclient.InferenceServerClient(self.url)
+            client = self._local.client = grpcclient.InferenceServerClient(self.url, channel_args=CHANNEL_ARGS)
         return client
 
     def _unreachable(self, exc: Exception) -> TritonUnavailable:
-        return TritonUnavailable(
-            f"Triton is not reachable at {self.url} ({_short(exc)}): start it with `search triton up`"
-        )
+        return TritonUnavailable(f"Triton is not reachable at {self.url} ({_short(exc)}): {self.hint()}")
 
     def is_live(self) -> bool:
         try:
@@ -159,7 +169,7 @@ class TritonClient:
         loop = asyncio.get_running_loop()
         held = self._aio_client
         if held is None or held[0] is not loop:
-            held = self._aio_client = (loop, aio.InferenceServerClient(self.url))
+            held = self._aio_client = (loop, aio.InferenceServerClient(self.url, channel_args=CHANNEL_ARGS))
         return held[1]
 
     async def aclose(self) -> None:

@@ -259,6 +259,14 @@ class LocalTriton:
             return []
         return [ln.removeprefix("[supervise] ") for ln in lines if ln.startswith("[supervise]") and "starting it again" in ln]
 
+    def restarting(self) -> str | None:
+        """While the supervisor is starting Triton again after it exited by itself: why it exited
+        ("Triton exited (signal 6 (SIGABRT)) after 5 s"); else None."""
+        if not self.is_running() or self.is_ready():
+            return None
+        said = self.restarts()
+        return said[-1].split(";")[0] if said else None
+
     def model_status(self) -> list[dict]:
         req = urllib.request.Request(self.url("/v2/repository/index"), data=b"{}", method="POST")
         with urllib.request.urlopen(req, timeout=5) as r:
