@@ -11,8 +11,9 @@ import subprocess
 import sys
 
 import pytest
+from python_models import python_model
 from test_images import bomb_png
-from test_triton_lifecycle import python_model, server
+from test_triton_lifecycle import server
 
 from search.store import open_store
 

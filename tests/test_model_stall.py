@@ -22,6 +22,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from processes import serving, stubs
+from python_models import python_model
 from tritonclient.utils import InferenceServerException
 
 from search.errors import ModelUnhealthy, TritonUnavailable
@@ -124,42 +125,15 @@ def test_a_step_handed_another_requests_outputs_fails_as_the_model_and_reloads_a
     assert error.startswith("model 'bge_m3' failed in Triton: a step was handed another request's outputs")
 
 
-ROWS_CONFIG = """
-name: "{name}"
-backend: "python"
-max_batch_size: 8
-input [ {{ name: "X" data_type: TYPE_FP32 dims: [ 1 ] }} ]
-output [ {{ name: "Y" data_type: TYPE_FP32 dims: [ 1 ] }} ]
-"""
-# Echoes X, with one row too many while ``bad``: what a late answer of another request's looks like
-# to the client. "late" is bad until it is reloaded; "wrong" stays bad.
-ROWS_MODEL = """
-import os
-import numpy as np
-import triton_python_backend_utils as pb_utils
-class TritonPythonModel:
-    def initialize(self, args):
-        flag = os.path.join(args["model_repository"], "loaded-before")
-        self.bad = {always} or not os.path.exists(flag)
-        open(flag, "w").close()
-    def execute(self, requests):
-        out = []
-        for r in requests:
-            x = pb_utils.get_input_tensor_by_name(r, "X").as_numpy()
-            y = np.concatenate([x, x[:1]]) if self.bad else x
-            out.append(pb_utils.InferenceResponse([pb_utils.Tensor("Y", y)]))
-        return out
-"""
-
-
 def test_an_answer_without_a_row_per_input_is_refused_and_the_model_reloaded(tmp_path):
     """Triton hands a step's answer to the client unchecked (tried on 2.51: [4, 1] for a [3, 1]
     request). Texts zipped with such an answer would get other texts' vectors, or be dropped."""
     repo = tmp_path / "repo"
+    # An echo with one row too many while ``bad``: "late" until it is reloaded, "wrong" always.
     for name, always in (("late", False), ("wrong", True)):
-        (repo / name / "1").mkdir(parents=True)
-        (repo / name / "config.pbtxt").write_text(ROWS_CONFIG.format(name=name))
-        (repo / name / "1" / "model.py").write_text(ROWS_MODEL.format(always=always))
+        python_model(repo, name, answer="np.concatenate([x, x[:1]]) if self.bad else x",
+                     init=f'flag = os.path.join(args["model_repository"], "loaded-before"); '
+                          f'self.bad = {always} or not os.path.exists(flag); open(flag, "w").close()')
     x = np.arange(3, dtype=np.float32).reshape(3, 1)
     with LocalTriton(repo, tmp_path / "run", models=["late", "wrong"]).start(timeout=120) as srv:
         url = f"127.0.0.1:{srv.grpc_port}"

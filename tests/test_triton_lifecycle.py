@@ -14,6 +14,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from python_models import python_model
 
 from search.config import Settings
 from search.errors import TritonUnavailable
@@ -21,28 +22,6 @@ from search.resources import Resources
 from search.triton import local
 from search.triton.client import START_HINT
 from search.triton.local import LocalTriton, TritonError, _failure_summary, free_port
-
-ECHO_CONFIG = """
-name: "{name}"
-backend: "python"
-max_batch_size: 8
-input [ {{ name: "X" data_type: TYPE_FP32 dims: [ 1 ] }} ]
-output [ {{ name: "Y" data_type: TYPE_FP32 dims: [ 1 ] }} ]
-"""
-ECHO_MODEL = """
-import triton_python_backend_utils as pb_utils
-class TritonPythonModel:
-    def initialize(self, args):
-        {init}
-    def execute(self, requests):
-        return [pb_utils.InferenceResponse([pb_utils.Tensor("Y", pb_utils.get_input_tensor_by_name(r, "X").as_numpy())]) for r in requests]
-"""
-
-
-def python_model(repo: Path, name: str, init: str = "pass") -> None:
-    (repo / name / "1").mkdir(parents=True)
-    (repo / name / "config.pbtxt").write_text(ECHO_CONFIG.format(name=name))
-    (repo / name / "1" / "model.py").write_text(ECHO_MODEL.format(init=init))
 
 
 def server(repo: Path, run_dir: Path, models: list[str]) -> LocalTriton:
