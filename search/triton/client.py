@@ -353,7 +353,8 @@ def _outputs(result, outputs: list[str] | None, rows: int | None) -> dict[str, n
     other texts' vectors, or drop some)."""
     names = outputs or [o.name for o in result.get_response().outputs]
     got = {o: result.as_numpy(o) for o in names}
-    wrong = [f"{o} has {len(a) if a.ndim else 0}" for o, a in got.items() if rows is not None and (a.ndim == 0 or len(a) != rows)]
+    wrong = [f"{o} has {len(a) if a.ndim else 0}" for o, a in got.items()
+             if rows is not None and a is not None and (a.ndim == 0 or len(a) != rows)]
     if wrong:
         rows_said = f"{', '.join(wrong)} rows for {rows} inputs"
         raise _StubDied(None, None, InferenceServerException(rows_said, "StatusCode.INTERNAL"), mixed_up=True, rows=rows_said)
