@@ -58,7 +58,6 @@ def test_a_server_that_exits_is_started_again_on_its_ports_and_callers_are_told_
         assert resources.triton_hint() == START_HINT and srv.restarts() == []
         [child] = [pid for pid, args in local._tritonserver_processes()
                    if pid != srv.state.pid and f"--backend-directory={settings.triton_run_dir / 'backends'}" in args]
-        time.sleep(1)  # the supervisor restarts a server it saw ready: it looks every 0.25 s
         os.kill(child, signal.SIGKILL)
         deadline = time.monotonic() + 10
         while "being started again" not in (hint := resources.triton_hint()) and time.monotonic() < deadline:

@@ -28,7 +28,7 @@ from pathlib import Path
 from search.errors import TritonError
 from search.process import alive
 from search.triton.client import TritonClient
-from search.triton.supervise import clean, pids_with_arg
+from search.triton.supervise import READY_LINE, clean, pids_with_arg
 
 STANDIN_BACKENDS = Path(__file__).parent / "backends"
 SUPERVISOR = Path(__file__).with_name("supervise.py")
@@ -232,7 +232,7 @@ class LocalTriton:
                 summary = _failure_summary(log)
                 error = _PortTaken if "already in use" in summary else TritonError
                 raise error(f"Triton exited during start (code {code}): {summary}")
-            if self.is_ready():
+            if self.is_ready() and self._supervisor_saw_ready(log):
                 return self
             time.sleep(0.25)
         self.stop()
@@ -258,6 +258,14 @@ class LocalTriton:
         except OSError:
             return []
         return [ln.removeprefix("[supervise] ") for ln in lines if ln.startswith("[supervise]") and "starting it again" in ln]
+
+    @staticmethod
+    def _supervisor_saw_ready(log: Path) -> bool:
+        """Whether the supervisor has seen this start's Triton ready (from then on it restarts a crash)."""
+        try:
+            return READY_LINE in log.read_text(errors="replace")
+        except OSError:
+            return False
 
     def restarting(self) -> str | None:
         """While the supervisor is starting Triton again after it exited by itself: why it exited

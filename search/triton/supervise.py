@@ -26,6 +26,7 @@ import urllib.request
 from pathlib import Path
 
 MAX_RESTARTS, WINDOW_S = 5, 600.0
+READY_LINE = "[supervise] Triton is ready"  # LocalTriton.start waits for it: a crash after it is restarted
 
 
 def _ready(url: str) -> bool:
@@ -96,8 +97,8 @@ def main(argv: list[str] | None = None) -> int:
             child.terminate()
         was_ready = False
         while (code := child.poll()) is None:
-            if not was_ready:
-                was_ready = _ready(args.ready_url)
+            if not was_ready and (was_ready := _ready(args.ready_url)):
+                print(READY_LINE, flush=True)
             time.sleep(0.5 if was_ready else 0.25)
         now = time.monotonic()
         restarts = [t for t in restarts if now - t < WINDOW_S]
