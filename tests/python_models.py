@@ -13,6 +13,7 @@ output [ {{ name: "Y" data_type: TYPE_FP32 dims: [ 1 ] }} ]
 """
 ECHO_MODEL = """
 import os
+import time
 import numpy as np
 import triton_python_backend_utils as pb_utils
 class TritonPythonModel:

@@ -153,6 +153,74 @@ def test_an_answer_without_a_row_per_input_is_refused_and_the_model_reloaded(tmp
         assert not client.probe("wrong").healthy and client.probe("late").healthy
 
 
+def test_an_answer_to_a_request_out_while_a_step_was_reloaded_is_asked_for_again(tmp_path):
+    """A late answer of the right shape passes every check: so an answer to a request that was out
+    while a step was found mixed up (here "late", a row too many until reloaded) and reloaded is
+    asked for again. The echo "slow" takes 2 s, long enough to overlap that reload."""
+    repo = tmp_path / "repo"
+    python_model(repo, "late", answer="np.concatenate([x, x[:1]]) if self.bad else x",
+                 init='flag = os.path.join(args["model_repository"], "loaded-before"); '
+                      'self.bad = not os.path.exists(flag); open(flag, "w").close()')
+    python_model(repo, "slow", answer="(time.sleep(2), x)[1]")
+    x = np.arange(2, dtype=np.float32).reshape(2, 1)
+    with LocalTriton(repo, tmp_path / "run", models=["late", "slow"]).start(timeout=120) as srv:
+        client = TritonClient(f"127.0.0.1:{srv.grpc_port}")
+
+        def runs(model: str) -> int:
+            return int(client._client.get_inference_statistics(model, as_json=True)["model_stats"][0].get("execution_count", 0))
+
+        with ThreadPoolExecutor(1) as pool:
+            slow = pool.submit(client.infer, "slow", {"X": x}, ["Y"])
+            time.sleep(0.5)  # "slow" is running: now a step is found mixed up and reloaded
+            np.testing.assert_array_equal(client.infer("late", {"X": x}, ["Y"])["Y"], x)
+            np.testing.assert_array_equal(slow.result(timeout=60)["Y"], x)
+        assert runs("slow") == 2  # its first answer came while "late" was being reloaded
+        np.testing.assert_array_equal(asyncio.run(client.ainfer("slow", {"X": x}, ["Y"]))["Y"], x)
+        assert runs("slow") == 3  # once all is settled, an answer is taken as it comes
+
+
+def test_requests_of_one_shape_never_get_each_others_answers_when_a_step_stalls(tmp_path):
+    """The same-shape case of the stall, end to end: 4 threads share one client (as a process's
+    services do) and send [2, 1] requests of their own values to a Python echo while its stub is
+    stopped for 3 s. Triton 2.51 then aborts (the supervisor starts it again), or the client's
+    reload wins and Triton goes on; before the client asked again for answers that came during a
+    reload, 2 of 2 such runs handed one request another's values, silently."""
+    python_model(tmp_path / "repo", "echo")
+    with LocalTriton(tmp_path / "repo", tmp_path / "run", models=["echo"]).start(timeout=120) as srv:
+        client = TritonClient(f"127.0.0.1:{srv.grpc_port}")
+        stop, wrong, failures, answered = threading.Event(), [], [], []
+
+        def ask(k: int) -> None:
+            n = 0
+            while not stop.is_set():
+                n += 1
+                x = np.array([[k * 1e6 + n], [k * 1e6 + n + 0.5]], np.float32)
+                try:
+                    y = client.infer("echo", {"X": x}, ["Y"])["Y"]
+                except (ModelUnhealthy, TritonUnavailable) as exc:
+                    failures.append(exc)
+                    time.sleep(0.05)
+                    continue
+                (answered if np.array_equal(y, x) else wrong).append((x.ravel().tolist(), y.ravel().tolist()))
+
+        threads = [threading.Thread(target=ask, args=(k,)) for k in range(4)]
+        for t in threads:
+            t.start()
+        time.sleep(1)
+        [pid] = stubs(srv, "echo")
+        os.kill(pid, signal.SIGSTOP)
+        time.sleep(STALL_S)
+        os.kill(pid, signal.SIGCONT)
+        time.sleep(6)  # the abort comes within ~5 s, if it comes
+        stop.set()
+        for t in threads:
+            t.join(timeout=60)
+        assert not wrong, wrong[:3]
+        assert answered and all("'echo'" in str(e) or "Triton is not reachable" in str(e) for e in failures), failures[:3]
+        assert pid not in stubs(srv, "echo")  # reloaded, or the whole server started again
+        assert serving(srv).is_ready()
+
+
 def test_a_request_the_ensemble_itself_refuses_is_not_taken_for_a_stall():
     plain = "[request id: <id_unknown>] input 'TEXT' batch size does not match other inputs for 'bge_m3'"
     assert TritonClient("127.0.0.1:1")._error("bge_m3", InferenceServerException(plain, "StatusCode.INVALID_ARGUMENT")) is None

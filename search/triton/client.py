@@ -12,7 +12,9 @@ and then hands that step's late answers to the next requests: a step that finds 
 request's outputs in its inputs fails with ``MIXED_UP`` (``search.triton.steps.requests``), and
 the client reloads the ensemble's steps as for a death (docs/reliability.md, "A stalled step").
 Triton passes a step's answer on unchecked, so the client also refuses an answer without one row
-per input row (every model here is batched), and treats it the same way.
+per input row (every model here is batched), and treats it the same way. A late answer of the same
+shape cannot be told from a right one: an answer to a request that was out while a step was found
+dead or stalled, or was being reloaded, is asked for again once the reload is done.
 """
 
 from __future__ import annotations
@@ -76,6 +78,9 @@ class TritonClient:
         self._heal_lock = threading.Lock()
         self._healed_at: dict[str, float] = {}  # step -> monotonic time of its last reload
         self._healthy_at: dict[str, float] = {}  # model -> monotonic time of its last healthy probe
+        # When a request last found a step dead, stalled or mixed up, and when what followed (a reload,
+        # or the error) was over: an answer to a request that was out in between may be a late one.
+        self._trouble_at = self._settled_at = float("-inf")
         self._ready_at: dict[str, float] = {}  # model -> monotonic time it last answered ready
         self._aio_client: tuple[asyncio.AbstractEventLoop, aio.InferenceServerClient] | None = None
 
@@ -127,12 +132,16 @@ class TritonClient:
         tensors, rows = _tensors(inputs), _rows(inputs)
         started = time.monotonic()
         try:
-            return self._infer(model, tensors, outputs, self.timeout_s, rows)
+            got = self._infer(model, tensors, outputs, self.timeout_s, rows)
+            if not self._in_trouble(started):
+                return got
+            self._after_trouble(model)
         except _StubDied as dead:
             self._after_death(model, dead, started)
         try:  # once: a step that dies on every request must not loop
             return self._infer(model, tensors, outputs, self.timeout_s, rows)
         except _StubDied as again:
+            self._trouble_at = self._settled_at = time.monotonic()
             raise self._died_again(model, again) from None
 
     async def ainfer(self, model: str, inputs: dict[str, np.ndarray], outputs: list[str]) -> dict[str, np.ndarray]:
@@ -141,12 +150,16 @@ class TritonClient:
         tensors, rows = _tensors(inputs), _rows(inputs)
         started = time.monotonic()
         try:
-            return await self._ainfer(model, tensors, outputs, rows)
+            got = await self._ainfer(model, tensors, outputs, rows)
+            if not self._in_trouble(started):
+                return got
+            await asyncio.to_thread(self._after_trouble, model)
         except _StubDied as dead:
             await asyncio.to_thread(self._after_death, model, dead, started)
         try:
             return await self._ainfer(model, tensors, outputs, rows)
         except _StubDied as again:
+            self._trouble_at = self._settled_at = time.monotonic()
             raise self._died_again(model, again) from None
 
     async def amodel_ready(self, name: str, *, max_age_s: float = 0.0) -> bool:
@@ -215,10 +228,27 @@ class TritonClient:
 
     def _after_death(self, model: str, dead: _StubDied, started: float) -> None:
         """A request found ``model``'s step dead: reload it (the caller retries once), or say how to."""
+        self._trouble_at = time.monotonic()
         self._healthy_at.pop(model, None)
-        if not self.heal_enabled:
-            raise dead.error(model, RESTART_HINT) from None
-        self._recover(model, dead, started)
+        try:
+            if not self.heal_enabled:
+                raise dead.error(model, RESTART_HINT) from None
+            self._recover(model, dead, started)
+        finally:
+            self._settled_at = time.monotonic()
+
+    def _in_trouble(self, started: float) -> bool:
+        """Whether a request out since ``started`` overlapped a step found dead, stalled or mixed up
+        (any model's: steps are shared), or its reload. Triton 2.51 hands a stalled step's late answer
+        to the next request, and one of the same shape passes every check (docs/reliability.md)."""
+        return self._trouble_at > started or self._settled_at > started or self._trouble_at > self._settled_at
+
+    def _after_trouble(self, model: str) -> None:
+        """Before asking again for an answer that may be a late one: wait for the reload under way."""
+        log.info("Triton model '%s': asking again for an answer that came while a step was found dead or "
+                 "stalled, or was being reloaded", model)
+        with self._heal_lock:
+            pass
 
     @staticmethod
     def _died_again(model: str, again: _StubDied) -> ModelUnhealthy:
