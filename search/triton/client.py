@@ -46,10 +46,11 @@ RESTART_HINT = "restart Triton (`search triton down && search triton up`, or res
 # tritonclient's own message limits, and gRPC's reconnect backoff cut from 1 s (growing 1.6x per failed
 # try, up to 120 s) to 0.1-1 s: with the default, a client kept failing for 16 s after a local Triton
 # that had been down for 30 s was serving again (its supervisor's restart, `search triton down && up`).
+# Not grpc.min_reconnect_backoff_ms: gRPC also takes it as each connection attempt's timeout (20 s),
+# and at 100 ms a loaded machine's connects timed out ("before receiving SETTINGS frame").
 CHANNEL_ARGS = [("grpc.max_send_message_length", grpcclient.MAX_GRPC_MESSAGE_SIZE),
                 ("grpc.max_receive_message_length", grpcclient.MAX_GRPC_MESSAGE_SIZE),
-                ("grpc.initial_reconnect_backoff_ms", 100), ("grpc.min_reconnect_backoff_ms", 100),
-                ("grpc.max_reconnect_backoff_ms", 1000)]
+                ("grpc.initial_reconnect_backoff_ms", 100), ("grpc.max_reconnect_backoff_ms", 1000)]
 _STUB_DEAD = re.compile(r"Stub process(?: '([^']+)')? is not healthy")
 _ENSEMBLE = re.compile(r"in ensemble '([^']+)'")
 # A step inside an ensemble refused the inputs the ensemble gave it: only another request's outputs
