@@ -20,7 +20,7 @@ from search.config import Settings
 from search.errors import TritonUnavailable
 from search.resources import Resources
 from search.triton import local
-from search.triton.client import START_HINT
+from search.triton.client import START_HINT, TritonClient
 from search.triton.local import LocalTriton, TritonError, _failure_summary, free_port
 
 
@@ -102,6 +102,39 @@ def test_broken_model_is_a_clear_error_and_cleans_up(tmp_path):
     # Triton exits but leaves the stub of the model that did load: stop() must have killed it.
     assert srv.state is None
     assert _pids_running_in(repo) == []
+    assert srv.leftovers(prefixes[0]) == ([], [])
+
+
+def test_a_start_whose_load_hangs_is_tried_again_and_a_load_that_always_hangs_is_named(tmp_path):
+    """Triton waits without limit for a step's process to answer its first message: a process that
+    hangs there held a whole start until its timeout (seen once in a full run, for minilm_query_onnx).
+    The supervisor starts Triton again when a loading model's processes use no CPU for a while."""
+    repo = tmp_path / "repo"
+    python_model(repo, "echo")
+    tried = 'tried = os.path.join(args["model_repository"], "tried"); first = not os.path.exists(tried)'
+    python_model(repo, "hangs_once", init=f'{tried}; open(tried, "a").close(); time.sleep(3600 if first else 0)')
+    t = 'started = time.monotonic(); [None for _ in iter(lambda: time.monotonic() - started < 6, False)]'
+    python_model(repo, "slow", init=t)  # 6 s of CPU: slow, not hung
+    with LocalTriton(repo, tmp_path / "run", models=["echo", "hangs_once", "slow"], hung_after_s=3).start() as srv:
+        said = [ln for ln in Path(srv.state.log).read_text().splitlines() if ln.startswith("[supervise]")]
+        assert said[0] == ("[supervise] Triton's start hung (the load of 'hangs_once' used no CPU for 3 s); "
+                           "starting it again"), said
+        assert len(said) == 2 and said[1] == local.READY_LINE, said
+        assert srv.restarting() is None
+        x = np.ones((2, 1), np.float32)
+        for model in ("echo", "hangs_once", "slow"):
+            assert np.array_equal(TritonClient(f"127.0.0.1:{srv.grpc_port}").infer(model, {"X": x}, ["Y"])["Y"], x)
+
+    python_model(repo, "stuck", init="time.sleep(3600)")
+    srv = LocalTriton(repo, tmp_path / "run2", models=["echo", "stuck"], hung_after_s=3)
+    prefixes = []
+    srv.command = lambda backends, shm_prefix: prefixes.append(shm_prefix) or LocalTriton.command(srv, backends, shm_prefix)
+    started = time.monotonic()
+    with pytest.raises(TritonError) as exc:
+        srv.start(timeout=60)
+    assert time.monotonic() - started < 30  # not the start's whole timeout
+    assert str(exc.value) == ("Triton exited during start (code 1): Triton's start hung again "
+                              "(the load of 'stuck' used no CPU for 3 s): giving up")
     assert srv.leftovers(prefixes[0]) == ([], [])
 
 
@@ -191,3 +224,8 @@ def test_start_failure_summary_names_the_cause_not_the_cuda_noise(tmp_path):
     assert _failure_summary(log) == "\"failed to start Metrics service: Unavailable - Socket '127.0.0.1:55003' already in use \""
     log.write_text(f'{noise}\nE1127 18:26:45.5 1 model_lifecycle.cc:654] "failed to load \'broken\' version 1: boom"\n')
     assert _failure_summary(log) == "\"failed to load 'broken' version 1: boom\""
+    log.write_text('E1128 18:58:53.314031 1 server.cc:241] "CudaDriverHelper has not been initialized."\n'
+                   'I1128 18:58:53.318708 1 model_lifecycle.cc:472] "loading: a:1"\n'
+                   'I1128 18:58:53.318708 1 model_lifecycle.cc:472] "loading: b_c:1"\n'
+                   "I1128 18:58:54.825609 1 model_lifecycle.cc:839] \"successfully loaded 'a'\"\n")
+    assert _failure_summary(log) == "the load of 'b_c' never ended"

@@ -12,6 +12,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
+import re
 import shutil
 import signal
 import socket
@@ -28,10 +29,13 @@ from pathlib import Path
 from search.errors import TritonError
 from search.process import alive
 from search.triton.client import TritonClient
-from search.triton.supervise import READY_LINE, clean, pids_with_arg
+from search.triton.supervise import HUNG_AFTER_S, READY_LINE, clean, pids_with_arg
 
 STANDIN_BACKENDS = Path(__file__).parent / "backends"
 SUPERVISOR = Path(__file__).with_name("supervise.py")
+# every start on a CPU-only host logs these errors
+CPU_HOST_NOISE = ("CUDA driver version is insufficient", "CudaDriverHelper has not been initialized")
+LOG_NAME = "tritonserver.log"  # in the run dir: Triton's output and the supervisor's
 
 
 def _pytriton_dir() -> Path:
@@ -120,6 +124,7 @@ class LocalTriton:
         metrics_port: int = 0,
         models: list[str] | None = None,
         extra_args: list[str] | None = None,
+        hung_after_s: float = HUNG_AFTER_S,
     ) -> None:
         self.repo = Path(repo).resolve()
         self.run_dir = Path(run_dir)
@@ -127,6 +132,7 @@ class LocalTriton:
         self._any_port = [name for name in self._PORTS if getattr(self, name) == 0]
         self.models = list(models or [])
         self.extra_args = list(extra_args or [])
+        self.hung_after_s = hung_after_s
         self.state: ServerState | None = None
 
     # -- state file, so `search triton down` in another process can stop what `up` started
@@ -191,7 +197,8 @@ class LocalTriton:
     def supervised(self, command: list[str], shm_prefix: str) -> list[str]:
         """``command`` under the supervisor, which starts Triton again after a crash (``supervise.py``)."""
         return [sys.executable, "-I", str(SUPERVISOR), f"--ready-url={self.url('/v2/health/ready')}",
-                f"--shm-prefix={shm_prefix}", "--", *command]
+                f"--shm-prefix={shm_prefix}", f"--log={self.run_dir / LOG_NAME}", f"--hung-after={self.hung_after_s:g}",
+                "--", *command]
 
     def start(self, timeout: float = 120.0) -> LocalTriton:
         if not self.repo.is_dir():
@@ -214,7 +221,7 @@ class LocalTriton:
                 raise _PortTaken(f"port {port} on {self.host} is already in use (is a server running? `search triton status`)")
         backends = prepare_backends(self.run_dir / "backends")
         shm_prefix = f"triton_{uuid.uuid4().hex[:10]}_"
-        log = self.run_dir / "tritonserver.log"
+        log = self.run_dir / LOG_NAME
         with open(log, "wb") as logf:
             proc = subprocess.Popen(
                 self.supervised(self.command(backends, shm_prefix), shm_prefix), stdout=logf,
@@ -353,23 +360,39 @@ def _tritonserver_processes() -> list[tuple[int, list[str]]]:
 
 
 def _failure_summary(log: Path) -> str:
-    """The model-load errors from Triton's log, in one line."""
+    """The model-load errors from Triton's log, in one line; else the loads that never ended."""
     try:
         lines = log.read_text(errors="replace").splitlines()
     except OSError:
         return "no log"
+    gave_up = [ln.removeprefix("[supervise] ") for ln in lines if ln.startswith("[supervise]") and "giving up" in ln]
+    if gave_up:
+        return gave_up[-1]
     # A port another process took between our check and Triton's bind says it all.
     taken = [ln.split("] ", 1)[-1].strip() for ln in lines if "already in use" in ln]
     if taken:
         return "; ".join(taken)
+    lines = [ln for ln in lines if not any(noise in ln for noise in CPU_HOST_NOISE)]
     errors = []
     for line in lines:
-        if "CUDA driver version is insufficient" in line:  # every start on a CPU-only host logs these
-            continue
         if "failed to load" in line or "Invalid argument" in line or "unable to" in line.lower():
             msg = line.split("] ", 1)[-1].strip()
             if msg not in errors:
                 errors.append(msg)
+    loading = _still_loading(lines)
+    if not errors and loading:
+        return f"the load of {', '.join(repr(n) for n in loading)} never ended"
     if not errors:
         errors = [ln.split("] ", 1)[-1].strip() for ln in lines if ln.startswith("E")][-3:]
     return "; ".join(errors) or (lines[-1] if lines else "no output")
+
+
+def _still_loading(lines: list[str]) -> list[str]:
+    """Models whose last load in the log has begun and not ended."""
+    state: dict[str, bool] = {}
+    for line in lines:
+        if m := re.search(r'"loading: ([^:"]+):', line):
+            state[m[1]] = True
+        elif m := re.search(r"(?:successfully loaded|failed to load) '([^']+)'", line):
+            state[m[1]] = False
+    return [name for name, pending in state.items() if pending]

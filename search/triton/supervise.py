@@ -12,12 +12,20 @@ it was ready, the supervisor removes what the dead server left (stubs, shared me
 it again with the same command, at most MAX_RESTARTS times in WINDOW_S; a server that never got
 ready is not restarted (a model that cannot load would only fail again), and its exit status
 becomes the supervisor's.
+
+A load that hangs is the exception: Triton waits without limit for a Python-backend process to
+answer its first message (the python backend's ``StubLauncher`` pops the reply with no timeout), so
+a process that hangs there, before or after it becomes the stub, holds the start for ever. When a
+model's process used no CPU for ``--hung-after`` seconds while its model loads, the supervisor
+says which and starts Triton again (within the same restart budget); a load that hangs on every
+try ends the supervisor with an error.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -26,6 +34,8 @@ import urllib.request
 from pathlib import Path
 
 MAX_RESTARTS, WINDOW_S = 5, 600.0
+HUNG_AFTER_S = 30.0  # no CPU for this long while loading: a hung load (a real load reads and computes)
+HUNG_TRIES = 2  # starts in a row whose load hung before the supervisor gives up
 READY_LINE = "[supervise] Triton is ready"  # LocalTriton.start waits for it: a crash after it is restarted
 
 
@@ -62,6 +72,65 @@ def clean(shm_prefix: str) -> None:
         region.unlink(missing_ok=True)
 
 
+class LoadWatch:
+    """Finds a hung model load in a Triton that is starting: a child process of the server (a
+    Python-backend stub whose model has not loaded yet, or a fork that never became a stub) whose
+    CPU time stayed the same for ``hung_after`` seconds. Reads Triton's log for the models loaded."""
+
+    def __init__(self, server_pid: int, log: Path | None, hung_after: float) -> None:
+        self.server_pid, self.log, self.hung_after = server_pid, log, hung_after
+        self.log_start = log.stat().st_size if log is not None and log.exists() else 0
+        self.seen: dict[int, tuple[int, float]] = {}  # pid -> (CPU ticks, when they last moved)
+
+    def hung(self) -> str | None:
+        """What hangs ("the load of 'minilm_query_onnx' used no CPU for 30 s"), or None.
+        A model's instances start side by side, and one that is done waits idle for the others: a
+        model hangs when none of its processes moved."""
+        done = self._models_done()
+        now = time.monotonic()
+        groups: dict[str, list[float]] = {}
+        for pid, args, ticks in _children(self.server_pid):
+            stub = len(args) > 1 and Path(args[0]).name == "triton_python_backend_stub"
+            model = Path(args[1]).parent.parent.name if stub else None
+            if model in done:
+                continue
+            last = self.seen.get(pid)
+            if last is None or last[0] != ticks:
+                self.seen[pid] = last = (ticks, now)
+            groups.setdefault(f"the load of '{model}'" if model else f"a process Triton forked for a step (pid {pid})",
+                              []).append(last[1])
+        for what, moved in groups.items():
+            if now - max(moved) >= self.hung_after:
+                return f"{what} used no CPU for {now - max(moved):.0f} s"
+        return None
+
+    def _models_done(self) -> set[str]:
+        try:
+            with open(self.log, "rb") as f:
+                f.seek(self.log_start)
+                text = f.read().decode(errors="replace")
+        except (OSError, TypeError):
+            return set()
+        return set(re.findall(r"(?:successfully loaded|failed to load) '([^']+)'", text))
+
+
+def _children(pid: int) -> list[tuple[int, list[str], int]]:
+    """(pid, command line, CPU ticks) of each live child of ``pid``."""
+    found = []
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            fields = (proc / "stat").read_text().rsplit(") ", 1)[1].split()
+            if int(fields[1]) != pid or fields[0] == "Z":
+                continue
+            args = [os.fsdecode(a) for a in (proc / "cmdline").read_bytes().split(b"\0") if a]
+        except (OSError, IndexError, ValueError):
+            continue
+        found.append((int(proc.name), args, int(fields[11]) + int(fields[12])))  # utime + stime
+    return found
+
+
 def _describe(code: int) -> str:
     if code < 0:
         try:
@@ -75,6 +144,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--ready-url", required=True)
     parser.add_argument("--shm-prefix", required=True)
+    parser.add_argument("--log", type=Path, help="Triton's log (this process's output), for the models it has loaded")
+    parser.add_argument("--hung-after", type=float, default=HUNG_AFTER_S)
     parser.add_argument("command", nargs=argparse.REMAINDER)
     args = parser.parse_args(argv)
     command = args.command[1:] if args.command[:1] == ["--"] else args.command
@@ -90,18 +161,34 @@ def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGTERM, forward)
     signal.signal(signal.SIGINT, forward)
     restarts: list[float] = []
+    hung_tries = 0
     while not stopping:
         started = time.monotonic()
         child = subprocess.Popen(command, stdin=subprocess.DEVNULL)
         if stopping:  # a stop that came while it was being started again: forward() saw the old one
             child.terminate()
-        was_ready = False
+        was_ready, hung, watch = False, None, LoadWatch(child.pid, args.log, args.hung_after)
         while (code := child.poll()) is None:
             if not was_ready and (was_ready := _ready(args.ready_url)):
                 print(READY_LINE, flush=True)
+            if not was_ready and not stopping and (hung := watch.hung()):
+                child.kill()  # a hung load also holds Triton's orderly exit
+                code = child.wait()
+                break
             time.sleep(0.5 if was_ready else 0.25)
         now = time.monotonic()
         restarts = [t for t in restarts if now - t < WINDOW_S]
+        if hung:
+            hung_tries += 1
+            if hung_tries >= HUNG_TRIES or len(restarts) >= MAX_RESTARTS:
+                print(f"[supervise] Triton's start hung again ({hung}): giving up", flush=True)
+                clean(args.shm_prefix)
+                return 1
+            restarts.append(now)
+            print(f"[supervise] Triton's start hung ({hung}); starting it again", flush=True)
+            clean(args.shm_prefix)
+            continue
+        hung_tries = 0
         if stopping or not was_ready or len(restarts) >= MAX_RESTARTS:
             if not stopping and was_ready:
                 print(f"[supervise] Triton exited ({_describe(code)}) after {now - started:.0f} s, its "
