@@ -22,6 +22,7 @@ from search.resources import Resources
 from search.triton import local
 from search.triton.client import START_HINT, TritonClient
 from search.triton.local import LocalTriton, TritonError, _failure_summary, free_port
+from search.triton.supervise import LoadWatch
 
 
 def server(repo: Path, run_dir: Path, models: list[str]) -> LocalTriton:
@@ -136,6 +137,20 @@ def test_a_start_whose_load_hangs_is_tried_again_and_a_load_that_always_hangs_is
     assert str(exc.value) == ("Triton exited during start (code 1): Triton's start hung again "
                               "(the load of 'stuck' used no CPU for 3 s): giving up")
     assert srv.leftovers(prefixes[0]) == ([], [])
+
+
+def test_a_fork_that_never_became_a_step_is_a_hung_load():
+    """The other place a load can hang: the process Triton forks to start a step, before it runs
+    the stub (a fork of a many-threaded server can block on a lock another thread held)."""
+    fake_server = subprocess.Popen(["bash", "-c", "sleep 60 & wait"])
+    try:
+        watch, deadline, hung = LoadWatch(fake_server.pid, None, 0.3), time.monotonic() + 10, None
+        while not hung and time.monotonic() < deadline:
+            hung = watch.hung()
+            time.sleep(0.1)
+        assert hung and re.fullmatch(r"a process Triton forked for a step \(pid \d+\) used no CPU for 0 s", hung), hung
+    finally:
+        fake_server.kill()
 
 
 def test_missing_repository_and_busy_port(tmp_path):
