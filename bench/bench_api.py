@@ -1,10 +1,12 @@
 """REST API overhead: document search, the same grouped per document (group_by=document) and
 /v1/embeddings over HTTP (`search serve`, a real uvicorn in a subprocess) with 1, 8 and 32
 concurrent clients, next to the same queries through the service layer in-process (the app's own
-SearchService, store lock included). The ratio is what HTTP + FastAPI cost.
+SearchService, store lock included). The ratio is what HTTP + FastAPI cost: of the medians, and
+round by round. This machine's speed drifts by up to a third over minutes, so `--pairs` runs each
+HTTP row right after its in-process twin rather than all HTTP rows after all in-process ones.
 
     python bench/bench_api.py [--quick] [--client wrk|httpx] [--repo TRITON_REPO] [--json FILE]
-                              [--server-cpus 0,2 --load-cpus 4]
+                              [--server-cpus 0,2 --load-cpus 4] [--pairs]
 
 Needs MiniLM built (`search models build`). Starts its own Triton on free ports and indexes
 samples/docs into a temporary data dir; queries are samples/queries.json, semantic mode.
@@ -34,6 +36,7 @@ import json
 import os
 import re
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -251,6 +254,54 @@ def start_api(settings: Settings, port: int, log: Path) -> subprocess.Popen:
     sys.exit("the API did not answer /healthz within 60 s")
 
 
+def in_process_rows(settings: Settings, n: int, clients: list[int], whats: list[str]) -> list[dict]:
+    """The in-process rows, with the store open in this process (the embedded store admits one)."""
+    backend = create_app(settings).state.backend
+    try:
+        return [in_process(backend.service(), n, c, what) for what in whats for c in clients]
+    finally:
+        backend.close()
+
+
+def http_rows(settings: Settings, args: argparse.Namespace, n: int, clients: list[int], whats: list[str],
+              done: list[dict], tmp: Path) -> list[dict]:
+    """The HTTP rows, with `search serve` owning the store; wrk runs about as long as the matching
+    in-process row in ``done`` took (at least 5 s)."""
+    port = free_port()
+    api = start_api(settings, port, tmp / "api.log")
+    rows: list[dict] = []
+    try:
+        base = f"http://127.0.0.1:{port}"
+        for what in whats:
+            for c in clients:
+                if args.client == "wrk":
+                    local = next(x for x in reversed(done) if x["clients"] == c and x["path"] == f"{what}: service in-process")
+                    seconds = max(5.0, round(local["requests"] / local["rps"]))
+                    rows.append(over_wrk(base, seconds, c, what, api.pid, tmp))
+                    if args.load_cpus:
+                        rows.append(over_wrk(base, seconds, c, what, api.pid, tmp, args.load_cpus))
+                else:
+                    rows.append(asyncio.run(over_http(base, n, c, what, api.pid)))
+    finally:
+        api.terminate()
+        try:
+            api.wait(timeout=60)
+        except subprocess.TimeoutExpired:  # a loaded machine: do not leave the server behind
+            api.kill()
+            api.wait()
+    return rows
+
+
+def paired_ratios(rounds: list[list[dict]], what: str, clients: int, http_path: str) -> list[float]:
+    """HTTP ÷ in-process requests/s of one cell, round by round."""
+    out = []
+    for rnd in rounds:
+        local = next(r for r in rnd if r["clients"] == clients and r["path"] == f"{what}: service in-process")
+        http = next(r for r in rnd if r["clients"] == clients and r["path"] == http_path)
+        out.append(round(http["rps"] / local["rps"], 3))
+    return out
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--quick", action="store_true", help="few requests (a smoke run)")
@@ -260,6 +311,9 @@ def main() -> None:
     ap.add_argument("--client", choices=("wrk", "httpx"), default="wrk" if shutil.which("wrk") else "httpx",
                     help="what sends the HTTP load [default: wrk when installed (apt-get install wrk), else httpx]")
     ap.add_argument("--rounds", type=int, default=3, help="rounds of every row, the paths taking turns (median reported)")
+    ap.add_argument("--pairs", action="store_true",
+                    help="run each HTTP row right after its in-process twin (the API started for each) and also "
+                         "report the HTTP / in-process ratio round by round; default: all in-process rows, then all HTTP rows")
     ap.add_argument("--clients", type=int, nargs="+", default=list(CLIENTS), help="concurrent clients per row [default: 1 8 32]")
     ap.add_argument("--server-cpus", type=cpu_list, help="pin this process, Triton and the API to these CPUs (e.g. 0,2)")
     ap.add_argument("--load-cpus", type=cpu_list,
@@ -287,8 +341,8 @@ def main() -> None:
         settings = Settings(data_dir=tmp / "data", triton_repo=repo, triton_url=f"127.0.0.1:{server.grpc_port}",
                             qdrant_url=None, search_mode="semantic")
         # The embedded store admits one process at a time, so the two paths take turns: in each round
-        # the in-process rows with the store open here, then the HTTP rows with the API owning it;
-        # each figure is the median of its rounds (a burst of other load hits both paths alike).
+        # the in-process rows with the store open here, then the HTTP rows with the API owning it
+        # (with --pairs, cell by cell); each figure is the median of its rounds.
         backend = create_app(settings).state.backend
         try:
             report = backend.indexer().ingest([PROJECT_ROOT / "samples" / "docs"])
@@ -296,33 +350,15 @@ def main() -> None:
             backend.close()
         rounds: list[list[dict]] = []
         for r in range(args.rounds):
-            done: list[dict] = []
-            backend = create_app(settings).state.backend
-            try:
-                done += [in_process(backend.service(), n, c, what) for what in args.what for c in args.clients]
-            finally:
-                backend.close()
-            port = free_port()
-            api = start_api(settings, port, tmp / "api.log")
-            try:
-                base = f"http://127.0.0.1:{port}"
+            if args.pairs:  # each HTTP row right after its in-process twin: the machine's drift hits both alike
+                done = []
                 for what in args.what:
                     for c in args.clients:
-                        if args.client == "wrk":  # about as long as the in-process row took, at least 5 s
-                            local = next(x for x in done if x["clients"] == c and x["path"] == f"{what}: service in-process")
-                            seconds = max(5.0, round(local["requests"] / local["rps"]))
-                            done.append(over_wrk(base, seconds, c, what, api.pid, tmp))
-                            if args.load_cpus:
-                                done.append(over_wrk(base, seconds, c, what, api.pid, tmp, args.load_cpus))
-                        else:
-                            done.append(asyncio.run(over_http(base, n, c, what, api.pid)))
-            finally:
-                api.terminate()
-                try:
-                    api.wait(timeout=60)
-                except subprocess.TimeoutExpired:  # a loaded machine: do not leave the server behind
-                    api.kill()
-                    api.wait()
+                        done += in_process_rows(settings, n, [c], [what])
+                        done += http_rows(settings, args, n, [c], [what], done, tmp)
+            else:
+                done = in_process_rows(settings, n, args.clients, args.what)
+                done += http_rows(settings, args, n, args.clients, args.what, done, tmp)
             rounds.append(done)
             print(f"  round {r + 1}/{args.rounds} done, load average {load()}", flush=True)
         rows = [median_row([rnd[i] for rnd in rounds]) for i in range(len(rounds[0]))]
@@ -331,6 +367,7 @@ def main() -> None:
         shutil.rmtree(tmp, ignore_errors=True)
 
     results = {"machine": machine(), "chunks": report.embedded_chunks, "client": args.client, "rounds": args.rounds,
+               "pairs": args.pairs,
                "server_cpus": sorted(args.server_cpus or []), "load_cpus": sorted(args.load_cpus or []),
                "load_average": [start_load, load()], "rows": rows}
     print(f"machine: {results['machine']}")
@@ -350,9 +387,12 @@ def main() -> None:
             local = next(r for r in rows if r["clients"] == c and r["path"] == f"{what}: service in-process")
             for http in (r for r in rows if r["clients"] == c and r["path"].startswith(HTTP_PATH.format(what=what))):
                 label = "HTTP, load apart" if http["path"].endswith(APART) else "HTTP"
+                ratios = paired_ratios(rounds, what, c, http["path"])
                 print(f"{what:>10}, {c:>2} clients: {label} / in-process throughput = {http['rps'] / local['rps']:.2f}x, "
                       f"p50 overhead = {http['p50_ms'] - local['p50_ms']:+.2f} ms, "
-                      f"CPU per request {http['cpu_ms_per_request'] - local['cpu_ms_per_request']:+.2f} ms")
+                      f"CPU per request {http['cpu_ms_per_request'] - local['cpu_ms_per_request']:+.2f} ms; "
+                      f"round by round {ratios} (median {statistics.median(ratios):.2f}x)")
+                results.setdefault("round_ratios", {})[f"{what}, {c}, {label}"] = ratios
     if args.json:
         args.json.write_text(json.dumps(results, indent=2))
 
