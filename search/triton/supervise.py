@@ -81,6 +81,7 @@ class LoadWatch:
         self.server_pid, self.log, self.hung_after = server_pid, log, hung_after
         self.log_start = log.stat().st_size if log is not None and log.exists() else 0
         self.seen: dict[int, tuple[int, float]] = {}  # pid -> (CPU ticks, when they last moved)
+        self.done: set[str] = set()
 
     def hung(self) -> str | None:
         """What hangs ("the load of 'minilm_query_onnx' used no CPU for 30 s"), or None.
@@ -105,13 +106,19 @@ class LoadWatch:
         return None
 
     def _models_done(self) -> set[str]:
+        """The models whose load ended (loaded or failed), from the log lines written since the
+        server started (read on from where the last call stopped)."""
         try:
             with open(self.log, "rb") as f:
                 f.seek(self.log_start)
-                text = f.read().decode(errors="replace")
+                data = f.read()
         except (OSError, TypeError):
-            return set()
-        return set(re.findall(r"(?:successfully loaded|failed to load) '([^']+)'", text))
+            return self.done
+        complete = data.rfind(b"\n") + 1  # a line still being written is read next time
+        self.log_start += complete
+        text = data[:complete].decode(errors="replace")
+        self.done |= set(re.findall(r"(?:successfully loaded|failed to load) '([^']+)'", text))
+        return self.done
 
 
 def _children(pid: int) -> list[tuple[int, list[str], int]]:
