@@ -19,10 +19,10 @@ from python_models import python_model
 from search.config import Settings
 from search.errors import TritonUnavailable
 from search.resources import Resources
-from search.triton import local
+from search.triton import local, supervise
 from search.triton.client import START_HINT, TritonClient
 from search.triton.local import LocalTriton, TritonError, _failure_summary, free_port
-from search.triton.supervise import LoadWatch
+from search.triton.supervise import LoadWatch, Replaced
 
 
 def server(repo: Path, run_dir: Path, models: list[str]) -> LocalTriton:
@@ -118,7 +118,7 @@ def test_a_start_whose_load_hangs_is_tried_again_and_a_load_that_always_hangs_is
     python_model(repo, "slow", init=t)  # 6 s of CPU: slow, not hung
     with LocalTriton(repo, tmp_path / "run", models=["echo", "hangs_once", "slow"], hung_after_s=3).start() as srv:
         said = [ln for ln in Path(srv.state.log).read_text().splitlines() if ln.startswith("[supervise]")]
-        assert said[0] == ("[supervise] Triton's start hung (the load of 'hangs_once' used no CPU for 3 s); "
+        assert said[0] == ("[supervise] Triton's start hung (the load of 'hangs_once' was idle for 3 s); "
                            "starting it again"), said
         assert len(said) == 2 and said[1] == local.READY_LINE, said
         assert srv.restarting() is None
@@ -135,7 +135,7 @@ def test_a_start_whose_load_hangs_is_tried_again_and_a_load_that_always_hangs_is
         srv.start(timeout=60)
     assert time.monotonic() - started < 30  # not the start's whole timeout
     assert str(exc.value) == ("Triton exited during start (code 1): Triton's start hung again "
-                              "(the load of 'stuck' used no CPU for 3 s): giving up")
+                              "(the load of 'stuck' was idle for 3 s): giving up")
     assert srv.leftovers(prefixes[0]) == ([], [])
 
 
@@ -148,9 +148,38 @@ def test_a_fork_that_never_became_a_step_is_a_hung_load():
         while not hung and time.monotonic() < deadline:
             hung = watch.hung()
             time.sleep(0.1)
-        assert hung and re.fullmatch(r"a process Triton forked for a step \(pid \d+\) used no CPU for 0 s", hung), hung
+        assert hung and re.fullmatch(r"a process Triton forked for a step \(pid \d+\) was idle for 0 s", hung), hung
     finally:
         fake_server.kill()
+
+
+def test_a_stub_that_a_reload_replaced_and_triton_let_go_is_found(tmp_path):
+    """After a stalled step's reload, Triton 2.51 once in ~15 survived stalls left the old stub
+    alive (waiting for a message, 41 MB for an echo; a model's memory for an encoder) beside the
+    new one of the same instance. Killing it by hand left Triton serving. Stand-ins here: processes
+    with a stub's command line under a fake server, two for instance echo_0 and one for echo_1."""
+    script = tmp_path / "repo" / "echo" / "1" / "model.py"
+    script.parent.mkdir(parents=True)
+    script.write_text("import time\ntime.sleep(60)\n")
+
+    def stub(instance: str) -> str:
+        return f"(exec -a /x/triton_python_backend_stub {sys.executable} {script} shm 1 1 1 lib 336 {instance} DEFAULT) &"
+
+    fake_server = subprocess.Popen(["bash", "-c", f"{stub('echo_0')} {stub('echo_1')} sleep 0.3; {stub('echo_0')} wait"])
+    try:
+        watch, deadline, found = Replaced(fake_server.pid, 0.5), time.monotonic() + 10, []
+        while not found and time.monotonic() < deadline:
+            found = watch.let_go()
+            time.sleep(0.1)
+        stubs = {pid: (args[8], started) for pid, args, _, started in supervise._children(fake_server.pid, with_start=True)}
+        assert len(stubs) == 3
+        [(pid, instance)] = found
+        assert instance == "echo_0"
+        assert stubs[pid][1] == min(started for name, started in stubs.values() if name == "echo_0")  # the older one
+    finally:
+        fake_server.kill()
+        for pid in supervise._children(fake_server.pid):
+            os.kill(pid[0], signal.SIGKILL)
 
 
 def test_missing_repository_and_busy_port(tmp_path):

@@ -13,12 +13,15 @@ it again with the same command, at most MAX_RESTARTS times in WINDOW_S; a server
 ready is not restarted (a model that cannot load would only fail again), and its exit status
 becomes the supervisor's.
 
-A load that hangs is the exception: Triton waits without limit for a Python-backend process to
-answer its first message (the python backend's ``StubLauncher`` pops the reply with no timeout), so
-a process that hangs there, before or after it becomes the stub, holds the start for ever. When a
-model's process used no CPU for ``--hung-after`` seconds while its model loads, the supervisor
-says which and starts Triton again (within the same restart budget); a load that hangs on every
-try ends the supervisor with an error.
+A load that hangs is the exception: Triton waits without limit for a live Python-backend process
+to answer its first message (one that dies is noticed), so a process that hangs there, before or
+after it becomes the stub, holds the start for ever. When a model's processes were idle (under 1 %
+of a core) for ``--hung-after`` seconds while it loads, the supervisor says which and starts Triton
+again (within the same restart budget); a load that hangs on every try ends the supervisor with an
+error.
+
+While Triton serves, the supervisor also stops the stubs it let go of: after a stalled step's
+reload, the old stub sometimes lives on, idle, with its model's memory (``Replaced``).
 """
 
 from __future__ import annotations
@@ -36,6 +39,9 @@ from pathlib import Path
 MAX_RESTARTS, WINDOW_S = 5, 600.0
 HUNG_AFTER_S = 30.0  # no CPU for this long while loading: a hung load (a real load reads and computes)
 HUNG_TRIES = 2  # starts in a row whose load hung before the supervisor gives up
+IDLE_CPU = 0.01  # under 1 % of a core: idle
+TICKS_PER_S = os.sysconf("SC_CLK_TCK")
+REPLACED_IDLE_S = 120.0  # a stub that a newer one of its instance replaced, idle this long: let go of
 READY_LINE = "[supervise] Triton is ready"  # LocalTriton.start waits for it: a crash after it is restarted
 
 
@@ -64,29 +70,41 @@ def clean(shm_prefix: str) -> None:
     """Kill the processes still carrying a server's shm prefix (its stubs) and remove its shared
     memory: after a crash here, after a stop in ``LocalTriton.stop``."""
     for pid in pids_with_arg(shm_prefix):
-        try:
-            os.kill(pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
+        _kill(pid)
     for region in Path("/dev/shm").glob(f"{shm_prefix}*"):
         region.unlink(missing_ok=True)
 
 
+class Idleness:
+    """Since when each process has been idle: under IDLE_CPU of a core since then (plus a clock
+    tick). Not "no CPU at all": a stub's health thread wakes a few times a second, about one tick
+    (10 ms) in 10-60 s, waiting or not."""
+
+    def __init__(self) -> None:
+        self.marks: dict[int, tuple[int, float]] = {}  # pid -> (CPU ticks, since when)
+
+    def since(self, pid: int, ticks: int, now: float) -> float:
+        mark = self.marks.get(pid)
+        if mark is None or ticks - mark[0] > 1 + (now - mark[1]) * TICKS_PER_S * IDLE_CPU:
+            self.marks[pid] = mark = (ticks, now)
+        return mark[1]
+
+
 class LoadWatch:
     """Finds a hung model load in a Triton that is starting: a child process of the server (a
-    Python-backend stub whose model has not loaded yet, or a fork that never became a stub) whose
-    CPU time stayed the same for ``hung_after`` seconds. Reads Triton's log for the models loaded."""
+    Python-backend stub whose model has not loaded yet, or a fork that never became a stub) idle
+    for ``hung_after`` seconds. Reads Triton's log for the models loaded."""
 
     def __init__(self, server_pid: int, log: Path | None, hung_after: float) -> None:
         self.server_pid, self.log, self.hung_after = server_pid, log, hung_after
         self.log_start = log.stat().st_size if log is not None and log.exists() else 0
-        self.seen: dict[int, tuple[int, float]] = {}  # pid -> (CPU ticks, when they last moved)
+        self.idle = Idleness()
         self.done: set[str] = set()
 
     def hung(self) -> str | None:
-        """What hangs ("the load of 'minilm_query_onnx' used no CPU for 30 s"), or None.
+        """What hangs ("the load of 'minilm_query_onnx' was idle for 30 s"), or None.
         A model's instances start side by side, and one that is done waits idle for the others: a
-        model hangs when none of its processes moved."""
+        model hangs when all of its processes are idle."""
         done = self._models_done()
         now = time.monotonic()
         groups: dict[str, list[float]] = {}
@@ -95,14 +113,11 @@ class LoadWatch:
             model = Path(args[1]).parent.parent.name if stub else None
             if model in done:
                 continue
-            last = self.seen.get(pid)
-            if last is None or last[0] != ticks:
-                self.seen[pid] = last = (ticks, now)
             groups.setdefault(f"the load of '{model}'" if model else f"a process Triton forked for a step (pid {pid})",
-                              []).append(last[1])
-        for what, moved in groups.items():
-            if now - max(moved) >= self.hung_after:
-                return f"{what} used no CPU for {now - max(moved):.0f} s"
+                              []).append(self.idle.since(pid, ticks, now))
+        for what, since in groups.items():
+            if now - max(since) >= self.hung_after:
+                return f"{what} was idle for {now - max(since):.0f} s"
         return None
 
     def _models_done(self) -> set[str]:
@@ -121,8 +136,41 @@ class LoadWatch:
         return self.done
 
 
-def _children(pid: int) -> list[tuple[int, list[str], int]]:
-    """(pid, command line, CPU ticks) of each live child of ``pid``."""
+class Replaced:
+    """Finds the stubs that Triton let go of: after a stalled step's reload, Triton 2.51 sometimes
+    never finalizes the old stub, which then waits for a message for ever with its model in
+    memory (docs/reliability.md, "A stalled step"). Such a stub shares its instance's name
+    (``echo_0``) with the newer stub that replaced it, and is idle; during a reload the two also
+    coexist, but the old one serves until the new one is loaded, and loads take seconds."""
+
+    def __init__(self, server_pid: int, idle_after: float) -> None:
+        self.server_pid, self.idle_after = server_pid, idle_after
+        self.idle = Idleness()
+        self.first_seen: dict[int, float] = {}
+
+    def let_go(self) -> list[tuple[int, str]]:
+        """(pid, instance) of each stub replaced by a newer one of its instance, both seen for
+        ``idle_after`` seconds and the older idle all that time."""
+        now = time.monotonic()
+        instances: dict[str, list[tuple[int, int]]] = {}  # instance -> [(start time, pid)]
+        idle_since: dict[int, float] = {}
+        for pid, args, ticks, started in _children(self.server_pid, with_start=True):
+            if len(args) > 8 and Path(args[0]).name == "triton_python_backend_stub":
+                instances.setdefault(args[8], []).append((started, pid))
+                idle_since[pid] = self.idle.since(pid, ticks, now)
+                self.first_seen.setdefault(pid, now)
+        old = []
+        for instance, stubs in instances.items():
+            newest = max(stubs)[1]
+            for _, pid in sorted(stubs)[:-1]:
+                if now - self.first_seen[newest] >= self.idle_after and now - idle_since[pid] >= self.idle_after:
+                    old.append((pid, instance))
+        return old
+
+
+def _children(pid: int, with_start: bool = False) -> list[tuple]:
+    """(pid, command line, CPU ticks) of each live child of ``pid``, and with ``with_start`` its
+    start time (clock ticks after boot)."""
     found = []
     for proc in Path("/proc").iterdir():
         if not proc.name.isdigit():
@@ -134,8 +182,16 @@ def _children(pid: int) -> list[tuple[int, list[str], int]]:
             args = [os.fsdecode(a) for a in (proc / "cmdline").read_bytes().split(b"\0") if a]
         except (OSError, IndexError, ValueError):
             continue
-        found.append((int(proc.name), args, int(fields[11]) + int(fields[12])))  # utime + stime
+        row = (int(proc.name), args, int(fields[11]) + int(fields[12]))  # utime + stime
+        found.append((*row, int(fields[19])) if with_start else row)
     return found
+
+
+def _kill(pid: int) -> None:
+    try:
+        os.kill(pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
 
 
 def _describe(code: int) -> str:
@@ -153,6 +209,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--shm-prefix", required=True)
     parser.add_argument("--log", type=Path, help="Triton's log (this process's output), for the models it has loaded")
     parser.add_argument("--hung-after", type=float, default=HUNG_AFTER_S)
+    parser.add_argument("--replaced-idle", type=float, default=REPLACED_IDLE_S)
     parser.add_argument("command", nargs=argparse.REMAINDER)
     args = parser.parse_args(argv)
     command = args.command[1:] if args.command[:1] == ["--"] else args.command
@@ -175,6 +232,7 @@ def main(argv: list[str] | None = None) -> int:
         if stopping:  # a stop that came while it was being started again: forward() saw the old one
             child.terminate()
         was_ready, hung, watch = False, None, LoadWatch(child.pid, args.log, args.hung_after)
+        replaced, next_look = Replaced(child.pid, args.replaced_idle), 0.0
         while (code := child.poll()) is None:
             if not was_ready and (was_ready := _ready(args.ready_url)):
                 print(READY_LINE, flush=True)
@@ -182,6 +240,12 @@ def main(argv: list[str] | None = None) -> int:
                 child.kill()  # a hung load also holds Triton's orderly exit
                 code = child.wait()
                 break
+            if was_ready and time.monotonic() >= next_look:
+                next_look = time.monotonic() + min(5.0, args.replaced_idle / 4)
+                for pid, instance in replaced.let_go():
+                    _kill(pid)
+                    print(f"[supervise] stopped the old process of '{instance}' (pid {pid}): a reload replaced it, "
+                          f"and Triton had let it go", flush=True)
             time.sleep(0.5 if was_ready else 0.25)
         now = time.monotonic()
         restarts = [t for t in restarts if now - t < WINDOW_S]
