@@ -37,7 +37,7 @@ import urllib.request
 from pathlib import Path
 
 MAX_RESTARTS, WINDOW_S = 5, 600.0
-HUNG_AFTER_S = 30.0  # no CPU for this long while loading: a hung load (a real load reads and computes)
+HUNG_AFTER_S = 30.0  # idle this long while loading: a hung load (a real load reads and computes)
 HUNG_TRIES = 2  # starts in a row whose load hung before the supervisor gives up
 IDLE_CPU = 0.01  # under 1 % of a core: idle
 TICKS_PER_S = os.sysconf("SC_CLK_TCK")
@@ -88,6 +88,10 @@ class Idleness:
         if mark is None or ticks - mark[0] > 1 + (now - mark[1]) * TICKS_PER_S * IDLE_CPU:
             self.marks[pid] = mark = (ticks, now)
         return mark[1]
+
+    def keep(self, pids) -> None:
+        """Forget the processes gone (a pid used again is a new process)."""
+        self.marks = {pid: mark for pid, mark in self.marks.items() if pid in pids}
 
 
 class LoadWatch:
@@ -159,6 +163,8 @@ class Replaced:
                 instances.setdefault(args[8], []).append((started, pid))
                 idle_since[pid] = self.idle.since(pid, ticks, now)
                 self.first_seen.setdefault(pid, now)
+        self.idle.keep(idle_since)
+        self.first_seen = {pid: t for pid, t in self.first_seen.items() if pid in idle_since}
         old = []
         for instance, stubs in instances.items():
             newest = max(stubs)[1]
