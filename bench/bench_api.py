@@ -150,6 +150,10 @@ WORKLOADS = {
 }
 
 
+IN_PROCESS_PATH = "{what}: service in-process"
+HTTP_PATH = "{what}: HTTP (uvicorn, FastAPI)"
+
+
 def in_process(svc, n: int, clients: int, what: str = "search") -> dict:
     call = WORKLOADS[what][0]
 
@@ -163,11 +167,10 @@ def in_process(svc, n: int, clients: int, what: str = "search") -> dict:
     start, cpu, triton, runs = time.perf_counter(), cpu_seconds(), triton_seconds(), encoder_runs()
     with ThreadPoolExecutor(clients) as pool:
         latencies = list(pool.map(one, range(n)))
-    return summary(f"{what}: service in-process", clients, latencies, time.perf_counter() - start, cpu_seconds() - cpu,
+    return summary(IN_PROCESS_PATH.format(what=what), clients, latencies, time.perf_counter() - start, cpu_seconds() - cpu,
                    triton_seconds() - triton, mean_batch(runs))
 
 
-HTTP_PATH = "{what}: HTTP (uvicorn, FastAPI)"
 APART = ", load apart"  # wrk on CPUs of its own (--load-cpus)
 
 
@@ -275,7 +278,7 @@ def http_rows(settings: Settings, args: argparse.Namespace, n: int, clients: lis
         for what in whats:
             for c in clients:
                 if args.client == "wrk":
-                    local = next(x for x in reversed(done) if x["clients"] == c and x["path"] == f"{what}: service in-process")
+                    local = row(reversed(done), IN_PROCESS_PATH.format(what=what), c)
                     seconds = max(5.0, round(local["requests"] / local["rps"]))
                     rows.append(over_wrk(base, seconds, c, what, api.pid, tmp))
                     if args.load_cpus:
@@ -292,12 +295,16 @@ def http_rows(settings: Settings, args: argparse.Namespace, n: int, clients: lis
     return rows
 
 
+def row(rows, path: str, clients: int) -> dict:
+    """The first of ``rows`` for ``path`` at ``clients``."""
+    return next(r for r in rows if r["clients"] == clients and r["path"] == path)
+
+
 def paired_ratios(rounds: list[list[dict]], what: str, clients: int, http_path: str) -> list[float]:
     """HTTP ÷ in-process requests/s of one cell, round by round."""
     out = []
     for rnd in rounds:
-        local = next(r for r in rnd if r["clients"] == clients and r["path"] == f"{what}: service in-process")
-        http = next(r for r in rnd if r["clients"] == clients and r["path"] == http_path)
+        local, http = row(rnd, IN_PROCESS_PATH.format(what=what), clients), row(rnd, http_path, clients)
         out.append(round(http["rps"] / local["rps"], 3))
     return out
 
@@ -384,7 +391,7 @@ def main() -> None:
               f"{r['cpu_ms_per_request']:>10.2f} {r['triton_cpu_ms_per_request']:>13.2f} {r['encoder_batch']:>5.2f}   {r['rounds_rps']}")
     for what in args.what:
         for c in args.clients:
-            local = next(r for r in rows if r["clients"] == c and r["path"] == f"{what}: service in-process")
+            local = row(rows, IN_PROCESS_PATH.format(what=what), c)
             for http in (r for r in rows if r["clients"] == c and r["path"].startswith(HTTP_PATH.format(what=what))):
                 label = "HTTP, load apart" if http["path"].endswith(APART) else "HTTP"
                 ratios = paired_ratios(rounds, what, c, http["path"])
