@@ -29,7 +29,7 @@ from pathlib import Path
 from search.errors import TritonError
 from search.process import alive
 from search.triton.client import TritonClient
-from search.triton.supervise import HUNG_AFTER_S, READY_LINE, clean, pids_with_arg
+from search.triton.supervise import HUNG_AFTER_S, LOAD_ENDED, READY_LINE, clean, pids_with_arg
 
 STANDIN_BACKENDS = Path(__file__).parent / "backends"
 SUPERVISOR = Path(__file__).with_name("supervise.py")
@@ -393,6 +393,6 @@ def _still_loading(lines: list[str]) -> list[str]:
     for line in lines:
         if m := re.search(r'"loading: ([^:"]+):', line):
             state[m[1]] = True
-        elif m := re.search(r"(?:successfully loaded|failed to load) '([^']+)'", line):
+        elif m := LOAD_ENDED.search(line):
             state[m[1]] = False
     return [name for name, pending in state.items() if pending]

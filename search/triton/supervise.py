@@ -42,6 +42,7 @@ HUNG_TRIES = 2  # starts in a row whose load hung before the supervisor gives up
 IDLE_CPU = 0.01  # under 1 % of a core: idle
 TICKS_PER_S = os.sysconf("SC_CLK_TCK")
 REPLACED_IDLE_S = 120.0  # a stub that a newer one of its instance replaced, idle this long: let go of
+LOAD_ENDED = re.compile(r"(?:successfully loaded|failed to load) '([^']+)'")  # Triton's log: a model's load is over
 READY_LINE = "[supervise] Triton is ready"  # LocalTriton.start waits for it: a crash after it is restarted
 
 
@@ -113,8 +114,7 @@ class LoadWatch:
         now = time.monotonic()
         groups: dict[str, list[float]] = {}
         for pid, args, ticks in _children(self.server_pid):
-            stub = len(args) > 1 and Path(args[0]).name == "triton_python_backend_stub"
-            model = Path(args[1]).parent.parent.name if stub else None
+            model = step[0] if (step := _step(args)) else None
             if model in done:
                 continue
             groups.setdefault(f"the load of '{model}'" if model else f"a process Triton forked for a step (pid {pid})",
@@ -136,7 +136,7 @@ class LoadWatch:
         complete = data.rfind(b"\n") + 1  # a line still being written is read next time
         self.log_start += complete
         text = data[:complete].decode(errors="replace")
-        self.done |= set(re.findall(r"(?:successfully loaded|failed to load) '([^']+)'", text))
+        self.done |= set(LOAD_ENDED.findall(text))
         return self.done
 
 
@@ -159,8 +159,8 @@ class Replaced:
         instances: dict[str, list[tuple[int, int]]] = {}  # instance -> [(start time, pid)]
         idle_since: dict[int, float] = {}
         for pid, args, ticks, started in _children(self.server_pid, with_start=True):
-            if len(args) > 8 and Path(args[0]).name == "triton_python_backend_stub":
-                instances.setdefault(args[8], []).append((started, pid))
+            if step := _step(args):
+                instances.setdefault(step[1], []).append((started, pid))
                 idle_since[pid] = self.idle.since(pid, ticks, now)
                 self.first_seen.setdefault(pid, now)
         self.idle.keep(idle_since)
@@ -172,6 +172,14 @@ class Replaced:
                 if now - self.first_seen[newest] >= self.idle_after and now - idle_since[pid] >= self.idle_after:
                     old.append((pid, instance))
         return old
+
+
+def _step(args: list[str]) -> tuple[str, str] | None:
+    """(model, instance) from a Python-backend stub's command line (<stub> <repo>/<model>/<version>/<file>
+    … <instance> <kind>); None for any other process."""
+    if len(args) > 8 and Path(args[0]).name == "triton_python_backend_stub":
+        return Path(args[1]).parent.parent.name, args[8]
+    return None
 
 
 def _children(pid: int, with_start: bool = False) -> list[tuple]:
