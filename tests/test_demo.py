@@ -16,7 +16,7 @@ import pytest
 
 from search.config import PROJECT_ROOT
 from search.models import CLIP, MiniLM
-from search.triton.local import free_port
+from search.triton.local import free_ports
 
 PHOTOS = PROJECT_ROOT / "samples" / "photos"
 
@@ -54,9 +54,10 @@ def run_demo(env: dict) -> tuple[subprocess.CompletedProcess, float]:
 @pytest.fixture
 def demo_env(tmp_path) -> dict:
     env = {k: v for k, v in os.environ.items() if not k.startswith("SEARCH_") and k != "QDRANT_URL"}
+    http, grpc, metrics = free_ports(3)
     env.update(SEARCH_DEMO_BOOTSTRAP="0", HF_HUB_OFFLINE="1", SEARCH_DATA_DIR=str(tmp_path / "data"),
-               SEARCH_TRITON_HTTP_PORT=str(free_port()), SEARCH_TRITON_GRPC_PORT=str(free_port()),
-               SEARCH_TRITON_METRICS_PORT=str(free_port()), PATH=f"{PROJECT_ROOT / '.venv' / 'bin'}:{env['PATH']}")
+               SEARCH_TRITON_HTTP_PORT=str(http), SEARCH_TRITON_GRPC_PORT=str(grpc),
+               SEARCH_TRITON_METRICS_PORT=str(metrics), PATH=f"{PROJECT_ROOT / '.venv' / 'bin'}:{env['PATH']}")
     return env
 
 

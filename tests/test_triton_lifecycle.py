@@ -21,7 +21,7 @@ from search.errors import TritonUnavailable
 from search.resources import Resources
 from search.triton import local, supervise
 from search.triton.client import START_HINT, TritonClient
-from search.triton.local import LocalTriton, TritonError, _failure_summary, free_port
+from search.triton.local import LocalTriton, TritonError, _failure_summary, free_ports
 from search.triton.supervise import LoadWatch, Replaced
 
 
@@ -192,8 +192,9 @@ def test_missing_repository_and_busy_port(tmp_path):
     with pytest.raises(TritonError, match="not found"):
         server(tmp_path / "nope", tmp_path / "run", []).start()
     python_model(tmp_path / "repo", "echo")
-    srv = LocalTriton(tmp_path / "repo", tmp_path / "run", http_port=free_port(), grpc_port=free_port(),
-                      metrics_port=free_port(), models=["echo"])
+    http, grpc, metrics = free_ports(3)
+    srv = LocalTriton(tmp_path / "repo", tmp_path / "run", http_port=http, grpc_port=grpc, metrics_port=metrics,
+                      models=["echo"])
     with socket.socket() as s:
         s.bind(("127.0.0.1", srv.grpc_port))
         s.listen()
@@ -207,13 +208,15 @@ def test_picked_ports_taken_before_triton_binds_are_picked_again(tmp_path, monke
     python_model(tmp_path / "repo", "echo")
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))
-        picked = []
+        picked: list[int] = []
+        real = local.free_ports
 
-        def pick() -> int:
-            picked.append(free_port() if picked else taken.getsockname()[1])
-            return picked[-1]
+        def pick(count: int, given=()) -> list[int]:
+            ports = real(count, given) if picked else [taken.getsockname()[1], *real(count - 1, given)]
+            picked.extend(ports)
+            return ports
 
-        monkeypatch.setattr(local, "free_port", pick)
+        monkeypatch.setattr(local, "free_ports", pick)
         with server(tmp_path / "repo", tmp_path / "run", ["echo"]) as srv:
             assert srv.is_ready()
             assert len(picked) == 6, picked  # two starts, three ports each
@@ -221,9 +224,10 @@ def test_picked_ports_taken_before_triton_binds_are_picked_again(tmp_path, monke
 
 
 def test_cli_up_status_down(tmp_path, model_repo):
+    http, grpc, metrics = free_ports(3)
     env = {**os.environ, "SEARCH_DATA_DIR": str(tmp_path / "data"), "SEARCH_TRITON_REPO": str(model_repo),
-           "SEARCH_TRITON_HTTP_PORT": str(free_port()), "SEARCH_TRITON_GRPC_PORT": str(free_port()),
-           "SEARCH_TRITON_METRICS_PORT": str(free_port())}
+           "SEARCH_TRITON_HTTP_PORT": str(http), "SEARCH_TRITON_GRPC_PORT": str(grpc),
+           "SEARCH_TRITON_METRICS_PORT": str(metrics)}
     env.pop("SEARCH_TRITON_URL", None)
 
     def cli(*args: str) -> subprocess.CompletedProcess:
@@ -279,3 +283,15 @@ def test_start_failure_summary_names_the_cause_not_the_cuda_noise(tmp_path):
                    'I1128 18:58:53.318708 1 model_lifecycle.cc:472] "loading: b_c:1"\n'
                    "I1128 18:58:54.825609 1 model_lifecycle.cc:839] \"successfully loaded 'a'\"\n")
     assert _failure_summary(log) == "the load of 'b_c' never ended"
+    # A refused command line: Triton prints its usage, then the reason, then a blank line.
+    log.write_text("Usage: tritonserver [options]\n  --log-verbose <integer>\n\n"
+                   "The server cannot listen to HTTP requests and metrics requests at the same address and port "
+                   "127.0.0.1:34797\n\n")
+    assert _failure_summary(log).startswith("The server cannot listen to HTTP requests and metrics requests")
+
+
+def test_picked_ports_are_distinct_and_avoid_the_given_ones():
+    """One at a time the OS can hand out a port twice; a CI start failed with HTTP and metrics on one port."""
+    for _ in range(200):
+        ports = free_ports(3, taken={8000})
+        assert len(set(ports)) == 3 and 8000 not in ports

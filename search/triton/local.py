@@ -9,6 +9,7 @@ itself after it was ready, as Triton 2.51 does when the machine pauses mid-reque
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import json
 import os
@@ -23,6 +24,7 @@ import time
 import urllib.error
 import urllib.request
 import uuid
+from collections.abc import Collection
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -50,10 +52,22 @@ def _libs_dir() -> Path:
     return _pytriton_dir().parent.parent / "nvidia_pytriton.libs"
 
 
+def free_ports(count: int, taken: Collection[int] = ()) -> list[int]:
+    """``count`` distinct ports free now, none of ``taken``. Each socket stays bound until all are
+    picked: one at a time, the OS may hand out the same port twice (Triton then refuses to start
+    with HTTP and metrics on one port)."""
+    with contextlib.ExitStack() as held:
+        ports: list[int] = []
+        while len(ports) < count:
+            s = held.enter_context(socket.socket())
+            s.bind(("127.0.0.1", 0))
+            if (port := s.getsockname()[1]) not in taken:
+                ports.append(port)
+        return ports
+
+
 def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    return free_ports(1)[0]
 
 
 def prepare_backends(dest: Path) -> Path:
@@ -206,9 +220,10 @@ class LocalTriton:
         self.run_dir.mkdir(parents=True, exist_ok=True)
         tries = self._PORT_TRIES if self._any_port else 1
         for attempt in range(1, tries + 1):
-            for name in self._any_port:
-                if attempt > 1 or getattr(self, name) == 0:  # a restart keeps the ports it had
-                    setattr(self, name, free_port())
+            if attempt > 1 or any(getattr(self, name) == 0 for name in self._any_port):  # a restart keeps its ports
+                given = {getattr(self, name) for name in self._PORTS if name not in self._any_port}
+                for name, port in zip(self._any_port, free_ports(len(self._any_port), given), strict=True):
+                    setattr(self, name, port)
             try:
                 return self._start(timeout)
             except _PortTaken:
@@ -384,7 +399,9 @@ def _failure_summary(log: Path) -> str:
         return f"the load of {', '.join(repr(n) for n in loading)} never ended"
     if not errors:
         errors = [ln.split("] ", 1)[-1].strip() for ln in lines if ln.startswith("E")][-3:]
-    return "; ".join(errors) or (lines[-1] if lines else "no output")
+    # Triton's own last word, e.g. a refused command line (before its usage text) ends with a blank line
+    said = [ln.strip() for ln in lines if ln.strip()]
+    return "; ".join(e for e in errors if e) or (said[-1] if said else "no output")
 
 
 def _still_loading(lines: list[str]) -> list[str]:
