@@ -156,12 +156,18 @@ def test_an_answer_without_a_row_per_input_is_refused_and_the_model_reloaded(tmp
 def test_an_answer_to_a_request_out_while_a_step_was_reloaded_is_asked_for_again(tmp_path):
     """A late answer of the right shape passes every check: so an answer to a request that was out
     while a step was found mixed up (here "late", a row too many until reloaded) and reloaded is
-    asked for again. The echo "slow" takes 2 s, long enough to overlap that reload."""
+    asked for again. The echo "slow" answers once "late" has been loaded again (or after 60 s), so
+    its first answer overlaps that reload however slow the machine (a fixed 2 s did not, once)."""
     repo = tmp_path / "repo"
     python_model(repo, "late", answer="np.concatenate([x, x[:1]]) if self.bad else x",
                  init='flag = os.path.join(args["model_repository"], "loaded-before"); '
-                      'self.bad = not os.path.exists(flag); open(flag, "w").close()')
-    python_model(repo, "slow", answer="(time.sleep(2), x)[1]")
+                      'self.bad = not os.path.exists(flag); open(flag, "w").close(); '
+                      'self.bad or open(os.path.join(args["model_repository"], "reloaded"), "w").close()')
+    python_model(repo, "slow", answer="(self.wait(), x)[1]",
+                 init='self.reloaded = os.path.join(os.path.dirname(args["model_repository"]), "late", "reloaded"); '
+                      'self.running = os.path.join(args["model_repository"], "running"); '
+                      'self.wait = lambda: (open(self.running, "w").close(), '
+                      '[time.sleep(0.05) for _ in range(1200) if not os.path.exists(self.reloaded)])')
     x = np.arange(2, dtype=np.float32).reshape(2, 1)
     with LocalTriton(repo, tmp_path / "run", models=["late", "slow"]).start(timeout=120) as srv:
         client = TritonClient(f"127.0.0.1:{srv.grpc_port}")
@@ -171,7 +177,10 @@ def test_an_answer_to_a_request_out_while_a_step_was_reloaded_is_asked_for_again
 
         with ThreadPoolExecutor(1) as pool:
             slow = pool.submit(client.infer, "slow", {"X": x}, ["Y"])
-            time.sleep(0.5)  # "slow" is running: now a step is found mixed up and reloaded
+            deadline = time.monotonic() + 30
+            while not (repo / "slow" / "running").exists() and time.monotonic() < deadline:
+                time.sleep(0.05)
+            # "slow" is running: now a step is found mixed up and reloaded
             np.testing.assert_array_equal(client.infer("late", {"X": x}, ["Y"])["Y"], x)
             np.testing.assert_array_equal(slow.result(timeout=60)["Y"], x)
         assert runs("slow") == 2  # its first answer came while "late" was being reloaded
