@@ -72,7 +72,7 @@ def inputs(model: str, repo: Path) -> list[dict]:
     return out
 
 
-PACKED = {"minilm_onnx"}  # the models whose export adds a packed graph (search.models.export.packed)
+PACKED = {"minilm_onnx", "clip_textual"}  # the models whose export adds a packed graph (search.models.export.packed)
 
 
 @pytest.mark.parametrize("model", sorted(ONNX_MODELS))
@@ -137,6 +137,49 @@ def test_the_packed_minilm_graph_equals_the_padded_one_on_every_padding(model_re
     assert agreement(run["exported"], run["packed"]) >= 0.99999
     for ref, got in zip(run["exported"], run["packed"]):
         assert np.abs(ref[0] - got[0]).max() < 1e-5
+
+
+def test_the_packed_clip_text_graph_equals_the_padded_one_on_every_padding(model_repo, tmp_path):
+    """The packed text graph (real tokens only; the last layer on the pooled token only) against the
+    exported graph, served or not: the texts padded to the context (77 tokens, one truncated), each
+    alone at its own length, rows of every length in one batch, the empty text."""
+    loaded = clip_export.load_transformers(model_repo.parent / "tiny-clip")
+    packed = tmp_path / "packed.onnx"
+    assert clip_export.packed_textual(loaded)(packed) < 1e-4  # against transformers' model, padded to 77
+    texts = ["a photo of a cat", "", "two dogs playing in the snow " * 20, "a red car", "people on the beach at sunset",
+             "a bowl of fruit on a wooden table next to a window"]
+    ids, mask = clip_export.tokenize(loaded.tokenizer, loaded.text, texts)
+    lengths = mask.sum(axis=1)
+    assert lengths.max() == ids.shape[1] == 77 and len(set(lengths)) == len(texts)
+    feeds = [{"input_ids": ids, "attention_mask": mask}, *clip_export.trimmed(ids, mask)]
+    keep = lengths < 77
+    feeds.append({"input_ids": ids[keep, :lengths[keep].max()], "attention_mask": mask[keep, :lengths[keep].max()]})
+    run = {name: [ort.InferenceSession(str(path), providers=["CPUExecutionProvider"]).run(None, f) for f in feeds]
+           for name, path in (("exported", model_repo / "clip_textual/1/model.onnx"), ("packed", packed))}
+    assert agreement(run["exported"], run["packed"]) >= 0.99999
+    for ref, got in zip(run["exported"], run["packed"]):
+        assert np.abs(ref[0] - got[0]).max() < 1e-5
+
+
+def test_the_packed_clip_text_pools_as_the_model_does():
+    """Pooled at argmax(input_ids) (configs with eos_token_id 2) or at the first end token: the same
+    token where the end token has the highest id, as in CLIP's vocabularies; and the model's vector."""
+    import torch
+    from transformers import CLIPConfig, CLIPModel
+
+    from search.models.export.packed import PackedCausalText
+
+    tower = {"hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4}
+    torch.manual_seed(0)
+    model = CLIPModel(CLIPConfig(text_config={**tower, "vocab_size": 100, "eos_token_id": 99, "bos_token_id": 98},
+                                 vision_config={**tower, "image_size": 32, "patch_size": 16})).eval()
+    ids = torch.tensor([[98, 5, 7, 99, 0, 0], [98, 3, 4, 5, 6, 99]])
+    mask = (torch.arange(6) < torch.tensor([[4], [6]])).long()
+    with torch.no_grad():
+        first, argmax = (PackedCausalText(model, pooling, 99)(ids, mask) for pooling in ("first_eos", "argmax"))
+        ref = clip_export._features(model.get_text_features(input_ids=ids, attention_mask=mask))
+    assert torch.allclose(first, argmax)
+    assert torch.allclose(first, torch.nn.functional.normalize(ref, dim=-1), atol=1e-6)
 
 
 def _shape(repo: Path, model: str) -> tuple[int, int]:

@@ -6,9 +6,11 @@ open_clip as ``open_clip:MODEL/PRETRAINED`` (e.g. ``open_clip:ViT-B-32/laion2b_s
 may also be a checkpoint file). Either way the served models are the same six.
 
 Each tower is written twice: ``model.onnx`` as exported (checked against PyTorch; the GPU configs
-serve it) and ``model.cpu.onnx`` (config.pbtxt serves it): onnxruntime's CLIP fusions, checked
-against the exported graph (int8 only behind ``--allow-unmeasured-int8``: no real CLIP weights
-were available to measure its quality). The text tower takes any length up to the context: CLIP's
+serve it) and ``model.cpu.onnx`` (config.pbtxt serves it): the fastest on this machine of the
+exported graph, onnxruntime's CLIP fusions and, for transformers' text tower, the packed graph
+(real tokens only, ``search.models.export.packed``), each checked against the exported graph
+(int8 only behind ``--allow-unmeasured-int8``: no real CLIP weights were available to measure its
+quality). The text tower takes any length up to the context: CLIP's
 text transformer is causal and pools at the end token, so a text padded only to the longest of
 its batch gives the vector of the same text padded to 77 (checked here on every build, recorded
 as ``variable_length`` in text.json; where the check fails the tokenizer step pads to the context
@@ -60,6 +62,7 @@ class Loaded:
     reference_transform: object = None  # open_clip's own image transform (the golden outputs' reference)
     visual_fusion: Fusion | None = None  # how onnxruntime's optimizer reads each tower (None: not fused)
     text_fusion: Fusion | None = None
+    packed_text: object = None  # torch module: the text tower on its real tokens only (None: no packed graph)
 
 
 def build(fam: CLIP, repo: Path, source: str, precision: str = "fp32", allow_unmeasured: bool = False) -> BuildReport:
@@ -80,7 +83,7 @@ def build(fam: CLIP, repo: Path, source: str, precision: str = "fp32", allow_unm
     loaded.text["variable_length"] = variable_length(loaded, text_path)
     cpu = {"clip_visual": cpu_graph(visual_path, loaded.visual_fusion, visual_checks(loaded), fam.family, precision),
            "clip_textual": cpu_graph(text_path, loaded.text_fusion, text_checks(loaded), fam.family, precision,
-                                     timing=query_timing(loaded))}
+                                     timing=query_timing(loaded), pack=packed_textual(loaded))}
     (repo / "clip_image_preprocess/1/preprocess.json").write_text(json.dumps(loaded.preprocess, indent=2))
     loaded.tokenizer.save(str(repo / "clip_text_tokenize/1/tokenizer.json"))
     (repo / "clip_text_tokenize/1/text.json").write_text(json.dumps(loaded.text, indent=2))
@@ -141,6 +144,8 @@ def load_transformers(weights: Path) -> Loaded:
     from transformers import CLIPModel, CLIPTokenizerFast  # noqa: PLC0415
     from transformers.utils import logging as hf_logging  # noqa: PLC0415
 
+    from search.models.export.packed import PackedCausalText  # noqa: PLC0415  (torch at import)
+
     hf_logging.disable_progress_bar()
     model = CLIPModel.from_pretrained(str(weights), attn_implementation="eager").eval()
     tokenizer = CLIPTokenizerFast.from_pretrained(str(weights))
@@ -175,7 +180,8 @@ def load_transformers(weights: Path) -> Loaded:
     vision_cfg = model.config.vision_config
     return Loaded(Visual().eval(), Textual().eval(), tokenizer.backend_tokenizer, preprocess, text, weights,
                   visual_fusion=Fusion("clip", int(vision_cfg.num_attention_heads), int(vision_cfg.hidden_size)),
-                  text_fusion=Fusion("clip", int(text_cfg.num_attention_heads), int(text_cfg.hidden_size)))
+                  text_fusion=Fusion("clip", int(text_cfg.num_attention_heads), int(text_cfg.hidden_size)),
+                  packed_text=PackedCausalText(model, pooling, int(text_cfg.eos_token_id)).eval())
 
 
 def _features(out):
@@ -379,6 +385,24 @@ def export_textual(loaded: Loaded, dest: Path) -> float:
     return export_checked(loaded.textual, feeds, ["embedding"], axes, dest, "clip")
 
 
+def packed_textual(loaded: Loaded):
+    """The export of the packed text graph (``search.models.export.packed``), where the weights' library
+    has one (transformers; open_clip's towers are served as exported or fused), checked against the
+    model as loaded."""
+    if loaded.packed_text is None:
+        return None
+
+    def export(dest: Path) -> float:
+        import torch  # noqa: PLC0415
+
+        ids, mask = tokenize(loaded.tokenizer, loaded.text, CHECK_TEXTS[:3])
+        feeds = {"input_ids": torch.from_numpy(ids), "attention_mask": torch.from_numpy(mask)}
+        axes = {"input_ids": {0: "batch", 1: "tokens"}, "attention_mask": {0: "batch", 1: "tokens"}, "embedding": {0: "batch"}}
+        return export_checked(loaded.packed_text, feeds, ["embedding"], axes, dest, "clip", reference=loaded.textual)
+
+    return export
+
+
 def text_checks(loaded: Loaded) -> list[dict]:
     """Text batches as the tokenizer step sends them: padded to the context length, and (when the
     graph takes it) each text alone at its own length and the short ones padded to their longest."""
@@ -420,12 +444,15 @@ def variable_length(loaded: Loaded, graph: Path) -> bool:
 
 
 def query_timing(loaded: Loaded) -> list[dict] | None:
-    """What the text tower mostly runs: one short query at a time (at its own length where it can)."""
+    """What the text tower mostly runs: one short query at a time (at its own length where it can),
+    and, under load, the queries that waited together as one request."""
     if not loaded.text.get("variable_length"):
         return None  # the check inputs, at the context length
     ids, mask = tokenize(loaded.tokenizer, loaded.text, ["a dog on the beach", "two people riding bicycles",
                                                          "a city street at night", "a cat sleeping on a sofa"])
-    return [{"input_ids": ids[r:r + 1, :n], "attention_mask": mask[r:r + 1, :n]} for r, n in enumerate(mask.sum(axis=1))]
+    lengths = mask.sum(axis=1)
+    alone = [{"input_ids": ids[r:r + 1, :n], "attention_mask": mask[r:r + 1, :n]} for r, n in enumerate(lengths)]
+    return [*alone, {"input_ids": ids[:, :lengths.max()], "attention_mask": mask[:, :lengths.max()]}]
 
 
 def visual_checks(loaded: Loaded) -> list[dict]:
