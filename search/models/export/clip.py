@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -385,7 +386,7 @@ def export_textual(loaded: Loaded, dest: Path) -> float:
     return export_checked(loaded.textual, feeds, ["embedding"], axes, dest, "clip")
 
 
-def packed_textual(loaded: Loaded):
+def packed_textual(loaded: Loaded) -> Callable[[Path], float] | None:
     """The export of the packed text graph (``search.models.export.packed``), where the weights' library
     has one (transformers; open_clip's towers are served as exported or fused), checked against the
     model as loaded."""
