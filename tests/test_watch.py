@@ -64,6 +64,7 @@ class Local:
         self.ingest = IngestService(settings, self.resources)
         self.search = SearchService(settings, self.resources)
         self.folder, self.batches, self.optimized = folder, [], 0
+        self.retries: list[str] = []  # why an ingest attempt failed (the watcher tries its paths again)
         self.watcher: Watcher | None = None
 
     def optimize(self) -> None:
@@ -75,6 +76,7 @@ class Local:
         watcher = Watcher([self.folder], lambda paths: self.ingest.ingest(paths, prune=True, gone_ok=True, stop=watcher.stopping,
                                                                           optimize=False),
                           on_batch=lambda paths, report: self.batches.append((paths, report.as_dict())),
+                          on_error=lambda paths, exc, retry_s: self.retries.append(str(exc)),
                           on_idle=self.optimize, ignore=[self.ingest.settings.data_dir])
         self.watcher = watcher.start()
         return watcher
@@ -196,7 +198,11 @@ def test_a_burst_of_2000_files_is_batched_and_searchable_within_5_s(local, kb, t
                     limit=None, every=0.5, timeout=600)  # 66-93 s in full runs here; >120 s once beside the Ray tests
     local.settle()
     batches = local.batches[first:]
-    assert sum(r["indexed"] for _, r in batches) == BURST and not any(r["failed"] for _, r in batches)
+    # Each file accounted for once. An attempt that fails mid-burst (a full run once saw Triton
+    # restart under the suite's load) leaves the files it wrote, and its retry finds them unchanged.
+    counts = {k: sum(r[k] for _, r in batches) for k in ("indexed", "updated", "unchanged")}
+    assert sum(counts.values()) == BURST and (counts["indexed"] == BURST or local.retries), (counts, local.retries)
+    assert not any(r["failed"] for _, r in batches)
     assert len(batches) <= 5, [len(p) for p, _ in batches]  # a few large batches, not thousands of small ones
     LATENCIES["burst batches"] = len(batches)
     if seconds > LIMIT_S:

@@ -399,7 +399,7 @@ def _failure_summary(log: Path) -> str:
         return f"the load of {', '.join(repr(n) for n in loading)} never ended"
     if not errors:
         errors = [ln.split("] ", 1)[-1].strip() for ln in lines if ln.startswith("E")][-3:]
-    # Triton's own last word, e.g. a refused command line (before its usage text) ends with a blank line
+    # Triton's own last word: a refused command line prints the usage, the reason, then a blank line
     said = [ln.strip() for ln in lines if ln.strip()]
     return "; ".join(e for e in errors if e) or (said[-1] if said else "no output")
 
