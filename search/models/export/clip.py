@@ -375,33 +375,27 @@ CHECK_TEXTS = ["a photo of a cat", "", "two dogs playing in the snow " * 20, "a 
                "beach at sunset with their dog, the sky orange and purple above the sea"]
 
 
-def export_textual(loaded: Loaded, dest: Path) -> float:
+def export_textual(loaded: Loaded, dest: Path, packed: bool = False) -> float:
     """clip_textual: input_ids, attention_mask [batch, tokens] -> embedding [batch, D]; traced on
-    texts padded to the context length, with a dynamic token axis (``variable_length`` checks it)."""
+    texts padded to the context length, with a dynamic token axis (``variable_length`` checks it).
+    ``packed``: the packed text graph (``search.models.export.packed``), checked against the model
+    as loaded."""
     import torch  # noqa: PLC0415
 
     ids, mask = tokenize(loaded.tokenizer, loaded.text, CHECK_TEXTS[:3])
     feeds = {"input_ids": torch.from_numpy(ids), "attention_mask": torch.from_numpy(mask)}
     axes = {"input_ids": {0: "batch", 1: "tokens"}, "attention_mask": {0: "batch", 1: "tokens"}, "embedding": {0: "batch"}}
+    if packed:
+        return export_checked(loaded.packed_text, feeds, ["embedding"], axes, dest, "clip", reference=loaded.textual)
     return export_checked(loaded.textual, feeds, ["embedding"], axes, dest, "clip")
 
 
 def packed_textual(loaded: Loaded) -> Callable[[Path], float] | None:
-    """The export of the packed text graph (``search.models.export.packed``), where the weights' library
-    has one (transformers; open_clip's towers are served as exported or fused), checked against the
-    model as loaded."""
+    """The export of the packed text graph, where the weights' library has one (transformers;
+    open_clip's towers are served as exported or fused)."""
     if loaded.packed_text is None:
         return None
-
-    def export(dest: Path) -> float:
-        import torch  # noqa: PLC0415
-
-        ids, mask = tokenize(loaded.tokenizer, loaded.text, CHECK_TEXTS[:3])
-        feeds = {"input_ids": torch.from_numpy(ids), "attention_mask": torch.from_numpy(mask)}
-        axes = {"input_ids": {0: "batch", 1: "tokens"}, "attention_mask": {0: "batch", 1: "tokens"}, "embedding": {0: "batch"}}
-        return export_checked(loaded.packed_text, feeds, ["embedding"], axes, dest, "clip", reference=loaded.textual)
-
-    return export
+    return lambda dest: export_textual(loaded, dest, packed=True)
 
 
 def text_checks(loaded: Loaded) -> list[dict]:
