@@ -7,10 +7,9 @@ import importlib.util
 import os
 import subprocess
 import sys
-import types
 
 import pytest
-from google.protobuf import json_format, text_format
+from google.protobuf import text_format
 from tritonclient.grpc import model_config_pb2 as mc
 
 from search.config import PROJECT_ROOT, Settings
@@ -143,13 +142,11 @@ def _tokenizer_max_length(model: str, configs: dict[str, mc.ModelConfig]) -> int
 
 
 SESSION_SETTINGS = {"intra_op_thread_count", "inter_op_thread_count", "execution_mode", "enable_mem_arena",
-                    "enable_mem_pattern", "session.use_device_allocator_for_initializers"}  # what Triton's onnxruntime backend reads
-STANDIN_SETTINGS = {"session.intra_op.allow_spinning"}  # onnxruntime session keys only the local stand-in passes on
-STANDIN = PROJECT_ROOT / "search" / "triton" / "backends" / "onnxruntime" / "model.py"
+                    "enable_mem_pattern"}  # what Triton's onnxruntime backend reads from parameters
 
 
 def strip_session(parameters) -> dict:
-    return {k: v for k, v in dict(parameters).items() if k not in SESSION_SETTINGS | STANDIN_SETTINGS}
+    return {k: v for k, v in dict(parameters).items() if k not in SESSION_SETTINGS}
 
 
 def test_cpu_session_settings_are_the_backends_own():
@@ -158,42 +155,10 @@ def test_cpu_session_settings_are_the_backends_own():
     for path in CONFIGS:
         cfg = load(path)
         if cfg.platform == "onnxruntime_onnx":
-            assert set(cfg.parameters) <= SESSION_SETTINGS | STANDIN_SETTINGS, path
+            assert set(cfg.parameters) <= SESSION_SETTINGS, path
             threads = int(cfg.parameters["intra_op_thread_count"].string_value) if "intra_op_thread_count" in cfg.parameters else 0
             instances = sum(g.count for g in cfg.instance_group)
             assert threads * instances <= 2 or threads == 0, f"{path}: more threads than the 2-core machines have"
-
-
-def standin_session_options():
-    """The local onnxruntime backend's reading of a config (its model.py, imported outside Triton: the
-    stub's own module is given as an empty one, which session_options does not use; the modules that
-    bound it are dropped afterwards)."""
-    spec = importlib.util.spec_from_file_location("standin_onnxruntime", STANDIN)
-    module = importlib.util.module_from_spec(spec)
-    bound = ("triton_python_backend_utils", "search.triton.steps.backend")
-    kept = {name: sys.modules.pop(name) for name in bound if name in sys.modules}
-    sys.modules["triton_python_backend_utils"] = types.ModuleType("triton_python_backend_utils")
-    try:
-        spec.loader.exec_module(module)
-    finally:
-        for name in bound:
-            sys.modules.pop(name, None)
-        sys.modules.update(kept)
-    return module.session_options
-
-
-def test_the_local_backend_applies_each_configs_session_settings():
-    session_options = standin_session_options()
-    for path in CONFIGS:
-        cfg = load(path)
-        if cfg.platform != "onnxruntime_onnx":
-            continue
-        params = {k: v.string_value for k, v in cfg.parameters.items()}
-        opts = session_options(json_format.MessageToDict(cfg, preserving_proto_field_name=True), params)
-        assert opts.intra_op_num_threads == int(params.get("intra_op_thread_count", 0)), path
-        for key in STANDIN_SETTINGS & set(params):
-            assert opts.get_session_config_entry(key) == params[key], (path, key)
-    assert any(STANDIN_SETTINGS & set(load(p).parameters) for p in CONFIGS)
 
 
 def test_every_onnx_model_has_a_gpu_variant():

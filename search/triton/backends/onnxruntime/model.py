@@ -9,9 +9,7 @@ identical input shapes, each group concatenated along the batch axis, run once a
 (``search.triton.steps``, the Python steps' shared code). It reads the session settings the real
 backend reads from config.pbtxt (its README's "Model Config Options"): ``parameters``
 intra_op_thread_count, inter_op_thread_count, execution_mode, enable_mem_arena, enable_mem_pattern
-and ``optimization { graph { level } }``, and passes ``session.*`` keys to onnxruntime as session
-config entries. The real backend passes one such key (session.use_device_allocator_for_initializers);
-the stand-in passes any, so ``session.intra_op.allow_spinning`` works here and is ignored there.
+and ``optimization { graph { level } }``.
 """
 
 import json
@@ -77,9 +75,6 @@ def session_options(cfg: dict, params: dict) -> ort.SessionOptions:
     for key, attr in (("enable_mem_arena", "enable_cpu_mem_arena"), ("enable_mem_pattern", "enable_mem_pattern")):
         if key in params:
             setattr(opts, attr, params[key].strip().lower() in ("1", "true", "on", "yes"))
-    for key, value in params.items():
-        if key.startswith("session."):
-            opts.add_session_config_entry(key, value)
     level = int(cfg.get("optimization", {}).get("graph", {}).get("level", 0) or 0)
     opts.graph_optimization_level = {-1: ort.GraphOptimizationLevel.ORT_ENABLE_BASIC,
                                      1: ort.GraphOptimizationLevel.ORT_ENABLE_EXTENDED,
