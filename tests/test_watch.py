@@ -198,10 +198,13 @@ def test_a_burst_of_2000_files_is_batched_and_searchable_within_5_s(local, kb, t
                     limit=None, every=0.5, timeout=600)  # 66-93 s in full runs here; >120 s once beside the Ray tests
     local.settle()
     batches = local.batches[first:]
-    # Each file accounted for once. An attempt that fails mid-burst (a full run once saw Triton
-    # restart under the suite's load) leaves the files it wrote, and its retry finds them unchanged.
+    # Each file indexed once (the store holds BURST points for the folder, above). A file can be seen
+    # again, unchanged: copy2 sets its times after writing it, and an event that comes after its
+    # batch read it sends it to a later batch (a full run counted 2000 indexed + 1 unchanged). An
+    # attempt that fails mid-burst (a full run once saw Triton restart under the suite's load)
+    # leaves the files it wrote, and its retry finds them unchanged.
     counts = {k: sum(r[k] for _, r in batches) for k in ("indexed", "updated", "unchanged")}
-    assert sum(counts.values()) == BURST and (counts["indexed"] == BURST or local.retries), (counts, local.retries)
+    assert counts["indexed"] == BURST or (local.retries and sum(counts.values()) >= BURST), (counts, local.retries)
     assert not any(r["failed"] for _, r in batches)
     assert len(batches) <= 5, [len(p) for p, _ in batches]  # a few large batches, not thousands of small ones
     LATENCIES["burst batches"] = len(batches)
