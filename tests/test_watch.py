@@ -199,8 +199,8 @@ def test_a_burst_of_2000_files_is_batched_and_searchable_within_5_s(local, kb, t
     local.settle()
     batches = local.batches[first:]
     # Each file indexed once (the store holds BURST points for the folder, above). A file can be seen
-    # again, unchanged: copy2 sets its times after writing it, and an event that comes after its
-    # batch read it sends it to a later batch (a full run counted 2000 indexed + 1 unchanged). An
+    # again, unchanged, when an event about it comes after its batch read it (copy2 sets a file's
+    # times after writing it): a full run counted 2000 indexed + 1 unchanged, with no retry. An
     # attempt that fails mid-burst (a full run once saw Triton restart under the suite's load)
     # leaves the files it wrote, and its retry finds them unchanged.
     counts = {k: sum(r[k] for _, r in batches) for k in ("indexed", "updated", "unchanged")}
