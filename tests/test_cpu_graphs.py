@@ -161,6 +161,22 @@ def test_the_packed_clip_text_graph_equals_the_padded_one_on_every_padding(model
         assert np.abs(ref[0] - got[0]).max() < 1e-5
 
 
+def test_the_clip_text_graphs_are_timed_on_queries_alone_and_batched_at_different_lengths(model_repo):
+    """The build's timing mix for a variable-length text graph: single queries at their own length,
+    and requests of queries of different lengths padded to the longest (where a packed graph gains:
+    a mix without padding served the exported graph under load)."""
+    loaded = clip_export.load_transformers(model_repo.parent / "tiny-clip")
+    loaded.text["variable_length"] = True  # what the build finds for this tower
+    feeds = clip_export.query_timing(loaded)
+    alone = [f for f in feeds if len(f["input_ids"]) == 1]
+    together = [f for f in feeds if len(f["input_ids"]) > 1]
+    assert len(alone) == 4 and all(f["attention_mask"].all() for f in alone)
+    assert len(together) == 2 and sum(len(f["input_ids"]) for f in together) == len(clip_export.TIMING_QUERIES)
+    for f in together:
+        lengths = f["attention_mask"].sum(axis=1)
+        assert lengths.max() == f["input_ids"].shape[1] and len(set(lengths.tolist())) > 1
+
+
 def test_the_packed_clip_text_pools_as_the_model_does():
     """Pooled at argmax(input_ids) (configs with eos_token_id 2) or at the first end token: the same
     token where the end token has the highest id, as in CLIP's vocabularies; and the model's vector."""
