@@ -373,7 +373,7 @@ def export_visual(loaded: Loaded, dest: Path) -> float:
 
 CHECK_TEXTS = ["a photo of a cat", "", "two dogs playing in the snow " * 20, "a red car", "people walking on the "
                "beach at sunset with their dog, the sky orange and purple above the sea"]
-# Short photo queries of different lengths (bench/bench_clip.py's): what the build times the text graphs on.
+# Short photo queries of different lengths: what the build times the text graphs on (bench/bench_clip.py queries with them).
 TIMING_QUERIES = ["a dog on the beach", "two people riding bicycles", "a plate of food", "a city street at night",
                   "a cat sleeping on a sofa", "a train at the station", "children playing football", "a bowl of fruit"]
 
