@@ -28,6 +28,10 @@ from search.store import DOCUMENTS, CollectionSchema, images_schema, in_kb, kb_t
 from search.triton.client import TritonClient
 
 THUMBNAIL_SIZE = 320
+# A JPEG is decoded at 1/2, 1/4 or 1/8 scale when that leaves its longest side at 90 % of the thumbnail's
+# size or more, and such a thumbnail is kept as decoded (288-320 px): a web-sized photo (~600 px wide)
+# is then spared a full decode and a resample, about half of the indexer's CPU per photo (docs/benchmarks.md)
+THUMBNAIL_DRAFT = THUMBNAIL_SIZE * 9 // 10
 _HEADING = re.compile(r"^#{1,6}[ \t]+(.+)$", re.M)  # the loaders write headings as markdown lines
 
 
@@ -142,7 +146,7 @@ class Photos:
         return self.thumbs / sha256[:2] / f"{sha256}.jpg"
 
     def units(self, path: Path, data: bytes, sha256: str) -> list[Unit]:
-        photo, image = decode_photo(data, max_pixels=self.max_pixels, draft=THUMBNAIL_SIZE)
+        photo, image = decode_photo(data, max_pixels=self.max_pixels, draft=THUMBNAIL_DRAFT)
         thumb = save_thumbnail(image, self.thumbnail_path(sha256), THUMBNAIL_SIZE)
         camera = " ".join(x for x in (photo.camera_make, photo.camera_model) if x) or None
         payload = {

@@ -491,3 +491,14 @@ def test_photo_is_frozen():
     photo = Photo(b"", "", 1, 1, "PNG", None, None, None, None, None, 1)
     with pytest.raises(AttributeError):
         photo.width = 2  # type: ignore[misc]
+
+
+@pytest.mark.parametrize("width, thumb_side", [(630, 315), (700, 320), (575, 320), (3000, 320)])
+def test_a_thumbnail_may_keep_a_reduced_decode_up_to_a_tenth_under_its_size(tmp_path, width, thumb_side):
+    # the indexer's draft: a JPEG decoded at 1/2, 1/4 or 1/8 scale when its longest side stays >= 288
+    from indexer.kinds import THUMBNAIL_DRAFT, THUMBNAIL_SIZE
+    photo, image = decode_photo(encode(noise((width, width * 2 // 3)), "JPEG"), draft=THUMBNAIL_DRAFT)
+    assert (photo.width, photo.height) == (width, width * 2 // 3)  # the full image's, whatever the decode
+    assert max(image.size) >= THUMBNAIL_DRAFT
+    with Image.open(save_thumbnail(image, tmp_path / "t.jpg", THUMBNAIL_SIZE)) as thumb:
+        assert max(thumb.size) == thumb_side

@@ -91,8 +91,8 @@ def open_photo(path: Path, *, max_pixels: int = 100_000_000,
 def decode_photo(data: bytes, *, max_pixels: int = 100_000_000, draft: int | None = None) -> tuple[Photo, Image.Image]:
     """open_photo for bytes already read (and size-checked) by the caller.
 
-    ``draft``: a JPEG may be decoded at a reduced scale (at least this many pixels on each side),
-    enough for a thumbnail and much cheaper; the whole file is still decoded, so a truncated one
+    ``draft``: a JPEG may be decoded at a reduced scale (at least this many pixels on its longest
+    side), enough for a thumbnail and much cheaper; the whole file is still decoded, so a truncated one
     is still caught, and width/height stay the full image's."""
     if not data:
         raise BadImage("empty file")
