@@ -46,6 +46,7 @@ from pathlib import Path
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+__import__("search")  # first: the package names numpy's BLAS kernels before numpy loads, as in the product
 
 import httpx  # noqa: E402
 import numpy as np  # noqa: E402

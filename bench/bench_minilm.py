@@ -43,6 +43,7 @@ from pathlib import Path
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+__import__("search")  # first: the package names numpy's BLAS kernels before numpy loads, as in the product
 
 import numpy as np  # noqa: E402
 import tritonclient.grpc as grpcclient  # noqa: E402

@@ -30,6 +30,7 @@ from pathlib import Path
 
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+__import__("search")  # first: the package names numpy's BLAS kernels before numpy loads, as in the product
 
 import numpy as np  # noqa: E402
 
