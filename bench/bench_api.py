@@ -46,7 +46,9 @@ from pathlib import Path
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-__import__("search")  # first: the package names numpy's BLAS kernels before numpy loads, as in the product
+from search.cpu_kernels import choose_openblas_kernels  # noqa: E402  (loads no numpy)
+
+choose_openblas_kernels()  # before numpy loads, as the command lines do
 
 import httpx  # noqa: E402
 import numpy as np  # noqa: E402

@@ -44,7 +44,9 @@ from pathlib import Path
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-__import__("search")  # first: the package names numpy's BLAS kernels before numpy loads, as in the product
+from search.cpu_kernels import choose_openblas_kernels  # noqa: E402  (loads no numpy)
+
+choose_openblas_kernels()  # before numpy loads, as the command lines do
 
 import numpy as np  # noqa: E402
 from PIL import Image  # noqa: E402

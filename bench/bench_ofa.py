@@ -32,7 +32,9 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
-__import__("search")  # first: the package names numpy's BLAS kernels before numpy loads, as in the product
+from search.cpu_kernels import choose_openblas_kernels  # noqa: E402  (loads no numpy)
+
+choose_openblas_kernels()  # before numpy loads, as the command lines do
 
 import numpy as np  # noqa: E402
 

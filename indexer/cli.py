@@ -31,6 +31,7 @@ from search.cli.support import (
     to_json,
 )
 from search.config import MAX_CHUNK_TOKENS
+from search.cpu_kernels import choose_openblas_kernels
 from search.paths import readable
 
 app = typer.Typer(no_args_is_help=True, add_completion=False, rich_markup_mode="rich",
@@ -369,4 +370,5 @@ def optional_value(args: list[str], option: str) -> list[str]:
 
 
 def main() -> None:
+    choose_openblas_kernels()  # before any command loads numpy
     app(args=optional_value(sys.argv[1:], "--ray"))

@@ -1,4 +1,5 @@
-"""numpy's OpenBLAS gets kernels the CPU can run, chosen from its instruction sets before numpy loads."""
+"""numpy's OpenBLAS gets kernels the CPU can run, chosen from its instruction sets before numpy loads
+(by both command lines, before any command runs)."""
 
 from __future__ import annotations
 
@@ -8,6 +9,8 @@ import sys
 
 import pytest
 
+import indexer.cli as indexer_cli
+import search.cli.app as search_cli
 from search.cpu_kernels import choose_openblas_kernels
 
 EMERALD_RAPIDS = "fpu vme sse sse2 ssse3 fma sse4_1 sse4_2 avx avx2 avx512f avx512dq avx512cd avx512bw avx512vl amx_int8"
@@ -31,10 +34,24 @@ def test_a_users_choice_and_a_missing_cpuinfo_are_left_alone(tmp_path, monkeypat
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc/cpuinfo")
-def test_importing_the_package_sets_them_before_numpy_loads():
+def test_numpy_loaded_afterwards_runs_the_kernels_named():
     env = {k: v for k, v in os.environ.items() if k != "OPENBLAS_CORETYPE"}
-    code = ("import search, os, numpy, threadpoolctl; "
+    code = ("import os; from search.cpu_kernels import choose_openblas_kernels; choose_openblas_kernels(); "
+            "import numpy, threadpoolctl; "
             "print(os.environ.get('OPENBLAS_CORETYPE'), [i.get('architecture') for i in threadpoolctl.threadpool_info()])")
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True).stdout.split(" ", 1)
     if out[0] != "None":  # an AVX2 CPU: numpy's OpenBLAS runs what was named
         assert out[0] in out[1], out
+
+
+def test_both_command_lines_choose_them_before_a_command_runs(monkeypatch):
+    for cli in (search_cli, indexer_cli):
+        monkeypatch.delenv("OPENBLAS_CORETYPE", raising=False)
+        seen = []
+        monkeypatch.setattr(cli, "choose_openblas_kernels", lambda: os.environ.setdefault("OPENBLAS_CORETYPE", "Haswell"))
+        monkeypatch.setattr(cli, "app", lambda *a, seen=seen, **k: seen.append(os.environ.get("OPENBLAS_CORETYPE")))
+        cli.main()
+        assert seen == ["Haswell"], cli.__name__
+    # and neither loads numpy on import: the choice still counts when a command runs
+    code = "import sys, indexer.cli, search.cli.app; assert 'numpy' not in sys.modules"
+    subprocess.run([sys.executable, "-c", code], check=True)

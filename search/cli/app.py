@@ -11,6 +11,7 @@ from typer.core import TyperGroup
 
 from search.cli import faces, query
 from search.cli.support import DataDir, QdrantUrl, TritonUrl, make_settings, reflow_help
+from search.cpu_kernels import choose_openblas_kernels
 
 # Command groups loaded when they run, not when `search "…"` or `search --help` starts: they pull
 # in numpy, tritonclient and the model registry. Their one-line help is here for the listing.
@@ -71,4 +72,5 @@ def main_options(ctx: typer.Context, data_dir: Path = DataDir, triton_url: str =
 
 
 def main() -> None:
+    choose_openblas_kernels()  # before any command loads numpy
     app()
