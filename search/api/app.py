@@ -18,6 +18,7 @@ from starlette.routing import Route
 from search import owner
 from search.api.backend import Backend
 from search.api.errors import add_error_handlers
+from search.api.hot import HotRoutes, hot_routes
 from search.api.limits import LimitRequestSize
 from search.api.responses import FastJSON
 from search.api.routes import embeddings, health, ingest, kb, search, watches
@@ -56,13 +57,15 @@ def create_app(settings: Settings) -> FastAPI:
                   description="Document search with citations, photo search (text and example image), "
                               "ingest jobs, folder watches and health. Send the key in the X-API-Key header when one is configured.")
     app.state.backend, app.state.metrics = backend, metrics
-    app.add_middleware(LimitRequestSize, limit=settings.max_request_bytes)
-    app.add_middleware(RequestObserver, metrics=metrics)  # outermost: sees 413s and every error too
     add_error_handlers(app)
     # The query routes first: a request is matched against the routers in this order
     for router in (search.router, embeddings.router, health.public, health.reads, health.writes, ingest.router,
                    watches.router, kb.reads, kb.writes):
         app.include_router(router)
+    # Innermost first: the fast way for the hot routes sits inside the size limit and the observer
+    app.add_middleware(HotRoutes, backend=backend, routes=hot_routes((search.router, embeddings.router)))
+    app.add_middleware(LimitRequestSize, limit=settings.max_request_bytes)
+    app.add_middleware(RequestObserver, metrics=metrics)  # outermost: sees 413s and every error too
     # MCP over streamable HTTP, behind the same key (the SDK's own transport; tools call the services and
     # ask the key, in request.state.principal, for each knowledge base, as the routes do)
     app.router.routes.append(Route("/mcp", KeyGuard(mcp, backend), methods=["GET", "POST", "DELETE"], include_in_schema=False))

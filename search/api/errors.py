@@ -27,16 +27,24 @@ def error_response(path: str, status: int, message: str, *, param: str | None = 
     return JSONResponse(body, status_code=status, headers=headers)
 
 
+def service_error_response(path: str, exc: ServiceError) -> JSONResponse:
+    status = next((code for cls, code in STATUS.items() if isinstance(exc, cls)), 500)
+    return error_response(path, status, str(exc), param=getattr(exc, "param", None), kind=type(exc).__name__)
+
+
+def http_error_response(path: str, exc: HTTPException) -> JSONResponse:
+    return error_response(path, exc.status_code, str(exc.detail), headers=exc.headers)
+
+
 def add_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(ServiceError)
     async def service_error(request: Request, exc: ServiceError) -> JSONResponse:
-        status = next((code for cls, code in STATUS.items() if isinstance(exc, cls)), 500)
         note_error(request, exc)
-        return error_response(request.url.path, status, str(exc), param=getattr(exc, "param", None), kind=type(exc).__name__)
+        return service_error_response(request.url.path, exc)
 
     @app.exception_handler(HTTPException)
     async def http_error(request: Request, exc: HTTPException) -> JSONResponse:
-        return error_response(request.url.path, exc.status_code, str(exc.detail), headers=exc.headers)
+        return http_error_response(request.url.path, exc)
 
     @app.exception_handler(RequestValidationError)
     async def invalid(request: Request, exc: RequestValidationError) -> JSONResponse:

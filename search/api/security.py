@@ -20,7 +20,7 @@ API_KEY_HEADER = "X-API-Key"
 SCOPES = ("all", "writes")
 
 
-def _sent_key(headers: Headers) -> str | None:
+def sent_key(headers: Headers) -> str | None:
     """The key a request sent: in X-API-Key or, as OpenAI-compatible clients and Prometheus send it,
     'Authorization: Bearer KEY'."""
     if key := headers.get(API_KEY_HEADER):
@@ -79,7 +79,7 @@ class _KeyCheck(APIKeyHeader):
         self.writes = writes
 
     async def __call__(self, request: Request) -> None:  # async: no thread hop
-        access = check(request.app.state.backend, _sent_key(request.headers), self.writes)
+        access = check(request.app.state.backend, sent_key(request.headers), self.writes)
         request.state.local, request.state.principal = access.local, access.principal
         if access.refusal:
             raise HTTPException(access.status, access.refusal,
@@ -103,7 +103,7 @@ class KeyGuard:
 
     async def __call__(self, scope, receive, send) -> None:
         headers = Headers(scope=scope)
-        access = check(self.backend, _sent_key(headers), self.writes)
+        access = check(self.backend, sent_key(headers), self.writes)
         if access.refusal:
             response = error_response(scope["path"], access.status, access.refusal,
                                       headers={"WWW-Authenticate": "Bearer"} if access.status == 401 else None)
@@ -125,8 +125,13 @@ def readable_kbs(request: Request, svc) -> list[str] | None:
 
 def need_kb(request: Request, kb: str | None, right: str = "read") -> str:
     """The knowledge base a request names (None: the default one), if its key has ``right`` on it; else 403."""
+    return need(principal(request), kb, right)
+
+
+def need(who: Principal, kb: str | None, right: str = "read") -> str:
+    """``need_kb`` for the key ``who``."""
     try:
-        return principal(request).need(kb or DEFAULT_KB, right)
+        return who.need(kb or DEFAULT_KB, right)
     except KbRefused as exc:
         raise HTTPException(403, str(exc)) from None
 
@@ -144,7 +149,7 @@ def check_metrics_key(request: Request) -> None:
     settings = request.app.state.backend.settings
     if not (settings.api_key and settings.metrics_require_key):
         return
-    sent = _sent_key(request.headers)
+    sent = sent_key(request.headers)
     if not sent or not hmac.compare_digest(sent.encode(), settings.api_key.encode()):
         raise HTTPException(401, f"{API_KEY_HEADER}: the API key is required for /metrics",
                             headers={"WWW-Authenticate": "Bearer"})

@@ -12,6 +12,7 @@ from search.api.openai import EmbeddingList, EmbeddingRequest, ModelCard, ModelL
 from search.api.responses import FastJSON
 from search.api.security import require_key
 from search.errors import NotFound
+from search.keys import Principal
 
 router = APIRouter(prefix="/v1", dependencies=[Depends(require_key(writes=False))], tags=["openai"],
                    responses=errors(401, 413, 500, 503, "4XX"))
@@ -21,7 +22,12 @@ router = APIRouter(prefix="/v1", dependencies=[Depends(require_key(writes=False)
              response_model=EmbeddingList, responses=errors(400, 404))
 async def embeddings(body: EmbeddingRequest, request: Request) -> dict:
     # backend_of, not a dependency: a hot route saves FastAPI's ~15 us per dependency
-    out = await backend_of(request).embedder().aembed(body.model, body.input, dimensions=body.dimensions)  # Triton's wait, awaited
+    return await answer_embeddings(backend_of(request), body)
+
+
+async def answer_embeddings(backend: Backend, body: EmbeddingRequest, _who: Principal | None = None) -> FastJSON:
+    """The route's answer, also given by the fast path (search/api/hot.py): any key that passed may embed."""
+    out = await backend.embedder().aembed(body.model, body.input, dimensions=body.dimensions)  # Triton's wait, awaited
     if body.encoding_format == "base64":
         data = [base64.b64encode(v.astype("<f4").tobytes()).decode("ascii") for v in out.vectors]
     else:

@@ -11,7 +11,8 @@ from search.api.deps import backend_of, get_backend
 from search.api.limits import read_limited
 from search.api.responses import FastJSON
 from search.api.schemas import DocumentQuery, ImageQuery, KbName, PhotoFilters, errors, utf8_text
-from search.api.security import need_kb, require_key
+from search.api.security import need, need_kb, principal, require_key
+from search.keys import Principal
 from search.services import HIT_CHARS_LIMIT, MAX_TOP_K, SORTS, prompt_context
 from search.services.documents import DOCUMENT_CHARS, EncodedQuery
 
@@ -22,8 +23,13 @@ router = APIRouter(dependencies=[Depends(require_key(writes=False))], tags=["sea
 @router.post("/search/documents", summary="Passages with citations, ready for a prompt; in pages, or one entry per document",
              responses=errors(409))
 async def search_documents(body: DocumentQuery, request: Request) -> dict:
-    backend = backend_of(request)  # not a dependency: the hottest route saves FastAPI's ~15 us per dependency
-    kb = need_kb(request, body.kb)
+    # backend_of, not a dependency: the hottest route saves FastAPI's ~15 us per dependency
+    return await answer_documents(backend_of(request), body, principal(request))
+
+
+async def answer_documents(backend: Backend, body: DocumentQuery, who: Principal) -> FastJSON:
+    """The route's answer, also given by the fast path (search/api/hot.py)."""
+    kb = need(who, body.kb)
     if not backend.store_in_loop():
         return await backend.run(_documents, backend, body, kb)
     svc = backend.service()

@@ -1,0 +1,121 @@
+"""The hottest routes, POST /search/documents and POST /v1/embeddings, answered without FastAPI's
+plumbing: its routing, dependency solving, body parsing and exception middleware cost the loop
+~0.3-0.5 ms of CPU per request, as much as the route's own work (docs/api.md, "The hot routes").
+
+Only a request that would pass takes this way: a JSON body that the route's own pydantic model
+accepts, from a key that the routes' own check lets through. Everything else goes on to FastAPI as
+it came (the body read here handed on), so every refusal and validation error is the app's own
+answer. The answer is the route's own code (``answer_documents``, ``answer_embeddings``), and what
+it raises is mapped by the app's own error mapping; the request still passes the outer middleware
+(request id, metrics under the route's label, the access log, the size limit)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Awaitable, Callable, Iterable
+from dataclasses import dataclass
+
+from fastapi import APIRouter, Request
+from fastapi.routing import APIRoute
+from pydantic import BaseModel
+from starlette.datastructures import Headers
+from starlette.exceptions import HTTPException
+from starlette.responses import Response
+
+from search.api.errors import http_error_response, service_error_response
+from search.api.openai import EmbeddingRequest
+from search.api.routes.embeddings import answer_embeddings
+from search.api.routes.search import answer_documents
+from search.api.schemas import DocumentQuery
+from search.api.security import check, sent_key
+from search.errors import ServiceError
+from search.keys import Principal
+from search.observability import note_error
+
+Answer = Callable[..., Awaitable[Response]]  # (backend, body, who) -> the route's response
+
+
+@dataclass(frozen=True)
+class HotRoute:
+    model: type[BaseModel]
+    answer: Answer
+    route: APIRoute  # the FastAPI route it stands for: its path labels the request's metrics and log line
+
+
+HOT = {"/search/documents": (DocumentQuery, answer_documents), "/v1/embeddings": (EmbeddingRequest, answer_embeddings)}
+
+
+def hot_routes(routers: Iterable[APIRouter]) -> dict[str, HotRoute]:
+    """The routers' POST routes that the fast way also answers, by path."""
+    routes = {r.path: r for router in routers for r in router.routes if isinstance(r, APIRoute) and "POST" in r.methods}
+    return {path: HotRoute(model, answer, routes[path]) for path, (model, answer) in HOT.items()}
+
+
+class HotRoutes:
+    """Pure ASGI, inside the app's own middleware (the size limit, the request observer)."""
+
+    def __init__(self, app, backend, routes: dict[str, HotRoute]) -> None:
+        self.app, self.backend, self.routes = app, backend, routes
+
+    async def __call__(self, scope, receive, send):
+        hot = self.routes.get(scope["path"]) if scope["type"] == "http" and scope["method"] == "POST" else None
+        headers = Headers(scope=scope) if hot is not None else None
+        if hot is None or scope["query_string"] or _media_type(headers) != "application/json":
+            return await self.app(scope, receive, send)
+        try:
+            body = await _read(receive)
+        except HTTPException as exc:  # the size limit's 413 for a chunked body (FastAPI's body reading answers it so)
+            return await http_error_response(scope["path"], exc)(scope, receive, send)
+        if body is None:  # the client went away
+            return
+        try:
+            who = self._passes(headers)
+            request = hot.model.model_validate(json.loads(body))  # as FastAPI reads and validates a body
+        except Exception:  # noqa: BLE001  (a refusal or a bad body: FastAPI answers it, as for any other request)
+            who = None
+        if who is None:
+            return await self.app(scope, _replay(body, receive), send)
+        scope["route"] = hot.route
+        try:
+            response = await hot.answer(self.backend, request, who)
+        except ServiceError as exc:
+            note_error(Request(scope), exc)
+            response = service_error_response(scope["path"], exc)
+        except HTTPException as exc:
+            response = http_error_response(scope["path"], exc)
+        await response(scope, receive, send)
+
+    def _passes(self, headers: Headers) -> Principal | None:
+        """Who the request acts as, when the routes' key check lets it through."""
+        access = check(self.backend, sent_key(headers), writes=False)
+        return None if access.refusal else access.principal
+
+
+def _media_type(headers: Headers) -> str:
+    return headers.get("content-type", "").partition(";")[0].strip().lower()
+
+
+async def _read(receive) -> bytes | None:
+    """The whole body (None when the client disconnects first)."""
+    chunks = []
+    while True:
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            return None
+        chunks.append(message.get("body", b""))
+        if not message.get("more_body", False):
+            return b"".join(chunks)
+
+
+def _replay(body: bytes, receive):
+    """A ``receive`` that hands over the body read already, then listens for a disconnect as before."""
+    sent = False
+
+    async def again():
+        nonlocal sent
+        if not sent:
+            sent = True
+            return {"type": "http.request", "body": body, "more_body": False}
+        return await receive()
+
+    return again
