@@ -208,3 +208,44 @@ def test_a_sender_survives_whatever_its_send_raises():
         return await c("next")
 
     assert asyncio.run(main()) == "NEXT" and c.senders == 1
+
+
+def test_under_load_a_sender_lets_the_loop_hand_over_what_just_came_in():
+    async def main():
+        send = Gated()
+        c = LoopCoalescer(send, max_batch=8, in_flight=2, handover_s=10)
+        first = asyncio.create_task(c("a"))
+        await until(send.entered.is_set)  # one request out: the next sender is under load
+
+        async def request_b():
+            result = asyncio.ensure_future(c("b"))
+            await asyncio.sleep(0)  # "b" waits, and the second sender starts
+            asyncio.create_task(c("c"))  # the next request: it reaches the coalescer in the loop's next round,
+            time.sleep(0.3)  # while the loop is still busy with this one and the sender has found "b" alone
+            return await result
+
+        b = asyncio.create_task(request_b())
+        await until(lambda: len(send.batches) == 2)
+        assert sorted(send.batches[1]) == ["b", "c"]  # "c" came in while the sender waited on the loop
+        send.gate.set()
+        assert await asyncio.gather(first, b) == ["A", "B"]
+
+    asyncio.run(main())
+
+
+def test_a_sender_with_no_other_request_out_does_not_wait_for_the_loop():
+    async def main():
+        sent_while_busy = threading.Event()
+
+        def send(items):
+            sent_while_busy.set()
+            return [i.upper() for i in items]
+
+        c = LoopCoalescer(send, max_batch=8, in_flight=2, handover_s=10)
+        call = asyncio.ensure_future(c("a"))
+        await asyncio.sleep(0)  # "a" waits: a sender starts
+        time.sleep(0.3)  # the loop is busy, and nothing else is out: the sender goes at once
+        assert sent_while_busy.is_set()
+        assert await call == "A"
+
+    asyncio.run(main())
