@@ -1,6 +1,6 @@
 """The hottest routes, POST /search/documents and POST /v1/embeddings, answered without FastAPI's
 plumbing: its routing, dependency solving, body parsing and exception middleware cost the loop
-~0.3-0.5 ms of CPU per request, as much as the route's own work (docs/api.md, "The hot routes").
+~0.3-0.5 ms of CPU per request, as much as the route's own work (docs/api.md, runs Z0, Z1).
 
 Only a request that would pass takes this way: a JSON body that the route's own pydantic model
 accepts, from a key that the routes' own check lets through. Everything else goes on to FastAPI as
