@@ -59,8 +59,10 @@ class HotRoutes:
 
     async def __call__(self, scope, receive, send):
         hot = self.routes.get(scope["path"]) if scope["type"] == "http" and scope["method"] == "POST" else None
-        headers = Headers(scope=scope) if hot is not None else None
-        if hot is None or scope["query_string"] or _media_type(headers) != "application/json":
+        if hot is None or scope["query_string"]:
+            return await self.app(scope, receive, send)
+        headers = Headers(scope=scope)
+        if _media_type(headers) != "application/json":
             return await self.app(scope, receive, send)
         try:
             body = await _read(receive)
