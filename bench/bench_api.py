@@ -67,19 +67,33 @@ QUERIES = [q["query"] for q in json.loads((PROJECT_ROOT / "samples" / "queries.j
 
 
 def summary(path: str, clients: int, latencies: list[float], seconds: float, cpu_s: float, triton_s: float,
-            batch: float) -> dict:
+            batch: float, steal: float) -> dict:
     ms = np.array(latencies) * 1000
     return {"path": path, "clients": clients, "requests": len(ms), "rps": round(len(ms) / seconds, 1),
             "p50_ms": round(float(np.percentile(ms, 50)), 2), "p99_ms": round(float(np.percentile(ms, 99)), 2),
             "cpu_ms_per_request": round(cpu_s * 1000 / len(ms), 2), "triton_cpu_ms_per_request": round(triton_s * 1000 / len(ms), 2),
-            "encoder_batch": batch}
+            "encoder_batch": batch, "steal_pct": steal}
+
+
+def machine_ticks() -> tuple[int, int]:
+    """The machine's stolen and total CPU ticks since boot (/proc/stat): a VM's neighbours taking its
+    cores show as steal, a cause of slow rounds that no code here controls."""
+    fields = [int(x) for x in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:9]]
+    return fields[7], sum(fields)
+
+
+def steal_pct(before: tuple[int, int]) -> float:
+    """The share of the machine's CPU time stolen since ``before`` (machine_ticks()), in %."""
+    stolen, total = (a - b for a, b in zip(machine_ticks(), before))
+    return round(100 * stolen / max(total, 1), 1)
 
 
 def median_row(runs: list[dict]) -> dict:
     """One row from its rounds: the median of each figure, and every round's requests/s."""
     figures = ("rps", "p50_ms", "p99_ms", "cpu_ms_per_request", "triton_cpu_ms_per_request", "encoder_batch")
     return {**runs[0], **{k: round(float(np.median([r[k] for r in runs])), 2) for k in figures},
-            "rounds_rps": [r["rps"] for r in runs]}
+            "rounds_rps": [r["rps"] for r in runs], "rounds_p99_ms": [r["p99_ms"] for r in runs],
+            "rounds_steal_pct": [r["steal_pct"] for r in runs]}
 
 
 def cpu_list(text: str) -> set[int]:
@@ -167,11 +181,11 @@ def in_process(svc, n: int, clients: int, what: str = "search") -> dict:
 
     for i in range(clients):
         one(i)  # warm-up: one gRPC channel per thread
-    start, cpu, triton, runs = time.perf_counter(), cpu_seconds(), triton_seconds(), encoder_runs()
+    start, cpu, triton, runs, ticks = time.perf_counter(), cpu_seconds(), triton_seconds(), encoder_runs(), machine_ticks()
     with ThreadPoolExecutor(clients) as pool:
         latencies = list(pool.map(one, range(n)))
     return summary(IN_PROCESS_PATH.format(what=what), clients, latencies, time.perf_counter() - start, cpu_seconds() - cpu,
-                   triton_seconds() - triton, mean_batch(runs))
+                   triton_seconds() - triton, mean_batch(runs), steal_pct(ticks))
 
 
 APART = ", load apart"  # wrk on CPUs of its own (--load-cpus)
@@ -194,10 +208,11 @@ async def over_http(base: str, n: int, clients: int, what: str = "search", pid: 
             for i in ids:
                 latencies.append(await one(i))
 
-        start, cpu, triton, runs = time.perf_counter(), cpu_seconds(pid), triton_seconds(), encoder_runs()
+        start, cpu, triton, runs, ticks = time.perf_counter(), cpu_seconds(pid), triton_seconds(), encoder_runs(), machine_ticks()
         await asyncio.gather(*(worker(range(w, n, clients)) for w in range(clients)))
         seconds, cpu, triton = time.perf_counter() - start, cpu_seconds(pid) - cpu, triton_seconds() - triton
-    return {**summary(HTTP_PATH.format(what=what), clients, latencies, seconds, cpu, triton, mean_batch(runs)), "client": "httpx"}
+    return {**summary(HTTP_PATH.format(what=what), clients, latencies, seconds, cpu, triton, mean_batch(runs), steal_pct(ticks)),
+            "client": "httpx"}
 
 
 _WRK_UNITS = {"us": 1e-3, "ms": 1.0, "s": 1000.0}
@@ -218,10 +233,10 @@ def over_wrk(base: str, seconds: float, clients: int, what: str, pid: int, scrip
     run = ["wrk", "-t1", f"-c{clients}", "--latency", "--timeout", "60s", "-s", str(script), base]
     pin = (lambda: os.sched_setaffinity(0, cpus)) if cpus else None
     subprocess.run([*run[:3], "-d2s", *run[3:]], check=True, capture_output=True, preexec_fn=pin)  # warm-up: open the connections
-    cpu, triton, runs = cpu_seconds(pid), triton_seconds(), encoder_runs()
+    cpu, triton, runs, ticks = cpu_seconds(pid), triton_seconds(), encoder_runs(), machine_ticks()
     out = subprocess.run([*run[:3], f"-d{seconds:g}s", *run[3:]], check=True, capture_output=True, text=True,
                          preexec_fn=pin).stdout
-    cpu, triton, batch = cpu_seconds(pid) - cpu, triton_seconds() - triton, mean_batch(runs)
+    cpu, triton, batch, steal = cpu_seconds(pid) - cpu, triton_seconds() - triton, mean_batch(runs), steal_pct(ticks)
     if re.search(r"Non-2xx or 3xx responses", out):
         sys.exit(f"wrk got error responses:\n{out}")
     requests = int(re.search(r"(\d+) requests in", out).group(1))
@@ -233,7 +248,8 @@ def over_wrk(base: str, seconds: float, clients: int, what: str, pid: int, scrip
     return {"path": HTTP_PATH.format(what=what) + (APART if cpus else ""), "clients": clients, "requests": requests,
             "rps": float(re.search(r"Requests/sec:\s+([\d.]+)", out).group(1)), "p50_ms": pct("50"), "p99_ms": pct("99"),
             "cpu_ms_per_request": round(cpu * 1000 / requests, 2),
-            "triton_cpu_ms_per_request": round(triton * 1000 / requests, 2), "encoder_batch": batch, "client": "wrk"}
+            "triton_cpu_ms_per_request": round(triton * 1000 / requests, 2), "encoder_batch": batch, "steal_pct": steal,
+            "client": "wrk"}
 
 
 def start_api(settings: Settings, port: int, log: Path) -> subprocess.Popen:
@@ -388,10 +404,11 @@ def main() -> None:
     print(f"index: samples/docs, {results['chunks']} chunks; {n} requests per in-process row, top_k 5, semantic (MiniLM); "
           f"HTTP load from {args.client}")
     print(f"{'path':50} {'clients':>7} {'req/s':>8} {'p50 ms':>8} {'p99 ms':>8} {'CPU ms/req':>10} {'Triton ms/req':>13} "
-          f"{'batch':>5}   rounds (req/s)")
+          f"{'batch':>5}   rounds (req/s; p99 ms; steal %)")
     for r in rows:
         print(f"{r['path']:50} {r['clients']:>7} {r['rps']:>8.1f} {r['p50_ms']:>8.2f} {r['p99_ms']:>8.2f} "
-              f"{r['cpu_ms_per_request']:>10.2f} {r['triton_cpu_ms_per_request']:>13.2f} {r['encoder_batch']:>5.2f}   {r['rounds_rps']}")
+              f"{r['cpu_ms_per_request']:>10.2f} {r['triton_cpu_ms_per_request']:>13.2f} {r['encoder_batch']:>5.2f}   {r['rounds_rps']}; "
+              f"{r['rounds_p99_ms']}; {r['rounds_steal_pct']}")
     for what in args.what:
         for c in args.clients:
             local = row(rows, IN_PROCESS_PATH.format(what=what), c)
