@@ -55,7 +55,7 @@ import numpy as np  # noqa: E402
 import tritonclient.grpc as grpcclient  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_minilm import machine  # noqa: E402
+from bench_minilm import Ticks, machine, machine_ticks  # noqa: E402
 
 from search.api import create_app  # noqa: E402
 from search.config import PROJECT_ROOT, Settings  # noqa: E402
@@ -75,17 +75,10 @@ def summary(path: str, clients: int, latencies: list[float], seconds: float, cpu
             "encoder_batch": batch, "steal_pct": steal}
 
 
-def machine_ticks() -> tuple[int, int]:
-    """The machine's stolen and total CPU ticks since boot (/proc/stat): a VM's neighbours taking its
-    cores show as steal, a cause of slow rounds that no code here controls."""
-    fields = [int(x) for x in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:9]]
-    return fields[7], sum(fields)
-
-
-def steal_pct(before: tuple[int, int]) -> float:
+def steal_pct(before: Ticks) -> float:
     """The share of the machine's CPU time stolen since ``before`` (machine_ticks()), in %."""
-    stolen, total = (a - b for a, b in zip(machine_ticks(), before))
-    return round(100 * stolen / max(total, 1), 1)
+    now = machine_ticks()
+    return round(100 * (now.steal - before.steal) / max(now.total - before.total, 1), 1)
 
 
 def median_row(runs: list[dict]) -> dict:

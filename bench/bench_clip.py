@@ -52,7 +52,7 @@ import numpy as np  # noqa: E402
 from PIL import Image  # noqa: E402
 from qdrant_client import models  # noqa: E402
 
-from bench.bench_minilm import machine, process_tree_cpu  # noqa: E402
+from bench.bench_minilm import machine, machine_ticks, process_tree_cpu  # noqa: E402
 from bench.bench_store import payload, pid, sample  # noqa: E402
 from indexer.service import IngestService  # noqa: E402
 from search.config import PROJECT_ROOT, Settings  # noqa: E402
@@ -168,14 +168,14 @@ def measure_ingest(settings: Settings, repo: Path, photos: list[Path], tmp: Path
         raw_cpus.append(cpu)
         svc = SearchService(settings.model_copy(update={"data_dir": settings.data_dir / f"round{r}"}))
         try:
-            mine, triton, (idle, total) = time.process_time(), process_tree_cpu(server_pid), machine_ticks()
+            mine, triton, ticks = time.process_time(), process_tree_cpu(server_pid), machine_ticks()
             start = time.perf_counter()
             rep = IngestService(svc.settings, svc.resources).ingest([tmp / "photos"])
             seconds.append(time.perf_counter() - start)
             client_cpus.append((time.process_time() - mine) * 1000 / len(photos))
             triton_cpus.append((process_tree_cpu(server_pid) - triton) * 1000 / len(photos))
-            idle2, total2 = machine_ticks()
-            busy.append(len(os.sched_getaffinity(0)) * (1 - (idle2 - idle) / max(total2 - total, 1)))
+            idle, steal, total = (a - b for a, b in zip(machine_ticks(), ticks))
+            busy.append(len(os.sched_getaffinity(0)) * (1 - idle / max(total - steal, 1)))
             assert rep.counts["indexed"] == len(photos), rep.as_dict()
         finally:
             svc.close()
@@ -202,12 +202,6 @@ def measure_ingest(settings: Settings, repo: Path, photos: list[Path], tmp: Path
     print(f"  in-process, one core: the indexer's decode and thumbnail {costs['client_ms']} ms, the server's "
           f"pre-processing {costs['server_pre_ms']} ms per photo", flush=True)
     return out
-
-
-def machine_ticks() -> tuple[int, int]:
-    """The machine's idle and total CPU ticks since boot (/proc/stat)."""
-    fields = [int(x) for x in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:8]]
-    return fields[3], sum(fields)
 
 
 # -- query latency

@@ -39,6 +39,7 @@ import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import NamedTuple
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
@@ -97,6 +98,18 @@ def measure(fn, batches: list[list[str]], concurrency: int = 1, server_pid: int 
     seconds = time.perf_counter() - start
     cpu = (process_tree_cpu(server_pid) + time.process_time() if server_pid else time.process_time()) - cpu
     return n / seconds, cpu * 1000 / n
+
+
+class Ticks(NamedTuple):
+    idle: int
+    steal: int  # taken by the VM's host for its other guests: slow rounds no code here controls
+    total: int  # all of the machine's CPU ticks, steal included
+
+
+def machine_ticks() -> Ticks:
+    """The machine's CPU ticks since boot, from /proc/stat's first line (user .. steal)."""
+    fields = [int(x) for x in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:9]]
+    return Ticks(idle=fields[3], steal=fields[7], total=sum(fields))
 
 
 def process_tree_cpu(root: int) -> float:
