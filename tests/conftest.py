@@ -46,11 +46,19 @@ def model_repo(tmp_path_factory) -> Path:
     """A copy of triton_repo/ with MiniLM, a tiny random CLIP, BGE-M3 and OFA exported into it (the
     checkout stays untouched). Exported once per run: pytest-xdist's workers (scripts/test.sh runs
     two) share it; each part is built by the first worker to reach it while another builds a
-    different part, and a worker waits for the parts others are building. Tests only read it."""
+    different part, and a worker waits for the parts others are building. Tests only read it.
+    SEARCH_TEST_MODELS=DIR keeps the repository in DIR across runs (built there once): for running
+    a few tests at a time while developing."""
+    if kept := os.environ.get("SEARCH_TEST_MODELS"):
+        return _build_parts(Path(kept))
     root = tmp_path_factory.getbasetemp()
     if os.environ.get("PYTEST_XDIST_WORKER"):
         root = root.parent  # the run's folder, which holds every worker's own
-    shared = root / "models"
+    return _build_parts(root / "models")
+
+
+def _build_parts(shared: Path) -> Path:
+    root = shared.parent
     repo = shared / "triton_repo"
     with _locked(root / "models.lock"):
         if not (shared / "copied").exists():
