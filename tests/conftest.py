@@ -59,6 +59,7 @@ def model_repo(tmp_path_factory) -> Path:
 
 def _build_parts(shared: Path) -> Path:
     root = shared.parent
+    root.mkdir(parents=True, exist_ok=True)
     repo = shared / "triton_repo"
     with _locked(root / "models.lock"):
         if not (shared / "copied").exists():
