@@ -19,6 +19,7 @@ from collections import Counter
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from search.datadir import private
 from search.paths import path_bytes, readable
 
 JOBS_FILE = "jobs.sqlite"  # in the data dir
@@ -94,7 +95,7 @@ class JobStore:
     """The job and watch tables. Thread-safe; every write is its own transaction."""
 
     def __init__(self, path: Path) -> None:
-        path.parent.mkdir(parents=True, exist_ok=True)
+        private(path.parent)  # the data dir: `indexer jobs` may be the first to open it
         self.path = path
         self._lock = threading.Lock()
         self._conn: sqlite3.Connection | None = None

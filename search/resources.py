@@ -8,6 +8,7 @@ from functools import cached_property
 
 from search.blas import one_blas_thread
 from search.config import Settings
+from search.datadir import private
 from search.flight import SingleFlight
 from search.models import bge_m3, clip, minilm
 from search.models.base import TextVector
@@ -20,6 +21,7 @@ from search.triton.local import LocalTriton
 class Resources:
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
+        private(settings.data_dir)  # every face that opens the store or Triton comes through here
         one_blas_thread()
 
     @cached_property

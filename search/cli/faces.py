@@ -13,6 +13,7 @@ import typer
 from search import owner
 from search.cli.connect import service_for
 from search.cli.support import fail, guarded, say, settings_of
+from search.datadir import private
 from search.locations import PROJECT_ROOT
 
 STARTUP_S = 120  # loading the store and reaching Triton
@@ -94,7 +95,7 @@ def ui(
 
 def _start_server(settings, env: dict[str, str]) -> subprocess.Popen:
     """`search serve` as a child, until it owns the data dir (its record names it)."""
-    settings.data_dir.mkdir(parents=True, exist_ok=True)
+    private(settings.data_dir)  # serve.log too
     server = subprocess.Popen([sys.executable, "-m", "search", "serve"], env=env, stdout=subprocess.DEVNULL,
                               stderr=(settings.data_dir / "serve.log").open("a"))
     deadline = time.monotonic() + STARTUP_S

@@ -6,6 +6,7 @@ import typer
 
 from search.cli.support import err, fail, guarded, out, say
 from search.config import Settings
+from search.datadir import private
 from search.models import built_triton_models
 from search.triton.local import LocalTriton
 
@@ -41,6 +42,7 @@ def triton_up(
     models = built_triton_models(settings.triton_repo)
     if not models:
         fail("no model is built yet: run `search models build` first", 4)
+    private(settings.data_dir)  # the run dir, its log and Triton's own files are the user's only
     server = _local(settings, models, http_port=http_port, grpc_port=grpc_port, metrics_port=metrics_port)
     with err.status("starting Triton…"):
         server.start(timeout=settings.triton_start_timeout_s)

@@ -62,7 +62,7 @@ class EdgeStore(Store):
         self._sizes_lock = threading.Lock()
         try:
             self.root.mkdir(parents=True, exist_ok=True)
-            self._lock_fd = os.open(self.root / ".lock", os.O_RDWR | os.O_CREAT, 0o644)
+            self._lock_fd = os.open(self.root / ".lock", os.O_RDWR | os.O_CREAT, 0o600)
         except OSError as exc:
             raise StoreUnavailable(f"cannot open the embedded store at {location}: {exc.strerror}") from exc
         try:

@@ -84,12 +84,19 @@ def prepare_backends(dest: Path) -> Path:
         if f.is_file():
             target = python_dir / f.name
             if not target.exists() or target.stat().st_size != f.stat().st_size:
-                shutil.copy2(f, target)
+                _copy_private(f, target)
     for backend in STANDIN_BACKENDS.iterdir():
         if backend.is_dir() and (backend / "model.py").exists():
             (dest / backend.name).mkdir(exist_ok=True)
-            shutil.copy2(backend / "model.py", dest / backend.name / "model.py")
+            _copy_private(backend / "model.py", dest / backend.name / "model.py")
     return dest
+
+
+def _copy_private(src: Path, dest: Path) -> None:
+    """copy2 without group and other access: it copies the wheel's modes (0644, 0755 for the stub)
+    past the umask, and the run dir lies in the private data dir (search/datadir.py)."""
+    shutil.copy2(src, dest)
+    dest.chmod(dest.stat().st_mode & 0o700)
 
 
 def _server_env() -> dict[str, str]:
