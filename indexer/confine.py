@@ -9,25 +9,27 @@ escape that is in place already is refused without touching its target.
 
 from __future__ import annotations
 
-import errno
 import os
-import stat
 from pathlib import Path
 
+# The reader and its reasons live below the indexer, so the query services and the MCP face share them
+from search.media.files import Refused, read_regular, unreadable
+
+__all__ = ["OUTSIDE", "Confinement", "Refused", "unreadable"]
 OUTSIDE = "outside the folders this server may ingest from"
-_FLAGS = os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC  # a FIFO or a terminal never blocks the job
-
-
-class Refused(Exception):
-    """A file that is not read; str(exc) is the one-line reason."""
 
 
 class Confinement:
-    def __init__(self, roots: list[Path]) -> None:
+    """``exclude``: folders never read even inside a root (the server's data dir), except below a
+    root inside them (a knowledge base's uploads): the deepest folder that holds a path decides."""
+
+    def __init__(self, roots: list[Path], exclude: list[Path] = ()) -> None:
         self.roots = tuple(os.path.realpath(r) for r in roots)
+        self.exclude = tuple(os.path.realpath(e) for e in exclude)
 
     def contains(self, real: str) -> bool:
-        return any(real == r or real.startswith(r.rstrip("/") + "/") for r in self.roots)
+        root = max((len(r) for r in self.roots if _under(real, r)), default=-1)
+        return root >= 0 and root > max((len(e) for e in self.exclude if _under(real, e)), default=-1)
 
     def outside(self, path: Path | str) -> bool:
         """Whether ``path``, its symlinks followed now, leads out of the roots."""
@@ -36,40 +38,8 @@ class Confinement:
     def read(self, path: Path, max_bytes: int) -> bytes:
         """The bytes of ``path`` if the file opened lies inside the roots and is a regular file of at
         most ``max_bytes``; else Refused."""
-        try:
-            fd = os.open(path, _FLAGS)
-        except OSError as exc:
-            raise Refused(unreadable(exc)) from exc
-        try:
-            if not self.contains(_opened_path(fd, path)):
-                raise Refused(OUTSIDE)
-            st = os.fstat(fd)
-            if not stat.S_ISREG(st.st_mode):
-                raise Refused("not a regular file")
-            if st.st_size > max_bytes:
-                raise Refused(f"too large: {st.st_size / 1e6:.1f} MB > {max_bytes / 1e6:.1f} MB limit")
-            os.set_blocking(fd, True)
-            with os.fdopen(os.dup(fd), "rb") as f:
-                data = f.read(max_bytes + 1)
-        except OSError as exc:
-            raise Refused(unreadable(exc)) from exc
-        finally:
-            os.close(fd)
-        if len(data) > max_bytes:  # it grew after fstat
-            raise Refused(f"too large: over the {max_bytes / 1e6:.1f} MB limit")
-        return data
+        return read_regular(path, max_bytes, inside=self.contains, outside=OUTSIDE)
 
 
-def _opened_path(fd: int, path: Path) -> str:
-    """Where the open file lies, as the kernel resolved it when opening."""
-    try:
-        return os.readlink(f"/proc/self/fd/{fd}")
-    except OSError:  # no /proc: accept only if the name still resolves to the very file opened
-        real = os.path.realpath(path)
-        return real if os.path.samestat(os.stat(real), os.fstat(fd)) else ""
-
-
-def unreadable(exc: OSError) -> str:
-    if exc.errno == errno.ELOOP:
-        return "a symlink loop (too many levels of symbolic links)"
-    return f"unreadable: {exc.strerror or exc}"
+def _under(real: str, folder: str) -> bool:
+    return real == folder or real.startswith(folder.rstrip("/") + "/")

@@ -191,3 +191,22 @@ def test_a_symlink_loop_is_a_failed_file_in_the_cli(settings, tmp_path):
     report = json.loads(folder.stdout)
     assert report["indexed"] == 1 and report["skipped"] == 2  # loop1 and loop2 are no documents
     assert [(f["path"], LOOP in f["reason"]) for f in report["failures"]] == [(str(root / "loop.md"), True)]
+
+
+def test_a_dangling_link_in_a_folder_is_a_broken_symbolic_link(settings, tmp_path):
+    """As docs/reliability.md says, for a link found in a folder as for one given as an argument."""
+    from indexer.service import IngestService  # noqa: PLC0415
+
+    folder = tmp_path / "folder"
+    folder.mkdir()
+    (folder / "ok.md").write_text("# Parking\n\nVisitor permits come from reception.\n")
+    (folder / "gone.md").symlink_to(folder / "deleted.md")
+    svc = IngestService(settings)
+    try:
+        reports = [svc.ingest([folder]), svc.ingest([folder / "gone.md"])]  # found in a folder; named alone
+    finally:
+        svc.close()
+    for report in reports:
+        assert [(f.path, f.reason) for f in report.failures] == [(str(folder / "gone.md"), "broken symbolic link")]
+    with pytest.raises(Refused, match="^broken symbolic link$"):
+        Confinement([folder]).read(folder / "gone.md", 100)

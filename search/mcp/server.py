@@ -8,14 +8,17 @@ the services gain reach bots by adding them here too.
 ``caller`` (the REST face's): who an HTTP request acts as (search/keys.py's Principal). Every tool
 asks it for the read right on the knowledge base it touches, as the REST routes do, and the
 collections resource lists only the knowledge bases it may read. ``reads_files`` (the REST face's):
-whether an HTTP request may name a file on the server that is not an indexed photo (entail's
-``photo``); REST ingest draws the same line (the API's roots, or the owner's local token). Without
-them (stdio, in-process) the caller is the machine's user, with every right and every file."""
+whether an HTTP request may have a file read from a path (entail's ``photo``), asked of the opened
+file's real path, not the name sent; REST ingest draws the same line (the API's roots, or the owner's
+local token). Any other file is read only as an indexed photo whose bytes are still those indexed.
+Without them (stdio, in-process) the caller is the machine's user, with every right and every
+regular file. No file is read with a plain read: each opens without blocking and is bounded."""
 
 from __future__ import annotations
 
 import base64
 import binascii
+import hashlib
 import json
 import logging
 from collections.abc import Callable
@@ -30,8 +33,10 @@ from mcp.server.transport_security import TransportSecuritySettings
 from mcp_types import TextContent, ToolAnnotations
 from pydantic import Field
 
+from search.config import Settings
 from search.errors import ServiceError
 from search.keys import EVERYTHING, Principal
+from search.media.files import Refused, read_regular
 from search.services.options import HIT_CHARS_LIMIT, MAX_TOP_K, MODES, SORTS, ImageFilters
 from search.services.results import DocumentHit, ImageHit, prompt_context
 from search.store.schema import DEFAULT_KB
@@ -40,6 +45,7 @@ Connect = Callable[[], AbstractContextManager[Any]]
 Caller = Callable[[Any], Principal]  # the HTTP request the SDK attached (Starlette's) -> who it acts as
 FileRule = Callable[[Any, Path], bool]  # the HTTP request, a server path -> may it read that file
 THUMBNAIL_BYTES = 512 * 1024  # a thumbnail larger than this is left out (they are ~320 px JPEGs)
+OWN_PHOTO_BYTES = Settings.model_fields["max_image_bytes"].default  # the owning server checks its own limit too
 DOCUMENT_CHARS = 20_000
 READ_ONLY = ToolAnnotations(readOnlyHint=True, openWorldHint=False)
 INSTRUCTIONS = ("Semantic search over an indexed knowledge base (documents: passages with citations) and a photo "
@@ -55,7 +61,8 @@ Kb = Annotated[str | None, Field(description="the knowledge base (default: 'defa
 
 
 _caller: ContextVar[Principal] = ContextVar("mcp_caller", default=EVERYTHING)
-_reads_file: ContextVar[Callable[[Path], bool]] = ContextVar("mcp_reads_file", default=lambda _path: True)
+# Where an HTTP request may have a file read from (a real path -> allowed); None: the machine's own user
+_reads_file: ContextVar[Callable[[str], bool] | None] = ContextVar("mcp_reads_file", default=None)
 
 
 def _any_file(_request, _path: Path) -> bool:
@@ -73,7 +80,7 @@ class _BindCaller:
     async def __call__(self, ctx, call_next):
         request, rule = ctx.request, self.reads_files
         token = _caller.set(self.caller(request))
-        files = _reads_file.set(lambda path: rule(request, path))
+        files = _reads_file.set(lambda real: rule(request, Path(real)))  # asked of the opened file's real path
         try:
             return await call_next(ctx)
         finally:
@@ -119,15 +126,33 @@ def _decode(image_base64: str, name: str) -> bytes:
 
 
 def _thumbnail(h: ImageHit) -> Image | None:
-    for candidate in (h.thumbnail, h.path):
-        try:
-            p = Path(candidate) if candidate else None
-            if p is not None and p.is_file() and p.stat().st_size <= THUMBNAIL_BYTES:
-                fmt = {".png": "png", ".gif": "gif", ".webp": "webp"}.get(p.suffix.lower(), "jpeg")
-                return Image(data=p.read_bytes(), format=fmt)
-        except OSError:
+    """The hit's thumbnail (ingest wrote it), else its photo when small enough and still the one
+    indexed (its bytes' sha256 is the hit's id: a file swapped since ingest is not sent); each read
+    without blocking and bounded. None when neither."""
+    for candidate, sha256 in ((h.thumbnail, None), (h.path, h.sha256)):
+        if not candidate:
             continue
+        try:
+            data = read_regular(candidate, THUMBNAIL_BYTES)
+        except Refused:
+            continue
+        if sha256 is None or hashlib.sha256(data).hexdigest() == sha256:
+            fmt = {".png": "png", ".gif": "gif", ".webp": "webp"}.get(Path(candidate).suffix.lower(), "jpeg")
+            return Image(data=data, format=fmt)
     return None
+
+
+def _photo_bytes(svc: Any, path: Path) -> bytes:
+    """The photo a tool names by path, read as the caller may (ImageSearch.read_photo): an HTTP
+    caller only inside the roots or an indexed photo still as indexed; the machine's own user any
+    regular file. Read here, never as a plain read: a FIFO would hold the thread for ever."""
+    inside = _reads_file.get()
+    if inside is not None or hasattr(svc, "read_photo"):
+        return svc.read_photo(path, inside)
+    try:  # `search mcp` through the server that owns the data dir: the user's own file, sent as bytes
+        return read_regular(path.expanduser(), OWN_PHOTO_BYTES)
+    except Refused as exc:
+        raise ToolError(f"photo: {path}: {exc}") from None
 
 
 def _server(name: str, middleware: list) -> MCPServer:
@@ -215,14 +240,11 @@ def build(connect: Connect, *, name: str = "multimodal-search", caller: Caller |
         image = _decode(image_base64, "image_base64") if image_base64 else None
 
         def run(svc):
-            where = image
+            data = image
             if image is None:  # a photo of the index (the default KB's, as GET /photos/{id}); one sent: as POST /entail
                 need_kb(None)
-                where = svc.photo_path(photo)
-                if not _reads_file.get()(where) and not svc.is_indexed_photo(where):
-                    raise ToolError("photo: not a photo of the index (give its id or indexed path, or send the "
-                                    "photo as image_base64)")
-            return {"photo": photo, "hypothesis": hypothesis, **svc.entail(where, hypothesis, premise).as_dict()}
+                data = _photo_bytes(svc, svc.photo_path(photo))
+            return {"photo": photo, "hypothesis": hypothesis, **svc.entail(data, hypothesis, premise).as_dict()}
         return _call(connect, run)
 
     @mcp.tool(annotations=READ_ONLY)

@@ -7,7 +7,6 @@ import io
 import math
 import os
 import re
-import stat
 import tempfile
 import warnings
 from dataclasses import dataclass, field
@@ -28,6 +27,8 @@ from PIL import (  # noqa: F401
     UnidentifiedImageError,
     WebPImagePlugin,
 )
+
+from search.media.files import NOT_REGULAR, NotRegular, Refused, read_regular
 
 try:
     import pillow_heif
@@ -179,21 +180,15 @@ def save_thumbnail(image: Image.Image, dest: Path, size: int = 320) -> Path:
 
 
 def _read(path: Path, max_bytes: int) -> bytes:
-    """The file's bytes; its size is checked before anything is read."""
+    """The file's bytes: opened without blocking, a regular file only, its size checked before reading."""
     try:
-        st = path.stat()
-        if not stat.S_ISREG(st.st_mode) and not stat.S_ISDIR(st.st_mode):
-            raise BadImage("unreadable: not a regular file")  # a FIFO or device would block or never end
-        if st.st_size > max_bytes:
-            raise BadImage(f"too large: {st.st_size / 1e6:.1f} MB > {max_bytes / 1e6:.1f} MB limit")
-        with path.open("rb") as f:
-            data = f.read(max_bytes + 1)  # bounded even if the file grew after stat()
-    except OSError as exc:
-        raise BadImage(f"unreadable: {exc.strerror or exc}") from exc
+        data = read_regular(path, max_bytes)
+    except NotRegular as exc:
+        raise BadImage(f"unreadable: {NOT_REGULAR}" if str(exc) == NOT_REGULAR else str(exc)) from exc
+    except Refused as exc:
+        raise BadImage(str(exc)) from exc
     if not data:
         raise BadImage("empty file")
-    if len(data) > max_bytes:
-        raise BadImage(f"too large: more than {max_bytes / 1e6:.1f} MB (file grew while read)")
     return data
 
 

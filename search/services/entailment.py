@@ -8,6 +8,7 @@ from pathlib import Path
 from tritonclient.utils import InferenceServerException
 
 from search.errors import BadRequest
+from search.media.files import Refused, photo_reason, read_regular
 from search.models import family, ofa
 from search.services.base import ServiceBase
 from search.services.results import Verdict
@@ -55,15 +56,10 @@ class Entailment(ServiceBase):
         return out
 
     def _read_image(self, path: Path, field_name: str) -> bytes:
+        """A photo file named by the machine's own user (the CLI, `search mcp`): any regular file,
+        but opened without blocking (a FIFO would hold the thread for ever) and bounded in size."""
         path = path.expanduser()
         try:
-            if path.stat().st_size > self.settings.max_image_bytes:
-                raise BadRequest(f"{field_name}: {path}: too large: {path.stat().st_size / 1e6:.1f} MB > "
-                                 f"{self.settings.max_image_bytes / 1e6:.1f} MB limit")
-            return path.read_bytes()
-        except FileNotFoundError:
-            raise BadRequest(f"{field_name}: {path}: no such file") from None
-        except IsADirectoryError:
-            raise BadRequest(f"{field_name}: {path}: is a directory, not an image") from None
-        except OSError as exc:
-            raise BadRequest(f"{field_name}: {path}: cannot be read ({exc.strerror or exc})") from None
+            return read_regular(path, self.settings.max_image_bytes)
+        except Refused as exc:
+            raise BadRequest(f"{field_name}: {path}: {photo_reason(exc)}") from None

@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import hashlib
+import os
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 
 from qdrant_client import models
 
 from search.errors import BadRequest, EmptyCollection, NotFound
+from search.media.files import Outside, Refused, read_regular
 from search.media.photos import BadImage, decode_photo, open_photo
 from search.models import clip, family
 from search.services.base import served
@@ -19,6 +23,7 @@ from search.services.results import HitList, ImageHit
 from search.store import DEFAULT_KB, IMAGES, image_vector
 
 CLIP, OFA = family("clip"), family("ofa")
+NOT_INDEXED = "not a photo of the index (give its id or indexed path, or send the photo as image_base64)"
 
 
 class ImageSearch(Entailment, Relevance):
@@ -87,16 +92,51 @@ class ImageSearch(Entailment, Relevance):
         names = {str(path), str(path.resolve())} if path.is_absolute() else {str(path.resolve())}
         return any(self.store.any_where(IMAGES, "paths", name) for name in names)
 
+    def read_photo(self, path: Path, inside: Callable[[str], bool] | None = None) -> bytes:
+        """The bytes of a photo a caller names by path. ``inside`` None: the machine's own user, who
+        reads any regular file. Else (an HTTP caller) where a file may lie (a real path -> allowed):
+        such a file is read confined (the opened file is checked, not its name); any other only as
+        a photo of the index (the default knowledge base's) whose bytes are still those indexed, so
+        a file swapped since ingest (a link out, to /dev/zero) is refused and its content never used."""
+        if inside is None:
+            return self._read_image(path, "photo")
+        path, limit = path.expanduser(), self.settings.max_image_bytes
+        if inside(os.path.realpath(path)):  # by name first: an escape already in place is not opened
+            try:
+                return read_regular(path, limit, inside=inside)
+            except Outside:
+                pass  # swapped for a link out since the check: only as a photo of the index
+            except Refused as exc:
+                raise BadRequest(f"photo: {path}: {exc}", "photo") from None
+        if not self.is_indexed_photo(path):  # no file outside is even opened unless the index names it
+            raise BadRequest(f"photo: {path}: {NOT_INDEXED}", "photo")
+        data = self._indexed_bytes(path)
+        if data is None:
+            raise BadRequest(f"photo: {path}: not the photo indexed there (its file changed or cannot be read)", "photo")
+        return data
+
+    def _indexed_bytes(self, path: Path, sha256: str | None = None) -> bytes | None:
+        """The bytes of ``path`` if they are a photo of the index: the one with content id ``sha256``
+        (a hit's), or (None) any of the default knowledge base's; read without blocking, bounded."""
+        try:
+            data = read_regular(path, self.settings.max_image_bytes)
+        except Refused:
+            return None
+        digest = hashlib.sha256(data).hexdigest()  # ingest's content id: the file's bytes (indexer/pipeline.py)
+        if sha256 is not None:
+            return data if digest == sha256 else None
+        return data if self.store.any_where(IMAGES, "sha256", digest) else None
+
     def _verify(self, text: str, hits: list[ImageHit], min_entailment: float | None) -> list[ImageHit]:
         """Re-rank by P(entailment) of ``text`` per photo (OFA). A photo whose file can no longer be
-        read or decoded is kept last, unverified (dropped under a threshold)."""
+        read or decoded, or is no longer the one indexed (its bytes changed, a link swapped in), is
+        kept last, unverified (dropped under a threshold)."""
         self._require(OFA.ensembles[0], OFA.display)
         readable = {}
         for i, h in enumerate(hits):
-            try:
-                readable[i] = self._read_image(Path(h.path), "image")
-            except BadRequest:
-                continue
+            data = self._indexed_bytes(Path(h.path), h.sha256)
+            if data is not None:
+                readable[i] = data
         verdicts = dict(zip(readable, self._entail_many(list(readable.values()), text)))
         checked = [replace(h, entailment=v.probs["entailment"], entailment_label=v.label)
                    for i, h in enumerate(hits) if (v := verdicts.get(i)) is not None]

@@ -7,6 +7,8 @@ from pathlib import Path
 from urllib.parse import quote, urlencode
 
 from search import errors
+from search.config import Settings
+from search.media.files import Refused, photo_reason, read_regular
 from search.rest_client import RestClient
 from search.services.options import ImageFilters
 from search.services.results import DocumentGroup, DocumentHit, HitList, ImageHit, Verdict
@@ -117,6 +119,9 @@ def _hits(cls, answer: dict, min_relevance: float | None) -> HitList:
                    note=answer.get("relevance_note"), min_relevance=min_relevance, best=answer.get("best_relevance"))
 
 
+IMAGE_BYTES = Settings.model_fields["max_image_bytes"].default  # the server checks its own limit too
+
+
 def _hit(cls, data: dict):
     names = cls.__dataclass_fields__
     return cls(**{k: v for k, v in data.items() if k in names})
@@ -126,11 +131,7 @@ def _image(value: Path | str | bytes, field: str) -> tuple[str, bytes]:
     if isinstance(value, bytes):
         return "upload", value
     path = Path(value).expanduser()
-    try:
-        return path.name, path.read_bytes()
-    except FileNotFoundError:
-        raise errors.BadRequest(f"{field}: {path}: no such file") from None
-    except IsADirectoryError:
-        raise errors.BadRequest(f"{field}: {path}: is a directory, not an image") from None
-    except OSError as exc:
-        raise errors.BadRequest(f"{field}: {path}: cannot be read ({exc.strerror or exc})") from None
+    try:  # the user's own file, sent as bytes: still never a blocking or unbounded read
+        return path.name, read_regular(path, IMAGE_BYTES)
+    except Refused as exc:
+        raise errors.BadRequest(f"{field}: {path}: {photo_reason(exc)}") from None
