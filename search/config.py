@@ -105,10 +105,18 @@ class Settings(BaseSettings):
     # Keys scoped to knowledge bases and rights (search/keys.py, managed with `search keys`): this file,
     # which must then exist, else <data_dir>/api-keys.json when it exists.
     api_keys_file: Path | None = None
+    # Requests without a key pass, with every right, even where keys are required (an API key or a
+    # keys file, even an empty one). Only this explicit setting opens such a server; it is logged as a
+    # WARNING at start. Without an API key and a keys file a server is open anyway.
+    open_access: bool = False
     # Folders the API may ingest from (server-side paths); empty = none, uploads only.
     api_roots: list[Path] = []
     max_upload_bytes: PositiveInt = 50_000_000
     max_request_bytes: PositiveInt = 60_000_000
+    # The largest body of a request that passes without a key where keys are required (reads with
+    # api_key_scope "writes"): 4 MB holds any JSON query, /v1/embeddings' 500,000 characters included
+    # (ASCII, or \u-escaped at 6 bytes each: 3 MB), not photos; a key lifts it to max_request_bytes.
+    max_anonymous_request_bytes: PositiveInt = 4_000_000
     # /metrics (Prometheus) is open like /healthz, for a scraper on the internal network; true makes
     # it need the API key too (X-API-Key, or "Authorization: Bearer KEY" as Prometheus sends it).
     metrics_require_key: bool = False

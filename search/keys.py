@@ -23,6 +23,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from search.errors import BadRequest, NotFound, ServiceError
+from search.store.schema import check_kb
 
 KEYS_FILE = "api-keys.json"  # in the data dir
 RIGHTS = ("read", "write", "admin")
@@ -101,24 +102,33 @@ def _checksum(keys: list[dict]) -> str:
 
 class KeyFile:
     """The keys file. ``required``: its place was configured, so a missing file is an error (not
-    "no keys yet"). Reads follow changes made by `search keys` while a server runs."""
+    "no keys yet"). Reads follow changes made by `search keys` while a server runs. A file that exists,
+    even with no key left in it, means keys are required (``exists``): revoking the last key must not
+    open the server to everyone."""
 
     def __init__(self, path: Path, *, required: bool = False) -> None:
         self.path, self.required = Path(path), required
         self._seen: tuple[int, int] | None = None
         self._keys: list[ApiKey] = []
+        self.exists = False  # as the last load found it
+        self._existed = False  # once seen, a file that goes away is an error, not "no keys"
 
     def load(self) -> list[ApiKey]:
         """The keys, read again when the file changed; KeysFileError (one line) when it is missing
-        though required, unreadable, or fails its checksum."""
+        though required or though it was there before, unreadable, or fails its checksum."""
         try:
             st = self.path.stat()
         except FileNotFoundError:
+            self.exists = False
             if self.required:
                 raise KeysFileError(f"API keys file {self.path} is missing (configured by SEARCH_API_KEYS_FILE): "
                                     "restore it, or create it with `search keys add`") from None
+            if self._existed:
+                raise KeysFileError(f"API keys file {self.path} was removed while the server runs: restore it "
+                                    "(only a server started without it, and without an API key, is open to everyone)") from None
             self._seen, self._keys = None, []
             return []
+        self.exists = self._existed = True
         if self._seen == (st.st_mtime_ns, st.st_size):
             return self._keys
         self._keys = self._parse()
@@ -160,6 +170,7 @@ class KeyFile:
             os.fsync(f.fileno())
         os.replace(tmp, self.path)  # whole or not at all
         self._seen = None
+        self.exists = self._existed = True
 
     def add(self, name: str, kbs: list[str], right: str) -> str:
         """Make a key; returns its secret, which is not kept anywhere."""
@@ -169,6 +180,12 @@ class KeyFile:
             raise BadRequest(f"right: must be one of {', '.join(RIGHTS)}, got {right!r}")
         if not kbs:
             raise BadRequest("kb: give the knowledge bases the key may use (--kb NAME, repeatable; '*' for all)")
+        for kb in kbs:  # the API's rule: a key for a KB that cannot exist is a typo
+            if kb != ALL_KBS:
+                try:
+                    check_kb(kb)
+                except ValueError as exc:
+                    raise BadRequest(str(exc)) from None
         keys = self.load()
         if any(k.name == name for k in keys):
             raise BadRequest(f"name: a key named {name!r} exists (revoke it first)")

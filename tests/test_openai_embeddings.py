@@ -16,6 +16,7 @@ from processes import SearchServer
 from tokenizers import Tokenizer
 
 from search.api import create_app
+from search.config import Settings
 from search.errors import ModelNotReady
 from search.models import bge_m3, clip, minilm
 from search.services.images import example_image
@@ -117,6 +118,22 @@ def test_bad_requests_raise_the_clients_own_errors(client, server):
         with pytest.raises(openai.AuthenticationError) as info:
             other.embeddings.create(model="minilm", input="x")
         assert info.value.body["code"] == "invalid_api_key"
+
+
+def test_one_request_embeds_at_most_500k_characters(tmp_path):
+    """256 inputs of 100,000 characters each (25.6M: half a minute of tokenizing that held concurrent
+    searches for seconds) are refused before anything is tokenized, as OpenAI bounds each request;
+    at the bound a request goes on (to a Triton that is down here: 503)."""
+    down = Settings(data_dir=tmp_path / "data", triton_url=f"127.0.0.1:{free_port()}", qdrant_url=None)
+    with TestClient(create_app(down)) as c:
+        for path in ("/v1/embeddings", "/v1/embeddings?via=fastapi"):  # the hot route's fast way and FastAPI's
+            for inputs, total in ((["x" * 100_000] * 256, "25,600,000"), (["x" * 100_000] * 5 + ["y"], "500,001")):
+                r = c.post(path, json={"model": "minilm", "input": inputs})
+                assert r.status_code == 400, r.text
+                assert r.json()["error"] == {"message": f"input: at most 500,000 characters in one request, got {total}",
+                                             "type": "invalid_request_error", "param": "input", "code": None}
+        r = c.post("/v1/embeddings", json={"model": "bge-m3", "input": ["x" * 100_000] * 5})
+        assert r.status_code == 503, r.text
 
 
 @pytest.mark.filterwarnings("ignore:Failed to obtain server version")

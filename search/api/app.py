@@ -23,7 +23,7 @@ from search.api.limits import LimitRequestSize
 from search.api.responses import FastJSON
 from search.api.routes import embeddings, health, ingest, kb, search, watches
 from search.api.schemas import errors
-from search.api.security import SCOPES, KeyGuard, principal
+from search.api.security import SCOPES, KeyGate, KeyGuard, describe_access, principal
 from search.config import Settings
 from search.errors import StoreInUse
 from search.mcp import McpEndpoint
@@ -59,16 +59,20 @@ def create_app(settings: Settings) -> FastAPI:
     app.state.backend, app.state.metrics = backend, metrics
     add_error_handlers(app)
     # The query routes first: a request is matched against the routers in this order
-    for router in (search.router, embeddings.router, health.public, health.reads, health.writes, ingest.router,
-                   watches.router, kb.reads, kb.writes):
+    routers = (search.router, embeddings.router, health.public, health.reads, health.writes, ingest.router,
+               watches.router, kb.reads, kb.writes)
+    for router in routers:
         app.include_router(router)
-    # Innermost first: the fast way for the hot routes sits inside the size limit and the observer
-    app.add_middleware(HotRoutes, backend=backend, routes=hot_routes((search.router, embeddings.router)))
-    app.add_middleware(LimitRequestSize, limit=settings.max_request_bytes)
-    app.add_middleware(RequestObserver, metrics=metrics)  # outermost: sees 413s and every error too
     # MCP over streamable HTTP, behind the same key (the SDK's own transport; tools call the services and
     # ask the key, in request.state.principal, for each knowledge base, as the routes do)
-    app.router.routes.append(Route("/mcp", KeyGuard(mcp, backend), methods=["GET", "POST", "DELETE"], include_in_schema=False))
+    mcp_route = Route("/mcp", KeyGuard(mcp, backend), methods=["GET", "POST", "DELETE"], include_in_schema=False)
+    app.router.routes.append(mcp_route)
+    # Innermost first: the fast way for the hot routes sits inside the size limit, the key gate and the observer
+    app.add_middleware(HotRoutes, backend=backend, routes=hot_routes((search.router, embeddings.router)))
+    app.add_middleware(LimitRequestSize, limit=settings.max_request_bytes)
+    # The key, before any body is read (the routers' routes as the app matches them, in order)
+    app.add_middleware(KeyGate, backend=backend, routes=[*(r for router in routers for r in router.routes), mcp_route])
+    app.add_middleware(RequestObserver, metrics=metrics)  # outermost: sees 413s and every error too
     return app
 
 
@@ -80,8 +84,6 @@ def serve(settings: Settings, host: str | None = None, port: int | None = None,
     Logs are text or JSON lines (log_format), one per request, with its id."""
     host, port = host or settings.api_host, port or settings.api_port
     log_config = configure_logging(settings.log_format, settings.log_level)
-    if not settings.api_key and host not in ("127.0.0.1", "localhost", "::1"):
-        log.warning("serving on %s without an API key: anyone who can reach it can search and ingest", host)
     app = create_app(settings)
     backend: Backend = app.state.backend
     if not settings.qdrant_url:  # with a Qdrant server every process opens the store itself
@@ -90,6 +92,9 @@ def serve(settings: Settings, host: str | None = None, port: int | None = None,
             raise StoreInUse(f"another search server owns {settings.data_dir}: {running.describe()}", running.pid)
         backend.open_store()  # the embedded store's lock: a CLI holding it is named here
         backend.owner = owner.claim(settings.data_dir, _local_url(host, port))
+    # Who may call it (a WARNING where anyone may), once it is sure to start: a refusal stays one line
+    level, line = describe_access(settings, backend.keys, host)
+    log.log(level, "%s", line)
     # What start-up built (modules, the app, the store's client) lives as long as the server: frozen, out
     # of the collector's sight, it is not scanned again by every full collection (~225k objects: a
     # 0.1-0.2 s pause every ~10 s under load, ~0.1 ms of CPU per search; docs/api.md, runs M1-M5)

@@ -2,12 +2,13 @@
 plumbing: its routing, dependency solving, body parsing and exception middleware cost the loop
 ~0.3-0.5 ms of CPU per request, as much as the route's own work (docs/api.md, runs Z0, Z1).
 
-Only a request that would pass takes this way: a JSON body that the route's own pydantic model
-accepts, from a key that the routes' own check lets through. Everything else goes on to FastAPI as
-it came (the body read here handed on), so every refusal and validation error is the app's own
-answer. The answer is the route's own code (``answer_documents``, ``answer_embeddings``), and what
-it raises is mapped by the app's own error mapping; the request still passes the outer middleware
-(request id, metrics under the route's label, the access log, the size limit)."""
+Only a request that would pass takes this way: a key that the routes' own check lets through (asked
+from the headers, before the body is read: KeyGate, outside, has refused any other already), then a
+JSON body that the route's own pydantic model accepts. Everything else goes on to FastAPI as it came
+(the body read here handed on), so every refusal and validation error is the app's own answer. The
+answer is the route's own code (``answer_documents``, ``answer_embeddings``), and what it raises is
+mapped by the app's own error mapping; the request still passes the outer middleware (request id,
+metrics under the route's label, the access log, the key gate, the size limit)."""
 
 from __future__ import annotations
 
@@ -27,7 +28,7 @@ from search.api.openai import EmbeddingRequest
 from search.api.routes.embeddings import answer_embeddings
 from search.api.routes.search import answer_documents
 from search.api.schemas import DocumentQuery
-from search.api.security import check, sent_key
+from search.api.security import check, decided, sent_key
 from search.errors import ServiceError
 from search.keys import Principal
 from search.observability import note_error
@@ -64,6 +65,9 @@ class HotRoutes:
         headers = Headers(scope=scope)
         if _media_type(headers) != "application/json":
             return await self.app(scope, receive, send)
+        who = self._passes(scope, headers)
+        if who is None:  # refused: FastAPI answers it, with the body unread
+            return await self.app(scope, receive, send)
         try:
             body = await _read(receive)
         except HTTPException as exc:  # the size limit's 413 for a chunked body (FastAPI's body reading answers it so)
@@ -71,11 +75,8 @@ class HotRoutes:
         if body is None:  # the client went away
             return
         try:
-            who = self._passes(headers)
             request = hot.model.model_validate(json.loads(body))  # as FastAPI reads and validates a body
-        except Exception:  # noqa: BLE001  (a refusal or a bad body: FastAPI answers it, as for any other request)
-            who = None
-        if who is None:
+        except Exception:  # noqa: BLE001  (a bad body: FastAPI answers it, as for any other request)
             return await self.app(scope, _replay(body, receive), send)
         scope["route"] = hot.route
         try:
@@ -87,9 +88,9 @@ class HotRoutes:
             response = http_error_response(scope["path"], exc)
         await response(scope, receive, send)
 
-    def _passes(self, headers: Headers) -> Principal | None:
-        """Who the request acts as, when the routes' key check lets it through."""
-        access = check(self.backend, sent_key(headers), writes=False)
+    def _passes(self, scope, headers: Headers) -> Principal | None:
+        """Who the request acts as, when the routes' key check lets it through (KeyGate's answer, when it asked)."""
+        access = decided(scope, writes=False) or check(self.backend, sent_key(headers), writes=False)
         return None if access.refusal else access.principal
 
 

@@ -19,8 +19,8 @@ class _TooLarge(HTTPException):
 class LimitRequestSize:
     """413 for a Content-Length over the limit, and for a chunked body once it passes it."""
 
-    def __init__(self, app, limit: int) -> None:
-        self.app, self.limit = app, limit
+    def __init__(self, app, limit: int, setting: str = "max_request_bytes", what: str = "the request") -> None:
+        self.app, self.limit, self.setting, self.what = app, limit, setting, what
 
     async def __call__(self, scope, receive, send):
         if scope["type"] != "http":
@@ -42,7 +42,7 @@ class LimitRequestSize:
         return await self.app(scope, counted, send)
 
     def _message(self) -> str:
-        return f"body: the request is larger than the {self.limit:,} byte limit (max_request_bytes)"
+        return f"body: {self.what} is larger than the {self.limit:,} byte limit ({self.setting})"
 
 
 def upload_name(filename: str | None, name: str) -> str:

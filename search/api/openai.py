@@ -8,6 +8,8 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StrictInt
 
+from search.services.embeddings import MAX_INPUTS, MAX_REQUEST_CHARS
+
 PREFIX = "/v1/"
 
 # status -> (OpenAI's error type, the code when the status says it all)
@@ -38,7 +40,8 @@ class OpenAIError(BaseModel):
 
 
 _ERRORS = {
-    400: "Invalid input (empty, too many inputs, token arrays, a bad image, unsupported dimensions): the message names the field",
+    400: "Invalid input (empty, too many inputs or characters, token arrays, a bad image, unsupported dimensions): "
+         "the message names the field",
     401: "The API key is missing or wrong (send it as 'Authorization: Bearer KEY' or X-API-Key)",
     404: "No such model",
     413: "The request body is over the server's size limit",
@@ -63,7 +66,8 @@ class EmbeddingRequest(BaseModel):
     model_config = ConfigDict(extra="allow")  # clients add fields of their own (e.g. `user`): ignored
 
     input: str | list[str | TokenArray | StrictInt] = Field(
-        description="a text or a list of texts (clip-image: base64 images or data: URLs); token arrays are refused",
+        description=f"a text or a list of up to {MAX_INPUTS} texts, at most {MAX_REQUEST_CHARS:,} characters in all "
+                    "(clip-image: base64 images or data: URLs); token arrays are refused",
         examples=["reset password", ["first text", "second text"]])
     model: str = Field(examples=["minilm"], description="minilm, bge-m3, clip-text or clip-image (GET /v1/models)")
     encoding_format: Literal["float", "base64"] = Field(

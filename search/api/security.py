@@ -5,19 +5,27 @@ right (search/keys.py). Routes then ask for a right on the knowledge base they t
 from __future__ import annotations
 
 import hmac
-from collections.abc import Callable
+import logging
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 
 from fastapi import HTTPException, Request
+from fastapi.dependencies.models import Dependant
+from fastapi.routing import APIRoute
 from fastapi.security import APIKeyHeader
 from starlette.datastructures import Headers
+from starlette.responses import Response
+from starlette.routing import BaseRoute, Route
 
 from search.api.errors import error_response
-from search.keys import EVERYTHING, KbRefused, KeysFileError, Principal
+from search.api.limits import LimitRequestSize
+from search.keys import EVERYTHING, KbRefused, KeyFile, KeysFileError, Principal
 from search.store.schema import DEFAULT_KB
 
 API_KEY_HEADER = "X-API-Key"
 SCOPES = ("all", "writes")
+LOCAL_HOSTS = ("127.0.0.1", "localhost", "::1")
+_DECIDED = "key_access"  # in the request's scope["state"]: (writes, Access) as KeyGate decided it
 
 
 def sent_key(headers: Headers) -> str | None:
@@ -38,13 +46,16 @@ class Access:
     principal: Principal = EVERYTHING
     status: int = 0
     refusal: str | None = None
+    anonymous: bool = False  # passes without a key where keys are required: max_anonymous_request_bytes
 
 
 def check(backend, key: str | None, writes: bool) -> Access:
     """Who ``key`` is. The owner's local token: a face of the same user on this machine, with every
-    right and any local path to ingest. With no API key and no keys file every request passes; with
-    the "writes" scope, reads pass without a key; the settings' key is an admin over every KB; a key
-    from the keys file acts within its KBs and right (a read-only key is refused on writes)."""
+    right and any local path to ingest. With no API key and no keys file every request passes. Else
+    keys are required, also when the keys file has no key left (revoking the last one must not open
+    the server): the settings' key is an admin over every KB; a key from the keys file acts within
+    its KBs and right (a read-only key is refused on writes); without a key only reads pass, with the
+    "writes" scope, or every request with open_access."""
     if key and backend.owner and hmac.compare_digest(key.encode(), backend.owner.token.encode()):
         return Access(True)
     settings = backend.settings
@@ -53,7 +64,7 @@ def check(backend, key: str | None, writes: bool) -> Access:
         scoped = backend.keys.load()
     except KeysFileError as exc:  # changed while the server runs: refuse rather than guess
         return Access(False, status=503, refusal=str(exc))
-    if not expected and not scoped:
+    if not expected and not backend.keys.exists:
         return Access(False)
     if key:
         if expected and hmac.compare_digest(key.encode(), expected.encode()):
@@ -64,9 +75,40 @@ def check(backend, key: str | None, writes: bool) -> Access:
         if writes and who.right == "read":
             return Access(False, who, 403, f"{API_KEY_HEADER}: this key may only read (key {who.name!r})")
         return Access(False, who)
-    if settings.api_key_scope == "writes" and not writes:
+    if settings.open_access:
         return Access(False)
+    if settings.api_key_scope == "writes" and not writes:
+        return Access(False, anonymous=True)
     return Access(False, status=401, refusal=f"{API_KEY_HEADER}: header required (or Authorization: Bearer)")
+
+
+def decided(scope, writes: bool) -> Access | None:
+    """What KeyGate decided for this request, when it asked what the caller asks now."""
+    seen = (scope.get("state") or {}).get(_DECIDED)
+    return seen[1] if seen is not None and seen[0] == writes else None
+
+
+def refused(path: str, access: Access, challenge: str) -> Response:
+    """The answer to a refused key: 401 (with the scheme to authenticate with), 403 or 503."""
+    return error_response(path, access.status, access.refusal,
+                          headers={"WWW-Authenticate": challenge} if access.status == 401 else None)
+
+
+def describe_access(settings, keys: KeyFile, host: str) -> tuple[int, str]:
+    """The log level and line that `search serve` starts with: who may call it (WARNING: anyone)."""
+    if settings.open_access:
+        return logging.WARNING, ("open access (SEARCH_OPEN_ACCESS=true): requests without a key pass with every "
+                                 "right on every knowledge base" + (", though keys are configured" if
+                                                                     settings.api_key or keys.exists else ""))
+    if not settings.api_key and not keys.exists:
+        where = "every request from this machine passes" if host in LOCAL_HOSTS else \
+            f"anyone who can reach {host} can search and ingest"
+        return (logging.INFO if host in LOCAL_HOSTS else logging.WARNING,
+                f"open access: no API key and no keys file ({keys.path}): {where}; SEARCH_API_KEY or "
+                "`search keys add` makes keys required")
+    reads = ", but reads (SEARCH_API_KEY_SCOPE=writes)" if settings.api_key_scope == "writes" else ""
+    source = " and ".join(s for s, on in (("SEARCH_API_KEY", settings.api_key), (f"the keys file {keys.path}", keys.exists)) if on)
+    return logging.INFO, f"API keys required{reads}: {source}"
 
 
 class _KeyCheck(APIKeyHeader):
@@ -79,7 +121,7 @@ class _KeyCheck(APIKeyHeader):
         self.writes = writes
 
     async def __call__(self, request: Request) -> None:  # async: no thread hop
-        access = check(request.app.state.backend, sent_key(request.headers), self.writes)
+        access = decided(request.scope, self.writes) or check(request.app.state.backend, sent_key(request.headers), self.writes)
         request.state.local, request.state.principal = access.local, access.principal
         if access.refusal:
             raise HTTPException(access.status, access.refusal,
@@ -102,15 +144,88 @@ class KeyGuard:
         self.app, self.backend, self.writes = app, backend, writes
 
     async def __call__(self, scope, receive, send) -> None:
-        headers = Headers(scope=scope)
-        access = check(self.backend, sent_key(headers), self.writes)
+        access = decided(scope, self.writes) or check(self.backend, sent_key(Headers(scope=scope)), self.writes)
         if access.refusal:
-            response = error_response(scope["path"], access.status, access.refusal,
-                                      headers={"WWW-Authenticate": "Bearer"} if access.status == 401 else None)
-            return await response(scope, receive, send)
+            return await refused(scope["path"], access, "Bearer")(scope, receive, send)
         state = Request(scope).state  # scope["state"]: this request's, which the SDK's Request sees too
         state.local, state.principal = access.local, access.principal
         await self.app(scope, receive, send)
+
+
+@dataclass(frozen=True)
+class Guard:
+    """A route's key check, as KeyGate applies it."""
+
+    writes: bool
+    challenge: str  # the WWW-Authenticate scheme of its 401
+    route: APIRoute | None  # labels a refusal's metrics and log line, as the route's own refusal was
+
+
+class KeyGate:
+    """Pure ASGI, inside the request observer (a refusal is logged and counted): a request to a route
+    that needs a key is refused (401, 403, 503) from its headers alone, before anything reads its
+    body. FastAPI reads and parses a body before it runs the route's dependencies, so a wrong key once
+    made the server parse 59 MB of JSON (1.5 GB, seconds of the event loop) before its 401. A request
+    that passes carries the decision in its scope, which the route's own check then reuses. One that
+    passes without a key where keys are required (reads with the "writes" scope) may send at most
+    max_anonymous_request_bytes. Routes without a key check (/healthz, /metrics, the docs) and paths
+    no route takes go on untouched."""
+
+    def __init__(self, app, backend, routes: Iterable[BaseRoute]) -> None:
+        self.app, self.backend = app, backend
+        self.static: dict[tuple[str, str], Guard] = {}
+        self.templated: list[tuple] = []  # (path regex, methods, Guard), in the router's order
+        for route in routes:
+            guard = _guard_of(route)
+            if guard is None:
+                continue
+            if "{" in route.path:
+                self.templated.append((route.path_regex, frozenset(route.methods or ()), guard))
+            else:
+                for method in route.methods or ():
+                    self.static.setdefault((method, route.path), guard)  # the first route of a path serves it
+        self.anonymous = LimitRequestSize(app, backend.settings.max_anonymous_request_bytes,
+                                          "max_anonymous_request_bytes", "a request without an API key")
+
+    async def __call__(self, scope, receive, send) -> None:
+        guard = self._guard(scope) if scope["type"] == "http" else None
+        if guard is None:
+            return await self.app(scope, receive, send)
+        access = check(self.backend, sent_key(Headers(scope=scope)), guard.writes)
+        if access.refusal:
+            if guard.route is not None:
+                scope["route"] = guard.route
+            return await refused(scope["path"], access, guard.challenge)(scope, receive, send)
+        scope.setdefault("state", {})[_DECIDED] = (guard.writes, access)
+        await (self.anonymous if access.anonymous else self.app)(scope, receive, send)
+
+    def _guard(self, scope) -> Guard | None:
+        path, root = scope["path"], scope.get("root_path", "")
+        if root and path.startswith(root + "/"):  # as Starlette's router matches it
+            path = path[len(root):]
+        method = scope["method"]
+        if (guard := self.static.get((method, path))) is not None:
+            return guard
+        for regex, methods, guard in self.templated:
+            if method in methods and regex.match(path):
+                return guard
+        return None
+
+
+def _guard_of(route: BaseRoute) -> Guard | None:
+    """The key check a route runs: the require_key dependency of an APIRoute, or a KeyGuard app (/mcp)."""
+    if isinstance(route, APIRoute):
+        call = next((d.call for d in _dependencies(route.dependant) if isinstance(d.call, _KeyCheck)), None)
+        return None if call is None else Guard(call.writes, "ApiKey", route)
+    if isinstance(route, Route) and isinstance(route.endpoint, KeyGuard):
+        return Guard(route.endpoint.writes, "Bearer", None)
+    return None
+
+
+def _dependencies(dependant: Dependant) -> Iterator[Dependant]:
+    for dep in dependant.dependencies:
+        yield dep
+        yield from _dependencies(dep)
 
 
 def principal(request: Request) -> Principal:

@@ -10,7 +10,15 @@ import time
 import typer
 
 from search.cli.support import err, guarded, out, say, settings_of, to_json
-from search.keys import RIGHTS, key_file
+from search.datadir import private
+from search.keys import RIGHTS, KeyFile, key_file
+
+
+def _keys(ctx: typer.Context) -> KeyFile:
+    settings = settings_of(ctx)
+    private(settings.data_dir)  # the keys file's folder, when it is the first thing written there
+    return key_file(settings)
+
 
 app = typer.Typer(no_args_is_help=True, help="API keys scoped to knowledge bases and rights: add, list, revoke.")
 
@@ -25,7 +33,7 @@ def add_key(
                               "ingest; admin = those, and deleting its knowledge bases."),
 ) -> None:
     """Make an API key and print its secret, once: it is stored only as a salted hash."""
-    secret = key_file(settings_of(ctx)).add(name, kb, right)
+    secret = _keys(ctx).add(name, kb, right)
     err.print(f"API key {name!r} ({right} on {', '.join(kb)}); send it in the X-API-Key header. "
               "It is shown only now:", highlight=False)
     print(secret)
@@ -35,7 +43,7 @@ def add_key(
 @guarded
 def list_keys(ctx: typer.Context, as_json: bool = typer.Option(False, "--json", help="Print machine-readable JSON.")) -> None:
     """The keys: name, knowledge bases, right and when each was made (never the secrets)."""
-    keys = [k.listed() for k in key_file(settings_of(ctx)).load()]
+    keys = [k.listed() for k in _keys(ctx).load()]
     if as_json:
         print(to_json(keys))
         return
@@ -49,6 +57,11 @@ def list_keys(ctx: typer.Context, as_json: bool = typer.Option(False, "--json", 
 @app.command("revoke")
 @guarded
 def revoke_key(ctx: typer.Context, name: str = typer.Argument(..., help="The key's name.")) -> None:
-    """Remove a key: requests with it are refused from now on."""
-    key_file(settings_of(ctx)).revoke(name)
+    """Remove a key: requests with it are refused from now on. The keys file stays, even empty: a
+    server with it keeps refusing requests without a key (SEARCH_OPEN_ACCESS=true opens it)."""
+    keys = _keys(ctx)
+    keys.revoke(name)
     out.print(f"revoked API key {name}", highlight=False)
+    if not keys.load():
+        err.print(f"no API keys left in {keys.path}: a server with this file still refuses requests without a key "
+                  "(only SEARCH_API_KEY works); SEARCH_OPEN_ACCESS=true opens it", highlight=False)

@@ -22,6 +22,11 @@ from search.triton.coalesce import Coalescer, LoopCoalescer
 
 MAX_INPUTS = 256  # per request: OpenAI allows 2048, but on a CPU that is minutes of one request
 MAX_INPUT_CHARS = 100_000  # per text; the models cut longer texts at their token limit anyway
+# Per request, all texts together, as OpenAI bounds a request (300,000 tokens). The tokenizers read a
+# whole text before they cut it (~0.45 s per million characters on one core, in the Triton step that
+# search queries share): 256 x 100,000 characters held searches for seconds. 500,000 covers 256
+# texts at MiniLM's cut (256 tokens, ~1,000-2,000 characters) or a batch of 16 at BGE-M3's (8,192).
+MAX_REQUEST_CHARS = 500_000
 _DATA_URL = re.compile(r"^data:image/[\w.+-]+;base64,", re.IGNORECASE)
 
 
@@ -131,6 +136,9 @@ class Embeddings(ServiceBase):
             raise BadRequest("input: must not be empty", "input")
         if len(items) > MAX_INPUTS:
             raise BadRequest(f"input: at most {MAX_INPUTS} inputs per request, got {len(items)}", "input")
+        total = sum(len(item) for item in items if isinstance(item, str))
+        if m.input == "text" and total > MAX_REQUEST_CHARS:  # images are bounded by the request's bytes
+            raise BadRequest(f"input: at most {MAX_REQUEST_CHARS:,} characters in one request, got {total:,}", "input")
         for i, item in enumerate(items):
             where = "input" if isinstance(inputs, str) else f"input[{i}]"
             if not isinstance(item, str):
