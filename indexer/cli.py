@@ -32,7 +32,7 @@ from search.cli.support import (
 )
 from search.config import MAX_CHUNK_TOKENS
 from search.cpu_kernels import choose_openblas_kernels
-from search.paths import readable
+from search.paths import readable, stored
 
 app = typer.Typer(no_args_is_help=True, add_completion=False, rich_markup_mode="rich",
                   help="Index documents and photos for `search`: embedded by models served by Triton, stored in Qdrant.")
@@ -198,7 +198,9 @@ def jobs(ctx: typer.Context, as_json: bool = typer.Option(False, "--json", help=
         return
     for j in listed:
         done = f"{j['files_done']}/{j['files_total']}" if j["files_total"] is not None else str(j["files_done"])
-        say("{}  {}  {} files  {}  {}", j["id"][:12], j["state"], done, ", ".join(j["paths"])[:80],
+        paths = ", ".join(readable(p) for p in j["paths"])
+        paths = paths if len(paths) <= 80 else "…" + paths[-79:]  # the end: the names, not a long common prefix
+        say("{}  {}  {} files  {}  {}", j["id"][:12], j["state"], done, paths,
             time.strftime("%Y-%m-%d %H:%M", time.localtime(j["created"])))
 
 
@@ -316,7 +318,7 @@ def _stop_watches(settings, names: list[Path]) -> None:
     else:
         store = JobStore(settings.data_dir / JOBS_FILE)
         listed = [w.as_dict() for w in store.watches()]
-    wanted = {str(n.expanduser().absolute()) for n in names}
+    wanted = {stored(str(n.expanduser().absolute())) for n in names}  # as the server records them
     ids = {str(n) for n in names if len(str(n)) >= 4}
     chosen = [w for w in listed if wanted & set(w["paths"]) or any(w["id"].startswith(i) for i in ids)]
     for w in chosen:

@@ -478,7 +478,7 @@ def ingest(store: Store, kinds: list[Kind], roots: list[Path], *, prune: bool = 
            on_start: Callable[[int], None] | None = None,
            on_file: Callable[[FileOutcome], None] | None = None,
            stop: Callable[[], bool] | None = None, gone_ok: bool = False,
-           confine_to: list[Path] | None = None, optimize: bool = True) -> IngestReport:
+           confine_to: list[Path] | Confinement | None = None, optimize: bool = True) -> IngestReport:
     """Ingest every file under ``roots`` with the kind its suffix belongs to.
 
     ``unavailable``: kinds whose model is not served (name -> (suffixes, why)); their files are
@@ -486,9 +486,10 @@ def ingest(store: Store, kinds: list[Kind], roots: list[Path], *, prune: bool = 
     the run ends after the files in flight are written (``report.cancelled``). ``gone_ok``: a root
     that no longer exists is not an error (with ``prune`` its indexed files are removed).
     ``confine_to``: folders every file read must lie in, checked on each opened file (the REST
-    API's roots); others are reported, never read. ``optimize=False``: leave the store's optimize
-    (segment merge, HNSW build) to the caller — a watch runs it once its folders are quiet, because
-    the embedded engine holds the GIL while it optimizes and every search in the process waits."""
+    API's roots, or a Confinement that also excludes some); others are reported, never read.
+    ``optimize=False``: leave the store's optimize (segment merge, HNSW build) to the caller — a
+    watch runs it once its folders are quiet, because the embedded engine holds the GIL while it
+    optimizes and every search in the process waits."""
     started = time.perf_counter()
     report = IngestReport()
     roots, by_kind, confine, done = listing(report, kinds, roots, unavailable=unavailable, gone_ok=gone_ok,
@@ -504,14 +505,15 @@ def ingest(store: Store, kinds: list[Kind], roots: list[Path], *, prune: bool = 
 
 
 def listing(report: IngestReport, kinds: list[Kind], roots: list[Path], *,
-            unavailable: dict[str, tuple[frozenset[str], str]] | None, gone_ok: bool, confine_to: list[Path] | None,
+            unavailable: dict[str, tuple[frozenset[str], str]] | None, gone_ok: bool,
+            confine_to: list[Path] | Confinement | None,
             on_start: Callable[[int], None] | None, on_file: Callable[[FileOutcome], None] | None):
     """Stage 0, on the driver: the files under ``roots`` by kind (bad roots and files of kinds not
     served go into ``report``). Returns (roots, files by kind, confinement, the outcome callback)."""
     roots = [Path(r).expanduser().absolute() for r in roots]
     unavailable = unavailable or {}
     suffixes = frozenset().union(*(k.suffixes for k in kinds), *(s for s, _ in unavailable.values()))
-    confine = Confinement(confine_to) if confine_to is not None else None
+    confine = confine_to if confine_to is None or isinstance(confine_to, Confinement) else Confinement(confine_to)
     files, bad, report.skipped_files = discover(roots, suffixes, confine)
     if gone_ok:
         bad = [b for b in bad if not (b.reason == "no such file or folder" and not os.path.lexists(b.path))]

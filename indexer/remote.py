@@ -8,16 +8,22 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+from search.errors import StoreUnavailable
+from search.paths import stored
 from search.rest_client import RestClient
 
 POLL_S = 0.25
 
 
+def _sent(paths: list[Path]) -> list[str]:
+    """Absolute as this process means them (the server may run in another working folder), a name
+    that is not UTF-8 in the stored form (search/paths.py): JSON cannot carry its bytes as they are."""
+    return [stored(str(Path(p).expanduser().absolute())) for p in paths]
+
+
 class RemoteIngest(RestClient):
     def submit(self, paths: list[Path], *, prune: bool = False, kb: str | None = None) -> str:
-        # Absolute as this process means them: the server may run in another working folder.
-        body = {"paths": [str(Path(p).expanduser().absolute()) for p in paths], "prune": prune, "kb": kb}
-        return self.call("POST", "/ingest", body)["job_id"]
+        return self.call("POST", "/ingest", {"paths": _sent(paths), "prune": prune, "kb": kb})["job_id"]
 
     def job(self, job_id: str) -> dict:
         return self.call("GET", f"/ingest/jobs/{job_id}")
@@ -30,8 +36,7 @@ class RemoteIngest(RestClient):
 
     def watch(self, paths: list[Path], *, quiet_ms: int | None = None) -> dict:
         """Register a watch of these folders (or get the one that exists)."""
-        body = {"paths": [str(Path(p).expanduser().absolute()) for p in paths], "quiet_ms": quiet_ms}
-        return self.call("POST", "/watches", body)
+        return self.call("POST", "/watches", {"paths": _sent(paths), "quiet_ms": quiet_ms})
 
     def watches(self) -> list[dict]:
         return self.call("GET", "/watches")["watches"]
@@ -40,7 +45,17 @@ class RemoteIngest(RestClient):
         return self.call("DELETE", f"/watches/{watch_id}")
 
     def follow(self, job_id: str, on_progress: Callable[[dict], None] | None = None) -> dict:
-        """Poll until the job ends; Ctrl-C asks the server to cancel it and waits for that."""
+        """Poll until the job ends; Ctrl-C asks the server to cancel it and waits for that. A server
+        that stops answering meanwhile has the job recorded in its data dir: it runs it on its next start."""
+        try:
+            return self._follow(job_id, on_progress)
+        except StoreUnavailable as exc:
+            raise StoreUnavailable(
+                f"the search server ({self.owner.describe()}) stopped answering while it ran ingest job {job_id}: "
+                "the job is recorded in the data dir and resumes when the server starts again (`search serve`); "
+                "`indexer jobs` shows it") from exc
+
+    def _follow(self, job_id: str, on_progress: Callable[[dict], None] | None) -> dict:
         try:
             while True:
                 job = self.job(job_id)

@@ -26,6 +26,15 @@ from search.triton.local import free_port
 ADMIN = "the-servers-own-admin-key"
 
 
+def wait_job(get) -> dict:
+    """An ingest job's last state, polled with ``get()`` until it ends (at most a minute)."""
+    for _ in range(600):
+        if (job := get())["state"] in ("done", "failed"):
+            return job
+        time.sleep(0.1)
+    raise AssertionError(f"the job did not end: {job}")
+
+
 def test_keys_file_hashes_secrets_and_refuses_tampering(tmp_path):
     keys = KeyFile(tmp_path / KEYS_FILE)
     secret = keys.add("hr-bot", ["hr"], "read")
@@ -42,6 +51,9 @@ def test_keys_file_hashes_secrets_and_refuses_tampering(tmp_path):
         keys.add("hr-bot", ["hr"], "read")
     with pytest.raises(BadRequest, match="right"):
         keys.add("x", ["hr"], "root")
+    for bad in ("NOT A KB", "Hr", "", "-hr", "hr/eng", "x" * 41):  # the API's rule for a KB's name
+        with pytest.raises(BadRequest, match="kb: a knowledge base's name"):
+            keys.add("y", ["hr", bad], "read")
     assert [k.listed()["name"] for k in keys.load()] == ["hr-bot", "ops"]
     keys.revoke("ops")
     with pytest.raises(NotFound):
@@ -58,6 +70,13 @@ def test_keys_file_hashes_secrets_and_refuses_tampering(tmp_path):
     assert KeyFile(tmp_path / "none.json").load() == []  # not configured: no keys yet
     with pytest.raises(KeysFileError, match="missing"):
         KeyFile(tmp_path / "none.json", required=True).load()
+    # A server's keys file that goes away while it runs: refused (503), not a server open to everyone
+    running = KeyFile(tmp_path / "running.json")
+    running.add("bot", ["*"], "read")
+    assert running.exists and not KeyFile(tmp_path / "none.json").exists
+    (tmp_path / "running.json").unlink()
+    with pytest.raises(KeysFileError, match="removed while"):
+        running.load()
 
 
 def serve_fails(settings, **env) -> subprocess.CompletedProcess:
@@ -75,6 +94,42 @@ def test_a_missing_or_altered_keys_file_stops_the_server_with_one_line(settings,
     r = serve_fails(settings)
     assert r.returncode == 5 and "fails its checksum" in r.stderr and "Traceback" not in r.stderr, r.stderr
     assert len([line for line in r.stderr.splitlines() if line.strip()]) == 1, r.stderr
+
+
+def test_revoking_the_last_key_keeps_keys_required(settings, tmp_path):
+    """A server without SEARCH_API_KEY is open (and says so at start) until a keys file exists; from
+    then on it requires keys, also once the last key is revoked (the file is still there, empty). Only
+    SEARCH_OPEN_ACCESS opens it again, with a WARNING at start."""
+    routes = [("GET", "/status", {}), ("GET", "/watches", {}), ("GET", "/kb", {}),
+              ("POST", "/search/documents", {"json": {"query": "handbook"}}), ("POST", "/ingest", {"json": {"paths": ["/"]}}),
+              ("POST", "/v1/embeddings", {"json": {"model": "minilm", "input": "x"}})]
+
+    def keyless(server) -> dict[str, int]:
+        return {path: httpx.request(method, server.url + path, timeout=60, **kw).status_code for method, path, kw in routes}
+
+    server = SearchServer(settings, tmp_path / "serve.log")
+    try:
+        assert keyless(server)["/status"] == 200
+        key = make_key(settings, "bot", "default", "read")
+        assert set(keyless(server).values()) == {401}
+        revoked = run_cli("search", "keys", "revoke", "bot", settings=settings)
+        assert revoked.returncode == 0 and "no API keys left" in revoked.stderr, revoked.stderr
+        assert (settings.data_dir / KEYS_FILE).exists()
+        assert keyless(server) == {path: 401 for _, path, _ in routes}
+        assert httpx.get(f"{server.url}/status", headers={"X-API-Key": key}, timeout=60).status_code == 401
+        assert httpx.get(f"{server.url}/healthz", timeout=60).status_code == 200  # public routes stay public
+    finally:
+        server.stop()
+    log = (tmp_path / "serve.log").read_text()
+    assert "INFO search.api: open access: no API key and no keys file" in log, log
+
+    server = SearchServer(settings, tmp_path / "open.log", SEARCH_OPEN_ACCESS="true")
+    try:
+        assert keyless(server)["/status"] == 200
+    finally:
+        server.stop()
+    log = (tmp_path / "open.log").read_text()
+    assert "WARNING search.api: open access (SEARCH_OPEN_ACCESS=true)" in log, log
 
 
 def write_docs(folder, topic):
@@ -212,6 +267,22 @@ def test_a_key_for_hr_never_sees_eng(settings, tmp_path, monkeypatch):
                 break
             time.sleep(0.1)
         assert call("DELETE", "/kb/hr", writer).status_code == 403
+
+        # Uploads are their KB's: no hr key uploads into eng, nor pulls eng's uploads into hr by path.
+        secret = {"files": ("eng_salary.md", b"# Salaries\n\nThe eng salary bands are kept in the vault.\n")}
+        for key in (reader, writer, owner):
+            assert call("POST", "/ingest/upload", key, files=secret, data={"kb": "eng"}).status_code == 403
+        up = call("POST", "/ingest/upload", ADMIN, files=secret, data={"kb": "eng"})
+        assert up.status_code == 202, up.text
+        wait_job(lambda: call("GET", f"/ingest/jobs/{up.json()['job_id']}", ADMIN).json())
+        uploads = settings.data_dir / "uploads"
+        for key in (writer, owner):
+            for path in (uploads, uploads / "eng", *(uploads / "eng").iterdir(), settings.data_dir):
+                r = call("POST", "/ingest", key, json={"paths": [str(path)], "kb": "hr"})
+                assert r.status_code == 403 and str(tmp_path) not in r.json()["detail"].replace(str(path), ""), r.text
+        assert not any("salary" in h["text"] for h in search(owner, kb="hr").json()["hits"])
+        assert any("salary" in h["text"] for h in
+                   call("POST", "/search/documents", ADMIN, json={"query": "eng salary bands", "kb": "eng"}).json()["hits"])
         assert call("GET", "/collections", None).status_code == 401
         assert call("GET", "/collections", "sk-wrong").status_code == 401
 

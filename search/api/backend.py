@@ -14,23 +14,29 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import functools
+import logging
 import os
+import re
 import threading
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+from indexer.confine import Confinement
 from indexer.jobs import JOBS_FILE, JobStore
 from indexer.service import IngestService
 from search import owner
 from search.api.jobs import Jobs
 from search.api.watches import Watches
 from search.config import Settings
-from search.keys import key_file
+from search.keys import EVERYTHING, key_file
 from search.observability import ApiMetrics
 from search.owner import Owner
 from search.resources import Resources
 from search.services import SearchService
+from search.store.schema import DEFAULT_KB
 
+log = logging.getLogger("search.api")
+LEGACY_UPLOAD = re.compile(r"[0-9a-f]{32}")  # uploads/<id>/ of the layout before uploads were kept per KB
 QUERY_THREADS = 40  # requests in flight at once, each waiting on Triton in its thread (Starlette's pool has as many)
 
 
@@ -66,8 +72,14 @@ class Backend:
         self.store_lock = threading.Lock()
         self._open_lock = threading.Lock()
         self._opened = False
-        self.uploads = (settings.data_dir / "uploads").resolve()
-        self.roots = [Path(r).expanduser().resolve() for r in settings.api_roots] + [self.uploads]
+        self.data_dir = settings.data_dir.expanduser().resolve()
+        self.uploads = self.data_dir / "uploads"  # uploads/<kb>/<id>/: each KB's own (roots_for)
+        configured = [Path(r).expanduser().resolve() for r in settings.api_roots]
+        # A root inside the data dir (its uploads, say) would open other KBs' files to every KB: none is.
+        self.roots = [r for r in configured if not r.is_relative_to(self.data_dir)]
+        for r in configured:
+            if r not in self.roots:
+                log.warning("api_roots: %s is inside the data dir %s: not a root", r, self.data_dir)
         self.metrics = metrics
         self.keys = key_file(settings)
         self.keys.load()  # a missing (when configured), unreadable or altered keys file stops the start
@@ -90,10 +102,10 @@ class Backend:
         (a network wait) and local mode (a lock wait) keep their calls in the query threads."""
         return self._opened and self.resources.store.backend == "edge"
 
-    def _ingest(self, paths: list[Path], *, local: bool = False, **options):
-        """A job's run. The roots are checked again as each file is opened (a path allowed when the
-        job was submitted may be a symlink out by then); the owner's local faces read any path."""
-        return self.indexer().ingest(paths, confine_to=None if local else self.roots, **options)
+    def _ingest(self, paths: list[Path], *, local: bool = False, kb: str = DEFAULT_KB, **options):
+        """A job's run. Its KB's roots are checked again as each file is opened (a path allowed when
+        the job was submitted may be a symlink out by then); the owner's local faces read any path."""
+        return self.indexer().ingest(paths, confine_to=None if local else self.confinement(kb), kb=kb, **options)
 
     def _open(self) -> None:
         """Open the store on first use, so a busy or absent store is a 503 for that request (and
@@ -128,24 +140,47 @@ class Backend:
         """Open the store now: `search serve` takes the embedded store's lock before it says it owns it."""
         self._open()
 
-    def inside_roots(self, path: Path) -> bool:
-        return any(path.is_relative_to(root) for root in self.roots)
+    def roots_for(self, kb: str) -> list[Path]:
+        """The folders a request or job for ``kb`` may read: the configured roots and that KB's uploads.
+        A KB named like an upload folder of the old layout (files directly in it) does not get that
+        folder: those folders are no KB's root (only the owner's local faces, which read any path)."""
+        own = self.uploads / kb
+        if LEGACY_UPLOAD.fullmatch(kb) and _holds_files(own):
+            return list(self.roots)
+        return [*self.roots, own]
 
-    def may_read(self, request, path: Path) -> bool:
-        """Whether an HTTP request may have the server read ``path`` (a file it names, not an upload):
-        the owner's local faces read anything; anyone else only files inside the API's roots."""
-        return bool(getattr(request.state, "local", False)) or self.inside_roots(path.expanduser().resolve())
+    def confinement(self, kb: str) -> Confinement:
+        """``roots_for(kb)`` without the data dir (store, keys, jobs, other KBs' uploads), even where
+        a configured root holds it."""
+        return Confinement(self.roots_for(kb), exclude=[self.data_dir])
 
-    def outside_link(self, path: Path) -> Path | None:
-        """The first symbolic link at or under ``path`` that leads out of the roots (the indexer reads
-        the symlinked files it finds in folders), or None."""
+    def inside_roots(self, path: Path, kb: str = DEFAULT_KB) -> bool:
+        """Whether ``path`` (resolved) is one a request for ``kb`` may have the server read."""
+        return self.confinement(kb).contains(str(path))
+
+    def may_read(self, request, real: Path) -> bool:
+        """Whether an HTTP request may have the server read the file at ``real``, a real path (the
+        opened file's, as the kernel gave it: resolving it again could follow a link swapped in
+        since): the owner's local faces read anything; anyone else the configured roots (not the
+        data dir) and the uploads of the KBs its key may read."""
+        if getattr(request.state, "local", False):
+            return True
+        if real.is_relative_to(self.uploads) and len(parts := real.relative_to(self.uploads).parts) > 1:
+            who = getattr(request.state, "principal", EVERYTHING)
+            return who.may(parts[0]) and self.inside_roots(real, parts[0])
+        return self.inside_roots(real)
+
+    def outside_link(self, path: Path, kb: str = DEFAULT_KB) -> Path | None:
+        """The first symbolic link at or under ``path`` that leads out of ``kb``'s roots (the indexer
+        reads the symlinked files it finds in folders), or None."""
+        confine = self.confinement(kb)
         if path.is_symlink():  # a file, or a folder a batch would walk
-            return None if self.inside_roots(path.resolve()) else path
+            return None if confine.contains(os.path.realpath(path)) else path
         if path.is_dir():
             for dirpath, _dirs, files in os.walk(path):
                 for f in files:
                     p = Path(dirpath, f)
-                    if p.is_symlink() and not self.inside_roots(p.resolve()):
+                    if p.is_symlink() and not confine.contains(os.path.realpath(p)):
                         return p
         return None
 
@@ -163,3 +198,12 @@ class Backend:
         with self._open_lock:
             self.resources.close()  # the store's close() takes the store lock like every other call
             self._opened = False
+
+
+def _holds_files(folder: Path) -> bool:
+    """Whether ``folder`` holds anything but folders (an upload of the old layout holds its files)."""
+    try:
+        with os.scandir(folder) as entries:
+            return any(not e.is_dir(follow_symlinks=False) for e in entries)
+    except OSError:
+        return False

@@ -13,7 +13,7 @@ from pathlib import Path
 
 from indexer.jobs import CANCELLED, DONE, FAILED, FINISHED, QUEUED, RUNNING, Job, JobStore
 from search.observability import ApiMetrics, job_id, request_id
-from search.paths import readable
+from search.paths import from_stored, readable, stored
 
 log = logging.getLogger("search.api")
 
@@ -43,7 +43,8 @@ class Jobs:
         """Queue a job. ``local``: asked by the owner's user on this machine (any path it can read).
         ``gone_ok``: paths that no longer exist are not failures (with ``prune``, what was indexed
         under them is removed): a watch's batches carry the paths of deleted files."""
-        job = Job.new([str(p) for p in paths], prune=prune, source=source, local=local, gone_ok=gone_ok,
+        # stored form: a name that is not UTF-8 (a surrogate-escaped str) cannot go into SQLite as it is
+        job = Job.new([stored(str(p)) for p in paths], prune=prune, source=source, local=local, gone_ok=gone_ok,
                       request_id=request_id.get(), kb=kb)
         self.store.save(job)
         self._start(job)
@@ -127,7 +128,7 @@ class Jobs:
                 saved = time.monotonic()
 
         try:
-            report = self._ingest([Path(p) for p in job.paths], prune=job.prune, on_start=on_start, on_file=on_file,
+            report = self._ingest([Path(from_stored(p)) for p in job.paths], prune=job.prune, on_start=on_start, on_file=on_file,
                                   stop=lambda: self._cancelled(job), local=job.local, gone_ok=job.gone_ok, kb=job.kb,
                                   optimize=job.source != "watch")  # a watch optimizes once its folders are quiet
             job.report = report.as_dict()

@@ -109,7 +109,9 @@ class ImageQuery(PhotoFilters):
 
 class IngestPaths(BaseModel):
     paths: list[Text] = Field(min_length=1, max_length=MAX_PATHS,
-                              description="absolute server-side paths inside the configured roots")
+                              description="absolute server-side paths inside the configured roots (or this knowledge "
+                                          "base's uploads); in a name that is not UTF-8, each byte that is not as "
+                                          "NUL + two hex digits (\u0000ff)")
     prune: bool = Field(False, description="also remove indexed files under these paths that are gone from disk")
     kb: KbName | None = None
 

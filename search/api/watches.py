@@ -18,6 +18,8 @@ from pathlib import Path
 from indexer.jobs import FAILED, Job, JobStore, Watch
 from indexer.watch import Watcher
 from search.api.jobs import Jobs
+from search.paths import from_stored, stored
+from search.store.schema import DEFAULT_KB
 
 log = logging.getLogger("search.api")
 
@@ -35,13 +37,13 @@ class _Running:
 
 
 class Watches:
-    """The server's watches. ``outside_link(path)``: for a watch a REST client registered, the
-    first symbolic link under ``path`` that leads out of the API's roots (those paths are left out
+    """The server's watches. ``outside_link(path, kb)``: for a watch a REST client registered, the
+    first symbolic link under ``path`` that leads out of the KB's roots (those paths are left out
     of a batch, as `POST /ingest` refuses them). ``ignore``: folders whose changes are never
     collected (the data dir)."""
 
     def __init__(self, jobs: Jobs, store: JobStore, *, ignore: list[Path],
-                 outside_link: Callable[[Path], Path | None], optimize: Callable[[], None] | None = None) -> None:
+                 outside_link: Callable[[Path, str], Path | None], optimize: Callable[[], None] | None = None) -> None:
         self.jobs, self.store, self.ignore, self.outside_link = jobs, store, ignore, outside_link
         self.optimize = optimize  # the store's optimize, run by a watch once its folders are quiet
         self._lock = threading.Lock()
@@ -57,7 +59,7 @@ class Watches:
     def add(self, paths: list[Path], *, quiet_ms: int, local: bool) -> tuple[Watch, bool]:
         """The watch of exactly these folders: a new one (recorded, started), or the one that
         exists (``False``: nothing was added)."""
-        key = sorted(str(p) for p in paths)
+        key = sorted(stored(str(p)) for p in paths)  # a name that is not UTF-8 as valid text (search/paths.py)
         with self._lock:
             for watch in self.store.watches():
                 if sorted(watch.paths) == key:
@@ -101,7 +103,7 @@ class Watches:
 
     def _start(self, watch: Watch) -> _Running:
         running = _Running(watch)
-        running.watcher = Watcher([Path(p) for p in watch.paths], lambda paths: self._batch(running, paths),
+        running.watcher = Watcher([Path(from_stored(p)) for p in watch.paths], lambda paths: self._batch(running, paths),
                                   quiet_s=watch.quiet_ms / 1000, on_idle=self.optimize, ignore=self.ignore)
         try:
             running.watcher.start()
@@ -115,7 +117,8 @@ class Watches:
         watch, watcher = running.watch, running.watcher
         left_out = ""
         if not watch.local:
-            refused = {p: link for p in paths if (link := self.outside_link(p)) is not None}
+            # a watch writes the default KB (the routes are for admin keys): that KB's roots apply
+            refused = {p: link for p in paths if (link := self.outside_link(p, DEFAULT_KB)) is not None}
             if refused:
                 left_out = "left out: " + "; ".join(f"{link} is a symlink to a file outside the allowed folders"
                                                     for link in refused.values())
@@ -126,7 +129,7 @@ class Watches:
                 return None
         # A local face's watch reads any local path, as its `indexer ingest` would: without `local`
         # the job would be held to the API's roots and fail every file.
-        job = self.jobs.submit(paths, prune=True, source="watch", gone_ok=True, local=watch.local)
+        job = self.jobs.submit(paths, prune=True, source="watch", gone_ok=True, local=watch.local, kb=DEFAULT_KB)
         running.last_job = job.id
         job = self.jobs.wait(job.id, stop=watcher.stopping if watcher is not None else None)
         if job is not None and job.state == FAILED:

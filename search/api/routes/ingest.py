@@ -1,4 +1,5 @@
-"""Ingest jobs: server-side paths inside the configured roots, or uploads; progress by job id."""
+"""Ingest jobs: server-side paths inside the configured roots, or uploads (kept per knowledge base,
+readable only by that KB's requests); progress by job id."""
 
 from __future__ import annotations
 
@@ -24,7 +25,7 @@ router = APIRouter(dependencies=[Depends(require_key(writes=True))], tags=["inge
 def ingest_paths(body: IngestPaths, request: Request, backend: Backend = Depends(get_backend)) -> dict:
     kb = need_kb(request, body.kb, "write")
     local = request.state.local  # a face of the owner's user on this machine: any path it can read
-    paths = [allowed_path(backend, raw, f"paths[{i}]", local=local) for i, raw in enumerate(body.paths)]
+    paths = [allowed_path(backend, raw, f"paths[{i}]", local=local, kb=kb) for i, raw in enumerate(body.paths)]
     return _accepted(request, backend.jobs.submit(paths, body.prune, source="cli" if local else "rest", local=local, kb=kb))
 
 
@@ -38,7 +39,7 @@ async def ingest_upload(request: Request, files: list[UploadFile] = File(descrip
     names = [upload_name(f.filename, f"files[{i}]") for i, f in enumerate(files)]
     if len(set(names)) != len(names):
         raise HTTPException(400, "files: two uploads have the same file name")
-    folder = backend.uploads / uuid.uuid4().hex
+    folder = backend.uploads / kb / uuid.uuid4().hex  # the KB's own: a root for its requests only
     folder.mkdir(parents=True)
     try:
         for i, (upload, name) in enumerate(zip(files, names, strict=True)):

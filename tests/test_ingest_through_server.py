@@ -1,0 +1,76 @@
+"""`indexer ingest` through a running `search serve` answers as it does without one: the same files
+(names that are not UTF-8 included), the same exit status and message for a path that does not exist,
+and, when the server dies mid-job, a message that says the job resumes. Real processes, real Triton."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+
+from processes import SearchServer, env_for, run_cli
+from test_owner import api, many_docs
+
+from search.config import PROJECT_ROOT
+
+NOTE = "# Café\n\nThe espresso machine on floor three is descaled every Friday by facilities.\n"
+
+
+def test_a_missing_path_is_the_same_failure_through_the_server(settings, tmp_path):
+    missing = [str(tmp_path / "no" / f"such-{i}.md") for i in range(2)]  # two: a failure seen twice is "still failing"
+    alone = run_cli("indexer", "ingest", missing[0], settings=settings)  # no server: the reference answer
+    assert alone.returncode == 1 and "no such file or folder" in alone.stdout, alone
+    server = SearchServer(settings, tmp_path / "serve.log")
+    try:
+        through = run_cli("indexer", "ingest", missing[1], settings=settings)
+    finally:
+        server.stop()
+    assert "through the search server" in through.stderr, through.stderr
+
+    def answer(proc, path):  # the summary without its timing, and the failed file's line
+        out = proc.stdout.replace(path, "PATH")
+        return proc.returncode, out.split(" — ")[0], out.splitlines()[1:]
+    assert answer(through, missing[1]) == answer(alone, missing[0]), through
+
+
+def test_a_name_that_is_not_utf8_is_ingested_through_the_server(settings, tmp_path):
+    folder = tmp_path / "odd"
+    folder.mkdir()
+    odd = os.fsdecode(bytes(folder) + b"/caf\xff.md")  # not UTF-8: a surrogate-escaped str, as argv gives it
+    with open(odd, "w") as f:
+        f.write(NOTE)
+    server = SearchServer(settings, tmp_path / "serve.log")
+    try:
+        named = run_cli("indexer", "ingest", odd, "--json", settings=settings)
+        assert named.returncode == 0, named.stderr
+        assert json.loads(named.stdout)["indexed"] == 1, named.stdout
+        hit = api(server, "POST", "/search/documents", {"query": "espresso machine descaled", "top_k": 1})["hits"][0]
+        assert hit["path"] == str(folder) + "/caf\\xff.md" and hit["path_bytes"], hit  # shown readably; bytes in base64
+        again = run_cli("indexer", "ingest", odd, "--json", settings=settings)
+        assert json.loads(again.stdout)["unchanged"] == 1, again.stdout  # the very same file
+        listed = run_cli("indexer", "jobs", settings=settings)
+        assert listed.returncode == 0 and "caf\\xff.md" in listed.stdout, listed
+    finally:
+        server.stop()
+
+
+def test_an_attached_ingest_says_its_job_resumes_when_the_server_dies(settings, tmp_path):
+    folder = many_docs(tmp_path / "notes", 150)
+    server = SearchServer(settings, tmp_path / "serve.log", SEARCH_EMBED_BATCH_SIZE="2")  # a job of several seconds
+    cli = subprocess.Popen([sys.executable, "-m", "indexer", "ingest", str(folder)], env=env_for(settings),
+                           cwd=PROJECT_ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 300
+        while not any(j["state"] == "running" and j["files_done"] >= 10 for j in api(server, "GET", "/ingest/jobs")["jobs"]):
+            assert time.monotonic() < deadline and cli.poll() is None
+            time.sleep(0.05)
+        server.kill9()
+        _out, err = cli.communicate(timeout=60)
+    finally:
+        server.stop()
+        if cli.poll() is None:
+            cli.kill()
+    assert cli.returncode == 5 and "Traceback" not in err, err
+    assert "resumes when the server starts again" in err and "wait until it has started" not in err, err
