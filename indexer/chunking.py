@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import bisect
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from tokenizers import Tokenizer
@@ -23,6 +24,8 @@ _BLANK_LINE = re.compile(r"\n[^\S\n]*\n")
 # Prose runs 4-6 characters a token (MiniLM's WordPiece), so a cap of 10 a token only cuts
 # windows of giant words or of long runs the tokenizer skips.
 CHARS_PER_TOKEN = 10
+# How many tokens the chunker's loops go between calls of its ``check`` (reading the clock costs a microsecond).
+CHECK_EVERY = 1024
 
 
 @dataclass(frozen=True)
@@ -54,9 +57,13 @@ class Chunker:
         self.tokenizer.no_truncation()
         self.tokenizer.no_padding()
 
-    def chunk(self, text: str) -> list[Chunk]:
+    def chunk(self, text: str, check: Callable[[], None] | None = None) -> list[Chunk]:
+        """``check``: called at least every CHECK_EVERY tokens; what it raises stops
+        the split, e.g. a file's parse budget running out."""
+        check = check or _nothing
         if not text.strip():
             return []
+        check()  # before and after the tokenizer's pass, one call that cannot be interrupted
         enc = self.tokenizer.encode(text, add_special_tokens=False)
         kept = [(o, w) for o, w in zip(enc.offsets, enc.word_ids) if o[1] > o[0]]
         offsets = [o for o, _ in kept]
@@ -64,11 +71,13 @@ class Chunker:
         n = len(offsets)
         if n == 0:
             return []
-        paragraphs, sentences = self._boundaries(text, offsets)
+        check()
+        paragraphs, sentences = self._boundaries(text, offsets, check)
         ends = [b for _, b in offsets]
         chunks: list[Chunk] = []
         s = 0
         while s < n:
+            check()  # a window is up to max_tokens tokens
             a = offsets[s][0]
             full = min(s + self.max_tokens, n)
             end = bisect.bisect_right(ends, a + self.max_chars, s, full)  # tokens that fit max_chars
@@ -117,10 +126,12 @@ class Chunker:
             chunks.append(Chunk(len(chunks), stripped, x, y, max(1, n_tokens)))
 
     @staticmethod
-    def _boundaries(text: str, offsets: list[tuple[int, int]]) -> tuple[list[int], list[int]]:
+    def _boundaries(text: str, offsets: list[tuple[int, int]], check: Callable[[], None]) -> tuple[list[int], list[int]]:
         """Token indices that start a paragraph/heading, and that start a sentence."""
         paragraphs, sentences = [], []
         for i in range(1, len(offsets)):
+            if not i % CHECK_EVERY:
+                check()
             gap = text[offsets[i - 1][1]:offsets[i][0]]
             prev = text[offsets[i - 1][1] - 1]
             if _BLANK_LINE.search(gap) or ("\n" in gap and text[offsets[i][0]] == "#"):
@@ -128,6 +139,10 @@ class Chunker:
             elif (gap and prev in SENTENCE_ENDS) or prev in CJK_SENTENCE_ENDS:
                 sentences.append(i)
         return paragraphs, sentences
+
+
+def _nothing() -> None:
+    pass
 
 
 def _first_in(sorted_idx: list[int], lo: int, hi: int) -> int | None:

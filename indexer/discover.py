@@ -18,13 +18,16 @@ SKIP_DIRS = {".git", ".hg", ".svn", "__pycache__", "node_modules", ".venv"}
 def discover(roots: Iterable[Path], suffixes: frozenset[str], confine: Confinement | None = None
              ) -> tuple[list[Path], list[FileOutcome], list[tuple[str, str]]]:
     """Files to ingest, outcomes for roots that cannot be read, and what was skipped: (path, why).
-    With ``confine``, a root or folder that leads out of its roots is reported, not listed."""
-    files: list[Path] = []
-    bad: list[FileOutcome] = []
-    skipped: list[tuple[str, str]] = []
+    With ``confine``, a root or folder that leads out of its roots is reported, not listed.
+    Each path is in one of the three once, where it was first met: a file can be named on its own
+    and lie in a named folder, a folder can be named twice or lie in another."""
+    found = _Found()
     for root in roots:
         if confine and confine.outside(root):
-            bad.append(FileOutcome(str(root), FAILED, OUTSIDE))
+            if found.first(root, resolve=False):  # its folder is not even looked at
+                found.bad.append(FileOutcome(str(root), FAILED, OUTSIDE))
+            continue
+        if not found.first(root):
             continue
         try:
             mode = root.stat().st_mode
@@ -33,46 +36,87 @@ def discover(roots: Iterable[Path], suffixes: frozenset[str], confine: Confineme
                 why = "broken symbolic link" if root.is_symlink() else "no such file or folder"
             else:
                 why = unreadable(exc)
-            bad.append(FileOutcome(str(root), FAILED, why))
+            found.bad.append(FileOutcome(str(root), FAILED, why))
         else:
             if stat.S_ISDIR(mode):
-                _walk(root, suffixes, files, bad, skipped, confine)
+                _walk(root, suffixes, found, confine)
             elif not stat.S_ISREG(mode):  # a FIFO, socket or device: reading it could block forever
-                bad.append(FileOutcome(str(root), FAILED, "not a regular file"))
+                found.bad.append(FileOutcome(str(root), FAILED, "not a regular file"))
             elif root.suffix.lower() in suffixes:
-                files.append(root)
+                found.files.append(root)
             else:
-                bad.append(FileOutcome(str(root), FAILED, f"unsupported file type '{root.suffix or root.name}'"))
-    return files, bad, skipped
+                found.bad.append(FileOutcome(str(root), FAILED, f"unsupported file type '{root.suffix or root.name}'"))
+    return found.files, found.bad, found.skipped
 
 
-def _walk(root: Path, suffixes: frozenset[str], files: list[Path], bad: list[FileOutcome],
-          skipped: list[tuple[str, str]], confine: Confinement | None = None) -> None:
+class _Found:
+    """What discover lists, and the paths met so far."""
+
+    def __init__(self) -> None:
+        self.files: list[Path] = []
+        self.bad: list[FileOutcome] = []
+        self.skipped: list[tuple[str, str]] = []
+        self._met: set[str] = set()
+        self._failed: set[str] = set()  # folders a walk could not read: a root is met before it is walked
+        self._real: dict[str, str] = {}  # folder as named -> its real path
+
+    def first(self, path: Path | str, resolve: bool = True) -> bool:
+        """Whether ``path`` is met for the first time. The same name in the same folder is the
+        same path however the folder is reached (`..`, a link to it). A file's own name is not
+        resolved: a link to a file is another name for it, listed as the files of a folder are."""
+        return _first(self._met, self._key(path) if resolve else str(path))
+
+    def fail(self, path: str, why: str, resolve: bool = True) -> None:
+        """A folder met in a walk that cannot be listed, reported once."""
+        if _first(self._failed, self._key(path) if resolve else path):
+            self.bad.append(FileOutcome(path, FAILED, why))
+
+    def _key(self, path: Path | str) -> str:
+        folder, name = os.path.split(str(path))
+        if folder not in self._real:
+            self._real[folder] = os.path.realpath(folder)
+        return os.path.join(self._real[folder], name)
+
+
+def _first(met: set[str], key: str) -> bool:
+    if key in met:
+        return False
+    met.add(key)
+    return True
+
+
+def _walk(root: Path, suffixes: frozenset[str], found: _Found, confine: Confinement | None = None) -> None:
     def failed(e: OSError) -> None:
-        bad.append(FileOutcome(e.filename, FAILED, unreadable(e)))
+        found.fail(e.filename, unreadable(e))
+
+    def skip(path: str, why: str) -> None:
+        if found.first(path):
+            found.skipped.append((path, why))
 
     for dirpath, dirnames, filenames in os.walk(root, onerror=failed):
         if confine and dirpath != str(root) and confine.outside(dirpath):  # swapped for a symlink mid-walk
-            bad.append(FileOutcome(dirpath, FAILED, OUTSIDE))
+            found.fail(dirpath, OUTSIDE, resolve=False)
             dirnames[:] = []
             continue
         keep = []
         for d in sorted(dirnames):
             full = os.path.join(dirpath, d)
             if d.startswith("."):
-                skipped.append((full, "hidden folder"))
+                skip(full, "hidden folder")
             elif d in SKIP_DIRS:
-                skipped.append((full, "tool folder"))
+                skip(full, "tool folder")
             elif os.path.islink(full):  # os.walk lists it but does not go in
-                skipped.append((full, "link to a folder"))
+                skip(full, "link to a folder")
             else:
                 keep.append(d)
         dirnames[:] = keep
         for name in sorted(filenames):
             p = Path(dirpath) / name
+            if not found.first(p):
+                continue
             if name.startswith("."):
-                skipped.append((str(p), "hidden file"))
+                found.skipped.append((str(p), "hidden file"))
             elif p.suffix.lower() not in suffixes:
-                skipped.append((str(p), "unsupported type"))
+                found.skipped.append((str(p), "unsupported type"))
             else:
-                files.append(p)
+                found.files.append(p)

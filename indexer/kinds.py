@@ -5,6 +5,7 @@ Everything else (incremental rules, batching, crash-safe writes) is the pipeline
 
 from __future__ import annotations
 
+import bisect
 import hashlib
 import io
 import re
@@ -20,7 +21,7 @@ from tokenizers import Tokenizer
 from tritonclient.utils import InferenceServerException
 
 from indexer.chunking import Chunker
-from indexer.loaders import DOCUMENT_SUFFIXES, BadDocument, load_document
+from indexer.loaders import DOCUMENT_SUFFIXES, BadDocument, Budget, load_document
 from search.config import Settings
 from search.media.photos import IMAGE_SUFFIXES, BadImage, decode_photo, save_thumbnail
 from search.models import Family, minilm
@@ -87,18 +88,24 @@ class Documents:
         return f"{embedders}/v{self.chunker.VERSION}/{self.chunker.max_tokens}/{self.chunker.overlap}"
 
     def units(self, path: Path, data: bytes, sha256: str) -> list[Unit]:
-        doc = load_document(path.suffix.lower(), data, **self.limits)
+        # One budget for reading and splitting: the split of a heading-only markdown is as costly as any parse.
+        budget = Budget(**self.limits)
+        doc = load_document(path.suffix.lower(), data, budget=budget)
         units, section = [], None
         for page in doc.pages:
-            headings = [(m.start(), m.group(1).strip()) for m in _HEADING.finditer(page.text)]
-            for c in self.chunker.chunk(page.text):
+            starts, names = [], []  # the page's headings, by offset (finditer gives them in order)
+            for m in _HEADING.finditer(page.text):
+                starts.append(m.start())
+                names.append(m.group(1).strip())
+                budget.tick()
+            for c in self.chunker.chunk(page.text, check=budget.check_time):
                 # The section a passage belongs to: the last heading that starts at or before it.
-                before = [h for at, h in headings if at <= c.start]
+                k = bisect.bisect_right(starts, c.start)
                 units.append(Unit(c.text, {
                     "text": c.text, "start": c.start, "end": c.end, "page": page.number, "title": doc.title,
-                    "section": before[-1] if before else section, "models": self.models, "encoding": doc.encoding}))
-            if headings:
-                section = headings[-1][1]
+                    "section": names[k - 1] if k else section, "models": self.models, "encoding": doc.encoding}))
+            if names:
+                section = names[-1]
         return units
 
     def embed(self, items: list[str]) -> Embedded:

@@ -11,10 +11,14 @@ import subprocess
 import sys
 
 import pytest
+from ingest_helper import ingest
 from python_models import python_model
 from test_images import bomb_png
 from test_triton_lifecycle import server
 
+from indexer.discover import discover
+from indexer.loaders import DOCUMENT_SUFFIXES
+from search.services import SearchService
 from search.store import open_store
 
 SOME_FAILED = 7
@@ -90,6 +94,52 @@ def test_pillow_bomb_warning_is_a_one_line_reason(env, tmp_path):
     assert proc.returncode == 1
     assert "big.png: too many pixels: 12000×9000 = 108 MP > 100 MP limit" in proc.stdout
     assert "DecompressionBombWarning" not in proc.stderr and "warn" not in proc.stderr, proc.stderr
+
+
+def _folder_of_three(tmp_path):
+    kb = tmp_path / "kb"
+    (kb / "sub").mkdir(parents=True)
+    for name in ("a.md", "c.md", "sub/b.md"):
+        (kb / name).write_text(f"# {name}\n\nThe text of {name}.\n")
+    return kb
+
+
+def test_a_file_named_in_a_folder_and_on_its_own_counts_once(env, settings, tmp_path):
+    kb = _folder_of_three(tmp_path)
+    # The folder, one of its files, a subfolder, the folder again, and a file by a longer way round.
+    args = [kb, kb / "a.md", kb / "sub", kb, kb / "sub" / ".." / "c.md"]
+    proc = run(env, "ingest", *map(str, args), "--json")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    got = json.loads(proc.stdout)
+    assert (got["indexed"], got["unchanged"], got["failed"], got["skipped"]) == (3, 0, 0, 0), got
+
+    svc = SearchService(settings)
+    try:
+        totals = []
+        report = ingest(svc, [kb / "a.md", *args], on_start=totals.append)
+    finally:
+        svc.close()
+    assert totals == [3]  # the progress bar's total
+    assert sorted(o.path for o in report.outcomes) == [str(kb / n) for n in ("a.md", "c.md", "sub/b.md")]
+    assert report.counts["unchanged"] == 3
+
+
+def test_files_are_listed_once_in_the_order_first_named(tmp_path):
+    kb = _folder_of_three(tmp_path)
+    (kb / "x.csv").write_text("a,b\n")
+    (kb / ".hidden.md").write_text("# hidden\n")
+    named = [kb / "x.csv", kb / "c.md", kb, kb / "a.md", kb / "sub", kb / "x.csv", kb]
+    files, bad, skipped = discover(named, DOCUMENT_SUFFIXES)
+    assert files == [kb / "c.md", kb / "a.md", kb / "sub" / "b.md"]
+    # Named first, x.csv is a failure of the run (and not also a skip of the folder's listing).
+    assert [(o.path, o.reason) for o in bad] == [(str(kb / "x.csv"), "unsupported file type '.csv'")]
+    assert skipped == [(str(kb / ".hidden.md"), "hidden file")]
+
+    # Through a link to the folder, or named twice while missing: still once.
+    (tmp_path / "link").symlink_to(kb)
+    files, bad, _ = discover([tmp_path / "link", kb / "a.md", kb / "nope.md", kb / "sub" / ".." / "nope.md"], DOCUMENT_SUFFIXES)
+    assert files == [tmp_path / "link" / n for n in ("a.md", "c.md", "sub/b.md")]
+    assert [(o.path, o.reason) for o in bad] == [(str(kb / "nope.md"), "no such file or folder")]
 
 
 def test_status_while_another_process_holds_the_store(env, settings):

@@ -13,10 +13,10 @@ from indexer.loaders.base import (
     MAX_PDF_PAGES,
     MAX_TITLE_CHARS,
     BadDocument,
+    Budget,
     LoadedDocument,
     Page,
     _bounded,
-    _Budget,
 )
 from indexer.loaders.docx import MAX_DOCX_XML_BYTES, _load_docx
 from indexer.loaders.html import _load_html
@@ -25,21 +25,23 @@ from indexer.loaders.text import TEXT_SUFFIXES, _load_markdown, _load_plain, dec
 
 __all__ = [
     "DOCUMENT_SUFFIXES", "MAX_CHARS", "MAX_DOCX_XML_BYTES", "MAX_PARSE_ELEMENTS", "MAX_PARSE_SECONDS", "MAX_PDF_PAGES",
-    "MAX_TITLE_CHARS", "TEXT_SUFFIXES", "BadDocument", "LoadedDocument", "Page", "decode_text", "load_document",
+    "MAX_TITLE_CHARS", "TEXT_SUFFIXES", "BadDocument", "Budget", "LoadedDocument", "Page", "decode_text", "load_document",
     "load_text", "read_bytes",
 ]
 
 
 def load_document(suffix: str, data: bytes, *, max_chars: int = MAX_CHARS, max_seconds: float = MAX_PARSE_SECONDS,
-                  max_elements: int = MAX_PARSE_ELEMENTS, max_pages: int = MAX_PDF_PAGES) -> LoadedDocument:
+                  max_elements: int = MAX_PARSE_ELEMENTS, max_pages: int = MAX_PDF_PAGES,
+                  budget: Budget | None = None) -> LoadedDocument:
     """Title and text of a document; BadDocument (one short line) for anything that cannot be
-    indexed, "too complex: ..." for a file that would cost more than the limits to parse."""
+    indexed, "too complex: ..." for a file that would cost more than the limits to parse.
+    ``budget``: one the caller goes on spending after the load (instead of the max_* limits)."""
     loader = _LOADERS.get(suffix.lower())
     if loader is None:
         raise BadDocument(f"unsupported file type '{suffix}'")
     if not data:
         raise BadDocument("empty file")
-    budget = _Budget(max_seconds, max_elements, max_pages)
+    budget = budget or Budget(max_seconds, max_elements, max_pages)
     doc = loader(data, budget)
     n_chars = sum(len(p.text) for p in doc.pages)
     if n_chars > max_chars:

@@ -34,11 +34,13 @@ class LoadedDocument:
     encoding: str | None = None  # of text formats (.txt, .md, .html): the one it was read with
 
 
-class _Budget:
+class Budget:
     """What one file may still cost. A thread cannot be stopped from outside, so the loaders
-    call this inside their loops and give up themselves once a limit is passed."""
+    call this inside their loops and give up themselves once a limit is passed. Documents.units
+    goes on spending the same one on the file's split into chunks."""
 
-    def __init__(self, max_seconds: float, max_elements: int, max_pages: int) -> None:
+    def __init__(self, max_seconds: float = MAX_PARSE_SECONDS, max_elements: int = MAX_PARSE_ELEMENTS,
+                 max_pages: int = MAX_PDF_PAGES) -> None:
         self.max_seconds, self.max_elements, self.max_pages = max_seconds, max_elements, max_pages
         # CPU time of this thread: other files' embedding in the pool threads does not count.
         self.deadline = time.thread_time() + max_seconds

@@ -15,9 +15,9 @@ from docx.text.paragraph import Paragraph
 
 from indexer.loaders.base import (
     BadDocument,
+    Budget,
     LoadedDocument,
     Page,
-    _Budget,
     _first_h1,
     _normalise,
     _one_line,
@@ -34,7 +34,7 @@ _RUN_TAGS = frozenset({qn("w:r"), qn("w:hyperlink")})
 _P_TAG = qn("w:p")
 
 
-def _load_docx(data: bytes, budget: _Budget) -> LoadedDocument:
+def _load_docx(data: bytes, budget: Budget) -> LoadedDocument:
     if not data.startswith(b"PK"):
         raise BadDocument(f"not a DOCX (wrong extension?): starts with {_preview(data)}")
     try:
@@ -61,7 +61,7 @@ def _load_docx(data: bytes, budget: _Budget) -> LoadedDocument:
     return LoadedDocument(title or _first_h1(text), [Page(None, text)])
 
 
-def _check_unpacked(data: bytes, budget: _Budget) -> None:
+def _check_unpacked(data: bytes, budget: Budget) -> None:
     """Refuse a DOCX that would inflate too far or hold too many XML elements, before parsing
     it: a few KB of zip can hold millions of empty paragraphs. Every part counts, whatever its
     name (python-docx parses parts by content type); images add a stray '<' per 256 bytes."""
@@ -115,7 +115,7 @@ def _docx_paragraph(paragraph: Paragraph, level: int | None) -> str:
     return text
 
 
-def _docx_table(table: Table, budget: _Budget) -> str:
+def _docx_table(table: Table, budget: Budget) -> str:
     """Rows as lines of " | "-joined cells, read linearly: python-docx's row.cells repeats a
     merged cell once per grid column it spans (a gridSpan of 10^9 loops 10^9 times) and walks up
     through every row of a vertical merge for each of its cells."""

@@ -10,9 +10,9 @@ from bs4.element import PreformattedString
 
 from indexer.loaders.base import (
     BadDocument,
+    Budget,
     LoadedDocument,
     Page,
-    _Budget,
     _first_h1,
     _normalise,
     _one_line,
@@ -33,7 +33,7 @@ _BLOCK_TAGS = frozenset("""address article aside blockquote body caption dd deta
     tfoot thead ul""".split())
 
 
-def _load_html(data: bytes, budget: _Budget) -> LoadedDocument:
+def _load_html(data: bytes, budget: Budget) -> LoadedDocument:
     markup, encoding = _decode_html(data)
     # Every start tag has a '<' not followed by '/': counted at C speed before the slow part
     # (BeautifulSoup builds ~30k elements a second).
@@ -52,7 +52,7 @@ def _load_html(data: bytes, budget: _Budget) -> LoadedDocument:
 class _BudgetedSoup(BeautifulSoup):
     """BeautifulSoup with html.parser, checking the deadline as the parser hands it tags and text."""
 
-    def __init__(self, markup: str, budget: _Budget) -> None:
+    def __init__(self, markup: str, budget: Budget) -> None:
         self.budget = budget
         super().__init__(markup, "html.parser")
 
@@ -94,7 +94,7 @@ class _HtmlText:
     table rows as lines of one paragraph per list or table. Walks with a stack, not recursion,
     so deep nesting cannot overflow."""
 
-    def __init__(self, budget: _Budget) -> None:
+    def __init__(self, budget: Budget) -> None:
         self.budget = budget
         self.parts: list[tuple[int | None, str]] = []  # (list or table the line belongs to, text)
         self.inline: list[str] = []

@@ -11,9 +11,9 @@ from pypdf.errors import DependencyError
 
 from indexer.loaders.base import (
     BadDocument,
+    Budget,
     LoadedDocument,
     Page,
-    _Budget,
     _normalise,
     _one_line,
     _preview,
@@ -21,7 +21,7 @@ from indexer.loaders.base import (
 )
 
 
-def _load_pdf(data: bytes, budget: _Budget) -> LoadedDocument:
+def _load_pdf(data: bytes, budget: Budget) -> LoadedDocument:
     if b"%PDF-" not in data[:1024]:
         raise BadDocument(f"not a PDF (wrong extension?): starts with {_preview(data)}")
     with _quiet_pypdf():
@@ -45,7 +45,7 @@ def _load_pdf(data: bytes, budget: _Budget) -> LoadedDocument:
     return LoadedDocument(title, pages)
 
 
-def _open_pdf(data: bytes, budget: _Budget) -> tuple[PdfReader, int]:
+def _open_pdf(data: bytes, budget: Budget) -> tuple[PdfReader, int]:
     try:
         reader = PdfReader(io.BytesIO(data))
         # Many PDFs are encrypted only against editing, with an empty password for reading.

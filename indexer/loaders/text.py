@@ -11,12 +11,13 @@ import charset_normalizer
 from indexer.loaders.base import (
     _FENCED_CODE,
     BadDocument,
+    Budget,
     LoadedDocument,
     Page,
-    _Budget,
     _first_h1,
     _first_line,
 )
+from search.media.files import Refused, read_regular
 
 TEXT_SUFFIXES: frozenset[str] = frozenset({".txt", ".md"})
 
@@ -29,14 +30,12 @@ def load_text(path: Path, max_bytes: int = 20_000_000) -> str:
 
 
 def read_bytes(path: Path, max_bytes: int = 20_000_000) -> bytes:
-    """The file's bytes; its size is checked before anything is read."""
+    """The file's bytes: opened without blocking (a FIFO swapped in after the stat cannot hold the
+    run), a regular file only, its size checked before anything is read."""
     try:
-        size = path.stat().st_size
-        if size > max_bytes:
-            raise BadDocument(f"too large: {size / 1e6:.1f} MB > {max_bytes / 1e6:.1f} MB limit")
-        return path.read_bytes()
-    except OSError as exc:
-        raise BadDocument(f"unreadable: {exc.strerror or exc}") from exc
+        return read_regular(path, max_bytes)
+    except Refused as exc:
+        raise BadDocument(str(exc)) from None
 
 
 def decode_text(data: bytes) -> str:
@@ -104,12 +103,12 @@ def _detected(data: bytes, not_utf8: str = "") -> tuple[str, str]:
 _CONTROL_BYTES = re.compile(rb"[\x00-\x08\x0e-\x1a\x1c-\x1f]")
 
 
-def _load_plain(data: bytes, budget: _Budget) -> LoadedDocument:
+def _load_plain(data: bytes, budget: Budget) -> LoadedDocument:
     text, encoding = _decode(data)
     return LoadedDocument(_first_line(text), [Page(None, text)], encoding)
 
 
-def _load_markdown(data: bytes, budget: _Budget) -> LoadedDocument:
+def _load_markdown(data: bytes, budget: Budget) -> LoadedDocument:
     text, encoding = _decode(data)
     # A '# comment' inside a fenced code block is not a heading.
     return LoadedDocument(_first_h1(_FENCED_CODE.sub("", text)), [Page(None, text)], encoding)
