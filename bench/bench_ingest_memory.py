@@ -198,13 +198,13 @@ def engine(chunks: int, rows: int, work: Path) -> dict:
 WORKER = """
 import json, pickle, sys, time
 from pathlib import Path
-from indexer import distributed
+from indexer import ray_workers
 from indexer.distributed import Embedder, _pack, _Rec, make_plan, read_and_split
 from indexer.pipeline import Ingestor, listing
 from indexer.report import IngestReport
 from indexer.service import IngestService
 from search.config import Settings
-distributed.UNITS_PER_EMBED_SLICE, docs, write = int(sys.argv[1]), Path(sys.argv[2]), sys.argv[3] == "writes"
+ray_workers.UNITS_PER_EMBED_SLICE, docs, write = int(sys.argv[1]), Path(sys.argv[2]), sys.argv[3] == "writes"
 settings = Settings()
 svc = IngestService(settings)
 store = svc.resources.store

@@ -26,6 +26,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_minilm import machine  # noqa: E402
 
+from indexer.distributed import LOOPBACK, loopback  # noqa: E402
 from indexer.service import IngestService  # noqa: E402
 from search.config import Settings  # noqa: E402
 from search.models import MiniLM, built_triton_models  # noqa: E402
@@ -79,13 +80,16 @@ def main() -> None:
         os.environ.setdefault("RAY_memory_monitor_refresh_ms", "0")  # the cluster below inherits it
         results["runs"]["local"] = ingest(settings("local"), folder, None)
         print("local", results["runs"]["local"], flush=True)
-        cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 0, "object_store_memory": 200 * MB,
-                                                                "include_dashboard": False})
+        with loopback():  # on 127.0.0.1, not the machine's network address
+            cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 0, "object_store_memory": 200 * MB,
+                                                                    "include_dashboard": False,
+                                                                    "node_ip_address": LOOPBACK})
         try:
             for workers in (1, 2):
-                cluster.add_node(num_cpus=1, object_store_memory=200 * MB)
-                cluster.wait_for_nodes()
-                ray.init(address=cluster.address, log_to_driver=False)
+                with loopback():
+                    cluster.add_node(num_cpus=1, object_store_memory=200 * MB, node_ip_address=LOOPBACK)
+                    cluster.wait_for_nodes()
+                    ray.init(address=cluster.address, log_to_driver=False)
                 try:
                     row = ingest(settings(f"ray{workers}"), folder, cluster.address)
                 finally:

@@ -1,4 +1,4 @@
-"""A long file's points are written while it is embedded (indexer/pipeline.py ``_stream``), marked
+"""A long file's points are written while it is embedded (indexer/writer.py ``Writer.stream``), marked
 partial until its unit 0 completes it; the points of a file that never completes do not stay."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import pytest
 from qdrant_client import models
 from stored_points import run, stored
 
-from indexer import pipeline
+from indexer import ledger, writer
 from indexer.kinds import Documents
 from search.errors import ModelNotReady
 from search.store import DOCUMENTS, PARTIAL, open_store, point_id
@@ -33,7 +33,7 @@ def payloads(settings) -> list[dict]:
 
 @pytest.fixture
 def streaming(monkeypatch):
-    monkeypatch.setattr(pipeline, "WRITE_VALUES", LIMIT)
+    monkeypatch.setattr(writer, "WRITE_VALUES", LIMIT)
     writes = []
     upsert = EdgeStore.upsert
 
@@ -107,11 +107,11 @@ def test_points_of_files_that_never_completed_are_swept_by_the_next_run(settings
         try:
             store.upsert(DOCUMENTS.name, [
                 point("unfinished", 1, now - 10), point("unfinished", 2, now - 5),
-                point("stale", 1, now - 2 * pipeline.STALE_PARTIAL_S),
+                point("stale", 1, now - 2 * ledger.STALE_PARTIAL_S),
                 # complete: its unit 0 lists a copy met after its parts were written
                 point("finished", 1, now - 10), point("finished", 2, now - 10),
                 point("finished", 0, 0.0, ("/gone/finished.md", "/gone/copy.md")),
-                point("finished long ago", 1, now - 2 * pipeline.STALE_PARTIAL_S),
+                point("finished long ago", 1, now - 2 * ledger.STALE_PARTIAL_S),
                 point("finished long ago", 0, 0.0, ("/gone/finished long ago.md", "/gone/copy.md"))])
         finally:
             store.close()

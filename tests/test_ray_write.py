@@ -26,7 +26,7 @@ from qdrant_client import models
 from stored_points import assert_same_points, mixed_folder, photo, points_of, run, stored
 from test_long_files import long_doc
 
-from indexer import distributed
+from indexer import distributed, ray_workers, writer
 from indexer.distributed import Embedder, _pack, _Rec, make_plan, read_and_split, write_new
 from indexer.kinds import Documents
 from indexer.pipeline import Ingestor, bounded_runs, listing
@@ -88,7 +88,7 @@ def test_write_new_writes_what_a_local_ingest_writes(settings, docs, monkeypatch
                                    on_start=None, on_file=None)
         batch = _pack([_Rec(path, name) for name, paths in by_kind.items() for path in paths])
         # Small slices: the batch's files come back in several objects, in order, as one call's would.
-        monkeypatch.setattr(distributed, "UNITS_PER_EMBED_SLICE", 4)
+        monkeypatch.setattr(ray_workers, "UNITS_PER_EMBED_SLICE", 4)
         parts = list(Embedder(plan)(read_and_split(batch, plan)))
         embedded = [raw for part in parts for raw in part["rec"]]
         assert len(parts) > 2 and [pickle.loads(r).path for r in embedded] == [r.path for r in map(pickle.loads, batch["rec"])]
@@ -222,16 +222,17 @@ def test_copies_with_other_suffixes_and_times(settings, tmp_path, monkeypatch):
 
 @pytest.mark.parametrize("write", [True, False], ids=["workers-write", "driver-writes"])
 def test_a_long_file_is_embedded_and_written_a_slice_at_a_time(settings, tmp_path, monkeypatch, write):
-    """A file with more units than an embed slice is embedded a slice at a time and written as each
-    slice is: by its worker when the workers write (a Qdrant server), by the driver, which gets the
-    file in parts, with the embedded store. Its other units are marked partial, its unit 0 comes
+    """A file with more units than an embed slice is embedded a slice at a time and its units written
+    once they hold the writer's budget (here: at once): by its worker when the workers write (a Qdrant
+    server), by the driver, which gets the file in parts, with the embedded store. Its other units are marked partial, its unit 0 comes
     last, and the store ends as a local ingest leaves it. A part the model rejects leaves none of
     that file; with the driver writing, neither does a run cancelled between two parts."""
     folder = tmp_path / "kb"
     long_doc(folder, parts=10)
     (folder / "short.md").write_text("# Parking\n\nPermits are issued by reception.\n")
     local = run(settings, [folder])
-    monkeypatch.setattr(distributed, "UNITS_PER_EMBED_SLICE", 4)
+    monkeypatch.setattr(ray_workers, "UNITS_PER_EMBED_SLICE", 4)
+    monkeypatch.setattr(writer, "WRITE_VALUES", 1)  # every embedded unit is past the budget
     writes, upsert = [], EdgeStore.upsert
 
     def recorded(store, collection, points):
@@ -346,15 +347,15 @@ def test_a_worker_process_keeps_only_the_last_plans_clients_and_maps(settings, m
     RECENT_PLANS plans it used, a plan used again counting as recent."""
     n = 4
     for name, value in (("RECENT_PLANS", n), ("_KINDS", {}), ("_STORED", {})):
-        monkeypatch.setattr(distributed, name, value)
+        monkeypatch.setattr(ray_workers, name, value)
     plans = [SimpleNamespace(token=f"plan-{i}", settings=settings, kinds={}, known={}, kb=None) for i in range(n + 2)]
-    first = distributed._kinds(plans[0], "127.0.0.1:1")
+    first = ray_workers._kinds(plans[0], "127.0.0.1:1")
     for i, plan in enumerate(plans[1:], 1):
-        distributed._kinds(plan, "127.0.0.1:1")
-        distributed._stored(plan)
-        distributed._kinds(plans[1], "127.0.0.1:2")  # plan 1 again (another replica): still recent
-        assert len(distributed._KINDS) == min(i + 1, n) and len(distributed._STORED) == min(i, n)
-    assert list(distributed._KINDS) == ["plan-3", "plan-4", "plan-5", "plan-1"]
-    assert set(distributed._KINDS["plan-1"]) == {"127.0.0.1:1", "127.0.0.1:2"}
-    assert list(distributed._STORED) == ["plan-2", "plan-3", "plan-4", "plan-5"]
-    assert distributed._kinds(plans[0], "127.0.0.1:1") is not first  # made again when it comes back
+        ray_workers._kinds(plan, "127.0.0.1:1")
+        ray_workers._stored(plan)
+        ray_workers._kinds(plans[1], "127.0.0.1:2")  # plan 1 again (another replica): still recent
+        assert len(ray_workers._KINDS) == min(i + 1, n) and len(ray_workers._STORED) == min(i, n)
+    assert list(ray_workers._KINDS) == ["plan-3", "plan-4", "plan-5", "plan-1"]
+    assert set(ray_workers._KINDS["plan-1"]) == {"127.0.0.1:1", "127.0.0.1:2"}
+    assert list(ray_workers._STORED) == ["plan-2", "plan-3", "plan-4", "plan-5"]
+    assert ray_workers._kinds(plans[0], "127.0.0.1:1") is not first  # made again when it comes back

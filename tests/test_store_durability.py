@@ -67,13 +67,9 @@ def test_kill_9_mid_upsert_never_leaves_half_a_batch(tmp_path):
 
 KILLER = textwrap.dedent("""
     import os, signal, sys
-    from indexer import pipeline
+    from indexer import writer
     from search.store.edge import EdgeStore
-    k, calls, upsert, init = int(os.environ["KILL_AFTER_UPSERTS"]), [0], EdgeStore.upsert, pipeline.Ingestor.__init__
-
-    def small_batches(self, *a, **kw):  # many write batches, so the kill lands mid-ingest
-        init(self, *a, **kw)
-        self.write_batch = 4
+    k, calls, upsert = int(os.environ["KILL_AFTER_UPSERTS"]), [0], EdgeStore.upsert
 
     def upsert_then_die(self, collection, points):
         upsert(self, collection, points)
@@ -81,8 +77,9 @@ KILLER = textwrap.dedent("""
         if calls[0] == k:
             os.kill(os.getpid(), signal.SIGKILL)
 
-    pipeline.Ingestor.__init__, EdgeStore.upsert = small_batches, upsert_then_die
-    pipeline.WRITE_VALUES = int(os.environ.get("WRITE_VALUES", pipeline.WRITE_VALUES))
+    EdgeStore.upsert = upsert_then_die
+    writer.WRITE_BATCH = 4  # many write batches, so the kill lands mid-ingest
+    writer.WRITE_VALUES = int(os.environ.get("WRITE_VALUES", writer.WRITE_VALUES))
     from indexer.cli import main
     sys.argv = ["indexer", "ingest", *sys.argv[1:]]
     main()

@@ -1,0 +1,195 @@
+"""The ingest engine: one kind's files through the stages (indexer/stages.py), the content rules
+(indexer/ledger.py) and the writer (indexer/writer.py), on an executor: threads here
+(indexer/local.py) or a Ray cluster (indexer/distributed.py). The engine never imports Ray.
+
+Both executors hand the engine the same things: files read and split (``begin``), units embedded
+(``arrived``: a request's worth locally, a slice of a file on Ray), and failures as the exceptions
+the model raised (ModelNotReady stops the kind: ``stopped``). Unit 0 of a file is written after its other units: it marks the file complete,
+so an interrupted ingest never leaves a file that looks indexed but is not. Points of a file that
+never completed are deleted: at once when its model rejects it or stops, and by the next run's
+``open`` after a crash.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+from indexer.confine import Confinement
+from indexer.discover import discover
+from indexer.kinds import Kind, Unit
+from indexer.ledger import Ledger
+from indexer.local import run_local
+from indexer.report import FAILED, FileOutcome, IngestReport
+from indexer.stages import Job, Read, read_file, split
+from indexer.writer import Writer
+from search.errors import ModelNotReady
+from search.store import Store
+
+
+class Ingestor(Ledger):
+    """Ingests the files of one kind into that kind's collection."""
+
+    def __init__(self, store: Store, kind: Kind, *, batch_size: int = 16, concurrency: int = 2,
+                 stop: Callable[[], bool] | None = None, confine: Confinement | None = None) -> None:
+        super().__init__(store, kind)
+        self.stop, self.confine = stop, confine
+        self.batch_size, self.concurrency = batch_size, concurrency
+        self.writer = Writer(store, kind)
+        self._opened = False
+
+    def _flush(self) -> None:
+        self.writer.flush()
+
+    def open(self) -> None:
+        super().open()
+        self._opened = True
+
+    def run(self, files: list[Path], roots: list[Path], report: IngestReport, done: Callable[[FileOutcome], None],
+            *, prune: bool = False, optimize: bool = True) -> None:
+        """Ingest ``files`` on threads. A model that fails as a whole (ModelNotReady: not loaded, or its
+        process died and could not be reloaded) stops this kind: its remaining files are reported as
+        not indexed with the reason, not each as failed, and the files already written stay."""
+        seen: set[str] = set()
+
+        def emit(outcome: FileOutcome) -> None:
+            seen.add(outcome.path)
+            done(outcome)
+
+        try:
+            self.open()
+            run_local(self, files, report, emit)
+        except ModelNotReady as exc:
+            self.stopped(files, seen, report, exc)
+            if not self._opened:
+                return  # the model failed before the collection was opened: nothing to write
+        self.finish(roots, files, report, emit, prune=prune, optimize=optimize)
+
+    def start(self, path: Path) -> Job | FileOutcome | None:
+        """Read, admit and split one file here: a job to embed, an outcome, or None (a copy of content
+        in flight, which joins it)."""
+        got = read_file(path, self.kind, self.confine, self.known)
+        if isinstance(got, FileOutcome):
+            return got
+        units = self.admit(got)
+        if units is got:
+            units = split(got, self.kind)
+        return units if not isinstance(units, list) else self.begin(got, units)
+
+    def begin(self, got: Read, units: list[Unit | None]) -> Job:
+        """New content admitted, its units to embed (placeholders for those still to come)."""
+        job = Job.of(got, list(units), self.status_of(got.path))
+        self.inflight[job.sha256] = job
+        return job
+
+    def arrived(self, job: Job, units: Sequence[int], vectors: list, error: str = "") -> list[FileOutcome]:
+        """``units`` of ``job`` were embedded (``error``: the model rejected one). The file's other units
+        are written once they hold the writer's budget; the file completes with its last unit."""
+        for i, v in zip(units, vectors, strict=True):
+            job.vectors[i] = v
+        job.error = job.error or error
+        job.remaining -= len(units)
+        if job.remaining == 0:
+            return self.complete(job)
+        if not job.error and self.writer.embedded(job, units):
+            self.writer.stream(job, self.paths_for(job))
+        return []
+
+    def complete(self, job: Job) -> list[FileOutcome]:
+        """Write a file whose units were all embedded, or fail it (and what was written of it)."""
+        if job.error:
+            self.writer.discard(job)
+            self.forget(job, rejected=True)
+            return [FileOutcome(p, FAILED, job.error, kind=self.kind.name) for p in (job.path, *(p for p, _ in job.copies))]
+        paths = self.paths_for(job)
+        self.writer.add(job, paths)
+        return self.stored(job, paths, len(job.units))
+
+    def abandon(self) -> None:
+        """Files in flight that will not complete: what was written of them goes now."""
+        for job in list(self.inflight.values()):
+            self.writer.discard(job)
+            self.forget(job)
+
+    def stopped(self, files: list[Path], seen: set[str], report: IngestReport, exc: ModelNotReady) -> None:
+        """The kind's model failed as a whole: forget what was in flight, count what is left."""
+        self.abandon()
+        left = sum(str(f) not in seen for f in files)
+        report.stopped[self.kind.name] = str(exc)
+        report.unavailable[self.kind.name] = (left, f"stopped: {exc}")
+
+    def finish(self, roots: list[Path], files: list[Path], report: IngestReport, emit: Callable[[FileOutcome], None],
+               *, prune: bool, optimize: bool = True) -> None:
+        """Write what is buffered, prune, and let the store index what was written (unless ``optimize``
+        is False: a watch does it once its folders are quiet)."""
+        self._flush()
+        if prune and not report.cancelled:
+            for outcome in self.prune(roots, {str(p) for p in files}):
+                emit(outcome)
+        if optimize:
+            self.store.optimize(self.kind.schema.name)  # edge: merge segments, build HNSW (a server does it itself)
+
+
+def ingest(store: Store, kinds: list[Kind], roots: list[Path], *, prune: bool = False,
+           unavailable: dict[str, tuple[frozenset[str], str]] | None = None,
+           batch_size: int = 16, concurrency: int = 2,
+           on_start: Callable[[int], None] | None = None,
+           on_file: Callable[[FileOutcome], None] | None = None,
+           stop: Callable[[], bool] | None = None, gone_ok: bool = False,
+           confine_to: list[Path] | Confinement | None = None, optimize: bool = True) -> IngestReport:
+    """Ingest every file under ``roots`` with the kind its suffix belongs to.
+
+    ``unavailable``: kinds whose model is not served (name -> (suffixes, why)); their files are
+    counted and reported, nothing else is held up. ``stop``: asked between files; when it says so
+    the run ends after the files in flight are written (``report.cancelled``). ``gone_ok``: a root
+    that no longer exists is not an error (with ``prune`` its indexed files are removed).
+    ``confine_to``: folders every file read must lie in, checked on each opened file (the REST
+    API's roots, or a Confinement that also excludes some); others are reported, never read.
+    ``optimize=False``: leave the store's optimize (segment merge, HNSW build) to the caller — a
+    watch runs it once its folders are quiet, because the embedded engine holds the GIL while it
+    optimizes and every search in the process waits."""
+    started = time.perf_counter()
+    report = IngestReport()
+    roots, by_kind, confine, done = listing(report, kinds, roots, unavailable=unavailable, gone_ok=gone_ok,
+                                            confine_to=confine_to, on_start=on_start, on_file=on_file)
+    for kind in kinds:
+        if report.cancelled:
+            break
+        if by_kind[kind.name] or prune:
+            Ingestor(store, kind, batch_size=batch_size, concurrency=concurrency, stop=stop, confine=confine).run(
+                by_kind[kind.name], roots, report, done, prune=prune and not report.cancelled, optimize=optimize)
+    report.seconds = time.perf_counter() - started
+    return report
+
+
+def listing(report: IngestReport, kinds: list[Kind], roots: list[Path], *,
+            unavailable: dict[str, tuple[frozenset[str], str]] | None, gone_ok: bool,
+            confine_to: list[Path] | Confinement | None,
+            on_start: Callable[[int], None] | None, on_file: Callable[[FileOutcome], None] | None):
+    """Stage 0, on the driver: the files under ``roots`` by kind (bad roots and files of kinds not
+    served go into ``report``). Returns (roots, files by kind, confinement, the outcome callback)."""
+    roots = [Path(r).expanduser().absolute() for r in roots]
+    unavailable = unavailable or {}
+    suffixes = frozenset().union(*(k.suffixes for k in kinds), *(s for s, _ in unavailable.values()))
+    confine = confine_to if confine_to is None or isinstance(confine_to, Confinement) else Confinement(confine_to)
+    files, bad, report.skipped_files = discover(roots, suffixes, confine)
+    if gone_ok:
+        bad = [b for b in bad if not (b.reason == "no such file or folder" and not os.path.lexists(b.path))]
+    by_kind = {k.name: [f for f in files if f.suffix.lower() in k.suffixes] for k in kinds}
+    for name, (sfx, why) in unavailable.items():
+        n = sum(f.suffix.lower() in sfx for f in files)
+        if n:
+            report.unavailable[name] = (n, why)
+    if on_start:
+        on_start(sum(len(v) for v in by_kind.values()) + len(bad))
+
+    def done(outcome: FileOutcome) -> None:
+        report.outcomes.append(outcome)
+        if on_file:
+            on_file(outcome)
+
+    for outcome in bad:
+        done(outcome)
+    return roots, by_kind, confine, done

@@ -1,0 +1,64 @@
+"""The local executor: one kind's files through the engine on this machine, the model's requests
+in flight on threads (``concurrency`` of them) while the next files are read and split."""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import replace
+from pathlib import Path
+
+from indexer.report import FileOutcome, IngestReport
+from indexer.stages import SORT_WINDOW, Job, last_requests, requests
+
+
+def run_local(ing, files: list[Path], report: IngestReport, done: Callable[[FileOutcome], None]) -> None:
+    """``ing``: the engine of the files' kind (indexer/engine.py ``Ingestor``), opened. Exceptions
+    the model raises (ModelNotReady, TritonUnavailable) come out of here as they were raised."""
+    kind = ing.kind
+    pending: deque[tuple[Future, list[tuple[Job, int]]]] = deque()
+    batch: list[tuple[Job, int]] = []
+    sent = 0  # requests submitted
+    with ThreadPoolExecutor(max_workers=ing.concurrency) as pool:
+
+        def submit(last: bool = False) -> None:
+            nonlocal batch, sent
+            size = last_requests(len(batch), ing.batch_size, ing.concurrency) if last else ing.batch_size
+            for members in requests(batch, lambda m: m[0].units[m[1]].item, kind, size):
+                pending.append((pool.submit(kind.embed, [job.units[i].item for job, i in members]), members))
+                sent += 1
+            batch = []
+
+        def drain(keep: int) -> None:
+            while len(pending) > keep:
+                fut, members = pending.popleft()
+                result = fut.result()
+                report.truncated_chunks += result.truncated
+                for k, (job, i) in enumerate(members):
+                    for outcome in ing.arrived(job, [i], [result.vectors[k]], result.errors.get(k, "")):
+                        done(outcome)
+
+        try:
+            for path in files:
+                if ing.stop is not None and ing.stop():
+                    report.cancelled = True
+                    break
+                job = ing.start(path)
+                if isinstance(job, FileOutcome):
+                    done(replace(job, kind=kind.name))
+                if not isinstance(job, Job):
+                    continue
+                for i in range(len(job.units)):
+                    batch.append((job, i))
+                    # A full sort window; at the run's start, each full request as it fills, so the model
+                    # works while the first window is read
+                    if len(batch) >= ing.batch_size * SORT_WINDOW or (len(batch) >= ing.batch_size and sent < ing.concurrency):
+                        submit()
+                        drain(keep=ing.concurrency)
+            submit(last=True)
+            drain(keep=0)
+        except BaseException:
+            for fut, _ in pending:  # queued requests would only meet the same dead model
+                fut.cancel()
+            raise
