@@ -295,11 +295,11 @@ def query_latency(repo: Path, url: str, repeats: int, concurrent: int = 8) -> di
 
 def coalesced_or_not(svc, queries: list[str], clients: int, rounds: int) -> dict:
     """Hybrid searches from ``clients`` threads at once: as served (the queries that wait on the one in
-    flight share a bge_m3 request, Resources.bge_m3_queries) against one bge_m3 request per query,
+    flight share a bge_m3 request, Resources.batchers["bge_m3"]) against one bge_m3 request per query,
     taking turns; queries/s and p50/p99 of each round, medians."""
     from concurrent.futures import ThreadPoolExecutor
 
-    coalesced = svc.resources.bge_m3_queries
+    coalesced = svc.resources.batchers["bge_m3"]
     ways = {"coalesced": coalesced,
             "one request per query": lambda q: bge_m3.encode(svc.triton, [q[0]], colbert=q[1])[0]}
     runs: dict[str, list[dict]] = {way: [] for way in ways}
@@ -313,7 +313,7 @@ def coalesced_or_not(svc, queries: list[str], clients: int, rounds: int) -> dict
     try:
         for r in range(rounds):
             for way, encode in ways.items():
-                svc.resources.__dict__["bge_m3_queries"] = encode
+                svc.resources.batchers["bge_m3"] = encode
                 start = time.perf_counter()
                 with ThreadPoolExecutor(clients) as pool:
                     lat = list(pool.map(one, queries * 2))
@@ -322,7 +322,7 @@ def coalesced_or_not(svc, queries: list[str], clients: int, rounds: int) -> dict
                 runs[way].append({"qps": round(len(lat) / wall, 2), "p50_ms": round(p50, 1), "p99_ms": round(p99, 1)})
                 print(f"  hybrid, {clients} clients, round {r + 1}, {way}: {runs[way][-1]}", flush=True)
     finally:
-        svc.resources.__dict__["bge_m3_queries"] = coalesced
+        svc.resources.batchers["bge_m3"] = coalesced
     med = {way: {k: float(np.median([x[k] for x in rows])) for k in ("qps", "p50_ms", "p99_ms")} | {"rounds": rows}
            for way, rows in runs.items()}
     return {"clients": clients, **med, "mean_batch": round((coalesced.items - items) / max(1, coalesced.requests - requests), 2)}

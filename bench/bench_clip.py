@@ -245,17 +245,17 @@ def percentiles(fn, clients: int, per_client: int) -> dict:
 def coalesced_or_not(svc: SearchService, clients: int, per_client: int, rounds: int = 3) -> dict:
     """Concurrent queries as served (those that wait on one in flight share a clip_text request)
     against one clip_text request per query (before), taking turns: the medians of the rounds."""
-    coalesced = svc.resources.clip_queries
+    coalesced = svc.resources.batchers["clip_text"]
     ways = {"coalesced": coalesced, "one request per query": lambda text: clip.embed_queries(svc.triton, [text])[0]}
     runs: dict[str, list[dict]] = {way: [] for way in ways}
     requests, items = coalesced.requests, coalesced.items
     try:
         for _ in range(rounds):
             for way, encode in ways.items():
-                svc.resources.__dict__["clip_queries"] = encode
+                svc.resources.batchers["clip_text"] = encode
                 runs[way].append(percentiles(lambda i: svc.search_images(QUERIES[i % len(QUERIES)], top_k=12), clients, per_client))
     finally:
-        svc.resources.__dict__["clip_queries"] = coalesced
+        svc.resources.batchers["clip_text"] = coalesced
 
     def summary(rows: list[dict]) -> dict:
         return {"p50_ms": statistics.median(r["p50_ms"] for r in rows), "p99_ms": statistics.median(r["p99_ms"] for r in rows),

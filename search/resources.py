@@ -4,17 +4,17 @@ because the embedded store admits one opener."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from functools import cached_property
 
 from search.blas import one_blas_thread
 from search.config import Settings
 from search.datadir import private
 from search.flight import SingleFlight
-from search.models import bge_m3, clip, minilm
-from search.models.base import TextVector
+from search.models import FAMILIES, Family
 from search.store import Store, open_store
 from search.triton.client import START_HINT, TritonClient
-from search.triton.coalesce import Coalescer, LoopCoalescer
+from search.triton.coalesce import Coalescer
 from search.triton.local import LocalTriton
 
 
@@ -33,55 +33,25 @@ class Resources:
         return TritonClient(self.triton_url(), self.settings.triton_timeout_s, hint=self.triton_hint)
 
     @cached_property
-    def clip_queries(self) -> Coalescer[str, TextVector]:
-        """A text query's CLIP vector: the queries of this process's concurrent searches (and one-text
-        embeddings requests) go to ``clip_text`` as one request (one text-tower execution, padded to
-        the longest of them)."""
-        return Coalescer(self._clip_query_vectors, clip.TEXT_BATCH)
+    def batchers(self) -> dict[str, Coalescer]:
+        """Served query model -> the batcher that the queries of this process's concurrent searches (and
+        one-text embeddings requests) share: those that wait on the requests in flight go out together,
+        one model execution padded to the longest of them (Triton batches only requests of one shape).
+        ``minilm_query`` (documents), ``bge_m3`` (its queries ask for ColBERT vectors when any of them
+        needs them: hybrid mode), ``clip_text`` (photos). Threads call it, event loops ``acall`` it."""
+        return {f.query_model: Coalescer(self._query_sender(f), f.query_batch, f.query_in_flight)
+                for f in FAMILIES if f.query_model}
 
-    @cached_property
-    def clip_aqueries(self) -> LoopCoalescer[str, TextVector]:
-        """``clip_queries`` for the texts an event loop awaits (the REST API's `/v1/embeddings`), sent
-        from threads of their own so that Triton is not kept waiting by the loop's other work."""
-        return LoopCoalescer(self._clip_query_vectors, clip.TEXT_BATCH)
-
-    @cached_property
-    def minilm_queries(self) -> Coalescer[str, TextVector]:
-        """A document query's MiniLM vector: concurrent queries (and one-text embeddings requests) go to
-        the query deployment together, one request per instance at most (each padded to its longest text)."""
-        return Coalescer(self._minilm_query_vectors, minilm.BATCH, minilm.QUERY_INSTANCES)
-
-    @cached_property
-    def minilm_aqueries(self) -> LoopCoalescer[str, TextVector]:
-        """``minilm_queries`` for the texts an event loop awaits (the REST API's)."""
-        return LoopCoalescer(self._minilm_query_vectors, minilm.BATCH, minilm.QUERY_INSTANCES)
-
-    @cached_property
-    def bge_m3_queries(self) -> Coalescer[tuple[str, bool], bge_m3.M3Output]:
-        """A document query's BGE-M3 outputs, given (text, with ColBERT vectors): concurrent queries (and
-        one-text embeddings requests) go to ``bge_m3`` as one request (its one instance), padded to the
-        longest of them."""
-        return Coalescer(self._bge_m3_query_outputs, bge_m3.BATCH)
-
-    @cached_property
-    def bge_m3_aqueries(self) -> LoopCoalescer[tuple[str, bool], bge_m3.M3Output]:
-        """``bge_m3_queries`` for the texts an event loop awaits (the REST API's)."""
-        return LoopCoalescer(self._bge_m3_query_outputs, bge_m3.BATCH)
+    def _query_sender(self, fam: Family) -> Callable[[list], list]:
+        """``fam``'s send, bound here (a lambda in the comprehension would see the last family), asking
+        for ``triton`` at each send as the properties it replaces did."""
+        return lambda queries: fam.encode_queries(self.triton, queries)
 
     @cached_property
     def verify_runs(self) -> SingleFlight[dict]:
         """The model verifications of this process: one at a time, and callers asking for the same
         check while it runs share its report (each costs seconds of CPU on every served model)."""
         return SingleFlight()
-
-    def _clip_query_vectors(self, texts: list[str]) -> list[TextVector]:
-        return clip.embed_queries(self.triton, texts)
-
-    def _minilm_query_vectors(self, texts: list[str]) -> list[TextVector]:
-        return minilm.embed_queries(self.triton, texts)
-
-    def _bge_m3_query_outputs(self, queries: list[tuple[str, bool]]) -> list[bge_m3.M3Output]:
-        return bge_m3.encode_queries(self.triton, queries)
 
     def triton_url(self) -> str:
         """An explicit URL, else the local server that `search triton up` recorded, else the defaults."""

@@ -15,7 +15,7 @@ import tiny_bge_m3
 
 from search.models.bge_m3 import BGEM3, colbert_score, encode, encode_queries, sparse_score
 from search.models.export.bge_m3 import HEADS
-from search.triton.client import TritonClient, text_tensor
+from search.triton.client import text_tensor
 
 TEXTS = [
     "How do I reset my password?",
@@ -70,11 +70,7 @@ def reference(weights):
     return run
 
 
-@pytest.fixture
-def client(triton) -> TritonClient:
-    c = TritonClient(f"127.0.0.1:{triton.grpc_port}")
-    c.ensure_ready("bge_m3")
-    return c
+pytestmark = pytest.mark.served("bge_m3")  # the shared `client` (conftest.py) checks it is loaded
 
 
 def assert_same(out, ref) -> None:
@@ -145,7 +141,7 @@ def test_colbert_can_be_skipped(client):
 
 
 def test_queries_sent_together_equal_the_reference(client, reference):
-    """Document search's queries in one request (Resources.bge_m3_queries): hybrid ones want ColBERT
+    """Document search's queries in one request (Resources.batchers["bge_m3"]): hybrid ones want ColBERT
     vectors, dense and sparse ones do not; each gets the reference's outputs, and ColBERT only if asked."""
     texts = [t for t in TEXTS if t]  # an empty query is refused before it is encoded
     asked = [i % 2 == 0 for i in range(len(texts))]

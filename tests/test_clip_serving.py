@@ -122,11 +122,6 @@ def cfg(model_repo) -> dict:
     return json.loads((model_repo / "clip_image_preprocess/1/preprocess.json").read_text())
 
 
-@pytest.fixture
-def client(triton) -> TritonClient:
-    return TritonClient(f"127.0.0.1:{triton.grpc_port}")
-
-
 def cosines(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     return (a * b).sum(1) / np.linalg.norm(a, axis=1) / np.linalg.norm(b, axis=1)
 
@@ -276,7 +271,7 @@ def test_served_text_vectors_equal_transformers(client, reference):
 
 
 def test_concurrent_text_queries_share_one_request_and_equal_transformers(settings, reference, monkeypatch):
-    """Photo search's text queries (Resources.clip_queries): the queries that wait on one in flight
+    """Photo search's text queries (Resources.batchers["clip_text"]): the queries that wait on one in flight
     go to clip_text as one request, padded to the longest of them (77-token and truncated texts
     included), and each still gets the reference's vector."""
     from search.resources import Resources
@@ -292,7 +287,7 @@ def test_concurrent_text_queries_share_one_request_and_equal_transformers(settin
         return served(client, batch)
 
     monkeypatch.setattr(clip, "embed_queries", held_first)
-    queries = Resources(settings).clip_queries
+    queries = Resources(settings).batchers["clip_text"]
     with ThreadPoolExecutor(len(txts)) as pool:
         first = pool.submit(queries, txts[0])
         assert entered.wait(30)

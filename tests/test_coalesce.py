@@ -1,4 +1,5 @@
-"""The coalescer behind concurrent text queries: one request for the calls that waited on each other."""
+"""The batcher behind concurrent text queries: one request for the calls that waited on each other,
+from threads and from event loops alike."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from search.triton.coalesce import Coalescer, LoopCoalescer
+from search.triton.coalesce import Coalescer
 
 
 class Gated:
@@ -101,8 +102,10 @@ def test_with_two_in_flight_two_calls_go_at_once_and_the_rest_wait_for_either():
 
     c = Coalescer(send, max_batch=8, in_flight=2)
     with ThreadPoolExecutor(5) as pool:
-        firsts = [pool.submit(c, x) for x in "ab"]
-        assert entered.acquire(timeout=10) and entered.acquire(timeout=10)
+        firsts = []
+        for x in "ab":  # one at a time: two calls queued together before a sender wakes would share a request
+            firsts.append(pool.submit(c, x))
+            assert entered.acquire(timeout=10)
         rest = [pool.submit(c, x) for x in "cde"]
         wait_for(lambda: c.waiting == 3)
         gate.set()
@@ -111,7 +114,7 @@ def test_with_two_in_flight_two_calls_go_at_once_and_the_rest_wait_for_either():
     assert c.waiting == 0 and c("f") == "F" and batches[-1] == ["f"]
 
 
-# -- the event loop's coalescer (the REST API's document queries), sending from its own threads
+# -- callers in an event loop (the REST API's queries): the same queue, awaited
 async def until(cond, timeout=10.0) -> None:
     end = time.monotonic() + timeout
     while not cond():
@@ -122,15 +125,15 @@ async def until(cond, timeout=10.0) -> None:
 def test_loop_calls_that_wait_on_one_in_flight_go_out_as_one_request():
     async def main():
         send = Gated()
-        c = LoopCoalescer(send, max_batch=8)
-        first = asyncio.create_task(c("b"))
+        c = Coalescer(send, max_batch=8)
+        first = asyncio.create_task(c.acall("b"))
         await until(send.entered.is_set)  # the first call went out alone, at once
-        rest = [asyncio.create_task(c(x)) for x in "cdef"]
+        rest = [asyncio.create_task(c.acall(x)) for x in "cdef"]
         await until(lambda: c.waiting == 4)
         send.gate.set()
         assert await asyncio.gather(first, *rest) == list("BCDEF")
         assert send.batches == [["b"], ["c", "d", "e", "f"]] and (c.requests, c.items) == (2, 5)
-        assert await c("a") == "A" and send.batches[-1] == ["a"]  # a lone call goes alone
+        assert await c.acall("a") == "A" and send.batches[-1] == ["a"]  # a lone call goes alone
 
     asyncio.run(main())
 
@@ -147,12 +150,12 @@ def test_loop_requests_in_flight_errors_and_cancelled_callers():
                 raise RuntimeError("server down at c")
             return [i.upper() for i in items]
 
-        c = LoopCoalescer(send, max_batch=3, in_flight=2)
+        c = Coalescer(send, max_batch=3, in_flight=2)
         calls = {}
         for x in "ab":  # two requests out, one per sender thread, each call alone
-            calls[x] = asyncio.create_task(c(x))
+            calls[x] = asyncio.create_task(c.acall(x))
             await until(lambda: len(entered) == len(calls))
-        calls |= {x: asyncio.create_task(c(x)) for x in "cdef"}
+        calls |= {x: asyncio.create_task(c.acall(x)) for x in "cdef"}
         await until(lambda: c.waiting == 4)
         calls["d"].cancel()  # a caller that gives up
         await asyncio.sleep(0)
@@ -164,20 +167,20 @@ def test_loop_requests_in_flight_errors_and_cancelled_callers():
         with pytest.raises(asyncio.CancelledError):
             await calls["d"]
         assert entered == [["a"], ["b"], ["c", "e", "f"]]  # the cancelled call was not sent
-        assert await c("g") == "G"
+        assert await c.acall("g") == "G"
         return c
 
     c = asyncio.run(main())
-    assert asyncio.run(c("h")) == "H"  # another event loop gets its own results
+    assert asyncio.run(c.acall("h")) == "H"  # another event loop gets its own results
 
 
 def test_loop_callers_of_two_loops_share_a_request_and_idle_senders_end():
     send = Gated()
-    c = LoopCoalescer(send, max_batch=8, idle_s=0.05)
+    c = Coalescer(send, max_batch=8, idle_s=0.05)
     results: dict[str, str] = {}
 
     def in_a_loop(item: str) -> None:
-        results[item] = asyncio.run(c(item))
+        results[item] = asyncio.run(c.acall(item))
 
     first = threading.Thread(target=in_a_loop, args=("a",))
     first.start()
@@ -191,7 +194,7 @@ def test_loop_callers_of_two_loops_share_a_request_and_idle_senders_end():
         t.join(10)
     assert results == {"a": "A", "b": "B", "c": "C"} and [sorted(b) for b in send.batches] == [["a"], ["b", "c"]]
     wait_for(lambda: c.senders == 0)  # idle: the sender ended
-    assert asyncio.run(c("d")) == "D" and c.senders == 1  # the next call starts one again
+    assert asyncio.run(c.acall("d")) == "D" and c.senders == 1  # the next call starts one again
 
 
 def test_a_sender_survives_whatever_its_send_raises():
@@ -200,12 +203,12 @@ def test_a_sender_survives_whatever_its_send_raises():
             raise SystemExit("the send gave up")
         return [i.upper() for i in items]
 
-    c = LoopCoalescer(send, max_batch=4)
+    c = Coalescer(send, max_batch=4)
 
     async def main():
         with pytest.raises(SystemExit):
-            await c("stop")
-        return await c("next")
+            await c.acall("stop")
+        return await c.acall("next")
 
     assert asyncio.run(main()) == "NEXT" and c.senders == 1
 
@@ -213,14 +216,14 @@ def test_a_sender_survives_whatever_its_send_raises():
 def test_under_load_a_sender_lets_the_loop_hand_over_what_just_came_in():
     async def main():
         send = Gated()
-        c = LoopCoalescer(send, max_batch=8, in_flight=2, handover_s=10)
-        first = asyncio.create_task(c("a"))
+        c = Coalescer(send, max_batch=8, in_flight=2, handover_s=10)
+        first = asyncio.create_task(c.acall("a"))
         await until(send.entered.is_set)  # one request out: the next sender is under load
 
         async def request_b():
-            result = asyncio.ensure_future(c("b"))
+            result = asyncio.ensure_future(c.acall("b"))
             await asyncio.sleep(0)  # "b" waits, and the second sender starts
-            asyncio.create_task(c("c"))  # the next request: it reaches the coalescer in the loop's next round,
+            asyncio.create_task(c.acall("c"))  # the next request: it reaches the coalescer in the loop's next round,
             time.sleep(0.3)  # while the loop is still busy with this one and the sender has found "b" alone
             return await result
 
@@ -241,11 +244,48 @@ def test_a_sender_with_no_other_request_out_does_not_wait_for_the_loop():
             sent_while_busy.set()
             return [i.upper() for i in items]
 
-        c = LoopCoalescer(send, max_batch=8, in_flight=2, handover_s=10)
-        call = asyncio.ensure_future(c("a"))
+        c = Coalescer(send, max_batch=8, in_flight=2, handover_s=10)
+        call = asyncio.ensure_future(c.acall("a"))
         await asyncio.sleep(0)  # "a" waits: a sender starts
         time.sleep(0.3)  # the loop is busy, and nothing else is out: the sender goes at once
         assert sent_while_busy.is_set()
         assert await call == "A"
 
     asyncio.run(main())
+
+
+def test_threads_and_a_loop_wait_in_one_queue_and_share_a_request():
+    send = Gated()
+    c = Coalescer(send, max_batch=8)
+    with ThreadPoolExecutor(3) as pool:
+        first = pool.submit(c, "a")
+        assert send.entered.wait(10)
+        threaded = [pool.submit(c, x) for x in "bc"]
+        wait_for(lambda: c.waiting == 2)
+
+        async def awaited():
+            calls = [asyncio.create_task(c.acall(x)) for x in "de"]
+            await until(lambda: c.waiting == 4)
+            send.gate.set()
+            return await asyncio.gather(*calls)
+
+        assert asyncio.run(awaited()) == ["D", "E"]
+        assert [f.result(10) for f in [first, *threaded]] == ["A", "B", "C"]
+    assert send.batches[0] == ["a"] and sorted(send.batches[1]) == list("bcde") and len(send.batches) == 2
+    assert (c.requests, c.items, c.waiting) == (2, 5, 0)
+
+
+def test_a_failed_request_fails_thread_and_loop_callers_alike():
+    def send(items):
+        raise RuntimeError("server down")
+
+    c = Coalescer(send, max_batch=8)
+    with pytest.raises(RuntimeError, match="server down"):
+        c("a")
+
+    async def awaited():
+        return await c.acall("b")
+
+    with pytest.raises(RuntimeError, match="server down"):
+        asyncio.run(awaited())
+    assert c.senders == 1  # the sender lived on

@@ -9,7 +9,6 @@ damage; the session's stays untouched."""
 
 from __future__ import annotations
 
-import asyncio
 import os
 import signal
 import subprocess
@@ -160,7 +159,7 @@ def test_an_answer_without_a_row_per_input_is_refused_and_the_model_reloaded(tmp
                                            "(Y has 4 rows for 3 inputs")
         assert "again right after a reload" in str(again.value)
         with pytest.raises(ModelUnhealthy, match="Y has 2 rows for 1 inputs"):
-            asyncio.run(client.ainfer("wrong", {"X": x[:1]}, ["Y"]))
+            client.infer("wrong", {"X": x[:1]}, ["Y"])
         assert not client.probe("wrong").healthy and client.probe("late").healthy
 
 
@@ -202,7 +201,7 @@ def test_an_answer_to_a_request_out_while_a_step_was_reloaded_is_asked_for_again
             np.testing.assert_array_equal(client.infer("late", {"X": x}, ["Y"])["Y"], x)
             np.testing.assert_array_equal(slow.result(timeout=60)["Y"], x)
         assert runs("slow", 2) == 2  # its first answer came while "late" was being reloaded
-        np.testing.assert_array_equal(asyncio.run(client.ainfer("slow", {"X": x}, ["Y"]))["Y"], x)
+        np.testing.assert_array_equal(client.infer("slow", {"X": x}, ["Y"])["Y"], x)
         assert runs("slow", 3) == 3  # once all is settled, an answer is taken as it comes
 
 

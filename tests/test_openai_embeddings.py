@@ -183,8 +183,10 @@ def test_concurrent_one_text_requests_share_requests_and_equal_a_batch(settings,
     texts = [*TEXTS, "a", "word " * 300, "Wie setze ich mein Passwort zurück?", "🔥", "two dogs on a beach at night"]
     svc = SearchService(settings)
     batch = svc.embed(model, texts)  # several texts: one request of their own, not coalesced
+    queries = svc.resources.batchers[{"minilm": "minilm_query", "bge-m3": "bge_m3", "clip-text": "clip_text"}[model]]
     with ThreadPoolExecutor(len(texts)) as pool:
         threaded = list(pool.map(lambda t: svc.embed(model, t), texts))
+    from_threads = (queries.requests, queries.items)
 
     async def together():
         try:
@@ -193,13 +195,11 @@ def test_concurrent_one_text_requests_share_requests_and_equal_a_batch(settings,
             await svc.triton.aclose()
 
     awaited = asyncio.run(together())
-    family = {"minilm": "minilm", "bge-m3": "bge_m3", "clip-text": "clip"}[model]
-    threads, loop = getattr(svc.resources, f"{family}_queries"), getattr(svc.resources, f"{family}_aqueries")
     for way, got in (("threads", threaded), ("event loop", awaited)):
         vectors = np.concatenate([g.vectors for g in got])
         assert vectors.shape == batch.vectors.shape, way
         c = cos(vectors, batch.vectors)
         assert c.min() >= 0.9999, f"{way}: cosine {c.min():.6f} for {texts[int(c.argmin())]!r}"
         assert [g.tokens[0] for g in got] == batch.tokens, way
-    assert threads.items == loop.items == len(texts)
-    assert threads.requests < len(texts) and loop.requests < len(texts)  # some went to Triton together
+    assert from_threads[1] == len(texts) and queries.items == 2 * len(texts)  # one batcher for threads and loops
+    assert from_threads[0] < len(texts) and queries.requests - from_threads[0] < len(texts)  # some went to Triton together

@@ -52,13 +52,6 @@ def _dms(x: float) -> tuple[float, float, float]:
 
 
 @pytest.fixture
-def service(settings):
-    svc = SearchService(settings)
-    yield svc
-    svc.close()
-
-
-@pytest.fixture
 def album(tmp_path) -> Path:
     root = tmp_path / "photos"
     photo(root / "beach.jpg", 1, taken="2021:07:14 09:30:00", make="Canon", model="Canon EOS 5D", gps=(50.8225, -0.1372))
@@ -107,7 +100,7 @@ def test_concurrent_text_searches_find_what_each_finds_alone(service, album):
         for q in queries:
             assert [h.path for h in together[q]] == [h.path for h in alone[q]], q
             assert [h.score for h in together[q]] == pytest.approx([h.score for h in alone[q]], abs=1e-5), q
-    coalesced = service.resources.clip_queries
+    coalesced = service.resources.batchers["clip_text"]
     assert coalesced.items == len(queries) * 4 and coalesced.waiting == 0
 
 

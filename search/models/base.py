@@ -164,9 +164,25 @@ class Family:
         export = importlib.import_module(self.export_module)  # here, not at import: it needs torch & co.
         return export.build(self, repo, source, precision, allow_unmeasured)
 
+    # Search queries: the served model they go to, where concurrent queries of a process share requests
+    # (one batcher each, Resources.batchers); None: the family serves no queries.
+    query_model: str | None = None
+    query_batch: int = 0  # queries per request at most: the query model's max_batch_size
+    query_in_flight: int = 1  # requests out at once: the query model's instances that run side by side
+
     def encode(self, client, items: list, **options) -> Encoded:
         """The family's vectors for ``items`` from its served ensembles."""
         raise NotImplementedError(f"{self.family} serves no vectors")
+
+    def encode_queries(self, client, queries: list) -> list:
+        """Search queries sent together to ``query_model`` as one request (at most ``query_batch``):
+        one answer per query. What a batcher sends."""
+        raise NotImplementedError(f"{self.family} serves no queries")
+
+    def text_vectors(self, client, texts: list[str]) -> list[TextVector]:
+        """Each text's unit vector and token count, as an embeddings request asks for them (any number
+        of texts: requests of the model's batch size)."""
+        raise NotImplementedError(f"{self.family} serves no text vectors")
 
 
 def image_tensor(images: list[bytes]) -> np.ndarray:

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import numpy as np
 
-from search.models.base import Encoded, Family, Vector
+from search.models.base import Encoded, Family, TextVector, Vector
 from search.triton.client import TritonClient, text_tensor
 
 DIM = 1024  # BGE-M3's hidden size: the dims the committed configs declare
@@ -59,6 +59,15 @@ class BGEM3(Family):
                    for o in outs]
         return Encoded(vectors, np.array([o.truncated for o in outs], bool))
 
+    query_model, query_batch = "bge_m3", BATCH
+
+    def encode_queries(self, client: TritonClient, queries: list[tuple[str, bool]]) -> list[M3Output]:
+        """Each query is (text, whether its search needs ColBERT vectors)."""
+        return encode_queries(client, queries)
+
+    def text_vectors(self, client: TritonClient, texts: list[str]) -> list[TextVector]:
+        return [TextVector(o.dense, o.n_tokens) for o in encode(client, texts, colbert=False)]
+
 
 # -- client helpers
 def encode(client: TritonClient, texts: list[str], *, colbert: bool = True, max_length: int | None = None) -> list[M3Output]:
@@ -69,11 +78,6 @@ def encode(client: TritonClient, texts: list[str], *, colbert: bool = True, max_
         chunk = texts[start:start + BATCH]
         outs += _decode(client.infer("bge_m3", _inputs(chunk, colbert, max_length), OUTPUTS), len(chunk), colbert)
     return outs
-
-
-async def aencode(client: TritonClient, texts: list[str], *, colbert: bool = True) -> list[M3Output]:
-    """``encode`` for an event loop (Triton's asyncio client): up to BATCH texts, e.g. a query."""
-    return _decode(await client.ainfer("bge_m3", _inputs(texts, colbert, None), OUTPUTS), len(texts), colbert)
 
 
 def encode_queries(client: TritonClient, queries: list[tuple[str, bool]]) -> list[M3Output]:

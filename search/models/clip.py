@@ -44,6 +44,14 @@ class CLIP(Family):
             raise TypeError("clip: encode texts (str) or images (bytes), not both in one call")
         return Encoded([{"clip": v} for v in vectors], truncated)
 
+    query_model, query_batch = "clip_text", TEXT_BATCH
+
+    def encode_queries(self, client: TritonClient, queries: list[str]) -> list[TextVector]:
+        return embed_queries(client, queries)
+
+    def text_vectors(self, client: TritonClient, texts: list[str]) -> list[TextVector]:
+        return [v for s in range(0, len(texts), TEXT_BATCH) for v in embed_queries(client, texts[s:s + TEXT_BATCH])]
+
 
 def embed_images(client: TritonClient, images: list[bytes]) -> np.ndarray:
     """Unit vectors [n, D] for encoded images (JPEG, PNG, GIF, WebP, ...) from ``clip_image``.

@@ -15,6 +15,7 @@ DIM = 384
 MAX_TOKENS = 256
 BATCH = 64  # max_batch_size of the minilm models
 OUTPUTS = ["EMBEDDING", "TRUNCATED"]
+QUERY_OUTPUTS = ["EMBEDDING", "NUM_TOKENS"]  # a query's (or an embeddings request's) vector and token count
 QUERY_ENSEMBLE = "minilm_query"  # search queries, on single-threaded instances
 QUERY_INSTANCES = 2  # minilm_query_onnx's instances in the CPU config: requests that run side by side
 
@@ -43,9 +44,17 @@ class MiniLM(Family):
     def tokenizer_path(self, repo: Path) -> Path:
         return repo / "minilm_tokenize/1/tokenizer.json"
 
+    query_model, query_batch, query_in_flight = QUERY_ENSEMBLE, BATCH, QUERY_INSTANCES
+
     def encode(self, client: TritonClient, items: list[str]) -> Encoded:
         vectors, truncated = embed(client, items)
         return Encoded([{"minilm": v} for v in vectors], truncated)
+
+    def encode_queries(self, client: TritonClient, queries: list[str]) -> list[TextVector]:
+        return embed_queries(client, queries)
+
+    def text_vectors(self, client: TritonClient, texts: list[str]) -> list[TextVector]:
+        return [v for s in range(0, len(texts), BATCH) for v in text_vectors(infer_texts(client, texts[s:s + BATCH], QUERY_OUTPUTS))]
 
 
 def package_weights() -> Path:
@@ -75,18 +84,6 @@ def infer_texts(client: TritonClient, texts: list[str], outputs: list[str], *, q
         if model != QUERY_ENSEMBLE:
             raise
         return client.infer(_fall_back(client), tensor, outputs)
-
-
-async def ainfer_texts(client: TritonClient, texts: list[str], outputs: list[str], *,
-                       queries: bool = False) -> dict[str, np.ndarray]:
-    """``infer_texts`` for an event loop (Triton's asyncio client)."""
-    model, tensor = _request(client, texts, queries)
-    try:
-        return await client.ainfer(model, tensor, outputs)
-    except ModelNotReady:
-        if model != QUERY_ENSEMBLE:
-            raise
-        return await client.ainfer(_fall_back(client), tensor, outputs)
 
 
 def _request(client: TritonClient, texts: list[str], queries: bool) -> tuple[str, dict[str, np.ndarray]]:
@@ -120,4 +117,4 @@ def embed(client: TritonClient, texts: list[str]) -> tuple[np.ndarray, np.ndarra
 def embed_queries(client: TritonClient, texts: list[str]) -> list[TextVector]:
     """Search queries (or one-text embeddings requests) sent together to the query deployment (at
     most BATCH): each text's vector and token count."""
-    return text_vectors(infer_texts(client, texts, ["EMBEDDING", "NUM_TOKENS"], queries=True))
+    return text_vectors(infer_texts(client, texts, QUERY_OUTPUTS, queries=True))

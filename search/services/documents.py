@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from dataclasses import dataclass, replace
 
 from qdrant_client import models
@@ -14,7 +15,7 @@ from search.services.relevance import DOCUMENT_SPACES, Relevance, check_min_rele
 from search.services.results import DocumentGroup, DocumentHit, HitList
 from search.store import DEFAULT_KB, DOCUMENTS, Store
 
-BGE_M3 = family("bge_m3")
+BGE_M3, MINILM = family("bge_m3"), family("minilm")
 # Candidates per prefetch (dense, sparse) before fusion and the ColBERT re-rank: the first step that
 # reaches offset + top_k.
 HYBRID_DEPTHS = (50, 200, 1_000, 10_000)
@@ -90,28 +91,32 @@ class DocumentSearch(Relevance):
 
     def _encode(self, target: Target) -> EncodedQuery:
         mode = self.document_mode(target.asked, target.kb)
+        queries = self.resources.batchers
         if mode != "semantic":
             try:
-                return target.encoded(mode, self.resources.bge_m3_queries((target.text, mode == "hybrid")))
+                return target.encoded(mode, queries[BGE_M3.query_model]((target.text, mode == "hybrid")))
             except ModelNotReady as exc:
                 _fall_back_or_raise(target, exc)
-        return target.encoded("semantic", self.resources.minilm_queries(target.text).vector.tolist())
+        return target.encoded("semantic", queries[MINILM.query_model](target.text).vector.tolist())
 
     async def aencode_query(self, query: str, *, mode: str | None = None, kb: str | None = None) -> EncodedQuery:
-        """A document query encoded by its mode's served model, awaited (``Resources.minilm_aqueries`` /
-        ``bge_m3_aqueries``, which send from threads of their own): an event loop's half of a search,
+        """A document query encoded by its mode's served model, awaited in the query model's batcher
+        (``Resources.batchers``, which sends from threads of its own): an event loop's half of a search,
         whose store half is ``search_documents(..., encoded=...)`` (or ``search_document_groups``).
         Checks and errors as ``search_documents``'."""
         target = self._target(query, mode, kb)
-        served = None if target.asked == "semantic" else await self.triton.amodel_ready(BGE_M3.ensembles[0],
-                                                                                      max_age_s=_ready_ttl(target.asked))
+        served = None
+        if target.asked != "semantic":  # a "ready" remembered costs nothing; asking Triton blocks, so in a thread
+            name, ttl = BGE_M3.ensembles[0], _ready_ttl(target.asked)
+            served = self.triton.known_ready(name, ttl) or await asyncio.to_thread(self.triton.model_ready, name, max_age_s=ttl)
         mode = self.document_mode(target.asked, kb, served=served)
+        queries = self.resources.batchers
         if mode != "semantic":
             try:
-                return target.encoded(mode, await self.resources.bge_m3_aqueries((target.text, mode == "hybrid")))
+                return target.encoded(mode, await queries[BGE_M3.query_model].acall((target.text, mode == "hybrid")))
             except ModelNotReady as exc:
                 _fall_back_or_raise(target, exc)
-        return target.encoded("semantic", (await self.resources.minilm_aqueries(target.text)).vector.tolist())
+        return target.encoded("semantic", (await queries[MINILM.query_model].acall(target.text)).vector.tolist())
 
     def needs_sampling(self, encoded: EncodedQuery, *, grouped: bool = False) -> bool:
         """Whether the store half of ``encoded``'s search would first draw its relevance background (a

@@ -17,8 +17,6 @@ from search.models import bge_m3, clip, family, minilm
 from search.models.base import TextVector
 from search.services.base import ServiceBase, served
 from search.services.images import example_image
-from search.triton.client import text_tensor
-from search.triton.coalesce import Coalescer, LoopCoalescer
 
 MAX_INPUTS = 256  # per request: OpenAI allows 2048, but on a CPU that is minutes of one request
 MAX_INPUT_CHARS = 100_000  # per text; the models cut longer texts at their token limit anyway
@@ -82,51 +80,32 @@ class Embeddings(ServiceBase):
     def embed(self, model: str, inputs: str | list[str], *, dimensions: int | None = None) -> Embedded:
         """Unit vectors for ``inputs`` (texts; base64 images for an image model), one per input in
         order, from the served model ``model``. ``dimensions``: only the model's own width (no
-        model here is trained to be cut shorter), anything else is refused."""
+        model here is trained to be cut shorter), anything else is refused. One text shares a request
+        with concurrent searches and other one-text requests (its family's batcher, Resources.batchers)."""
         m, items = self._checked(model, inputs)
         if dimensions is not None:
             self._check_served(m, self.triton.model_ready(m.ensemble), dimensions)
-        with served(m.ensemble, family(m.family).display):
+        fam = family(m.family)
+        with served(m.ensemble, fam.display):
             if m.input == "image":
                 images = [self._image(item, i if not isinstance(inputs, str) else None) for i, item in enumerate(items)]
                 vectors = np.concatenate([clip.embed_images(self.triton, images[s:s + clip.IMAGE_BATCH])
                                           for s in range(0, len(images), clip.IMAGE_BATCH)])
                 return Embedded(m, vectors, [0] * len(items))
             if len(items) == 1:
-                return _one(m, self._queries(m)(_query(m, items[0])))
-            if m.family == "bge_m3":
-                return _dense(m, bge_m3.encode(self.triton, items, colbert=False))
-            return _texts(m, [minilm.infer_texts(self.triton, part, TEXT_OUTPUTS) if m.family == "minilm"
-                              else self.triton.infer(m.ensemble, {"TEXT": text_tensor(part)}, TEXT_OUTPUTS)
-                              for part in _batches(m, items)])
+                return _one(m, self.resources.batchers[fam.query_model](_query(m, items[0])))
+            return _vectors(m, fam.text_vectors(self.triton, items))
 
     async def aembed(self, model: str, inputs: str | list[str], *, dimensions: int | None = None) -> Embedded:
-        """``embed`` for an event loop: one text awaits its family's query coalescer (sent from threads of
-        its own), several texts await Triton's asyncio client; images, which are decoded here first,
-        run in a worker thread."""
-        m, items = self._checked(model, inputs)
-        if m.input == "image":
-            return await asyncio.to_thread(self.embed, model, inputs, dimensions=dimensions)
-        if dimensions is not None:
-            self._check_served(m, await self.triton.amodel_ready(m.ensemble), dimensions)
-        with served(m.ensemble, family(m.family).display):
-            if len(items) == 1:
-                return _one(m, await self._queries(m, loop=True)(_query(m, items[0])))
-            if m.family == "bge_m3":
-                return _dense(m, [o for part in _batches(m, items) for o in await bge_m3.aencode(self.triton, part, colbert=False)])
-            return _texts(m, [await minilm.ainfer_texts(self.triton, part, TEXT_OUTPUTS) if m.family == "minilm"
-                              else await self.triton.ainfer(m.ensemble, {"TEXT": text_tensor(part)}, TEXT_OUTPUTS)
-                              for part in _batches(m, items)])
-
-    def _queries(self, m: EmbeddingModel, *, loop: bool = False) -> Coalescer | LoopCoalescer:
-        """The coalescer that search queries of ``m``'s family go through: a one-text request shares a
-        request to Triton with concurrent searches and other one-text requests (Resources)."""
-        r = self.resources
-        if m.family == "minilm":
-            return r.minilm_aqueries if loop else r.minilm_queries
-        if m.family == "bge_m3":
-            return r.bge_m3_aqueries if loop else r.bge_m3_queries
-        return r.clip_aqueries if loop else r.clip_queries
+        """``embed`` for an event loop: a request of one text awaits its family's batcher (which sends
+        from threads of its own, with concurrent searches); any other runs ``embed`` in a worker thread."""
+        m = embedding_model(model)
+        if m.input == "text" and dimensions is None and (isinstance(inputs, str) or len(inputs) == 1):
+            m, items = self._checked(model, inputs)
+            fam = family(m.family)
+            with served(m.ensemble, fam.display):
+                return _one(m, await self.resources.batchers[fam.query_model].acall(_query(m, items[0])))
+        return await asyncio.to_thread(self.embed, model, inputs, dimensions=dimensions)
 
     def _checked(self, model: str, inputs: str | list[str]) -> tuple[EmbeddingModel, list[str]]:
         """The model asked for and the inputs as a list, every input checked."""
@@ -181,32 +160,17 @@ class Embeddings(ServiceBase):
             raise BadRequest(f"{where}: {str(exc).removeprefix('like: the uploaded image: ')}", "input") from None
 
 
-TEXT_OUTPUTS = ["EMBEDDING", "NUM_TOKENS"]
-
-
-def _batches(m: EmbeddingModel, items: list[str]) -> list[list[str]]:
-    """Requests of at most the model's batch size."""
-    batch = {"minilm": minilm.BATCH, "bge_m3": bge_m3.BATCH}.get(m.family, clip.TEXT_BATCH)
-    return [items[s:s + batch] for s in range(0, len(items), batch)]
-
-
 def _query(m: EmbeddingModel, text: str) -> str | tuple[str, bool]:
-    """A text as its family's query coalescer takes it (BGE-M3's asks whether to compute ColBERT)."""
+    """A text as its family's query batcher takes it (BGE-M3's asks whether to compute ColBERT)."""
     return (text, False) if m.family == "bge_m3" else text
 
 
 def _one(m: EmbeddingModel, out: TextVector | bge_m3.M3Output) -> Embedded:
-    """A one-text request's answer, from its family's query coalescer."""
+    """A one-text request's answer, from its family's query batcher."""
     vector = out.dense if isinstance(out, bge_m3.M3Output) else out.vector
     return Embedded(m, vector[None], [out.n_tokens])
 
 
-def _dense(m: EmbeddingModel, outs: list) -> Embedded:
-    """BGE-M3's dense vectors and token counts."""
-    return Embedded(m, np.stack([o.dense for o in outs]), [o.n_tokens for o in outs])
-
-
-def _texts(m: EmbeddingModel, outs: list[dict[str, np.ndarray]]) -> Embedded:
-    """A text model's vectors and token counts, from its answers to ``_batches``' requests."""
-    return Embedded(m, np.concatenate([o["EMBEDDING"] for o in outs]),
-                    [int(t) for o in outs for t in o["NUM_TOKENS"].reshape(-1)])
+def _vectors(m: EmbeddingModel, outs: list[TextVector]) -> Embedded:
+    """A text model's vectors and token counts, one per text."""
+    return Embedded(m, np.stack([o.vector for o in outs]), [o.n_tokens for o in outs])

@@ -58,7 +58,7 @@ class ImageSearch(Entailment, Relevance):
         model = "clip_text" if text else "clip_image"
         with served(model, CLIP.display):
             if text:
-                vector = self.resources.clip_queries(text).vector
+                vector = self.resources.batchers[CLIP.query_model](text).vector
             else:
                 vector = clip.embed_images(self.triton, [self._example_image(like)])[0]
         points = self.store.search(collection, image_vector(), vector.tolist(), limit=top_k,

@@ -5,8 +5,12 @@ own length. So concurrent queries each ran the model alone and queued behind eac
 text tower: 1.27 requests per execution under 8 clients). A ``Coalescer`` sends a call at once
 while fewer than ``in_flight`` requests are out. Calls that arrive meanwhile wait, and go out
 together when a request comes back: one model execution for all of them. A lone query pays
-nothing; under load the request grows with the queue. ``LoopCoalescer`` does the same for callers
-that await in an event loop (the REST API's document queries), sending from threads of its own."""
+nothing but the hop to a sender thread; under load the request grows with the queue.
+
+Callers in threads (the CLI, the page, in-process searches) call it; callers in an event loop (the
+REST API) await ``acall``. Both wait in the same queue and share requests. The requests go out from
+the coalescer's own threads, on the blocking client: a sender task in the loop would wait for its
+turn behind the loop's other work while the model sat idle (docs/api.md, runs J3 and Z2)."""
 
 from __future__ import annotations
 
@@ -21,14 +25,20 @@ R = TypeVar("R")
 
 
 class _Call(Generic[T, R]):
-    __slots__ = ("item", "done", "batch", "result", "error")
+    """One caller's item: a thread's waits on ``done``, a loop's on ``future`` (settled in ``loop``)."""
 
-    def __init__(self, item: T) -> None:
-        self.item = item
-        self.done = threading.Event()
-        self.batch: list[_Call[T, R]] | None = None  # set when this call is to send the request for them
+    __slots__ = ("item", "future", "loop", "done", "result", "error")
+
+    def __init__(self, item: T, loop: asyncio.AbstractEventLoop | None = None) -> None:
+        self.item, self.loop = item, loop
+        self.future: asyncio.Future[R] | None = loop.create_future() if loop is not None else None
+        self.done = threading.Event() if loop is None else None
         self.result: R | None = None
         self.error: BaseException | None = None
+
+    def given_up(self) -> bool:
+        """A loop's caller that was cancelled (a racy read from a sender thread: at worst one item too many)."""
+        return self.future is not None and self.future.done()
 
     def outcome(self) -> R:
         if self.error is not None:
@@ -37,79 +47,29 @@ class _Call(Generic[T, R]):
 
 
 class Coalescer(Generic[T, R]):
-    """``coalescer(item)`` returns ``send([..., item, ...])``'s result for ``item``, from one ``send``
-    per batch of calls that waited on each other (at most ``max_batch`` items; at most ``in_flight``
-    requests at once, one per model instance that can run them side by side). A request that fails
-    fails every call in it: meant for items that cannot fail alone (a text query's failures are the
-    server's, not the text's)."""
+    """``coalescer(item)`` (from a thread) or ``await coalescer.acall(item)`` (from an event loop)
+    returns ``send([..., item, ...])``'s result for ``item``, from one ``send`` per batch of calls that
+    waited on each other (at most ``max_batch`` items; at most ``in_flight`` requests at once, one per
+    model instance that can run them side by side). A request that fails fails every call in it:
+    meant for items that cannot fail alone (a text query's failures are the server's, not the text's).
 
-    def __init__(self, send: Callable[[list[T]], Sequence[R]], max_batch: int, in_flight: int = 1) -> None:
-        self._send, self.max_batch, self.in_flight = send, max_batch, in_flight
-        self._lock = threading.Lock()
-        self._waiting: list[_Call[T, R]] = []
-        self._sending = 0  # requests in flight
-        self.requests = self.items = 0  # what went out: items / requests is the mean batch
-
-    @property
-    def waiting(self) -> int:
-        """Calls queued for the next request."""
-        with self._lock:
-            return len(self._waiting)
-
-    def __call__(self, item: T) -> R:
-        call = _Call(item)
-        with self._lock:
-            if self._sending < self.in_flight:  # then nothing waits either: a lone call goes at once
-                self._sending += 1
-                call.batch = [call]
-            else:
-                self._waiting.append(call)
-        if call.batch is None:
-            call.done.wait()
-            if call.batch is None:  # answered by another call's request
-                return call.outcome()
-        batch = call.batch
-        try:
-            for c, r in zip(batch, self._send([c.item for c in batch]), strict=True):
-                c.result = r
-        except BaseException as exc:
-            for c in batch:
-                c.error = exc
-        finally:
-            with self._lock:
-                self.requests, self.items = self.requests + 1, self.items + len(batch)
-                if self._waiting:  # the first of those waiting sends the next request, for them all
-                    nxt, self._waiting = self._waiting[:self.max_batch], self._waiting[self.max_batch:]
-                    nxt[0].batch = nxt
-                    nxt[0].done.set()
-                else:
-                    self._sending -= 1
-            for other in batch:
-                if other is not call:
-                    other.done.set()
-        return call.outcome()
-
-
-class LoopCoalescer(Generic[T, R]):
-    """``Coalescer`` for callers that await in an event loop (the REST API's), whose requests go out
-    from threads of their own, one per request in flight, on a blocking ``send``. When a request
-    comes back, its thread sends the calls that waited at once: a sender task in the loop would wait
-    for its turn behind the other requests' work, and the model would sit idle meanwhile (at 32
-    clients, HTTP search 229 -> 309 requests/s and p99 280 -> 217 ms; docs/api.md, run J3). A
-    caller that gives up is not sent if its request has not gone out yet. Each loop gets its results
-    in one callback per request. A thread with nothing to send for ``idle_s`` ends; the next call
-    starts one again. Whatever ``send`` raises is each of its calls' error: a sender never dies
-    with calls waiting on it. Under load (another request out), a sender first lets its callers'
-    loop run what is ready in it, up to ``handover_s``: requests that have just come in reach the
-    coalescer there and join this request rather than the next (at 32 clients over HTTP, 5-9 texts
-    per encoder run became 9-11, as full as 32 threads in one process make them; docs/api.md, run Z2)."""
+    The requests go out from sender threads, one per request in flight, on a blocking ``send``. When a
+    request comes back, its thread sends the calls that waited at once (at 32 clients, HTTP search
+    229 -> 309 requests/s and p99 280 -> 217 ms against a sender task in the loop; docs/api.md, run
+    J3). A loop's caller that gives up is not sent if its request has not gone out yet. Each loop gets
+    its results in one callback per request. A thread with nothing to send for ``idle_s`` ends; the
+    next call starts one again. Whatever ``send`` raises is each of its calls' error: a sender never
+    dies with calls waiting on it. Under load (another request out), a sender first lets its loop
+    callers' loops run what is ready in them, up to ``handover_s``: requests that have just come in
+    reach the coalescer there and join this request rather than the next (at 32 clients over HTTP,
+    5-9 texts per encoder run became 9-11; docs/api.md, run Z2)."""
 
     def __init__(self, send: Callable[[list[T]], Sequence[R]], max_batch: int, in_flight: int = 1,
                  idle_s: float = 60.0, handover_s: float = HANDOVER_S) -> None:
         self._send, self.max_batch, self.in_flight, self.idle_s = send, max_batch, in_flight, idle_s
         self.handover_s = handover_s
         self._ready = threading.Condition()
-        self._waiting: list[tuple[T, asyncio.Future[R], asyncio.AbstractEventLoop]] = []
+        self._waiting: list[_Call[T, R]] = []
         self._threads = self._idle = 0
         self.requests = self.items = 0  # what went out: items / requests is the mean batch
 
@@ -125,17 +85,25 @@ class LoopCoalescer(Generic[T, R]):
         with self._ready:
             return self._threads
 
-    async def __call__(self, item: T) -> R:
-        loop = asyncio.get_running_loop()
-        future: asyncio.Future[R] = loop.create_future()
+    def __call__(self, item: T) -> R:
+        call: _Call[T, R] = _Call(item)
+        self._queue(call)
+        call.done.wait()  # type: ignore[union-attr]
+        return call.outcome()
+
+    async def acall(self, item: T) -> R:
+        call: _Call[T, R] = _Call(item, asyncio.get_running_loop())
+        self._queue(call)
+        return await call.future  # type: ignore[misc]
+
+    def _queue(self, call: _Call[T, R]) -> None:
         with self._ready:
-            self._waiting.append((item, future, loop))
+            self._waiting.append(call)
             if self._idle:
                 self._ready.notify()
             elif self._threads < self.in_flight:
                 self._threads += 1
                 threading.Thread(target=self._sender, name="coalesce", daemon=True).start()
-        return await future
 
     def _sender(self) -> None:
         while True:
@@ -149,30 +117,43 @@ class LoopCoalescer(Generic[T, R]):
                         return
                 # Under load (another sender's request out), the loops first run what is ready in them:
                 # the requests that have just come in then join this request instead of the next one
-                loops = {loop for _, _, loop in self._waiting} if self._threads - self._idle > 1 else ()
+                busy = self._threads - self._idle > 1
+                loops = {c.loop for c in self._waiting if c.loop is not None} if busy else set()
             for loop in loops:
                 _handed_over(loop, self.handover_s)
             with self._ready:
-                # not those given up (a racy read from this thread: at worst one text too many)
-                live = [call for call in self._waiting if not call[1].done()]
+                live = [c for c in self._waiting if not c.given_up()]
                 batch, self._waiting = live[:self.max_batch], live[self.max_batch:]
             if not batch:
                 continue
             try:
-                outcome: Sequence[R] | BaseException = self._send([item for item, _, _ in batch])
-            except BaseException as exc:  # the callers get it, in their loop: this thread lives on
+                outcome: Sequence[R] | BaseException = self._send([c.item for c in batch])
+            except BaseException as exc:  # the callers get it: this thread lives on
                 outcome = exc
             with self._ready:
                 self.requests, self.items = self.requests + 1, self.items + len(batch)
-            loops: dict[asyncio.AbstractEventLoop, list[int]] = {}
-            for i, (_, _, loop) in enumerate(batch):
-                loops.setdefault(loop, []).append(i)
-            for loop, calls in loops.items():
-                results = outcome if isinstance(outcome, BaseException) else [outcome[i] for i in calls]
-                try:
-                    loop.call_soon_threadsafe(_settle, [batch[i][1] for i in calls], results)
-                except RuntimeError:  # that loop has closed: nobody awaits its calls
-                    pass
+            _deliver(batch, outcome)
+
+
+def _deliver(batch: list[_Call], outcome: Sequence | BaseException) -> None:
+    """Each call its result (or the request's error): a thread's at once, a loop's in one callback per loop."""
+    failed = isinstance(outcome, BaseException)
+    loops: dict[asyncio.AbstractEventLoop, list[tuple[asyncio.Future, object]]] = {}
+    for i, call in enumerate(batch):
+        result = outcome if failed else outcome[i]  # type: ignore[index]
+        if call.loop is None:
+            if failed:
+                call.error = result
+            else:
+                call.result = result
+            call.done.set()
+        else:
+            loops.setdefault(call.loop, []).append((call.future, result))
+    for loop, settled in loops.items():
+        try:
+            loop.call_soon_threadsafe(_settle, settled, failed)
+        except RuntimeError:  # that loop has closed: nobody awaits its calls
+            pass
 
 
 def _handed_over(loop: asyncio.AbstractEventLoop, timeout_s: float) -> None:
@@ -186,12 +167,12 @@ def _handed_over(loop: asyncio.AbstractEventLoop, timeout_s: float) -> None:
     done.wait(timeout_s)
 
 
-def _settle(futures: list[asyncio.Future], outcome: Sequence | BaseException) -> None:
+def _settle(settled: list[tuple[asyncio.Future, object]], failed: bool) -> None:
     """In the callers' loop: each future gets its result, or the request's error."""
-    for i, future in enumerate(futures):
+    for future, result in settled:
         if future.done():  # its caller gave up
             continue
-        if isinstance(outcome, BaseException):
-            future.set_exception(outcome)
+        if failed:
+            future.set_exception(result)  # type: ignore[arg-type]
         else:
-            future.set_result(outcome[i])
+            future.set_result(result)
