@@ -24,7 +24,14 @@ from processes import serving  # noqa: E402
 
 from search.config import PROJECT_ROOT, Settings  # noqa: E402
 from search.models import MiniLM, built_triton_models  # noqa: E402
+from search.services import SearchService  # noqa: E402
+from search.triton.client import TritonClient  # noqa: E402
 from search.triton.local import LocalTriton  # noqa: E402
+
+
+def pytest_configure(config) -> None:
+    config.addinivalue_line("markers", "served(model): the model the module's `client` checks is loaded "
+                                       "before each test (a clear error rather than every request failing)")
 
 
 def _minilm(repo: Path, shared: Path) -> None:
@@ -112,3 +119,21 @@ def settings(tmp_path, model_repo, triton, monkeypatch) -> Settings:
 def docs(tmp_path) -> Path:
     """A writable copy of the sample knowledge base."""
     return sample_docs(tmp_path)
+
+
+@pytest.fixture
+def service(settings):
+    """A search service on this test's own empty data directory."""
+    svc = SearchService(settings)
+    yield svc
+    svc.close()
+
+
+@pytest.fixture
+def client(triton, request) -> TritonClient:
+    """A gRPC client of the session's Triton. Modules that test another client (the API's TestClient,
+    the OpenAI SDK) define their own ``client``."""
+    c = TritonClient(f"127.0.0.1:{triton.grpc_port}")
+    if served := request.node.get_closest_marker("served"):
+        c.ensure_ready(*served.args)
+    return c

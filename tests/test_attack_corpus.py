@@ -6,20 +6,12 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-import pytest
 from attack_corpus import GIANT_WORD_CHARS, docx_with_empty_paragraphs, html_with_elements, pdf_with_pages, write_corpus
 from doc_fixtures import make_docx
 from ingest_helper import ingest
 
 from search.services import SearchService
 from search.store import DOCUMENTS
-
-
-@pytest.fixture
-def service(settings):
-    svc = SearchService(settings)
-    yield svc
-    svc.close()
 
 
 def payloads(svc: SearchService, name: str) -> list[dict]:

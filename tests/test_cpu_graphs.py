@@ -24,7 +24,7 @@ from search.config import PROJECT_ROOT
 from search.models import CLIP, FAMILIES, Int8Quality, MiniLM, family
 from search.models.base import INT8_MIN_COSINE, INT8_TOLERANCE
 from search.models.export import clip as clip_export
-from search.models.export import common
+from search.models.export import clip_weights, common
 from search.models.export.common import MIN_GAIN, agreement, sha256
 from search.models.minilm import package_weights
 from search.models.verify import TOLERANCES
@@ -193,7 +193,7 @@ def test_the_packed_clip_text_pools_as_the_model_does():
     mask = (torch.arange(6) < torch.tensor([[4], [6]])).long()
     with torch.no_grad():
         first, argmax = (PackedCausalText(model, pooling, 99)(ids, mask) for pooling in ("first_eos", "argmax"))
-        ref = clip_export._features(model.get_text_features(input_ids=ids, attention_mask=mask))
+        ref = clip_weights._features(model.get_text_features(input_ids=ids, attention_mask=mask))
     assert torch.allclose(first, argmax)
     assert torch.allclose(first, torch.nn.functional.normalize(ref, dim=-1), atol=1e-6)
 

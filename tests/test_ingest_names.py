@@ -17,7 +17,6 @@ from ingest_helper import ingest
 from test_photos import photo
 
 from search.api import create_app
-from search.services import SearchService
 from search.store import DOCUMENTS
 
 BUDGET = "The quarterly budget review meeting moves to Thursday afternoon in room four."
@@ -26,13 +25,6 @@ BUDGET = "The quarterly budget review meeting moves to Thursday afternoon in roo
 def named(folder: Path, raw: bytes) -> Path:
     """``folder / raw`` for a name given as bytes (Python holds it surrogate-escaped)."""
     return folder / os.fsdecode(raw)
-
-
-@pytest.fixture
-def service(settings):
-    svc = SearchService(settings)
-    yield svc
-    svc.close()
 
 
 def test_service_indexes_finds_moves_and_prunes_a_name_that_is_not_utf8(service, tmp_path):

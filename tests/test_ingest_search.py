@@ -24,13 +24,6 @@ from search.store.base import Store
 QUERIES = json.loads((PROJECT_ROOT / "samples" / "queries.json").read_text())
 
 
-@pytest.fixture
-def service(settings):
-    svc = SearchService(settings)
-    yield svc
-    svc.close()
-
-
 @pytest.fixture(scope="module")
 def sample_index(model_repo, triton, tmp_path_factory):
     """The sample docs ingested once for the module (~10 s of embedding that most tests began with):

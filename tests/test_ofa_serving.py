@@ -28,7 +28,6 @@ from search.models import ofa
 from search.models.base import image_tensor
 from search.models.export import ofa as ofa_export
 from search.models.ofa import OFA
-from search.services import SearchService
 from search.triton.client import TritonClient, text_tensor
 from search.triton.steps import ofa_ve as step  # the Python steps' code: pure functions, no Triton needed
 
@@ -152,11 +151,6 @@ def reference(weights):
         return raw.numpy(), s.numpy(), torch.softmax(s, -1).numpy()
 
     return SimpleNamespace(score=score, source=source, tok=tok, size=size, max_len=max_len)
-
-
-@pytest.fixture
-def client(triton) -> TritonClient:
-    return TritonClient(f"127.0.0.1:{triton.grpc_port}")
 
 
 def serve(client: TritonClient, items) -> dict[str, np.ndarray]:
@@ -313,13 +307,6 @@ def test_bad_inputs_fail_alone_and_the_model_keeps_serving(client):
 
 
 # -- the service and the faces
-@pytest.fixture
-def service(settings):
-    svc = SearchService(settings)
-    yield svc
-    svc.close()
-
-
 def test_service_entail(service, client, tmp_path):
     data = encode(noise(120, 90), "JPEG")
     path = tmp_path / "p.jpg"

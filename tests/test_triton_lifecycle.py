@@ -21,7 +21,8 @@ from search.errors import TritonUnavailable
 from search.resources import Resources
 from search.triton import local, supervise
 from search.triton.client import START_HINT, TritonClient
-from search.triton.local import LocalTriton, TritonError, _failure_summary, free_ports
+from search.triton.local import LocalTriton, TritonError, free_ports
+from search.triton.startlog import failure_summary
 from search.triton.supervise import LoadWatch, Replaced
 
 
@@ -275,19 +276,19 @@ def test_start_failure_summary_names_the_cause_not_the_cuda_noise(tmp_path):
     log = tmp_path / "tritonserver.log"
     log.write_text(f'{noise}\nE1127 18:26:45.381447 1 main.cc:293] "failed to start Metrics service: Unavailable - '
                    "Socket '127.0.0.1:55003' already in use \"\nmalloc(): unaligned fastbin chunk detected\n")
-    assert _failure_summary(log) == "\"failed to start Metrics service: Unavailable - Socket '127.0.0.1:55003' already in use \""
+    assert failure_summary(log) == "\"failed to start Metrics service: Unavailable - Socket '127.0.0.1:55003' already in use \""
     log.write_text(f'{noise}\nE1127 18:26:45.5 1 model_lifecycle.cc:654] "failed to load \'broken\' version 1: boom"\n')
-    assert _failure_summary(log) == "\"failed to load 'broken' version 1: boom\""
+    assert failure_summary(log) == "\"failed to load 'broken' version 1: boom\""
     log.write_text('E1128 18:58:53.314031 1 server.cc:241] "CudaDriverHelper has not been initialized."\n'
                    'I1128 18:58:53.318708 1 model_lifecycle.cc:472] "loading: a:1"\n'
                    'I1128 18:58:53.318708 1 model_lifecycle.cc:472] "loading: b_c:1"\n'
                    "I1128 18:58:54.825609 1 model_lifecycle.cc:839] \"successfully loaded 'a'\"\n")
-    assert _failure_summary(log) == "the load of 'b_c' never ended"
+    assert failure_summary(log) == "the load of 'b_c' never ended"
     # A refused command line: Triton prints its usage, then the reason, then a blank line.
     log.write_text("Usage: tritonserver [options]\n  --log-verbose <integer>\n\n"
                    "The server cannot listen to HTTP requests and metrics requests at the same address and port "
                    "127.0.0.1:34797\n\n")
-    assert _failure_summary(log).startswith("The server cannot listen to HTTP requests and metrics requests")
+    assert failure_summary(log).startswith("The server cannot listen to HTTP requests and metrics requests")
 
 
 def test_picked_ports_are_distinct_and_avoid_the_given_ones():

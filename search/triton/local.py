@@ -4,109 +4,38 @@ The server is started in its own process group with its own python-backend share
 so that stopping it (also after a failed start, when Triton exits but leaves the stubs of models
 it did load running) can kill every process it spawned and remove every ``/dev/shm`` region.
 A small supervisor (``supervise.py``) leads that group and starts Triton again when it exits by
-itself after it was ready, as Triton 2.51 does when the machine pauses mid-request.
+itself after it was ready, as Triton 2.51 does when the machine pauses mid-request. The wheel's
+files (``wheel.py``), the ports (``ports.py``) and the reading of a failed start's log
+(``startlog.py``) live beside it.
 """
 
 from __future__ import annotations
 
-import contextlib
-import importlib.util
 import json
 import os
-import re
-import shutil
 import signal
-import socket
 import subprocess
 import sys
-import sysconfig
 import time
 import urllib.error
 import urllib.request
 import uuid
-from collections.abc import Collection
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from search.errors import TritonError
 from search.process import alive
 from search.triton.client import TritonClient
-from search.triton.supervise import HUNG_AFTER_S, LOAD_ENDED, READY_LINE, clean, pids_with_arg
+from search.triton.ports import free_port, free_ports, port_in_use
+from search.triton.startlog import failure_summary
+from search.triton.supervise import HUNG_AFTER_S, READY_LINE, clean, pids_with_arg
+from search.triton.wheel import prepare_backends, pytriton_dir, server_env
 
-STANDIN_BACKENDS = Path(__file__).parent / "backends"
+# Callers import these from here, where the server's code lived in one module.
+__all__ = ["LocalTriton", "ServerState", "TritonError", "free_port", "free_ports", "prepare_backends"]
+
 SUPERVISOR = Path(__file__).with_name("supervise.py")
-# every start on a CPU-only host logs these errors
-CPU_HOST_NOISE = ("CUDA driver version is insufficient", "CudaDriverHelper has not been initialized")
 LOG_NAME = "tritonserver.log"  # in the run dir: Triton's output and the supervisor's
-
-
-def _pytriton_dir() -> Path:
-    # Found, not imported: only the wheel's files are used, and importing it pulls its own client (gevent).
-    spec = importlib.util.find_spec("pytriton")
-    if spec is None or spec.origin is None:
-        raise TritonError("the local Triton server needs the nvidia-pytriton package: pip install nvidia-pytriton==0.7.0")
-    return Path(spec.origin).parent / "tritonserver"
-
-
-def _libs_dir() -> Path:
-    return _pytriton_dir().parent.parent / "nvidia_pytriton.libs"
-
-
-def free_ports(count: int, taken: Collection[int] = ()) -> list[int]:
-    """``count`` distinct ports free now, none of ``taken``. Each socket stays bound until all are
-    picked: one at a time, the OS may hand out the same port twice (Triton then refuses to start
-    with HTTP and metrics on one port)."""
-    with contextlib.ExitStack() as held:
-        ports: list[int] = []
-        while len(ports) < count:
-            s = held.enter_context(socket.socket())
-            s.bind(("127.0.0.1", 0))
-            if (port := s.getsockname()[1]) not in taken:
-                ports.append(port)
-        return ports
-
-
-def free_port() -> int:
-    return free_ports(1)[0]
-
-
-def prepare_backends(dest: Path) -> Path:
-    """A writable backend directory: the wheel's python backend, the stub for this Python, and
-    the project's Python-based ``onnxruntime`` stand-in (the wheel has no C++ onnxruntime backend)."""
-    src = _pytriton_dir()
-    py = f"{sys.version_info.major}.{sys.version_info.minor}"
-    stub = src / "python_backend_stubs" / py / "triton_python_backend_stub"
-    if not stub.exists():
-        raise TritonError(f"nvidia-pytriton ships no python-backend stub for Python {py}")
-    python_dir = dest / "python"
-    python_dir.mkdir(parents=True, exist_ok=True)
-    for f in list((src / "backends" / "python").glob("*.*")) + [stub]:
-        if f.is_file():
-            target = python_dir / f.name
-            if not target.exists() or target.stat().st_size != f.stat().st_size:
-                _copy_private(f, target)
-    for backend in STANDIN_BACKENDS.iterdir():
-        if backend.is_dir() and (backend / "model.py").exists():
-            (dest / backend.name).mkdir(exist_ok=True)
-            _copy_private(backend / "model.py", dest / backend.name / "model.py")
-    return dest
-
-
-def _copy_private(src: Path, dest: Path) -> None:
-    """copy2 without group and other access: it copies the wheel's modes (0644, 0755 for the stub)
-    past the umask, and the run dir lies in the private data dir (search/datadir.py)."""
-    shutil.copy2(src, dest)
-    dest.chmod(dest.stat().st_mode & 0o700)
-
-
-def _server_env() -> dict[str, str]:
-    env = dict(os.environ)
-    libdirs = [str(_libs_dir()), sysconfig.get_config_var("LIBDIR") or ""]
-    env["LD_LIBRARY_PATH"] = os.pathsep.join(p for p in [*libdirs, env.get("LD_LIBRARY_PATH", "")] if p)
-    # The stub runs the first python3 on PATH, isolated: it must be this environment's.
-    env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", "")])
-    env.pop("PYTHONPATH", None)
-    return env
 
 
 @dataclass
@@ -197,7 +126,7 @@ class LocalTriton:
     # -- lifecycle
     def command(self, backends: Path, shm_prefix: str) -> list[str]:
         cmd = [
-            str(_pytriton_dir() / "bin" / "tritonserver"),
+            str(pytriton_dir() / "bin" / "tritonserver"),
             f"--model-repository={self.repo}",
             f"--backend-directory={backends}",
             "--model-control-mode=explicit",
@@ -239,7 +168,7 @@ class LocalTriton:
 
     def _start(self, timeout: float) -> LocalTriton:
         for port in (self.http_port, self.grpc_port, self.metrics_port):
-            if _port_in_use(self.host, port):
+            if port_in_use(self.host, port):
                 raise _PortTaken(f"port {port} on {self.host} is already in use (is a server running? `search triton status`)")
         backends = prepare_backends(self.run_dir / "backends")
         shm_prefix = f"triton_{uuid.uuid4().hex[:10]}_"
@@ -247,7 +176,7 @@ class LocalTriton:
         with open(log, "wb") as logf:
             proc = subprocess.Popen(
                 self.supervised(self.command(backends, shm_prefix), shm_prefix), stdout=logf,
-                stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=_server_env(), start_new_session=True,
+                stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=server_env(), start_new_session=True,
             )
         self._proc = proc
         self.state = ServerState(proc.pid, shm_prefix, self.host, self.http_port, self.grpc_port,
@@ -258,14 +187,14 @@ class LocalTriton:
             code = proc.poll()
             if code is not None:
                 self.stop()
-                summary = _failure_summary(log)
+                summary = failure_summary(log)
                 error = _PortTaken if "already in use" in summary else TritonError
                 raise error(f"Triton exited during start (code {code}): {summary}")
             if self.is_ready() and self._supervisor_saw_ready(log):
                 return self
             time.sleep(0.25)
         self.stop()
-        raise TritonError(f"Triton was not ready after {timeout:.0f} s: {_failure_summary(log)} (log: {log})")
+        raise TritonError(f"Triton was not ready after {timeout:.0f} s: {failure_summary(log)} (log: {log})")
 
     def url(self, path: str) -> str:
         return f"http://{self.host}:{self.http_port}{path}"
@@ -358,12 +287,6 @@ def _alive(pid: int, proc: subprocess.Popen | None = None) -> bool:
     return proc.poll() is None if proc is not None else alive(pid)
 
 
-def _port_in_use(host: str, port: int) -> bool:
-    with socket.socket() as s:
-        s.settimeout(0.2)
-        return s.connect_ex((host, port)) == 0
-
-
 def _tritonserver_processes() -> list[tuple[int, list[str]]]:
     """(pid, the server's command line) of each tritonserver and each supervisor of one: the state
     file records the supervisor's pid."""
@@ -379,44 +302,3 @@ def _tritonserver_processes() -> list[tuple[int, list[str]]]:
             if args and Path(args[0]).name == "tritonserver":
                 procs.append((int(p.name), args))
     return procs
-
-
-def _failure_summary(log: Path) -> str:
-    """The model-load errors from Triton's log, in one line; else the loads that never ended."""
-    try:
-        lines = log.read_text(errors="replace").splitlines()
-    except OSError:
-        return "no log"
-    gave_up = [ln.removeprefix("[supervise] ") for ln in lines if ln.startswith("[supervise]") and "giving up" in ln]
-    if gave_up:
-        return gave_up[-1]
-    # A port another process took between our check and Triton's bind says it all.
-    taken = [ln.split("] ", 1)[-1].strip() for ln in lines if "already in use" in ln]
-    if taken:
-        return "; ".join(taken)
-    lines = [ln for ln in lines if not any(noise in ln for noise in CPU_HOST_NOISE)]
-    errors = []
-    for line in lines:
-        if "failed to load" in line or "Invalid argument" in line or "unable to" in line.lower():
-            msg = line.split("] ", 1)[-1].strip()
-            if msg not in errors:
-                errors.append(msg)
-    loading = _still_loading(lines)
-    if not errors and loading:
-        return f"the load of {', '.join(repr(n) for n in loading)} never ended"
-    if not errors:
-        errors = [ln.split("] ", 1)[-1].strip() for ln in lines if ln.startswith("E")][-3:]
-    # Triton's own last word: a refused command line prints the usage, the reason, then a blank line
-    said = [ln.strip() for ln in lines if ln.strip()]
-    return "; ".join(e for e in errors if e) or (said[-1] if said else "no output")
-
-
-def _still_loading(lines: list[str]) -> list[str]:
-    """Models whose last load in the log has begun and not ended."""
-    state: dict[str, bool] = {}
-    for line in lines:
-        if m := re.search(r'"loading: ([^:"]+):', line):
-            state[m[1]] = True
-        elif m := LOAD_ENDED.search(line):
-            state[m[1]] = False
-    return [name for name, pending in state.items() if pending]
