@@ -15,6 +15,10 @@ import pytest
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+# The umask every face sets once it opens a data dir (search/datadir.py): tests start from it, so a
+# CLI run's output does not depend on whether an earlier test in this process opened one already
+# (tests/test_datadir.py loosens it on purpose).
+os.umask(0o077)
 
 import tiny_bge_m3  # noqa: E402  (tests/ is on sys.path: the tiny random BGE-M3 helper)
 import tiny_clip  # noqa: E402  (tests/ is on sys.path: the tiny random CLIP helper)
