@@ -20,6 +20,9 @@ Port = Annotated[int, Field(ge=1, le=65535)]
 MAX_CHUNK_TOKENS = 254
 
 
+MAX_IMAGE_BYTES = 100_000_000  # the default; a client reading a photo for a server bounds it so too
+
+
 class Settings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="SEARCH_", extra="ignore")
 
@@ -77,7 +80,7 @@ class Settings(BaseSettings):
     embed_batch_size: PositiveInt = 16  # measured best on 2 CPU cores (bench/bench_minilm.py)
     embed_concurrency: PositiveInt = 2
     max_file_bytes: PositiveInt = 20_000_000
-    max_image_bytes: PositiveInt = 100_000_000
+    max_image_bytes: PositiveInt = MAX_IMAGE_BYTES
     # Pillow's decompression-bomb guard stays on; this is its limit (the indexer and the server's step).
     max_image_pixels: PositiveInt = 100_000_000
     # What parsing one document may cost; past it the file is "too complex" and skipped. The counts

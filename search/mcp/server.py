@@ -33,7 +33,7 @@ from mcp.server.transport_security import TransportSecuritySettings
 from mcp_types import TextContent, ToolAnnotations
 from pydantic import Field
 
-from search.config import Settings
+from search.config import MAX_IMAGE_BYTES
 from search.errors import ServiceError
 from search.keys import EVERYTHING, Principal
 from search.media.files import Refused, read_regular
@@ -45,7 +45,6 @@ Connect = Callable[[], AbstractContextManager[Any]]
 Caller = Callable[[Any], Principal]  # the HTTP request the SDK attached (Starlette's) -> who it acts as
 FileRule = Callable[[Any, Path], bool]  # the HTTP request, a server path -> may it read that file
 THUMBNAIL_BYTES = 512 * 1024  # a thumbnail larger than this is left out (they are ~320 px JPEGs)
-OWN_PHOTO_BYTES = Settings.model_fields["max_image_bytes"].default  # the owning server checks its own limit too
 DOCUMENT_CHARS = 20_000
 READ_ONLY = ToolAnnotations(readOnlyHint=True, openWorldHint=False)
 INSTRUCTIONS = ("Semantic search over an indexed knowledge base (documents: passages with citations) and a photo "
@@ -150,7 +149,7 @@ def _photo_bytes(svc: Any, path: Path) -> bytes:
     if inside is not None or hasattr(svc, "read_photo"):
         return svc.read_photo(path, inside)
     try:  # `search mcp` through the server that owns the data dir: the user's own file, sent as bytes
-        return read_regular(path.expanduser(), OWN_PHOTO_BYTES)
+        return read_regular(path.expanduser(), MAX_IMAGE_BYTES)
     except Refused as exc:
         raise ToolError(f"photo: {path}: {exc}") from None
 

@@ -7,7 +7,7 @@ from pathlib import Path
 from urllib.parse import quote, urlencode
 
 from search import errors
-from search.config import Settings
+from search.config import MAX_IMAGE_BYTES
 from search.media.files import Refused, photo_reason, read_regular
 from search.rest_client import RestClient
 from search.services.options import ImageFilters
@@ -119,9 +119,6 @@ def _hits(cls, answer: dict, min_relevance: float | None) -> HitList:
                    note=answer.get("relevance_note"), min_relevance=min_relevance, best=answer.get("best_relevance"))
 
 
-IMAGE_BYTES = Settings.model_fields["max_image_bytes"].default  # the server checks its own limit too
-
-
 def _hit(cls, data: dict):
     names = cls.__dataclass_fields__
     return cls(**{k: v for k, v in data.items() if k in names})
@@ -132,6 +129,6 @@ def _image(value: Path | str | bytes, field: str) -> tuple[str, bytes]:
         return "upload", value
     path = Path(value).expanduser()
     try:  # the user's own file, sent as bytes: still never a blocking or unbounded read
-        return path.name, read_regular(path, IMAGE_BYTES)
+        return path.name, read_regular(path, MAX_IMAGE_BYTES)
     except Refused as exc:
         raise errors.BadRequest(f"{field}: {path}: {photo_reason(exc)}") from None
