@@ -21,7 +21,7 @@ SENTENCE_ENDS = frozenset(".!?")
 # CJK full stops end a sentence with no following space.
 CJK_SENTENCE_ENDS = frozenset("。！？")
 _BLANK_LINE = re.compile(r"\n[^\S\n]*\n")
-# Prose runs 4-6 characters a token (MiniLM's WordPiece), so a cap of 10 a token only cuts
+# Prose runs 4-6 characters a token (a WordPiece tokenizer's), so a cap of 10 a token only cuts
 # windows of giant words or of long runs the tokenizer skips.
 CHARS_PER_TOKEN = 10
 # How many tokens the chunker's loops go between calls of its ``check`` (reading the clock costs a microsecond).

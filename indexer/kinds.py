@@ -24,7 +24,7 @@ from indexer.chunking import Chunker
 from indexer.loaders import DOCUMENT_SUFFIXES, BadDocument, Budget, load_document
 from search.config import Settings
 from search.media.photos import IMAGE_SUFFIXES, BadImage, decode_photo, save_thumbnail
-from search.models import Family, minilm
+from search.models import Family, for_kind
 from search.store import DOCUMENTS, CollectionSchema, images_schema, in_kb, kb_thumbnails
 from search.triton.client import TritonClient
 
@@ -64,8 +64,8 @@ class Kind(Protocol):
 
 
 class Documents:
-    """Documents -> pages -> token-budgeted chunks -> a MiniLM vector each, plus BGE-M3's dense,
-    sparse and ColBERT vectors from one more pass when BGE-M3 is served."""
+    """Documents -> pages -> token-budgeted chunks -> each embedding family's vectors (the required
+    family's always, an optional family's when it is served), one pass per family."""
 
     name, suffixes = "documents", DOCUMENT_SUFFIXES
     errors = (BadDocument,)
@@ -73,7 +73,7 @@ class Documents:
     def __init__(self, triton: TritonClient, chunker: Chunker, max_bytes: int, families: list[Family],
                  kb: str | None = None, **limits: float) -> None:
         """``families``: the served families that embed documents (registry order: the required one
-        first, then optional ones such as BGE-M3). ``kb``: the knowledge base written (None: the
+        first, then optional ones). ``kb``: the knowledge base written (None: the
         default one). ``limits``: load_document's parse budget (max_seconds, max_elements, max_pages)."""
         self.triton, self.chunker, self.max_bytes, self.families = triton, chunker, max_bytes, families
         self.schema = in_kb(DOCUMENTS, kb)
@@ -126,28 +126,30 @@ class Documents:
 
 
 class Photos:
-    """Image files -> one CLIP vector each, with EXIF metadata and a thumbnail."""
+    """Image files -> each embedding family's vectors (registry order: the required one first), with
+    EXIF metadata and a thumbnail."""
     name, suffixes = "images", IMAGE_SUFFIXES
     errors = (BadDocument, BadImage)
 
-    def __init__(self, triton: TritonClient, thumbs: Path, family: Family, *, max_bytes: int, max_pixels: int,
+    def __init__(self, triton: TritonClient, thumbs: Path, families: list[Family], *, max_bytes: int, max_pixels: int,
                  kb: str | None = None) -> None:
-        self.triton, self.thumbs, self.family, self.kb = triton, thumbs, family, kb
+        self.triton, self.thumbs, self.families, self.kb = triton, thumbs, families, kb
+        self.family = families[0]  # its served width sizes the photos' vector (images_schema)
         self.max_bytes, self.max_pixels = max_bytes, max_pixels
 
     # Lazy, so a dead model surfaces inside the pipeline, which stops just this kind.
     @cached_property
-    def _probe(self) -> np.ndarray:
-        return probe_image(self.triton, self.family)
+    def _probes(self) -> list[np.ndarray]:
+        return [probe_image(self.triton, f) for f in self.families]
 
     @cached_property
     def schema(self) -> CollectionSchema:
-        return in_kb(images_schema(self._probe.shape[0]), self.kb)
+        return in_kb(images_schema(self._probes[0].shape[0]), self.kb)
 
     @cached_property
     def signature(self) -> str:
-        # The probe vector identifies the served model: other weights give another signature.
-        return f"{self.family.family}/{_digest(self._probe)}"
+        # The probe vectors identify the served models: other weights give another signature.
+        return "+".join(f"{f.family}/{_digest(p)}" for f, p in zip(self.families, self._probes))
 
     def thumbnail_path(self, sha256: str) -> Path:
         return self.thumbs / sha256[:2] / f"{sha256}.jpg"
@@ -166,8 +168,20 @@ class Photos:
         return [Unit(photo.data, payload)]
 
     def embed(self, items: list[bytes]) -> Embedded:
+        out = Embedded([{} for _ in items])
+        for fam in self.families:
+            got = self._embed(fam, items)
+            for i, vectors in enumerate(got.vectors):
+                if vectors is None or out.vectors[i] is None:
+                    out.vectors[i] = None
+                else:
+                    out.vectors[i].update(vectors)
+            out.errors.update({i: e for i, e in got.errors.items() if i not in out.errors})
+        return out
+
+    def _embed(self, fam: Family, items: list[bytes]) -> Embedded:
         try:
-            return Embedded([stored_vectors(self.family, v) for v in self.family.encode(self.triton, items).vectors])
+            return Embedded([stored_vectors(fam, v) for v in fam.encode(self.triton, items).vectors])
         except InferenceServerException:
             if len(items) == 1:
                 raise
@@ -175,7 +189,7 @@ class Photos:
         out = Embedded([None] * len(items))
         for i, item in enumerate(items):
             try:
-                out.vectors[i] = stored_vectors(self.family, self.family.encode(self.triton, [item]).vectors[0])
+                out.vectors[i] = stored_vectors(fam, fam.encode(self.triton, [item]).vectors[0])
             except InferenceServerException as exc:
                 out.errors[i] = f"rejected by the model server: {(exc.message() or '').splitlines()[0][:160]}"
         return out
@@ -195,16 +209,13 @@ def make_kind(settings: Settings, triton: TritonClient, name: str, families: lis
         chunker = Chunker(chunk_tokenizer(s), max_tokens=s.chunk_tokens, overlap=s.chunk_overlap)
         return Documents(triton, chunker, s.max_file_bytes, families, kb, max_seconds=s.max_parse_seconds,
                          max_elements=s.max_parse_elements, max_pages=s.max_pdf_pages)
-    return Photos(triton, kb_thumbnails(s.data_dir, kb), families[0], max_bytes=s.max_image_bytes,
+    return Photos(triton, kb_thumbnails(s.data_dir, kb), families, max_bytes=s.max_image_bytes,
                   max_pixels=s.max_image_pixels, kb=kb)
 
 
 def chunk_tokenizer(settings: Settings) -> Tokenizer:
-    """The tokenizer the served model uses, so chunk budgets are counted in its tokens."""
-    path = minilm.MiniLM().tokenizer_path(settings.triton_repo)
-    if not path.exists():
-        path = minilm.package_weights() / "tokenizer.json"
-    return Tokenizer.from_file(str(path))
+    """The tokenizer the documents' required model uses, so chunk budgets are counted in its tokens."""
+    return Tokenizer.from_file(str(for_kind(DOCUMENTS.name)[0].chunk_tokenizer(settings.triton_repo)))
 
 
 def camera_terms(camera: str | None) -> list[str]:
@@ -215,7 +226,7 @@ def camera_terms(camera: str | None) -> list[str]:
 def stored_vectors(family: Family, vectors: dict) -> dict:
     """A family's encoded vectors as the store takes them (an empty sparse vector is left out).
     Dense and multi-vectors stay float32 arrays until the store writes them: as lists of Python
-    floats, a BGE-M3 chunk's ColBERT rows took 32 bytes a value, and an ingest held a whole long
+    floats, a chunk's ColBERT rows (a multivector) took 32 bytes a value, and an ingest held a whole long
     document's rows (a 338 KB text of 1,492 chunks: 20.7 GB peak)."""
     out = {}
     for name, value in vectors.items():

@@ -33,7 +33,7 @@ FILES_PER_READ_BATCH = 8  # files a read+split task takes at once
 FILES_PER_EMBED_BATCH = 32  # files whose units one embed call gets (sorted by size, sent in requests of embed_batch_size)
 # An embed call embeds and returns its files in slices of at most this many units (a file with more
 # is a slice of its own): each slice is one object in Ray's store, so a batch of long documents does
-# not make one huge object. BGE-M3's ColBERT rows at the default 200-token chunks are ~0.8 MB a unit.
+# not make one huge object. A multivector family's rows (ColBERT, 1024 floats a token) at the default 200-token chunks are ~0.8 MB a unit.
 UNITS_PER_EMBED_SLICE = 128
 EMBED_ACTOR_CPUS = 0  # an embed actor waits on Triton; with a share of a CPU it can starve the read stage of a small cluster
 
@@ -76,7 +76,7 @@ class _Rec:
     def count(self) -> int:
         return len(self.units) if self.units else self.chunks
 
-    # Vectors travel between the stages as float32 arrays (as the ingest keeps them): a BGE-M3 chunk's
+    # Vectors travel between the stages as float32 arrays (as the ingest keeps them): a multivector chunk's
     # ColBERT rows (a 1024-float row per token) pickle to ~2.8 MB as lists of floats, 1.2 MB as float32,
     # and a slice of records is one object in Ray's store. Lists (vectors read back from a store) are
     # float32 values too, so the trip is exact.

@@ -142,7 +142,7 @@ def build_points(job: Job, paths: list[str], signature: str,
     assert len(job.vectors) == len(job.units)
     return [
         # Built, not validated: ids, lists of floats and SparseVectors are made right above, and
-        # validating BGE-M3's ColBERT rows (a 1024-float list per token) cost more than the upsert.
+        # validating multivector (ColBERT) rows (a 1024-float list per token) cost more than the upsert.
         models.PointStruct.model_construct(id=point_id(job.sha256, signature, i), vector=job.vectors[i],
                                            payload={**common, "chunk": i, **job.units[i].payload})
         for i in (range(len(job.units)) if units is None else units)

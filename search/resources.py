@@ -37,8 +37,8 @@ class Resources:
         """Served query model -> the batcher that the queries of this process's concurrent searches (and
         one-text embeddings requests) share: those that wait on the requests in flight go out together,
         one model execution padded to the longest of them (Triton batches only requests of one shape).
-        ``minilm_query`` (documents), ``bge_m3`` (its queries ask for ColBERT vectors when any of them
-        needs them: hybrid mode), ``clip_text`` (photos). Threads call it, event loops ``acall`` it."""
+        One per family with a ``query_model`` (what a query is, e.g. a text and whether it needs
+        multivector rows, is the family's ``encode_queries``). Threads call it, event loops ``acall`` it."""
         return {f.query_model: Coalescer(self._query_sender(f), f.query_batch, f.query_in_flight)
                 for f in FAMILIES if f.query_model}
 

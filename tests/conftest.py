@@ -4,10 +4,12 @@ local Triton server serving it on free ports. Nothing here is mocked."""
 from __future__ import annotations
 
 import fcntl
+import importlib
+import importlib.util
 import os
 import shutil
 import warnings
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -20,14 +22,11 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 # (tests/test_datadir.py loosens it on purpose).
 os.umask(0o077)
 
-import tiny_bge_m3  # noqa: E402  (tests/ is on sys.path: the tiny random BGE-M3 helper)
-import tiny_clip  # noqa: E402  (tests/ is on sys.path: the tiny random CLIP helper)
-import tiny_ofa  # noqa: E402  (tests/ is on sys.path: the tiny random OFA helper)
 from indexed import sample_docs, settings_for  # noqa: E402
 from processes import serving  # noqa: E402
 
 from search.config import PROJECT_ROOT, Settings  # noqa: E402
-from search.models import MiniLM, built_triton_models  # noqa: E402
+from search.models import FAMILIES, Family, built_triton_models  # noqa: E402
 from search.services import SearchService  # noqa: E402
 from search.triton.client import TritonClient  # noqa: E402
 from search.triton.local import LocalTriton  # noqa: E402
@@ -38,18 +37,23 @@ def pytest_configure(config) -> None:
                                        "before each test (a clear error rather than every request failing)")
 
 
-def _minilm(repo: Path, shared: Path) -> None:
-    report = MiniLM().build(repo, "package")
-    assert report.status in ("built", "up to date"), report.detail  # a fresh clone always exports
+def _part(fam: Family) -> tuple[str, Callable[[Path, Path], None]]:
+    """A family's part of the test repository: its tiny random model where tests/tiny_<family>.py
+    makes one (tests only), else its real default weights (which must be reachable offline)."""
+    if importlib.util.find_spec(f"tiny_{fam.family}") is not None:
+        name = "tiny-" + fam.family.replace("_", "-")
+        return name, lambda repo, shared: importlib.import_module(f"tiny_{fam.family}").build_into(repo, shared / name)
+
+    def real(repo: Path, shared: Path) -> None:
+        report = fam.build(repo, Settings.model_fields[fam.source_setting].default)
+        assert report.status in ("built", "up to date"), report.detail  # a fresh clone always exports
+
+    return fam.family, real
 
 
 # Each family exports into its own folders of the repository, so the parts can be built at once.
-_PARTS = {
-    "minilm": _minilm,  # real weights: ~45 s of one core, mostly the timing of its candidate graphs
-    "tiny-clip": lambda repo, shared: tiny_clip.build_into(repo, shared / "tiny-clip"),  # random weights: tests only
-    "tiny-bge-m3": lambda repo, shared: tiny_bge_m3.build_into(repo, shared / "tiny-bge-m3"),
-    "tiny-ofa": lambda repo, shared: tiny_ofa.build_into(repo, shared / "tiny-ofa"),
-}
+# The real-weight one (~45 s of one core, mostly the timing of its candidate graphs) comes first.
+_PARTS = dict(_part(fam) for fam in FAMILIES)
 
 
 @pytest.fixture(scope="session")

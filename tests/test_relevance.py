@@ -25,6 +25,7 @@ from search.api import create_app
 from search.cli.query import NO_GOOD_MATCH, NOTHING_MATCHED
 from search.config import PROJECT_ROOT
 from search.errors import ServiceError
+from search.models import family
 from search.services import DEFAULT_MIN_RELEVANCE, SearchService
 from search.services import relevance as rel
 from search.store import DOCUMENTS
@@ -63,7 +64,7 @@ def test_sparse_backgrounds_and_degenerate_ones():
 def test_a_rebuilt_model_is_seen_within_a_second(tmp_path, monkeypatch):
     """Scales belong to one build of the model. The build's id is what its manifest says; every search
     asks for it, so the manifest is looked at once a second, not on every call."""
-    fam = rel.family("minilm")
+    fam = family("minilm")
     for path in fam.artifacts(tmp_path):
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text("{}")

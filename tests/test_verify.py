@@ -24,7 +24,7 @@ from search.api import create_app
 from search.config import PROJECT_ROOT, Settings
 from search.errors import BadRequest
 from search.flight import SingleFlight
-from search.models import FAMILIES, MiniLM, bge_m3, golden, published
+from search.models import FAMILIES, MiniLM, bge_m3, bge_m3_published, clip_published, golden, minilm_published, ofa_published, published
 from search.models.verify import FAIL, PASS, SKIP, TOLERANCES, compare, config_precision
 from search.resources import Resources
 from search.services import SearchService
@@ -322,29 +322,29 @@ def test_published_clip_check_compares_the_integration_test_logits():
     e = np.eye(4)
     image = e[0]
     texts = np.stack([0.245701 * e[0] + np.sqrt(1 - 0.245701 ** 2) * e[1], 0.193049 * e[0] + np.sqrt(1 - 0.193049 ** 2) * e[2]])
-    assert published.judge_clip(image[None], texts, FP32)[0].status == PASS
+    assert clip_published.judge(image[None], texts, FP32)[0].status == PASS
     close = texts.copy()
     close[0] = 0.2455 * e[0] + np.sqrt(1 - 0.2455 ** 2) * e[1]  # 24.55: off by 0.020, within atol + rtol × 24.57 = 0.026
-    assert published.judge_clip(image[None], close, FP32)[0].status == PASS
+    assert clip_published.judge(image[None], close, FP32)[0].status == PASS
     wrong = texts.copy()
     wrong[0] = 0.2450 * e[0] + np.sqrt(1 - 0.2450 ** 2) * e[1]  # 24.50: off by 0.07
-    check = published.judge_clip(image[None], wrong, FP32)[0]
+    check = clip_published.judge(image[None], wrong, FP32)[0]
     assert check.status == FAIL and "24.5" in check.measured
-    assert published.judge_clip(image[None], wrong, TOLERANCES["fp16"])[0].status == PASS  # 10x wider for FP16
+    assert clip_published.judge(image[None], wrong, TOLERANCES["fp16"])[0].status == PASS  # 10x wider for FP16
 
 
 def bge_outputs(scale: float = 1.0) -> dict:
     """Served-looking BGE-M3 outputs that reproduce FlagEmbedding's README numbers exactly."""
     e = np.eye(8)
-    d = published.BGE_DENSE
+    d = bge_m3_published.BGE_DENSE
     q = [e[0], e[1]]
     p = [d[0][0] * e[0] + d[1][0] * e[1], d[0][1] * e[0] + d[1][1] * e[1]]
     p = [p[0] + np.sqrt(1 - p[0] @ p[0]) * e[2], p[1] + np.sqrt(1 - p[1] @ p[1]) * e[3]]
-    words = [dict(w) for w in published.BGE_LEXICAL_WEIGHTS]
+    words = [dict(w) for w in bge_m3_published.BGE_LEXICAL_WEIGHTS]
     ids = {w: i for i, w in enumerate([*words[0], *words[1]])}
     q_sparse = [{ids[w]: v for w, v in words[0].items()}, {ids[w]: v for w, v in words[1].items()}]
-    p0 = {ids["GE"]: published.BGE_LEXICAL["query 1 · passage 1"] / words[0]["GE"] * scale}
-    cb = published.BGE_COLBERT
+    p0 = {ids["GE"]: bge_m3_published.BGE_LEXICAL["query 1 · passage 1"] / words[0]["GE"] * scale}
+    cb = bge_m3_published.BGE_COLBERT
     colbert_q = np.stack([e[4]])
     p_colbert = [np.stack([cb["query 1 · passage 1"] * e[4] + np.sqrt(1 - cb["query 1 · passage 1"] ** 2) * e[5]]),
                  np.stack([cb["query 1 · passage 2"] * e[4] + np.sqrt(1 - cb["query 1 · passage 2"] ** 2) * e[6]])]
@@ -357,22 +357,22 @@ def bge_outputs(scale: float = 1.0) -> dict:
 
 
 def test_published_bge_m3_checks_compare_the_readme_numbers():
-    checks = published.judge_bge_m3(bge_outputs(), FP32)
+    checks = bge_m3_published.judge(bge_outputs(), FP32)
     assert [c.status for c in checks] == [PASS] * 4, checks
     assert {c.check for c in checks} >= {"published: FlagEmbedding README dense similarity (2×2)",
                                          "published: FlagEmbedding README ColBERT scores"}
-    off = published.judge_bge_m3(bge_outputs(scale=1.1), FP32)  # lexical score 0.215 instead of 0.1955
+    off = bge_m3_published.judge(bge_outputs(scale=1.1), FP32)  # lexical score 0.215 instead of 0.1955
     assert {c.check: c.status for c in off}["published: FlagEmbedding README lexical scores"] == FAIL
     other_tokens = bge_outputs()
     other_tokens["query_words"] = [{"What": 0.08}, other_tokens["query_words"][1]]
-    assert published.judge_bge_m3(other_tokens, FP32)[-1].status == FAIL
+    assert bge_m3_published.judge(other_tokens, FP32)[-1].status == FAIL
 
 
 def test_published_minilm_and_ofa_checks():
     e = np.eye(3)
-    assert published.judge_minilm(e, FP32)[0].status == FAIL  # orthogonal sentences: 0 where 0.666 is published
-    assert published.judge_ofa("contradiction", FP32)[0].status == PASS
-    assert published.judge_ofa("entailment", FP32)[0].status == FAIL
+    assert minilm_published.judge(e, FP32)[0].status == FAIL  # orthogonal sentences: 0 where 0.666 is published
+    assert ofa_published.judge("contradiction", FP32)[0].status == PASS
+    assert ofa_published.judge("entailment", FP32)[0].status == FAIL
 
 
 def test_checkpoints_are_recognised_by_id_cache_path_or_checksum():
@@ -394,8 +394,8 @@ def test_published_checks_run_end_to_end_when_forced(settings):
     cache = settings.data_dir / "verify"
     cache.mkdir(parents=True)
     cat = golden.inputs().photo("cat").data  # stands in for the publishers' photos (no network here)
-    (cache / published.CLIP_IMAGE_FILE).write_bytes(cat)
-    (cache / published.OFA_IMAGE_FILE).write_bytes(cat)
+    (cache / clip_published.CLIP_IMAGE_FILE).write_bytes(cat)
+    (cache / ofa_published.OFA_IMAGE_FILE).write_bytes(cat)
     svc = SearchService(settings)
     try:
         report = svc.verify_models(["clip", "bge_m3", "ofa"], published_checks=True)

@@ -21,6 +21,7 @@ from search import owner
 from search.config import Settings
 from search.errors import ServiceError
 from search.media.photos import IMAGE_SUFFIXES
+from search.models import for_mode
 from search.services import DEFAULT_MIN_RELEVANCE, MAX_TOP_K, ImageFilters, SearchService, admin
 from search.services.remote import RemoteService
 
@@ -31,6 +32,8 @@ class Mode:
     kind: str  # "documents" | "text2image" | "image2image" | "entail"
     doc_mode: str | None = None  # SearchService.search_documents(mode=...)
 
+
+ENTAIL = for_mode("entail")  # the family that verifies photo hits
 
 # Order = order on the page; the first is the default.
 MODES = (
@@ -89,7 +92,7 @@ def main() -> None:
         elif mode.kind == "entail":
             entail_page(svc)
         else:
-            photos_page(svc, mode, opts, ofa_ready=admin.blocker(status, "entail") is None)
+            photos_page(svc, mode, opts, verifier_ready=admin.blocker(status, "entail") is None)
     except ServiceError as exc:  # one line that says what to do, never a traceback
         st.error(str(exc))
 
@@ -227,19 +230,20 @@ def entail_page(svc: SearchService | RemoteService) -> None:
         st.caption("The text was longer than the model takes and was truncated.")
 
 
-def photos_page(svc: SearchService | RemoteService, mode: Mode, opts: dict, ofa_ready: bool = False) -> None:
+def photos_page(svc: SearchService | RemoteService, mode: Mode, opts: dict, verifier_ready: bool = False) -> None:
     kwargs = {"top_k": opts["top_k"], "min_score": opts["min_score"], "filters": opts["filters"], "kb": opts["kb"],
               "min_relevance": opts["min_relevance"]}
     if mode.kind == "text2image":
         text = st.text_input("Describe the photo", placeholder="e.g. a beach at sunset", key="photo_query")
-        verify = st.toggle("Verify with OFA", disabled=not ofa_ready, key="verify",
-                           help="re-rank the hits by OFA's probability that each photo entails the text" if ofa_ready
-                           else "needs the OFA model: `search models build --ofa-source DIR` (see docs/ofa.md)")
+        verify = st.toggle(f"Verify with {ENTAIL.display}", disabled=not verifier_ready, key="verify",
+                           help=f"re-rank the hits by {ENTAIL.display}'s probability that each photo entails the text"
+                           if verifier_ready else f"needs the {ENTAIL.display} model: `search models build "
+                           f"{ENTAIL.cli_option} DIR` (see {ENTAIL.doc_page})")
         min_entailment = st.slider("Entailment threshold", 0.0, 1.0, 0.0, 0.01, key="min_entailment") if verify else 0.0
         if not text.strip():
             return
-        hits = svc.search_images(text, **kwargs, verify=verify and ofa_ready,
-                                 min_entailment=(min_entailment or None) if verify and ofa_ready else None)
+        hits = svc.search_images(text, **kwargs, verify=verify and verifier_ready,
+                                 min_entailment=(min_entailment or None) if verify and verifier_ready else None)
     else:
         upload = st.file_uploader("Example photo", type=[t.lstrip(".") for t in PHOTO_TYPES])
         if upload is None:

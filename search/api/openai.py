@@ -8,7 +8,7 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StrictInt
 
-from search.services.embeddings import MAX_INPUTS, MAX_REQUEST_CHARS
+from search.services.embeddings import MAX_INPUTS, MAX_REQUEST_CHARS, MODELS
 
 PREFIX = "/v1/"
 
@@ -60,6 +60,9 @@ def errors(*codes: int | str) -> dict[int | str, dict]:
 
 
 TokenArray = list[StrictInt]
+_NAMES = [m.name for m in MODELS]
+_MODEL_NAMES = f"{', '.join(_NAMES[:-1])} or {_NAMES[-1]}" if len(_NAMES) > 1 else _NAMES[0]
+_IMAGE_MODELS = ", ".join(m.name for m in MODELS if m.input == "image")
 
 
 class EmbeddingRequest(BaseModel):
@@ -67,9 +70,9 @@ class EmbeddingRequest(BaseModel):
 
     input: str | list[str | TokenArray | StrictInt] = Field(
         description=f"a text or a list of up to {MAX_INPUTS} texts, at most {MAX_REQUEST_CHARS:,} characters in all "
-                    "(clip-image: base64 images or data: URLs); token arrays are refused",
+                    f"({_IMAGE_MODELS}: base64 images or data: URLs); token arrays are refused",
         examples=["reset password", ["first text", "second text"]])
-    model: str = Field(examples=["minilm"], description="minilm, bge-m3, clip-text or clip-image (GET /v1/models)")
+    model: str = Field(examples=[MODELS[0].name], description=f"{_MODEL_NAMES} (GET /v1/models)")
     encoding_format: Literal["float", "base64"] = Field(
         "float", description="base64: each vector as little-endian float32 bytes, base64-encoded")
     dimensions: Annotated[int, Field(ge=1)] | None = Field(None, description="only the model's own width is accepted")

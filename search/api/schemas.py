@@ -19,6 +19,7 @@ from search.services import (
     SORTS,
     ImageFilters,
 )
+from search.services.options import ENTAIL_MODEL
 from search.store.schema import DEFAULT_KB, KB_NAME
 
 MAX_PATHS = 100  # per ingest request
@@ -102,7 +103,7 @@ class ImageQuery(PhotoFilters):
     min_score: Score | None = None
     min_relevance: MinRelevance | None = None
     sort: Literal[SORTS] = "score"
-    verify: bool = Field(False, description="re-rank the top_k hits by OFA's probability that each photo entails the text")
+    verify: bool = Field(False, description=f"re-rank the top_k hits by {ENTAIL_MODEL}'s probability that each photo entails the text")
     min_entailment: Annotated[float, Field(ge=0, le=1)] | None = Field(
         None, description="with verify: drop photos whose entailment probability is below this")
 

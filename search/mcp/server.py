@@ -37,7 +37,7 @@ from search.config import MAX_IMAGE_BYTES
 from search.errors import ServiceError
 from search.keys import EVERYTHING, Principal
 from search.media.files import Refused, read_regular
-from search.services.options import HIT_CHARS_LIMIT, MAX_TOP_K, MODES, SORTS, ImageFilters
+from search.services.options import ENTAIL_MODEL, HIT_CHARS_LIMIT, MAX_TOP_K, MODES, PHOTO_MODEL, SORTS, ImageFilters
 from search.services.results import DocumentHit, ImageHit, prompt_context
 from search.store.schema import DEFAULT_KB
 
@@ -48,7 +48,7 @@ THUMBNAIL_BYTES = 512 * 1024  # a thumbnail larger than this is left out (they a
 DOCUMENT_CHARS = 20_000
 READ_ONLY = ToolAnnotations(readOnlyHint=True, openWorldHint=False)
 INSTRUCTIONS = ("Semantic search over an indexed knowledge base (documents: passages with citations) and a photo "
-                "library (CLIP text-to-image and image-to-image, OFA visual entailment). Cite passages by their "
+                f"library ({PHOTO_MODEL} text-to-image and image-to-image, {ENTAIL_MODEL} visual entailment). Cite passages by their "
                 "citation; fetch more context with get_passage / get_document.")
 
 TopK = Annotated[int, Field(ge=1, le=MAX_TOP_K, description="how many hits")]

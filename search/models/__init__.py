@@ -32,6 +32,11 @@ def for_kind(kind: str) -> list[Family]:
     return sorted((f for f in FAMILIES if kind in f.kinds), key=lambda f: f.optional)
 
 
+def for_mode(mode: str) -> Family | None:
+    """The family a search mode needs (None: a mode no family claims, e.g. "auto")."""
+    return next((f for f in FAMILIES if mode in f.modes), None)
+
+
 def ingest_kinds() -> list[str]:
     """The ingest kinds some family embeds, in registry order."""
     return list(dict.fromkeys(k for f in FAMILIES for k in f.kinds))
@@ -43,4 +48,4 @@ def built_triton_models(repo: Path) -> list[str]:
 
 
 __all__ = ["BGEM3", "CLIP", "FAMILIES", "PRECISIONS", "BuildReport", "Encoded", "Family", "Int8Quality", "MiniLM", "OFA", "Vector",
-           "WeightsUnavailable", "built_triton_models", "family", "for_kind", "ingest_kinds"]
+           "WeightsUnavailable", "built_triton_models", "family", "for_kind", "for_mode", "ingest_kinds"]

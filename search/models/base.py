@@ -82,23 +82,53 @@ class Encoded:
     truncated: np.ndarray = field(default_factory=lambda: np.zeros(0, bool))  # per item: cut to the model's length
 
 
+@dataclass(frozen=True)
+class EmbeddingModel:
+    """One model `POST /v1/embeddings` offers (a family lists its own in ``Family.embedding_models``)."""
+
+    name: str  # what clients send as `model`
+    family: str  # the model family (search.models)
+    ensemble: str  # the Triton model that computes it
+    input: str  # "text" or "image" (base64)
+    dim: int | None  # None: the built model's width (when it depends on the weights)
+    aliases: tuple[str, ...] = ()
+    description: str = ""
+    listed: int = 0  # its place in GET /v1/models (the order clients have always seen)
+
+
 class Family:
-    family: str  # e.g. "minilm": the registry key, build reports, the "models" payload tag
-    display: str  # e.g. "MiniLM": in messages
+    family: str  # lower-case, e.g. "ocr": the registry key, build reports, the "models" payload tag
+    display: str  # e.g. "OCR": in messages
     ensembles: tuple[str, ...]  # what callers ask Triton for
     steps: tuple[str, ...]  # the ensembles' composing models; the last one holds the build manifest
     kinds: dict[str, str] = {}  # ingest kind ("documents", "images") -> the ensemble that embeds its items
     optional: bool = False  # adds vectors to a kind another family embeds; the kind works without it
     vectors: dict[str, Vector] = {}  # store vector name -> what it holds
-    source_setting: str  # the Settings field naming the weights, e.g. "clip_source"
-    cli_option: str  # the `search models build` option overriding it, e.g. "--clip-source"
+    # The search modes that need this family served (document modes such as "semantic"; "entail"):
+    # mode -> the store vector its hits are ranked by (None: it ranks no stored vector)
+    modes: dict[str, str | None] = {}
+    source_setting: str  # the Settings field naming the weights, "<family>_source"
+    cli_option: str  # the `search models build` option overriding it, "--<family>-source"
     source_help: str  # that option's help: what a source may be
     hub_hint: str  # the hub id to suggest when weights are missing
+    doc_page: str = ""  # the docs/ page on building it, where it has one
+    build_hint: str = ""  # what `search models build --<family>-source DIR` needs, when no default source exists
     export_module: str  # the module with build(family, repo, source, precision, allow_unmeasured): torch & co. live there
     # What `--precision` may ask of this family: fp32 always; "int8" only where the export can
     # quantize it. Whether int8 counts as measured is int8_quality's to say (precision_status).
     precisions: tuple[str, ...] = ("fp32",)
     int8_quality: Int8Quality | None = None  # measured int8 quality for specific weights, if any
+    # The published checkpoints (hub ids) whose publishers' examples `search models verify` checks,
+    # weight files known by sha256 -> checkpoint, and organisations whose bare ORG/NAME download
+    # folders identify a checkpoint (search.models.published.identify).
+    checkpoints: tuple[str, ...] = ()
+    known_weights: dict[str, str] = {}
+    checkpoint_orgs: tuple[str, ...] = ()
+    published_module: str | None = None  # the module whose run(ctx) makes the published checks
+
+    def published_checks(self, ctx) -> list:
+        """`search models verify`: the publisher's example against the served model (``Check`` list)."""
+        return importlib.import_module(self.published_module).run(ctx) if self.published_module else []
 
     @property
     def triton_models(self) -> tuple[str, ...]:
@@ -121,6 +151,10 @@ class Family:
     def built_from(self, repo: Path) -> str | None:
         """The source the current build was exported from, if it is complete."""
         return (self.manifest(repo) or {}).get("source")
+
+    def chunk_tokenizer(self, repo: Path) -> Path:
+        """tokenizer.json of the served text model, when the family is the one whose tokens count chunk budgets."""
+        raise NotImplementedError(f"{self.family} has no chunk tokenizer")
 
     def dim(self, repo: Path) -> int:
         """The embedding width the export recorded for the built model."""
@@ -170,9 +204,53 @@ class Family:
     query_batch: int = 0  # queries per request at most: the query model's max_batch_size
     query_in_flight: int = 1  # requests out at once: the query model's instances that run side by side
 
+    def served_golden(self, client, gold) -> dict[str, np.ndarray] | None:
+        """`search models verify`: the served outputs on the golden inputs (``search.models.golden.Inputs``),
+        keyed as the build's golden file; None: the family has no verify hook."""
+        return None
+
+    # `POST /v1/embeddings`: the models it offers there
+    embedding_models: tuple[EmbeddingModel, ...] = ()
+
+    def embedding_query(self, text: str):
+        """One embeddings text as the family's query batcher takes it."""
+        return text
+
+    def query_text_vector(self, out) -> TextVector:
+        """A query batcher's answer as a text vector and its token count."""
+        return out
+
+    def image_vectors(self, client, images: list[bytes]) -> np.ndarray:
+        """Unit vectors [n, D] for encoded images (any number: requests of the model's batch size)."""
+        raise NotImplementedError(f"{self.family} serves no image vectors")
+
     def encode(self, client, items: list, **options) -> Encoded:
         """The family's vectors for ``items`` from its served ensembles."""
         raise NotImplementedError(f"{self.family} serves no vectors")
+
+    def entail(self, client, images: list[bytes], hypotheses: list[str], premises: list[str | None] | None = None) -> list:
+        """One verdict (label, probs, truncated) per (image, hypothesis[, premise]): a family that claims
+        the "entail" mode. A request holding a bad image fails whole: callers retry one by one."""
+        raise NotImplementedError(f"{self.family} serves no entailment")
+
+    def encode_options(self, vector: str) -> dict:
+        """``encode``'s options when only store vector ``vector`` is wanted."""
+        return {}
+
+    def relevance_probes(self, client, items: list, vector: str) -> list[tuple[object, float]]:
+        """Relevance backgrounds' probes: ``items`` (fixed texts or photos) as store vector ``vector``
+        (dense: a list, sparse: {token id: weight}, multivector: rows), each with its score factor (a
+        multivector's score sums its rows: 1 / rows); items without sparse weights or rows are left out."""
+        kind, out = self.vectors[vector].kind, []
+        for v in self.encode(client, items, **self.encode_options(vector)).vectors:
+            value = v[vector]
+            if kind == "sparse" and value:
+                out.append((value, 1.0))
+            elif kind == "multivector" and len(value):
+                out.append((value.tolist(), 1.0 / len(value)))
+            elif kind == "dense":
+                out.append((value.tolist(), 1.0))
+        return out
 
     def encode_queries(self, client, queries: list) -> list:
         """Search queries sent together to ``query_model`` as one request (at most ``query_batch``):

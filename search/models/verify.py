@@ -10,15 +10,14 @@ FP16 (the GPU configs) and int8 builds get the looser bounds of ``TOLERANCES``.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import numpy as np
 
-from search.models import bge_m3, clip, golden, minilm
-from search.models.base import INT8_MIN_COSINE, Family, image_tensor
-from search.triton.client import TritonClient, text_tensor
+from search.models import golden
+from search.models.base import INT8_MIN_COSINE, Family
+from search.triton.client import TritonClient
 
 PASS, FAIL, SKIP = "pass", "FAIL", "skipped"
 
@@ -35,7 +34,7 @@ TOLERANCES = {
     "fp32": Tolerance(cosine=0.9999, sparse=1e-4, logits=1e-3, scale=1.0),
     # TensorRT FP16 with LayerNorm in FP32 (configs/gpu.pbtxt); bench/bench_gpu.py holds it to 0.999 as well
     "fp16": Tolerance(cosine=0.999, sparse=1e-2, logits=5e-2, scale=10.0),
-    # int8 CPU graph (`search models build --precision int8`, dynamic int8): served int8 MiniLM against
+    # int8 CPU graph (`search models build --precision int8`, dynamic int8): served int8 of the measured family (its int8_quality) against
     # PyTorch fp32 measured min cosine 0.9871 on the golden texts (0.9877 on the build's check inputs) and
     # max |delta| 0.011 on the published similarities; the bound leaves room for other CPUs' int8 kernels.
     # Without VNNI (AMD Zen 3) 8-bit weights saturated: 0.970 for a golden text alone; the build's 7-bit
@@ -90,51 +89,6 @@ def config_precision(cfg: dict) -> str | None:
     return None
 
 
-# -- served outputs on the golden inputs, one function per family (keys as the build's golden file)
-def _served_minilm(client: TritonClient, gold: golden.Inputs) -> dict[str, np.ndarray]:
-    dense, truncated = minilm.embed(client, [t.text for t in gold.texts])
-    # one text per request: the query deployment (minilm_query), which must serve the same model
-    query = np.concatenate([minilm.embed(client, [t.text])[0] for t in gold.texts])
-    return {"text_dense": dense, "text_truncated": truncated, "query_dense": query}
-
-
-def _served_clip(client: TritonClient, gold: golden.Inputs) -> dict[str, np.ndarray]:
-    dense, truncated = clip.embed_texts(client, [t.text for t in gold.texts])
-    return {"text_dense": dense, "text_truncated": truncated,
-            "image_dense": clip.embed_images(client, [p.data for p in gold.photos])}
-
-
-def _served_bge_m3(client: TritonClient, gold: golden.Inputs) -> dict[str, np.ndarray]:
-    outs: dict[int, bge_m3.M3Output] = {}
-    for limit in dict.fromkeys(t.max_length for t in gold.texts):  # one call per token limit asked for
-        idx = [i for i, t in enumerate(gold.texts) if t.max_length == limit]
-        for i, o in zip(idx, bge_m3.encode(client, [gold.texts[i].text for i in idx], colbert=True, max_length=limit)):
-            outs[i] = o
-    ordered = [outs[i] for i in range(len(gold.texts))]
-    ids, offsets = golden.ragged([np.array(sorted(o.sparse), np.int64) for o in ordered], np.int64)
-    values, _ = golden.ragged([np.array([o.sparse[k] for k in sorted(o.sparse)], np.float32) for o in ordered])
-    colbert, colbert_offsets = golden.ragged([o.colbert for o in ordered], width=int(ordered[0].dense.shape[0]))
-    return {"text_dense": np.stack([o.dense for o in ordered]), "text_truncated": np.array([o.truncated for o in ordered]),
-            "sparse_ids": ids, "sparse_values": values, "sparse_offsets": offsets,
-            "colbert": colbert, "colbert_offsets": colbert_offsets}
-
-
-def _served_ofa(client: TritonClient, gold: golden.Inputs) -> dict[str, np.ndarray]:
-    logits, truncated = [], []
-    for pair in gold.pairs:  # one pair per request, as the service sends them
-        res = client.infer("ofa_ve", {"IMAGE": image_tensor([gold.photo(pair.photo).data]),
-                                      "HYPOTHESIS": text_tensor([pair.hypothesis]),
-                                      "PREMISE": text_tensor([pair.premise or ""])}, ["LOGITS", "TRUNCATED"])
-        logits.append(res["LOGITS"][0])
-        truncated.append(bool(res["TRUNCATED"].reshape(-1)[0]))
-    return {"pair_logits": np.stack(logits).astype(np.float32), "pair_truncated": np.array(truncated)}
-
-
-SERVED: dict[str, Callable[[TritonClient, golden.Inputs], dict[str, np.ndarray]]] = {
-    "minilm": _served_minilm, "clip": _served_clip, "bge_m3": _served_bge_m3, "ofa": _served_ofa,
-}
-
-
 # -- the comparison
 def verify_golden(fam: Family, repo: Path, client: TritonClient, tol: Tolerance) -> list[Check]:
     """The golden check of one built, served family: one Check per kind of output."""
@@ -151,9 +105,9 @@ def verify_golden(fam: Family, repo: Path, client: TritonClient, tol: Tolerance)
     if meta.get("inputs_digest") != gold.digest:
         return [Check(name, "golden outputs", FAIL, detail="recorded on another version of the golden inputs: rebuild "
                       f"with `search models build --force {fam.cli_option} SOURCE`")]
-    if name not in SERVED:
-        return [Check(name, "golden outputs", SKIP, detail="no verify hook for this family (search/models/verify.py)")]
-    got = SERVED[name](client, gold)
+    got = fam.served_golden(client, gold)
+    if got is None:
+        return [Check(name, "golden outputs", SKIP, detail="no verify hook for this family (Family.served_golden)")]
     return compare(name, expected, got, gold, tol)
 
 

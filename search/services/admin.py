@@ -9,7 +9,7 @@ from dataclasses import asdict
 from pathlib import Path
 
 from search.errors import BadRequest, EmptyCollection, NotFound, ServiceError, StoreInUse, StoreUnavailable
-from search.models import FAMILIES, family, for_kind
+from search.models import FAMILIES, Family, for_kind, for_mode
 from search.services.base import ServiceBase
 from search.store import (
     COLLECTIONS,
@@ -60,13 +60,16 @@ class Admin(ServiceBase):
 
     def collections(self, kbs: Collection[str] | None = None) -> dict:
         """Points per collection of the default knowledge base (``collections``, as before KBs) and
-        how many of its document chunks carry BGE-M3 vectors; points per kind in every knowledge base
+        how many of its document chunks carry each optional family's vectors (``documents_with_<family>``);
+        points per kind in every knowledge base
         (``kbs``). ``kbs``: only these knowledge bases are shown (None: all)."""
         seen = set(kbs) if kbs is not None else None
-        out: dict = {"collections": {}, "documents_with_bge_m3": 0, "kbs": {}}
+        optional = [f for f in for_kind(DOCUMENTS.name) if f.optional]
+        out: dict = {"collections": {}, **{_with(f): 0 for f in optional}, "kbs": {}}
         if seen is None or DEFAULT_KB in seen:
             out["collections"] = {name: self.store.count(name) for name in COLLECTIONS}
-            out["documents_with_bge_m3"] = self.store.count_where(DOCUMENTS.name, "models", family("bge_m3").family)
+            for f in optional:
+                out[_with(f)] = self.store.count_where(DOCUMENTS.name, "models", f.family)
         for kb in self.knowledge_bases():
             if seen is None or kb in seen:
                 out["kbs"][kb] = {kind: self.store.count(kb_collection(kb, kind)) for kind in COLLECTIONS}
@@ -159,29 +162,35 @@ def blocker(status: dict, kind: str, doc_mode: str | None = None) -> str | None:
     if not status["store"].get("available", True) and kind != "entail":
         return status["store"]["error"]
     ready = {n for n, m in t["models"].items() if m["ready"]}
-    ofa, clip, bge_m3 = family("ofa"), family("clip"), family("bge_m3")
     if kind == "entail":
-        if not set(ofa.ensembles) <= ready:
-            return (f"Entailment needs the {ofa.display} model, which is not built: run `search models build "
-                    f"{ofa.cli_option} DIR` with a ModelScope OFA visual-entailment checkpoint (see docs/ofa.md), "
-                    "then restart Triton")
+        fam = for_mode("entail")
+        if not set(fam.ensembles) <= ready:
+            return (f"Entailment needs the {fam.display} model, which is not built: run `search models build "
+                    f"{fam.cli_option} DIR` {fam.build_hint}, then restart Triton")
         return None
     if kind == "documents":
         if not counts.get(DOCUMENTS.name):
             return "Nothing indexed yet: run `indexer ingest PATH` (e.g. `indexer ingest samples/docs`)"
-        if doc_mode in ("hybrid", "dense", "sparse"):
-            if not set(bge_m3.ensembles) <= ready:
-                return (f"{doc_mode.capitalize()} search needs the {bge_m3.display} model: run `search models build`, "
+        fam = for_mode(doc_mode) if doc_mode else None
+        if fam is not None and fam.optional:
+            if not set(fam.ensembles) <= ready:
+                return (f"{doc_mode.capitalize()} search needs the {fam.display} model: run `search models build`, "
                         "then restart Triton")
-            if not status["store"].get("documents_with_bge_m3"):
-                return (f"No documents have {bge_m3.display} vectors yet (needed for {doc_mode} search): "
-                        f"run `indexer ingest PATH` again now that {bge_m3.display} is served")
+            if not status["store"].get(_with(fam)):
+                return (f"No documents have {fam.display} vectors yet (needed for {doc_mode} search): "
+                        f"run `indexer ingest PATH` again now that {fam.display} is served")
         needed = for_kind(DOCUMENTS.name)[0]
         if needed.kinds[DOCUMENTS.name] not in ready:
             return f"Document search needs the {needed.display} model: run `search models build`, then restart Triton"
         return None
-    if not set(clip.ensembles) <= ready:
-        return f"Photos need the {clip.display} model: run `search models build`, then restart Triton"
+    photos = for_kind(IMAGES)[0]
+    if not set(photos.ensembles) <= ready:
+        return f"Photos need the {photos.display} model: run `search models build`, then restart Triton"
     if not counts.get(IMAGES):
         return "No photos indexed yet: run `indexer ingest ./photos`"
     return None
+
+
+def _with(fam: Family) -> str:
+    """The store status field counting the document chunks that carry an optional family's vectors."""
+    return f"documents_with_{fam.family}"

@@ -8,7 +8,7 @@ from dataclasses import dataclass, replace
 from qdrant_client import models
 
 from search.errors import BadRequest, EmptyCollection, ModelNotReady, ModelUnhealthy, NotFound, not_served
-from search.models import family
+from search.models import family, for_kind
 from search.services.filters import content_condition, document_filter, path_condition
 from search.services.options import HIT_CHARS_LIMIT, MODES, check_group_size, check_max_chars, check_page
 from search.services.relevance import DOCUMENT_SPACES, Relevance, check_min_relevance
@@ -20,7 +20,7 @@ BGE_M3, MINILM = family("bge_m3"), family("minilm")
 # reaches offset + top_k.
 HYBRID_DEPTHS = (50, 200, 1_000, 10_000)
 # The store vector a mode's hits are ranked and calibrated by (_hits, needs_sampling)
-MODE_VECTORS = {"semantic": "minilm", "dense": "bge_dense", "sparse": "bge_sparse", "hybrid": "bge_colbert"}
+MODE_VECTORS = {mode: vector for f in for_kind(DOCUMENTS.name) for mode, vector in f.modes.items()}
 DOCUMENT_CHARS = 20_000  # a document's text unless the caller asks for more (up to HIT_CHARS_LIMIT)
 # Auto mode reuses BGE-M3's "served" this long: asking Triton on every query cost a gRPC round trip,
 # 0.3-0.6 ms of the serving process's CPU on a 2-core box (docs/api.md, run K3)

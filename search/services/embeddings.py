@@ -13,8 +13,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from search.errors import BadRequest, ModelNotReady, NotFound, not_served
-from search.models import bge_m3, clip, family, minilm
-from search.models.base import TextVector
+from search.models import FAMILIES, family
+from search.models.base import EmbeddingModel, Family, TextVector
 from search.services.base import ServiceBase, served
 from search.services.images import example_image
 
@@ -23,33 +23,13 @@ MAX_INPUT_CHARS = 100_000  # per text; the models cut longer texts at their toke
 # Per request, all texts together, as OpenAI bounds a request (300,000 tokens). The tokenizers read a
 # whole text before they cut it (~0.45 s per million characters on one core, in the Triton step that
 # search queries share): 256 x 100,000 characters held searches for seconds. 500,000 covers 256
-# texts at MiniLM's cut (256 tokens, ~1,000-2,000 characters) or a batch of 16 at BGE-M3's (8,192).
+# texts cut at 256 tokens (~1,000-2,000 characters each) or a batch of 16 cut at 8,192.
 MAX_REQUEST_CHARS = 500_000
 _DATA_URL = re.compile(r"^data:image/[\w.+-]+;base64,", re.IGNORECASE)
 
 
-@dataclass(frozen=True)
-class EmbeddingModel:
-    name: str  # what clients send as `model`
-    family: str  # the model family (search.models)
-    ensemble: str  # the Triton model that computes it
-    input: str  # "text" or "image" (base64)
-    dim: int | None  # None: the built model's width (CLIP's depends on the weights)
-    aliases: tuple[str, ...] = ()
-    description: str = ""
-
-
-MODELS: tuple[EmbeddingModel, ...] = (
-    EmbeddingModel("minilm", "minilm", "minilm", "text", minilm.DIM,
-                   ("all-MiniLM-L6-v2", "sentence-transformers/all-MiniLM-L6-v2"),
-                   "all-MiniLM-L6-v2 sentence vectors (the documents' semantic index); texts cut at 256 tokens"),
-    EmbeddingModel("bge-m3", "bge_m3", "bge_m3", "text", bge_m3.DIM, ("BAAI/bge-m3", "bge_m3"),
-                   "BGE-M3 dense vectors (the documents' dense/hybrid index); texts cut at 8192 tokens"),
-    EmbeddingModel("clip-text", "clip", "clip_text", "text", None, ("clip_text",),
-                   "CLIP text vectors, in the photos' space; texts cut at 77 tokens"),
-    EmbeddingModel("clip-image", "clip", "clip_image", "image", None, ("clip_image",),
-                   "CLIP image vectors (extension: input holds base64 images or data: URLs)"),
-)
+# Every family's, in the order GET /v1/models has always listed them
+MODELS: tuple[EmbeddingModel, ...] = tuple(sorted((m for f in FAMILIES for m in f.embedding_models), key=lambda m: m.listed))
 
 
 @dataclass
@@ -88,12 +68,11 @@ class Embeddings(ServiceBase):
         fam = family(m.family)
         with served(m.ensemble, fam.display):
             if m.input == "image":
-                images = [self._image(item, i if not isinstance(inputs, str) else None) for i, item in enumerate(items)]
-                vectors = np.concatenate([clip.embed_images(self.triton, images[s:s + clip.IMAGE_BATCH])
-                                          for s in range(0, len(images), clip.IMAGE_BATCH)])
+                images = [self._image(m, item, i if not isinstance(inputs, str) else None) for i, item in enumerate(items)]
+                vectors = fam.image_vectors(self.triton, images)
                 return Embedded(m, vectors, [0] * len(items))
             if len(items) == 1:
-                return _one(m, self.resources.batchers[fam.query_model](_query(m, items[0])))
+                return _one(m, fam, self.resources.batchers[fam.query_model](fam.embedding_query(items[0])))
             return _vectors(m, fam.text_vectors(self.triton, items))
 
     async def aembed(self, model: str, inputs: str | list[str], *, dimensions: int | None = None) -> Embedded:
@@ -104,7 +83,7 @@ class Embeddings(ServiceBase):
             m, items = self._checked(model, inputs)
             fam = family(m.family)
             with served(m.ensemble, fam.display):
-                return _one(m, await self.resources.batchers[fam.query_model].acall(_query(m, items[0])))
+                return _one(m, fam, await self.resources.batchers[fam.query_model].acall(fam.embedding_query(items[0])))
         return await asyncio.to_thread(self.embed, model, inputs, dimensions=dimensions)
 
     def _checked(self, model: str, inputs: str | list[str]) -> tuple[EmbeddingModel, list[str]]:
@@ -147,28 +126,23 @@ class Embeddings(ServiceBase):
         except (OSError, ValueError, KeyError):  # a remote Triton's repository is not on this machine
             return None
 
-    def _image(self, item: str, index: int | None) -> bytes:
+    def _image(self, m: EmbeddingModel, item: str, index: int | None) -> bytes:
         where = "input" if index is None else f"input[{index}]"
         text = _DATA_URL.sub("", item.strip(), count=1)
         try:
             data = base64.b64decode(text, validate=True)
         except (binascii.Error, ValueError):
-            raise BadRequest(f"{where}: clip-image takes base64-encoded images (or data: URLs)", "input") from None
+            raise BadRequest(f"{where}: {m.name} takes base64-encoded images (or data: URLs)", "input") from None
         try:
             return example_image(self.settings, data)
         except BadRequest as exc:
             raise BadRequest(f"{where}: {str(exc).removeprefix('like: the uploaded image: ')}", "input") from None
 
 
-def _query(m: EmbeddingModel, text: str) -> str | tuple[str, bool]:
-    """A text as its family's query batcher takes it (BGE-M3's asks whether to compute ColBERT)."""
-    return (text, False) if m.family == "bge_m3" else text
-
-
-def _one(m: EmbeddingModel, out: TextVector | bge_m3.M3Output) -> Embedded:
+def _one(m: EmbeddingModel, fam: Family, out) -> Embedded:
     """A one-text request's answer, from its family's query batcher."""
-    vector = out.dense if isinstance(out, bge_m3.M3Output) else out.vector
-    return Embedded(m, vector[None], [out.n_tokens])
+    vector = fam.query_text_vector(out)
+    return Embedded(m, vector.vector[None], [vector.n_tokens])
 
 
 def _vectors(m: EmbeddingModel, outs: list[TextVector]) -> Embedded:

@@ -1,4 +1,4 @@
-"""OFA visual entailment: does a photo support a statement? Asked on its own, or to verify the
+"""Visual entailment (the family that claims the "entail" mode): does a photo support a statement? Asked on its own, or to verify the
 photos a text query found."""
 
 from __future__ import annotations
@@ -9,11 +9,11 @@ from tritonclient.utils import InferenceServerException
 
 from search.errors import BadRequest
 from search.media.files import Refused, photo_reason, read_regular
-from search.models import family, ofa
+from search.models import for_mode
 from search.services.base import ServiceBase
 from search.services.results import Verdict
 
-OFA = family("ofa")
+ENTAIL = for_mode("entail")  # the family that answers entailment
 
 
 class Entailment(ServiceBase):
@@ -29,26 +29,26 @@ class Entailment(ServiceBase):
             raise BadRequest("image: the image is empty (0 bytes)")
         if len(data) > self.settings.max_image_bytes:
             raise BadRequest(f"image: too large: {len(data) / 1e6:.1f} MB > {self.settings.max_image_bytes / 1e6:.1f} MB limit")
-        self._require(OFA.ensembles[0], OFA.display)
+        self._require(ENTAIL.ensembles[0], ENTAIL.display)
         try:
-            e = ofa.entail(self.triton, [data], [hypothesis], [premise])[0]
+            e = ENTAIL.entail(self.triton, [data], [hypothesis], [premise])[0]
             return Verdict(e.label, e.probs, e.truncated)
         except InferenceServerException as exc:
             if "INVALID_ARG" not in str(exc.status() or ""):
                 raise
-            msg = (exc.message() or str(exc)).split("in ensemble 'ofa_ve', ")[-1]
+            msg = (exc.message() or str(exc)).split(f"in ensemble '{ENTAIL.ensembles[0]}', ")[-1]
             for tensor in ("HYPOTHESIS", "IMAGE"):  # the step names the tensor at fault
                 if msg.startswith(tensor + ": "):
                     raise BadRequest(f"{tensor.lower()}: {msg[len(tensor) + 2:]}") from None
             raise BadRequest(f"image: {msg}") from None
 
-    def _entail_many(self, images: list[bytes], text: str) -> list[ofa.Entailment | None]:
-        """Verdicts for many photos (one request each: ofa.PAIRS_PER_REQUEST), None for a photo the
+    def _entail_many(self, images: list[bytes], text: str) -> list:
+        """Verdicts for many photos (one request each, as the family sends them), None for a photo the
         model refuses (undecodable), so one bad file cannot sink the others."""
         out = []
         for data in images:
             try:
-                out.append(ofa.entail(self.triton, [data], [text])[0])
+                out.append(ENTAIL.entail(self.triton, [data], [text])[0])
             except InferenceServerException as exc:
                 if "INVALID_ARG" not in str(exc.status() or ""):
                     raise

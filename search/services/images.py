@@ -1,4 +1,5 @@
-"""Photo search: text to image and image to image (CLIP), filters, sorting, and OFA verification."""
+"""Photo search: text to image and image to image (the photos' family), filters, sorting, and
+verification by the family that claims the "entail" mode."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ from qdrant_client import models
 from search.errors import BadRequest, EmptyCollection, NotFound
 from search.media.files import Outside, Refused, read_regular
 from search.media.photos import BadImage, decode_photo, open_photo
-from search.models import clip, family
+from search.models import for_kind, for_mode
 from search.services.base import served
 from search.services.entailment import Entailment
 from search.services.filters import content_condition, image_filter
@@ -22,7 +23,7 @@ from search.services.relevance import Relevance, check_min_relevance, image_spac
 from search.services.results import HitList, ImageHit
 from search.store import DEFAULT_KB, IMAGES, image_vector
 
-CLIP, OFA = family("clip"), family("ofa")
+PHOTOS, ENTAIL = for_kind(IMAGES)[0], for_mode("entail")  # the photos' family, the verifier
 NOT_INDEXED = "not a photo of the index (give its id or indexed path, or send the photo as image_base64)"
 
 
@@ -34,7 +35,7 @@ class ImageSearch(Entailment, Relevance):
         """Text-to-image (``text``) or image-to-image (``like``, a photo's path or bytes) search over the
         photo collection; filters first, then the ``min_score`` cut-off, then the calibrated relevance
         (hits below ``min_relevance`` dropped; ``no_match`` when none is left), then (``verify``) the
-        re-rank of the top-k hits by OFA's entailment probability of ``text`` (hits below
+        re-rank of the top-k hits by the entailment probability of ``text`` (hits below
         ``min_entailment`` dropped), then the sort. ``kb``: the knowledge base searched (None: the
         default one)."""
         text = (text or "").strip() or None
@@ -55,12 +56,12 @@ class ImageSearch(Entailment, Relevance):
             if kb not in (None, DEFAULT_KB):
                 raise EmptyCollection(f"kb: no photos in knowledge base {kb!r} yet: run `indexer ingest ./photos --kb {kb}`")
             raise EmptyCollection("no photos indexed yet: run `indexer ingest ./photos`" + self._legacy_hint())
-        model = "clip_text" if text else "clip_image"
-        with served(model, CLIP.display):
+        model = PHOTOS.query_model if text else PHOTOS.kinds[IMAGES]
+        with served(model, PHOTOS.display):
             if text:
-                vector = self.resources.batchers[CLIP.query_model](text).vector
+                vector = self.resources.batchers[PHOTOS.query_model](text).vector
             else:
-                vector = clip.embed_images(self.triton, [self._example_image(like)])[0]
+                vector = PHOTOS.image_vectors(self.triton, [self._example_image(like)])[0]
         points = self.store.search(collection, image_vector(), vector.tolist(), limit=top_k,
                                    query_filter=image_filter(filters), score_threshold=min_score)
         space = replace(image_space("text" if text else "image"), collection=collection)
@@ -128,10 +129,10 @@ class ImageSearch(Entailment, Relevance):
         return data if self.store.any_where(IMAGES, "sha256", digest) else None
 
     def _verify(self, text: str, hits: list[ImageHit], min_entailment: float | None) -> list[ImageHit]:
-        """Re-rank by P(entailment) of ``text`` per photo (OFA). A photo whose file can no longer be
+        """Re-rank by P(entailment) of ``text`` per photo. A photo whose file can no longer be
         read or decoded, or is no longer the one indexed (its bytes changed, a link swapped in), is
         kept last, unverified (dropped under a threshold)."""
-        self._require(OFA.ensembles[0], OFA.display)
+        self._require(ENTAIL.ensembles[0], ENTAIL.display)
         readable = {}
         for i, h in enumerate(hits):
             data = self._indexed_bytes(Path(h.path), h.sha256)
@@ -140,7 +141,7 @@ class ImageSearch(Entailment, Relevance):
         verdicts = dict(zip(readable, self._entail_many(list(readable.values()), text)))
         checked = [replace(h, entailment=v.probs["entailment"], entailment_label=v.label)
                    for i, h in enumerate(hits) if (v := verdicts.get(i)) is not None]
-        checked.sort(key=lambda h: h.entailment, reverse=True)  # stable: CLIP's order breaks ties
+        checked.sort(key=lambda h: h.entailment, reverse=True)  # stable: the search's order breaks ties
         if min_entailment is not None:
             return [h for h in checked if h.entailment >= min_entailment]
         return checked + [h for i, h in enumerate(hits) if verdicts.get(i) is None]

@@ -24,9 +24,24 @@ HIT_CHARS = 2_000
 HIT_CHARS_LIMIT = 100_000  # the most a request may ask for; the whole text is full_text
 SORTS = ("score", "newest", "oldest")
 DEFAULT_MIN_RELEVANCE = 0.9  # calibrated relevance: what "clearly above the background" means (docs/relevance.md)
-# Document search modes: semantic = MiniLM; dense / sparse = one BGE-M3 vector kind; hybrid = BGE-M3
-# dense + sparse fused (RRF), re-ranked by ColBERT; auto = hybrid when BGE-M3 is served, else semantic.
-MODES = ("auto", "semantic", "dense", "sparse", "hybrid")
+
+
+def __getattr__(name: str):
+    """Read from the model registry on first use, not at import: the CLI starts without numpy,
+    the model client or the store's client, which the registry and the schemas import.
+    MODES: the document search modes, each family that embeds documents naming its own
+    (Family.modes, the required family's first); auto = the optional family's best mode when it is
+    served, else the required one's. PHOTO_MODEL, ENTAIL_MODEL: the display names the faces'
+    descriptions give the photos' model and the entailment model."""
+    if name not in ("MODES", "PHOTO_MODEL", "ENTAIL_MODEL"):  # e.g. dunder probes: no registry for those
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    from search.models import for_kind, for_mode  # noqa: PLC0415  (see above)
+    from search.store.schema import DOCUMENTS_NAME, IMAGES  # noqa: PLC0415
+
+    values = {"MODES": lambda: ("auto", *(m for f in for_kind(DOCUMENTS_NAME) for m in f.modes)),
+              "PHOTO_MODEL": lambda: for_kind(IMAGES)[0].display, "ENTAIL_MODEL": lambda: for_mode("entail").display}
+    globals()[name] = value = values[name]()
+    return value
 
 
 @dataclass(frozen=True)
@@ -106,7 +121,7 @@ def check_query_options(*, photos: bool, text: bool, like: bool, mode: str | Non
     if photos and full_text:
         raise BadRequest("--full-text applies to document search; photo hits carry no text")
     if photos and mode:
-        raise BadRequest("--mode applies to document search; photos are always searched with CLIP")
+        raise BadRequest(f"--mode applies to document search; photos are always searched with {__getattr__('PHOTO_MODEL')}")
     if photos and (used := [name for name, value in (document_only or {}).items() if value]):
         raise BadRequest(f"{', '.join(used)} only apply to document search")
     if (verify or min_entailment is not None) and not (photos and text):

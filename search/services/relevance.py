@@ -35,7 +35,7 @@ from qdrant_client import models
 from tritonclient.utils import InferenceServerException
 
 from search.errors import BadRequest, ServiceError
-from search.models import Family, bge_m3, clip, family, golden, minilm
+from search.models import Family, for_kind, golden
 from search.services.base import ServiceBase
 from search.services.results import HitList
 from search.store import DOCUMENTS, IMAGES, image_vector, match
@@ -62,7 +62,7 @@ class Space:
 
     @property
     def sample_filter(self) -> models.Filter | None:
-        """The points that carry this vector: BGE-M3's join documents that MiniLM indexed."""
+        """The points that carry this vector: an optional family's join documents the required one indexed."""
         return match("models", self.family.family) if self.family.optional else None
 
 
@@ -105,11 +105,11 @@ def check_min_relevance(value: float | None) -> None:
 
 
 DOCUMENT_SPACES = {name: Space(DOCUMENTS.name, name, "text", f, sparse=v.kind == "sparse", multivector=v.kind == "multivector")
-                   for f in (family("minilm"), family("bge_m3")) for name, v in f.vectors.items()}
+                   for f in for_kind(DOCUMENTS.name) for name, v in f.vectors.items()}
 
 
 def image_space(kind: str) -> Space:
-    return Space(IMAGES, image_vector(), kind, family("clip"))
+    return Space(IMAGES, image_vector(), kind, for_kind(IMAGES)[0])
 
 
 _CACHE: dict[tuple, Background] = {}
@@ -257,18 +257,11 @@ class Relevance(ServiceBase):
     def _probes(self, space: Space) -> list[tuple[object, float]]:
         gold = golden.inputs()
         texts = [t.text for t in gold.texts if t.max_length is None]  # the long text would only cost time
-        if space.family.family == "clip":
-            if space.kind == "image":
-                return [(v.tolist(), 1.0) for v in clip.embed_images(self.triton, [p.data for p in gold.photos])]
-            return [(v.tolist(), 1.0) for v in clip.embed_texts(self.triton, texts)[0]]
-        if space.family.family == "minilm":
-            return [(v.tolist(), 1.0) for v in minilm.embed(self.triton, texts)[0]]
-        outs = bge_m3.encode(self.triton, texts, colbert=space.multivector)
+        items = [p.data for p in gold.photos] if space.kind == "image" else texts
+        probes = space.family.relevance_probes(self.triton, items, space.vector)
         if space.sparse:
-            return [(models.SparseVector(indices=list(o.sparse), values=list(o.sparse.values())), 1.0) for o in outs if o.sparse]
-        if space.multivector:
-            return [(o.colbert.tolist(), 1.0 / len(o.colbert)) for o in outs if len(o.colbert)]
-        return [(o.dense.tolist(), 1.0) for o in outs]
+            return [(models.SparseVector(indices=list(v), values=list(v.values())), f) for v, f in probes]
+        return probes
 
     # -- kept between processes (the CLI runs one query per process)
     def _file(self, space: Space) -> Path:

@@ -132,7 +132,7 @@ class ImageHit(_Paths):
     latitude: float | None = None
     longitude: float | None = None
     thumbnail: str | None = None
-    # --verify: OFA's probability that the photo entails the query, and its label (None: not verified)
+    # --verify: the entailment model's probability that the photo entails the query, and its label (None: not verified)
     entailment: float | None = None
     entailment_label: str | None = None
     relevance: float | None = None  # calibrated: how clearly above the collection's background (docs/relevance.md)
@@ -156,7 +156,7 @@ class ImageHit(_Paths):
 
 @dataclass(frozen=True)
 class Verdict:
-    """OFA visual entailment of one photo and hypothesis."""
+    """Visual entailment of one photo and hypothesis."""
 
     label: str  # entailment | neutral | contradiction
     probs: dict[str, float]  # the three, summing to 1

@@ -100,7 +100,7 @@ class Verification(ServiceBase):
                 ctx = published.Context(self.triton, repo, tol, self._fetch, str(self.verify_cache()))
                 checks += published.run(fam.family, ctx)
             else:
-                ids = " or ".join(published.CHECKPOINTS.get(fam.family, ())) or "none"
+                ids = " or ".join(fam.checkpoints) or "none"
                 why = "skipped on request" if published_checks is False else \
                     f"do not apply: built from {source}, not the published checkpoint ({ids})"
                 checks.append(Check(fam.family, "published answers", SKIP, detail=why))

@@ -58,7 +58,7 @@ _PAYLOAD_INDEXES = {
 def schema(kind: str, dim: int | None = None) -> CollectionSchema:
     """The collection of an ingest kind: the named vectors of every family that embeds it (the model
     registry), and the kind's payload indexes. ``dim``: the width of a vector whose family declares
-    none (CLIP's is the built model's)."""
+    none (one whose width is the built model's)."""
     vectors, sparse = {}, {}
     for fam in for_kind(kind):
         for name, v in fam.vectors.items():
@@ -74,13 +74,13 @@ def schema(kind: str, dim: int | None = None) -> CollectionSchema:
     return CollectionSchema(name=kind, vectors=vectors, payload_indexes=_PAYLOAD_INDEXES[kind], sparse_vectors=sparse)
 
 
-# Documents: every chunk has a MiniLM vector; chunks embedded while BGE-M3 is served also have its
-# three (a point may lack named vectors, so one collection serves both set-ups).
+# Documents: every chunk has the required family's vectors; chunks embedded while an optional family
+# is served also have its own (a point may lack named vectors, so one collection serves both set-ups).
 DOCUMENTS = schema(DOCUMENTS_NAME)
 
 
 def images_schema(dim: int) -> CollectionSchema:
-    """Photos: one CLIP vector each; the dimension is the served model's."""
+    """Photos: the photo families' vectors; ``dim``: the served model's width."""
     return schema(IMAGES, dim)
 
 

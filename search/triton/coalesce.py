@@ -1,8 +1,8 @@
 """One request for the queries that wait on each other.
 
 Triton's dynamic batcher merges only requests of one shape, and each text query is tokenized to its
-own length. So concurrent queries each ran the model alone and queued behind each other (CLIP's
-text tower: 1.27 requests per execution under 8 clients). A ``Coalescer`` sends a call at once
+own length. So concurrent queries each ran the model alone and queued behind each other (a
+photo text tower: 1.27 requests per execution under 8 clients). A ``Coalescer`` sends a call at once
 while fewer than ``in_flight`` requests are out. Calls that arrive meanwhile wait, and go out
 together when a request comes back: one model execution for all of them. A lone query pays
 nothing but the hop to a sender thread; under load the request grows with the queue.

@@ -23,7 +23,7 @@ from search.errors import ModelNotReady, ModelUnhealthy, TritonUnavailable
 
 log = logging.getLogger("search.triton.client")  # one logger for the client's two halves
 
-PROBE_TTL_S = 10.0  # a healthy probe is reused this long: the page and /readyz ask often, OFA is slow on CPU
+PROBE_TTL_S = 10.0  # a healthy probe is reused this long: the page and /readyz ask often, entailment is slow on CPU
 RELOAD_PARAMETER = "search_reloaded_ns"  # set by heal: when the model was last reloaded
 RESTART_HINT = "restart Triton (`search triton down && search triton up`, or restart the Triton container)"
 

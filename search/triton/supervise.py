@@ -107,7 +107,7 @@ class LoadWatch:
         self.done: set[str] = set()
 
     def hung(self) -> str | None:
-        """What hangs ("the load of 'minilm_query_onnx' was idle for 30 s"), or None.
+        """What hangs ("the load of 'MODEL' was idle for 30 s"), or None.
         A model's instances start side by side, and one that is done waits idle for the others: a
         model hangs when all of its processes are idle."""
         done = self._models_done()

@@ -15,6 +15,7 @@ from search.api.security import need, need_kb, principal, require_key
 from search.keys import Principal
 from search.services import HIT_CHARS_LIMIT, MAX_TOP_K, SORTS, prompt_context
 from search.services.documents import DOCUMENT_CHARS, EncodedQuery
+from search.services.options import ENTAIL_MODEL, PHOTO_MODEL
 
 router = APIRouter(dependencies=[Depends(require_key(writes=False))], tags=["search"],
                    responses=errors(401, 400, 403, 422, 503))
@@ -58,7 +59,7 @@ def _documents(backend: Backend, body: DocumentQuery, kb: str, encoded: EncodedQ
                      "context": prompt_context([h for g in groups for h in g.hits])})
 
 
-@router.post("/search/images", summary="Photos that match a text (CLIP)", responses=errors(409))
+@router.post("/search/images", summary=f"Photos that match a text ({PHOTO_MODEL})", responses=errors(409))
 async def search_images(body: ImageQuery, request: Request, backend: Backend = Depends(get_backend)) -> dict:
     return await backend.run(_images, backend, body, need_kb(request, body.kb))
 
@@ -70,7 +71,7 @@ def _images(backend: Backend, body: ImageQuery, kb: str) -> FastJSON:
     return FastJSON({"text": body.text, **hits.relevance_fields(), "hits": [h.as_dict() for h in hits]})
 
 
-@router.post("/entail", summary="Does the uploaded photo support the hypothesis? (OFA visual entailment)",
+@router.post("/entail", summary=f"Does the uploaded photo support the hypothesis? ({ENTAIL_MODEL} visual entailment)",
              responses=errors(413))
 async def entail(hypothesis: Annotated[str, Form(min_length=1, max_length=20000, examples=["there are two dogs"])],
                  image: UploadFile = File(description="the photo"),

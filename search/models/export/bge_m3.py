@@ -20,7 +20,7 @@ import numpy as np
 
 from search.models.base import BuildReport, WeightsUnavailable
 from search.models.bge_m3 import BGEM3, MAX_LENGTH
-from search.models.export import golden
+from search.models.export import bge_m3_golden
 from search.models.export.common import (
     Fusion,
     check_config_dims,
@@ -54,7 +54,7 @@ def build(fam: BGEM3, repo: Path, source: str, precision: str = "fp32", allow_un
     tokenizer.save(str(repo / "bge_m3_tokenize/1/tokenizer.json"))
     (repo / "bge_m3_tokenize/1/text.json").write_text(json.dumps(text, indent=2))
     (repo / "bge_m3_post/1/post.json").write_text(json.dumps(post, indent=2))
-    recorded = golden.record_bge_m3(fam, repo, module, weights, source, text["model_max_length"],  # for `search models verify`
+    recorded = bge_m3_golden.record(fam, repo, module, weights, source, text["model_max_length"],  # for `search models verify`
                                     post["special_ids"])
     write_manifest(fam, repo, source, weights, dim=post["dim"], max_abs_diff_vs_torch=diff, precision=precision,
                    precision_status=status, cpu_graph=cpu, **recorded)

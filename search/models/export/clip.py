@@ -25,7 +25,7 @@ import numpy as np
 
 from search.models.base import BuildReport, WeightsUnavailable
 from search.models.clip import CLIP
-from search.models.export import golden
+from search.models.export import clip_golden
 from search.models.export.clip_weights import (
     OPEN_CLIP,
     OPENAI_MEAN,
@@ -78,7 +78,7 @@ def build(fam: CLIP, repo: Path, source: str, precision: str = "fp32", allow_unm
     loaded.tokenizer.save(str(repo / "clip_text_tokenize/1/tokenizer.json"))
     (repo / "clip_text_tokenize/1/text.json").write_text(json.dumps(loaded.text, indent=2))
     diff = max(visual_diff, text_diff)
-    recorded = golden.record_clip(fam, repo, loaded, source)  # for `search models verify`
+    recorded = clip_golden.record(fam, repo, loaded, source)  # for `search models verify`
     write_manifest(fam, repo, source, loaded.weights, dim=dim, max_abs_diff_vs_torch=diff, precision=precision,
                    precision_status=status, cpu_graph=cpu, variable_length_text=loaded.text["variable_length"], **recorded)
     graphs = "; ".join(f"{name}: {describe_cpu_graph(c, status)}" for name, c in cpu.items())

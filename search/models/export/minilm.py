@@ -13,7 +13,7 @@ import shutil
 from pathlib import Path
 
 from search.models.base import BuildReport, WeightsUnavailable
-from search.models.export import golden
+from search.models.export import minilm_golden
 from search.models.export.common import (
     Fusion,
     cpu_graph,
@@ -46,7 +46,7 @@ def build(fam: MiniLM, repo: Path, source: str, precision: str = "fp32", allow_u
     cpu = cpu_graph(onnx_path, fusion, check_inputs(), fam.family, precision, timing=timing_inputs(), pack=pack)
     save_tokenizer(weights, fam.tokenizer_path(repo))
     link_query_copy(repo)
-    recorded = golden.record_minilm(fam, repo, weights, source, MAX_TOKENS)  # for `search models verify`
+    recorded = minilm_golden.record(fam, repo, weights, source, MAX_TOKENS)  # for `search models verify`
     write_manifest(fam, repo, source, weights, max_abs_diff_vs_torch=max_diff, precision=precision,
                    precision_status=status, cpu_graph=cpu, **recorded)
     return BuildReport(fam.family, "built", f"from {source} ({weights}); ONNX vs PyTorch max |Δ| {max_diff:.1e}; "

@@ -30,7 +30,7 @@ import json
 from pathlib import Path
 
 from search.models.base import BuildReport, WeightsUnavailable
-from search.models.export import golden
+from search.models.export import ofa_golden
 from search.models.export.common import check_config_dims, export_checked, write_manifest
 from search.models.ofa import ANSWERS, HUB_ID, LABELS, OFA, RELATION
 from search.triton.steps import ofa_ve  # the served pre-processing, which the export check runs too
@@ -64,7 +64,7 @@ def build(fam: OFA, repo: Path, source: str, precision: str = "fp32", allow_unme
     size = f"d_model {model.config.d_model}, {model.config.encoder_layers}+{model.config.decoder_layers} layers, " \
            f"{model.config.resnet_type}"
     order = [list(ANSWERS).index(next(a for a, rel in RELATION.items() if rel == label)) for label in LABELS]
-    recorded = golden.record_ofa(fam, repo, ve_module(model, ve["patch_image_size"], answer_ids), tok, ve, order,
+    recorded = ofa_golden.record(fam, repo, ve_module(model, ve["patch_image_size"], answer_ids), tok, ve, order,
                                  source, weights)  # for `search models verify`
     write_manifest(fam, repo, source, weights, max_abs_diff_vs_torch=diff, model=size, **recorded)
     return BuildReport(fam.family, "built", f"from {source} ({weights}); {size}; {ve['patch_image_size']} px, "

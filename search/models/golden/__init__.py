@@ -26,7 +26,7 @@ FILE = "golden.npz"  # beside the family's build manifest (build.json)
 class Text:
     id: str
     text: str
-    max_length: int | None = None  # a lower token limit asked for explicitly (models that take one: BGE-M3)
+    max_length: int | None = None  # a lower token limit asked for explicitly (for models that take one)
 
 
 @dataclass(frozen=True)
