@@ -58,7 +58,8 @@ def ingest(
                                         ".pdf, .docx) and photos (.jpg, .png, .webp, .gif, .bmp, .tiff; .heic with pillow-heif)."),
     prune: bool = typer.Option(False, "--prune", help="Remove files under PATHS that are gone from disk from the index."),
     chunk_tokens: int = typer.Option(None, "--chunk-tokens", min=1, max=MAX_CHUNK_TOKENS,
-                                     help="Tokens per chunk \\[default: 200; MiniLM reads 256 including two special tokens]."),
+                                     help=f"Tokens per chunk \\[default: 200; the text model reads {MAX_CHUNK_TOKENS} "
+                                          "plus two special tokens]."),
     overlap: int = typer.Option(None, "--overlap", min=0, help="Tokens shared by consecutive chunks \\[default: 40]."),
     verbose: bool = typer.Option(False, "--verbose", "-v", help="Also list each skipped file (and why) and the files "
                                  "still failing as in the last run."),

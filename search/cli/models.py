@@ -14,14 +14,21 @@ from search.models import FAMILIES, PRECISIONS
 
 app = typer.Typer(no_args_is_help=True, help="Export the served models into the Triton model repository.")
 
+
+
+def _by_int8(status: str | None) -> str:
+    return ", ".join(f.display for f in FAMILIES if f.precision_status("int8") == status) or "none"
+
+
 PRECISION_HELP = (
-    f"{' | '.join(PRECISIONS)} for every family that offers it, or per family (minilm=int8,clip=fp32). Default fp32. "
-    "int8 is dynamic quantization of the CPU graph: measured for MiniLM (STS-B, MS MARCO; docs/benchmarks.md), "
-    "unmeasured for CLIP and BGE-M3 (needs --allow-unmeasured-int8); OFA is fp32 only.")
+    f"{' | '.join(PRECISIONS)} for every family that offers it, or per family "
+    f"({FAMILIES[0].family}=int8,{FAMILIES[1].family}=fp32). Default fp32. int8 is dynamic quantization of the CPU "
+    f"graph: measured for {_by_int8('measured')} (docs/benchmarks.md), unmeasured for {_by_int8('unmeasured')} "
+    f"(needs --allow-unmeasured-int8); fp32 only: {_by_int8(None)}.")
 
 
 def parse_precision(value: str) -> tuple[str, dict[str, str]]:
-    """'int8' -> ('int8', {}); 'minilm=int8,clip=fp32' -> ('fp32', {'minilm': 'int8', 'clip': 'fp32'})."""
+    """'int8' -> ('int8', {}); 'a=int8,b=fp32' -> ('fp32', {'a': 'int8', 'b': 'fp32'}) for families a and b."""
     default, per = "fp32", {}
     names = {f.family for f in FAMILIES}
     for part in filter(None, (p.strip() for p in value.split(","))):
@@ -80,8 +87,8 @@ models_build.__signature__ = inspect.Signature([
                       default=typer.Option("fp32", "--precision", help=PRECISION_HELP)),
     inspect.Parameter("allow_unmeasured_int8", inspect.Parameter.KEYWORD_ONLY, annotation=bool,
                       default=typer.Option(False, "--allow-unmeasured-int8",
-                                           help="Build int8 where its quality was never measured (CLIP, BGE-M3: no real "
-                                                "weights here; other MiniLM weights than those measured).")),
+                                           help=f"Build int8 where its quality was never measured ({_by_int8('unmeasured')}; "
+                                                "other weights than those measured).")),
 ])
 app.command("build")(guarded(models_build))
 
@@ -92,11 +99,12 @@ app.command("verify")(models_verify)
 @app.command("list")
 def models_list(ctx: typer.Context) -> None:
     """Show each model family and whether its files are built."""
-    table = Table("family", "model", "Triton ensembles", "built", "precision", "steps")
+    table = Table("family", "model", "search modes", "Triton ensembles", "built", "precision", "steps")
     for fam in FAMILIES:
         repo = ctx.obj.triton_repo
-        table.add_row(fam.family, fam.display, ", ".join(fam.ensembles), "yes" if fam.is_built(repo) else "no",
-                      _precision(fam, repo), ", ".join(fam.steps))
+        modes = ", ".join(f"{m} ({fam.mode_help[m]})" if m in fam.mode_help else m for m in fam.modes)
+        table.add_row(fam.family, fam.display, modes or "-", ", ".join(fam.ensembles),
+                      "yes" if fam.is_built(repo) else "no", _precision(fam, repo), ", ".join(fam.steps))
     out.print(table)
 
 

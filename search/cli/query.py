@@ -30,7 +30,7 @@ NO_GOOD_MATCH = 8  # hits were found, but none is clearly above the collection's
 def query(
     ctx: typer.Context,
     text: str = typer.Argument(None, help="What you are looking for, in your own words."),
-    images: bool = typer.Option(False, "--images", help="Search photos by TEXT (CLIP) instead of documents."),
+    images: bool = typer.Option(False, "--images", help="Search photos by TEXT instead of documents."),
     like: Path = typer.Option(None, "--like", help="Find photos that look like this one (image-to-image)."),
     top_k: int = typer.Option(None, "--top-k", "-k", min=1, max=MAX_PAGE,
                               help="How many hits to show \\[default: 5 passages (documents with --per-document), 12 photos; "
@@ -51,11 +51,10 @@ def query(
     camera: str = typer.Option(None, "--camera", help="Photos from this camera (words of make and model, e.g. 'canon 5d')."),
     near: str = typer.Option(None, "--near", help="Photos taken within KM of a place: LAT,LON,KM (e.g. 51.5,-0.12,10)."),
     sort: str = typer.Option("score", "--sort", help="Photo order after the cut-off: score, newest or oldest."),
-    mode: str = typer.Option(None, "--mode", "-m", help="Document search: [bold]hybrid[/] (BGE-M3 dense + sparse, fused, "
-                             "re-ranked by ColBERT), [bold]dense[/], [bold]sparse[/] (BGE-M3 lexical weights), "
-                             "[bold]semantic[/] (MiniLM), or [bold]auto[/]: hybrid when BGE-M3 is served and "
-                             "the documents have its vectors, else semantic \\[default: auto; env: SEARCH_SEARCH_MODE]."),
-    verify: bool = typer.Option(False, "--verify", help="With --images: re-rank the top-k photos by OFA's probability "
+    mode: str = typer.Option(None, "--mode", "-m", help="Document search mode: [bold]auto[/] (the best one the served models "
+                             "and the documents' vectors allow), or a mode a model offers, e.g. [bold]semantic[/] or "
+                             "[bold]hybrid[/] (`search models list` shows each one) \\[default: auto; env: SEARCH_SEARCH_MODE]."),
+    verify: bool = typer.Option(False, "--verify", help="With --images: re-rank the top-k photos by the entailment model's probability "
                                 "that each one entails TEXT (visual entailment), and show it."),
     min_entailment: float = typer.Option(None, "--min-entailment", min=0.0, max=1.0,
                                          help="With --verify: hide photos whose entailment probability is below this."),
@@ -159,10 +158,10 @@ def entail(
     ctx: typer.Context,
     photo: Path = typer.Argument(..., help="The photo (JPEG, PNG, WebP, ...)."),
     hypothesis: str = typer.Argument(..., help="A statement about the photo, e.g. \"there are two dogs\"."),
-    premise: str = typer.Option(None, "--premise", help="A text premise given with the photo (OFA's text1)."),
+    premise: str = typer.Option(None, "--premise", help="A text premise given with the photo (the entailment model's second text)."),
     as_json: bool = typer.Option(False, "--json", help="Print machine-readable JSON."),
 ) -> None:
-    """Does PHOTO support HYPOTHESIS? OFA visual entailment, with the three probabilities.
+    """Does PHOTO support HYPOTHESIS? Visual entailment, with the three probabilities.
 
     The answer is entailment, neutral or contradiction."""
     with query_service(ctx) as svc:

@@ -211,7 +211,7 @@ def build(connect: Connect, *, name: str = "multimodal-search", caller: Caller |
                       folder: str | None = None, types: list[str] | None = None,
                       sort: Literal[SORTS] = "score", thumbnails: bool = True, kb: Kb = None,
                       min_relevance: MinRelevance = None) -> list:
-        """Photos that match a text (CLIP) or look like an example photo, with their metadata as JSON and,
+        """Photos that match a text or look like an example photo, with their metadata as JSON and,
         unless thumbnails is false, a thumbnail of each (in the same order)."""
         like = _decode(image_base64, "image_base64") if image_base64 else None
 
@@ -232,7 +232,7 @@ def build(connect: Connect, *, name: str = "multimodal-search", caller: Caller |
                photo: Annotated[str | None, Field(description="the photo's path, or its id from search_images")] = None,
                image_base64: Annotated[str | None, Field(description="or the photo itself, base64")] = None,
                premise: str | None = None) -> dict[str, Any]:
-        """Does the photo support the hypothesis? OFA visual entailment: a label (entailment, neutral,
+        """Does the photo support the hypothesis? Visual entailment: a label (entailment, neutral,
         contradiction) and the three probabilities."""
         if (photo is None) == (image_base64 is None):
             raise ToolError("photo: give a photo's path or id, or image_base64 (one of them)")

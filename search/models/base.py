@@ -96,6 +96,18 @@ class EmbeddingModel:
     listed: int = 0  # its place in GET /v1/models (the order clients have always seen)
 
 
+@dataclass(frozen=True)
+class Ranking:
+    """How a document mode ranks the store: by store vector ``vector`` against ``query`` (dense: a
+    list, sparse: {token id: weight}, multivector: rows), scores times ``scale``; with ``fused``, the
+    candidates are first the (store vector, query) searches fused by rank (RRF)."""
+
+    vector: str
+    query: object
+    scale: float = 1.0
+    fused: tuple[tuple[str, object], ...] = ()
+
+
 class Family:
     family: str  # lower-case, e.g. "ocr": the registry key, build reports, the "models" payload tag
     display: str  # e.g. "OCR": in messages
@@ -107,6 +119,8 @@ class Family:
     # The search modes that need this family served (document modes such as "semantic"; "entail"):
     # mode -> the store vector its hits are ranked by (None: it ranks no stored vector)
     modes: dict[str, str | None] = {}
+    mode_help: dict[str, str] = {}  # mode -> what the faces' help says it does
+    best_mode: str | None = None  # the mode "auto" runs in when this family is the best one served
     source_setting: str  # the Settings field naming the weights, "<family>_source"
     cli_option: str  # the `search models build` option overriding it, "--<family>-source"
     source_help: str  # that option's help: what a source may be
@@ -251,6 +265,15 @@ class Family:
             elif kind == "dense":
                 out.append((value.tolist(), 1.0))
         return out
+
+    def mode_query(self, mode: str, text: str):
+        """A document query in ``mode`` as the family's query batcher takes it."""
+        return text
+
+    def ranking(self, mode: str, encoded) -> Ranking | None:
+        """How the query batcher's answer ``encoded`` ranks documents in ``mode`` (None: the query has
+        no evidence to rank by, e.g. nothing but special tokens for a lexical mode)."""
+        raise NotImplementedError(f"{self.family} ranks no documents")
 
     def encode_queries(self, client, queries: list) -> list:
         """Search queries sent together to ``query_model`` as one request (at most ``query_batch``):

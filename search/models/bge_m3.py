@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 
 from search.models import golden
-from search.models.base import EmbeddingModel, Encoded, Family, TextVector, Vector
+from search.models.base import EmbeddingModel, Encoded, Family, Ranking, TextVector, Vector
 from search.triton.client import TritonClient, text_tensor
 
 DIM = 1024  # BGE-M3's hidden size: the dims the committed configs declare
@@ -39,6 +39,9 @@ class BGEM3(Family):
     steps = ("bge_m3_tokenize", "bge_m3_onnx", "bge_m3_post")
     kinds = {"documents": "bge_m3"}
     modes = {"dense": "bge_dense", "sparse": "bge_sparse", "hybrid": "bge_colbert"}
+    mode_help = {"dense": "BGE-M3 dense vectors", "sparse": "BGE-M3 lexical weights",
+                 "hybrid": "BGE-M3 dense + sparse, fused, re-ranked by ColBERT"}
+    best_mode = "hybrid"
     optional = True  # documents are indexed with the required family alone; these vectors join when BGE-M3 is served
     vectors = {"bge_dense": Vector("dense", DIM), "bge_sparse": Vector("sparse", distance="dot"),
                "bge_colbert": Vector("multivector", DIM, distance="dot")}
@@ -76,6 +79,19 @@ class BGEM3(Family):
 
     def query_text_vector(self, out: M3Output) -> TextVector:
         return TextVector(out.dense, out.n_tokens)
+
+    def mode_query(self, mode: str, text: str) -> tuple[str, bool]:
+        return text, mode == "hybrid"  # ColBERT rows only for the mode that re-ranks by them
+
+    def ranking(self, mode: str, encoded: M3Output) -> Ranking | None:
+        if mode == "dense":
+            return Ranking("bge_dense", encoded.dense.tolist())
+        if mode == "sparse":
+            return Ranking("bge_sparse", encoded.sparse) if encoded.sparse else None
+        # hybrid: dense and sparse candidates fused by rank, re-ranked by ColBERT late interaction.
+        # The store's MAX_SIM sums over query vectors; BGE-M3's ColBERT score is their mean.
+        fused = (("bge_dense", encoded.dense.tolist()),) + ((("bge_sparse", encoded.sparse),) if encoded.sparse else ())
+        return Ranking("bge_colbert", encoded.colbert.tolist(), 1.0 / len(encoded.colbert), fused)
 
     def encode_queries(self, client: TritonClient, queries: list[tuple[str, bool]]) -> list[M3Output]:
         """Each query is (text, whether its search needs ColBERT vectors)."""

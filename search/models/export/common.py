@@ -33,7 +33,7 @@ def export_checked(module, feeds: dict, outputs: list[str], dynamic_axes: dict, 
     tmp = dest.with_suffix(".onnx.tmp")
     names = list(feeds)
     fastpath = torch.backends.mha.get_fastpath_enabled()
-    # nn.MultiheadAttention (open_clip) would trace to its fused inference kernel, which ONNX lacks.
+    # nn.MultiheadAttention would trace to its fused inference kernel, which ONNX lacks.
     torch.backends.mha.set_fastpath_enabled(False)
     try:
         with torch.no_grad(), warnings.catch_warnings():
@@ -121,7 +121,7 @@ def precision_status(fam: Family, weights: Path, precision: str, allow_unmeasure
         if not allow_unmeasured:
             return BuildReport(fam.family, "refused", f"int8 {fam.display} was measured on other weights "
                                f"({fam.int8_quality.measured_by}), not on {weights}: pass --allow-unmeasured-int8 "
-                               "to build it anyway, or measure it (bench/quality_minilm.py)")
+                               "to build it anyway, or measure it (a bench/quality_*.py script)")
     return status
 
 
@@ -155,7 +155,7 @@ MIN_GAIN = 1.03  # another graph is served when it runs at least this much faste
 class Fusion:
     """How onnxruntime's transformer optimizer reads a graph (``optimize_model`` arguments)."""
 
-    model_type: str  # "bert" (BERT, XLM-RoBERTa), "clip" (CLIP's towers)
+    model_type: str  # the optimizer's model type, e.g. "bert" (BERT, XLM-RoBERTa)
     num_heads: int
     hidden_size: int
 
@@ -179,8 +179,7 @@ def cpu_graph(exported: Path, fusion: Fusion | None, checks: list[dict], family:
        graph is not always the faster one. The build machine decides.
     3. ``precision`` "int8": dynamic int8 quantization of the chosen graph's MatMul / Attention
        weights (per channel). Quantizing one graph or another gives slightly different vectors
-       (MiniLM, on this repository's check inputs: min cosine 0.977 from the exported graph, 0.983
-       from the packed one), so a quantized graph below INT8_MIN_COSINE there (what `search models
+       (a few thousandths of cosine apart on the check inputs), so a quantized graph below INT8_MIN_COSINE there (what `search models
        verify` holds int8 to) gives way to the next-fastest candidate's. Its quality is measured
        on real weights by a quality script (``Family.int8_quality``)."""
     import numpy as np  # noqa: PLC0415
@@ -214,8 +213,7 @@ def cpu_graph(exported: Path, fusion: Fusion | None, checks: list[dict], family:
                 record[f"{kind}_vs_exported_min_cosine"] = round(cos, 7)
         served, ms = "exported", {}
         if len(candidates) > 1:
-            # 3 rounds (~1.2 s a graph each for MiniLM): one graph's rounds vary by ~5 % here, and the
-            # packed/exported gain came out 1.177x from 3 rounds against 1.191x from 5 (2026-11-27).
+            # 3 rounds: one graph's rounds vary by ~5 %, and 5 rounds moved the measured gain by about 1 %.
             ms = time_graphs(candidates, timing or checks, rounds=2 if big else 3)
             if (load := busy_load()) is not None:
                 record["timed_under_load"] = load

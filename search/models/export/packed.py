@@ -11,8 +11,8 @@ checks cosine >= 0.9999). Standard ONNX ops only (NonZero, CumSum, Gather), so a
 runs them; the GPU configs keep the padded graph, where padding is cheap and TensorRT fuses
 attention.
 
-- ``PackedEncoder``: a BERT-style encoder (MiniLM), post-LayerNorm, all tokens out.
-- ``PackedCausalText``: CLIP's text tower (transformers), pre-LayerNorm and causal, pooled at the
+- ``PackedEncoder``: a BERT-style encoder, post-LayerNorm, all tokens out.
+- ``PackedCausalText``: a dual encoder's text tower (transformers), pre-LayerNorm and causal, pooled at the
   end token: a real token sees nothing after it, so padding never reaches it, and only the
   pooled token needs the last layer's query, output and feed-forward.
 """

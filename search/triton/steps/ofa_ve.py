@@ -3,8 +3,8 @@ OFA's SNLI-VE scoring (``preprocessors/ofa/visual_entailment.py``, ``base.py``):
 hypothesis (+ premise) -> the encoder's inputs and the decoder prompt (``ofa_ve_preprocess``), and
 the answer logits -> the verdict (``ofa_ve_post``). The export and the tests use these functions too.
 
-Decoding, EXIF orientation and the resize / normalise arithmetic are ``clip_image``'s, so the two
-image steps cannot drift apart; OFA's ``convert("RGB")`` is its ``alpha="drop"``.
+Decoding, EXIF orientation and the resize / normalise arithmetic are the shared image steps'
+(``images``), so the image steps cannot drift apart; OFA's ``convert("RGB")`` is its ``alpha="drop"``.
 """
 
 from __future__ import annotations
@@ -13,8 +13,8 @@ import re
 
 import numpy as np
 
-from search.triton.steps import clip_image
-from search.triton.steps.clip_image import BadImage
+from search.triton.steps import images as picture
+from search.triton.steps.images import BadImage
 from search.triton.steps.requests import BadInput, one_each, texts, where
 
 MAX_CHARS_PER_WORD = 64  # text beyond max_src_length * this is cut before tokenizing (it would be cut anyway)
@@ -82,7 +82,7 @@ def image_pixels(data: bytes, ve: dict, max_pixels: int) -> np.ndarray:
     size = ve["patch_image_size"]
     cfg = {"resize": {"height": size, "width": size}, "crop": None, "crop_rounding": "floor", "resample": 3,
            "rescale_factor": 1 / 255, "mean": ve["mean"], "std": ve["std"]}
-    return clip_image.pixels(clip_image.to_rgb(clip_image.load_image(data, max_pixels), "drop"), cfg)
+    return picture.pixels(picture.to_rgb(picture.load_image(data, max_pixels), "drop"), cfg)
 
 
 def preprocess(tok, ve: dict, images, hypotheses, premises, max_pixels: int) -> dict[str, np.ndarray]:
