@@ -99,13 +99,17 @@ app.command("verify")(models_verify)
 @app.command("list")
 def models_list(ctx: typer.Context) -> None:
     """Show each model family and whether its files are built."""
-    table = Table("family", "model", "search modes", "Triton ensembles", "built", "precision", "steps")
+    table = Table("family", "model", "Triton ensembles", "built", "precision", "steps")
     for fam in FAMILIES:
         repo = ctx.obj.triton_repo
-        modes = ", ".join(f"{m} ({fam.mode_help[m]})" if m in fam.mode_help else m for m in fam.modes)
-        table.add_row(fam.family, fam.display, modes or "-", ", ".join(fam.ensembles),
-                      "yes" if fam.is_built(repo) else "no", _precision(fam, repo), ", ".join(fam.steps))
+        table.add_row(fam.family, fam.display, ", ".join(fam.ensembles), "yes" if fam.is_built(repo) else "no",
+                      _precision(fam, repo), ", ".join(fam.steps))
     out.print(table)
+    out.print("Document search modes (search --mode): auto, the best one served, or")
+    for fam in FAMILIES:
+        for mode in fam.modes:
+            if mode in fam.mode_help:
+                say("  [bold]{}[/]: {}", mode, fam.mode_help[mode])
 
 
 def _precision(fam, repo) -> str:
