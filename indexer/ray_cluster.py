@@ -34,7 +34,10 @@ def connect(address: str | None):
     logging.getLogger("ray").setLevel(logging.WARNING)
     for attempt in (1, 2):
         try:
-            if address:
+            if address and _on_loopback(address):
+                with loopback():  # a cluster started on 127.0.0.1: this driver's node IP must be that too
+                    ray.init(address=address, _node_ip_address=LOOPBACK, log_to_driver=False, logging_level=logging.WARNING)
+            elif address:
                 ray.init(address=address, log_to_driver=False, logging_level=logging.WARNING)
             else:
                 with loopback():
@@ -52,6 +55,11 @@ def connect(address: str | None):
 
 
 LOOPBACK = "127.0.0.1"
+
+
+def _on_loopback(address: str) -> bool:
+    host = address.split("://", 1)[-1].rpartition(":")[0]
+    return host in (LOOPBACK, "localhost")
 
 
 def _overloaded(exc: BaseException) -> bool:

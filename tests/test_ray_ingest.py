@@ -23,6 +23,7 @@ from stored_points import assert_same_points, mixed_folder, run, stored  # noqa:
 from test_long_files import long_doc  # noqa: E402
 
 from indexer.distributed import UNITS_PER_EMBED_SLICE  # noqa: E402
+from indexer.ray_cluster import LOOPBACK, loopback  # noqa: E402
 
 MB = 2**20
 # Each node's object store. An embed batch of 32 BGE-M3 notes is one ~40 MB object (its ColBERT rows);
@@ -38,11 +39,13 @@ def cluster():
     # Ray's own OOM killer acts at 95 % of the machine's memory, which the other test sessions on a
     # shared machine reach by themselves: it would kill these workers for memory they do not use.
     os.environ["RAY_memory_monitor_refresh_ms"] = "0"
-    c = Cluster(initialize_head=True, head_node_args={"num_cpus": 1, "object_store_memory": STORE,
-                                                        "include_dashboard": False})
-    nodes = [c.add_node(num_cpus=1, object_store_memory=STORE) for _ in range(2)]
-    c.wait_for_nodes()
-    ray.init(address=c.address, log_to_driver=False)
+    with loopback():  # every node on 127.0.0.1, as a local `indexer ingest --ray` starts its cluster
+        c = Cluster(initialize_head=True, head_node_args={"num_cpus": 1, "object_store_memory": STORE,
+                                                            "include_dashboard": False, "node_ip_address": LOOPBACK})
+        nodes = [c.add_node(num_cpus=1, object_store_memory=STORE, node_ip_address=LOOPBACK) for _ in range(2)]
+        c.wait_for_nodes()
+        ray.init(address=c.address, _node_ip_address=LOOPBACK, log_to_driver=False)
+    assert {n["NodeManagerAddress"] for n in ray.nodes()} == {LOOPBACK}
     yield c, nodes
     ray.shutdown()
     c.shutdown()
