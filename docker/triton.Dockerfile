@@ -3,9 +3,10 @@
 FROM nvcr.io/nvidia/tritonserver:24.10-py3
 
 # tokenizers (the text steps), Pillow and pillow-heif (the image steps; HEIC photos as the indexer
-# reads them), numpy<2 (numpy 2 in the python backend's environment empties every output).
-# Versions as in pyproject.toml.
-RUN python3 -m pip install --no-cache-dir "numpy<2" "tokenizers>=0.20" "pillow>=10" "pillow-heif>=0.16"
+# reads them), OpenCV, pyclipper and shapely (the OCR step, as RapidOCR computes), numpy<2 (numpy 2
+# in the python backend's environment empties every output). Versions as in pyproject.toml.
+RUN python3 -m pip install --no-cache-dir "numpy<2" "tokenizers>=0.20" "pillow>=10" "pillow-heif>=0.16" \
+    "opencv-python-headless==4.11.0.86" "pyclipper>=1.3" "shapely>=2"
 
 # The steps' shared code (search.triton.steps) with its two empty parent packages, nothing else of search.
 COPY search/__init__.py /opt/search/lib/search/__init__.py

@@ -61,6 +61,10 @@ def ingest(
                                      help=f"Tokens per chunk \\[default: 200; the text model reads {MAX_CHUNK_TOKENS} "
                                           "plus two special tokens]."),
     overlap: int = typer.Option(None, "--overlap", min=0, help="Tokens shared by consecutive chunks \\[default: 40]."),
+    ocr_photos: bool = typer.Option(None, "--ocr-photos/--no-ocr-photos",
+                                    help="Also read the text in photos and image files (OCR), so a search finds them by "
+                                         "their words; scanned PDF pages are always read \\[default: off; env: "
+                                         "SEARCH_OCR_PHOTOS; docs/ocr.md]."),
     verbose: bool = typer.Option(False, "--verbose", "-v", help="Also list each skipped file (and why) and the files "
                                  "still failing as in the last run."),
     kb: str = typer.Option(None, "--kb", help="The knowledge base to index into (created on first use) \\[default: default]."),
@@ -82,7 +86,7 @@ def ingest(
       4  a model failed mid-run: the files of its kind were not indexed (the reason says how to fix it)
       2  bad option · 3 Triton not reachable · 5 store unavailable · 130 interrupted"""
     chunking = {k: v for k, v in {"chunk_tokens": chunk_tokens, "chunk_overlap": overlap}.items() if v is not None}
-    ctx.obj = ctx.obj.model_copy(update=chunking)
+    ctx.obj = ctx.obj.model_copy(update=chunking | ({} if ocr_photos is None else {"ocr_photos": ocr_photos}))
     progress = Progress(TextColumn("[bold]indexing"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                         TextColumn("{task.fields[current]}", markup=False), console=err, transient=True,
                         disable=as_json or not err.is_terminal)  # a bar only helps on a terminal

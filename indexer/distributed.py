@@ -244,5 +244,5 @@ def _here(ing: Ingestor, path: Path) -> list[FileOutcome]:
 
 
 def _families(kind: Kind) -> list[str]:
-    fams = getattr(kind, "families", None) or [kind.family]
+    fams = [*(getattr(kind, "families", None) or [kind.family]), *getattr(kind, "readers", ())]
     return [f.family for f in fams]

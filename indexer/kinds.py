@@ -21,7 +21,7 @@ from tokenizers import Tokenizer
 from tritonclient.utils import InferenceServerException
 
 from indexer.chunking import Chunker
-from indexer.loaders import DOCUMENT_SUFFIXES, BadDocument, Budget, load_document
+from indexer.loaders import DOCUMENT_SUFFIXES, SCAN_SUFFIXES, BadDocument, Budget, Page, load_document
 from search.config import Settings
 from search.media.photos import IMAGE_SUFFIXES, BadImage, decode_photo, save_thumbnail
 from search.models import Family, for_kind
@@ -71,11 +71,15 @@ class Documents:
     errors = (BadDocument,)
 
     def __init__(self, triton: TritonClient, chunker: Chunker, max_bytes: int, families: list[Family],
-                 kb: str | None = None, **limits: float) -> None:
+                 kb: str | None = None, readers: list[Family] = (), photos: bool = False, **limits: float) -> None:
         """``families``: the served families that embed documents (registry order: the required one
-        first, then optional ones). ``kb``: the knowledge base written (None: the
-        default one). ``limits``: load_document's parse budget (max_seconds, max_elements, max_pages)."""
+        first, then optional ones). ``kb``: the knowledge base written (None: the default one).
+        ``readers``: served families that read the text in images: with one, scanned PDF pages are
+        read, and with ``photos`` image files are documents too (their lines are the text).
+        ``limits``: load_document's parse budget (max_seconds, max_elements, max_pages)."""
         self.triton, self.chunker, self.max_bytes, self.families = triton, chunker, max_bytes, families
+        self.readers = list(readers)
+        self.suffixes = DOCUMENT_SUFFIXES | (SCAN_SUFFIXES if self.readers and photos else frozenset())
         self.schema = in_kb(DOCUMENTS, kb)
         self.limits = limits
         self.models = [f.family for f in families]
@@ -90,9 +94,12 @@ class Documents:
     def units(self, path: Path, data: bytes, sha256: str) -> list[Unit]:
         # One budget for reading and splitting: the split of a heading-only markdown is as costly as any parse.
         budget = Budget(**self.limits)
-        doc = load_document(path.suffix.lower(), data, budget=budget)
+        doc = load_document(path.suffix.lower(), data, budget=budget, scans=bool(self.readers))
         units, section = [], None
         for page in doc.pages:
+            read = {}
+            if page.scan is not None:
+                page, read = self._read(page, budget)
             starts, names = [], []  # the page's headings, by offset (finditer gives them in order)
             for m in _HEADING.finditer(page.text):
                 starts.append(m.start())
@@ -103,23 +110,45 @@ class Documents:
                 k = bisect.bisect_right(starts, c.start)
                 units.append(Unit(c.text, {
                     "text": c.text, "start": c.start, "end": c.end, "page": page.number, "title": doc.title,
-                    "section": names[k - 1] if k else section, "models": self.models, "encoding": doc.encoding}))
+                    "section": names[k - 1] if k else section, "models": self.models, "encoding": doc.encoding, **read}))
             if names:
                 section = names[-1]
+        if not units and doc.pages and all(p.scan is not None for p in doc.pages):
+            # An image without text: a passage without vectors (no search finds it) marks it read, so
+            # the next run does not read it again.
+            units.append(Unit(None, {"text": "", "start": 0, "end": 0, "page": None, "title": doc.title, "section": None,
+                                     "models": self.models, "encoding": None, "blank": True}))
         return units
 
-    def embed(self, items: list[str]) -> Embedded:
+    def _read(self, page: Page, budget: Budget) -> tuple[Page, dict]:
+        """A scanned page's text, as the first reader reads it, and what its passages record about that."""
+        reader = self.readers[0]
+        budget.check_time()
+        try:
+            lines = reader.read_text(self.triton, [page.scan])[0]
+        except InferenceServerException as exc:
+            where = f"page {page.number}" if page.number else "the image"
+            raise BadDocument(f"could not read the text in {where}: {(exc.message() or str(exc)).splitlines()[0][:160]}") from None
+        budget.tick()
+        score = sum(line.score for line in lines) / len(lines) if lines else 0.0
+        return Page(page.number, "\n".join(line.text for line in lines)), {"ocr": {"model": reader.display,
+                                                                                 "score": round(score, 4)}}
+
+    def embed(self, items: list[str | None]) -> Embedded:
         out: list[dict] = [{} for _ in items]
         n_truncated = 0
+        texts = [i for i, item in enumerate(items) if item is not None]  # None: a blank image's marker, no vectors
         for fam in self.families:
-            encoded = fam.encode(self.triton, items)
-            for vec, got in zip(out, encoded.vectors):
-                vec.update(stored_vectors(fam, got))
+            if not texts:
+                break
+            encoded = fam.encode(self.triton, [items[i] for i in texts])
+            for i, got in zip(texts, encoded.vectors):
+                out[i].update(stored_vectors(fam, got))
             n_truncated += int(np.sum(encoded.truncated))
         return Embedded(out, n_truncated)
 
-    def sort_key(self, item: str) -> int:
-        return len(item)
+    def sort_key(self, item: str | None) -> int:
+        return len(item or "")
 
     def forget(self, sha256: str) -> None:
         pass
@@ -203,11 +232,13 @@ class Photos:
 
 def make_kind(settings: Settings, triton: TritonClient, name: str, families: list[Family], kb: str | None = None) -> Kind:
     """The kind called ``name`` ("documents", "images") of knowledge base ``kb`` (None: the default
-    one) on ``settings``, embedding through ``triton``."""
+    one) on ``settings``, embedding through ``triton``. ``families``: the served ones it uses, those
+    that embed it and, for documents, those that read the text in images (``Family.reads_text``)."""
     s = settings
     if name == "documents":
         chunker = Chunker(chunk_tokenizer(s), max_tokens=s.chunk_tokens, overlap=s.chunk_overlap)
-        return Documents(triton, chunker, s.max_file_bytes, families, kb, max_seconds=s.max_parse_seconds,
+        return Documents(triton, chunker, s.max_file_bytes, [f for f in families if name in f.kinds], kb,
+                         [f for f in families if f.reads_text], photos=s.ocr_photos, max_seconds=s.max_parse_seconds,
                          max_elements=s.max_parse_elements, max_pages=s.max_pdf_pages)
     return Photos(triton, kb_thumbnails(s.data_dir, kb), families, max_bytes=s.max_image_bytes,
                   max_pixels=s.max_image_pixels, kb=kb)

@@ -14,9 +14,9 @@ from indexer.kinds import Documents, Kind, Photos, chunk_tokenizer, make_kind
 from indexer.report import FileOutcome, IngestReport
 from search.config import Settings
 from search.errors import BadRequest, not_served
-from search.models import Family, for_kind, ingest_kinds
+from search.models import Family, for_kind, ingest_kinds, text_readers
 from search.resources import Resources
-from search.store import COLLECTIONS, check_kb, kb_collection
+from search.store import COLLECTIONS, DOCUMENTS, check_kb, kb_collection
 
 SUFFIXES = {Documents.name: Documents.suffixes, Photos.name: Photos.suffixes}
 FAILURES_FILE = "ingest-failures.json"  # in the data dir: see indexer/failures.py
@@ -69,12 +69,14 @@ class IngestService:
         cannot: name -> (their suffixes, why)."""
         triton = self.resources.triton
         kinds, unavailable = [], {}
+        readers = [f for f in text_readers() if triton.model_ready(f.ensembles[0])]
         for name in ingest_kinds():
             needed, *optional = for_kind(name)
             if not triton.model_ready(needed.kinds[name]):
                 unavailable[name] = (SUFFIXES[name], not_served(needed.kinds[name], needed.display))
                 continue
-            kinds.append(self._kind(name, [needed, *(f for f in optional if triton.model_ready(f.kinds[name]))], kb))
+            served = [needed, *(f for f in optional if triton.model_ready(f.kinds[name]))]
+            kinds.append(self._kind(name, served + (readers if name == DOCUMENTS.name else []), kb))
         return kinds, unavailable
 
     def optimize(self, kb: str | None = None) -> None:

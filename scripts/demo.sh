@@ -27,6 +27,16 @@ for q in "reset password" "my laptop was stolen" "how do I connect to the VPN fr
   search "$q" --top-k 3
 done
 
+# Scans and photos of text: read by OCR (PP-OCR from the rapidocr-onnxruntime wheel, built offline).
+echo
+echo "==> indexing samples/scans (a scanned PDF and a whiteboard photo: their words read by OCR)"
+indexer ingest --ocr-photos samples/scans
+for q in "who do I call when the print spooler is stuck" "guest wifi password"; do
+  echo
+  echo "\$ search \"$q\" --top-k 2"
+  search "$q" --top-k 2
+done
+
 # Photos need CLIP (both of its ensembles served).
 clip_served() {
   search status --json | python -c 'import json, sys

@@ -69,6 +69,7 @@ class Settings(BaseSettings):
     clip_source: str = "openai/clip-vit-base-patch32"
     bge_m3_source: str = "BAAI/bge-m3"
     ofa_source: str = "iic/ofa_visual-entailment_snli-ve_large_en"
+    ppocr_source: str = "package"
 
     # Ingest
     chunk_tokens: int = Field(default=200, ge=1, le=MAX_CHUNK_TOKENS)
@@ -85,6 +86,9 @@ class Settings(BaseSettings):
     max_parse_seconds: float = Field(default=30.0, gt=0)
     max_parse_elements: int = Field(default=500_000, ge=1)  # DOCX XML elements, HTML elements, PDF objects
     max_pdf_pages: int = Field(default=2_000, ge=1)  # ~5M characters, the text limit, at ~2,500 a page
+    # Photos and image files are documents too, their text read by OCR (a model that reads text must be
+    # served): off by default, since reading a photo costs several times its embedding (docs/ocr.md).
+    ocr_photos: bool = False
 
     # `indexer ingest --ray` without an address: "auto" joins the running Ray cluster (`ray start`),
     # "ray://head:10001" or "head:6379" a given one; unset, a local Ray is started for the run.

@@ -25,12 +25,13 @@ MAX_TITLE_CHARS = 120
 class Page:
     number: int | None  # 1-based for PDFs; None for formats without pages
     text: str
+    scan: bytes | None = None  # a page without a text layer, as an encoded image for OCR to read (text is "")
 
 
 @dataclass(frozen=True)
 class LoadedDocument:
     title: str | None
-    pages: list[Page]  # never empty; every page has text
+    pages: list[Page]  # never empty; every page has text, or a scan to read
     encoding: str | None = None  # of text formats (.txt, .md, .html): the one it was read with
 
 

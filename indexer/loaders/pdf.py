@@ -20,8 +20,13 @@ from indexer.loaders.base import (
     _reason,
 )
 
+MIN_TEXT_CHARS = 20  # a page with less text than this (none, or a few characters over a full-page image) is a scan
+SCAN_DPI = 200  # resolution a scanned page is rendered at for OCR ...
+SCAN_MAX_SIDE = 2_000  # ... at most this many pixels on its longer side (what the OCR reads at most)
 
-def _load_pdf(data: bytes, budget: Budget) -> LoadedDocument:
+
+def _load_pdf(data: bytes, budget: Budget, scans: bool = False) -> LoadedDocument:
+    """``scans``: a page without a text layer is rendered (Page.scan) for OCR instead of dropped."""
     if b"%PDF-" not in data[:1024]:
         raise BadDocument(f"not a PDF (wrong extension?): starts with {_preview(data)}")
     with _quiet_pypdf():
@@ -34,15 +39,45 @@ def _load_pdf(data: bytes, budget: Budget) -> LoadedDocument:
             except Exception as exc:  # pypdf raises many kinds; one bad page should not lose the others
                 errors.append(exc)
                 continue
-            if text:
+            if scans and len(text) < MIN_TEXT_CHARS:
+                pages.append(Page(i + 1, "", scan=b""))  # rendered below, once the text layer is read
+            elif text:
                 pages.append(Page(i + 1, text))
         budget.check_time()
         title = _pdf_title(reader)
     if len(errors) == n_pages:
         raise BadDocument(f"broken PDF: {_reason(errors[0])}")
     if not pages:
-        raise BadDocument("no text layer (a scanned PDF? run OCR first)")
+        raise BadDocument("no text layer (a scanned PDF? serve an OCR model: `search models build`)")
+    if any(p.scan is not None for p in pages):
+        images = _render(data, [p.number for p in pages if p.scan is not None], budget)
+        pages = [Page(p.number, p.text, images[p.number]) if p.scan is not None else p for p in pages]
     return LoadedDocument(title, pages)
+
+
+def _render(data: bytes, numbers: list[int], budget: Budget) -> dict[int, bytes]:
+    """Pages (1-based numbers) as PNG images for OCR, by PDFium (pypdfium2)."""
+    import pypdfium2 as pdfium  # noqa: PLC0415  (only a scanned PDF needs it)
+
+    out = {}
+    try:
+        pdf = pdfium.PdfDocument(data)
+    except pdfium.PdfiumError as exc:
+        raise BadDocument(f"broken PDF: cannot render its scanned pages ({exc})") from None
+    try:
+        for n in numbers:
+            budget.check_time()
+            page = pdf[n - 1]
+            width, height = page.get_size()  # points: 1/72 inch
+            scale = min(SCAN_DPI / 72, SCAN_MAX_SIDE / max(width, height, 1))
+            image = page.render(scale=scale).to_pil()
+            buf = io.BytesIO()
+            image.save(buf, "PNG", compress_level=1)
+            out[n] = buf.getvalue()
+            page.close()
+    finally:
+        pdf.close()
+    return out
 
 
 def _open_pdf(data: bytes, budget: Budget) -> tuple[PdfReader, int]:

@@ -61,7 +61,7 @@ app = typer.Typer(
          'Photos: [bold]search --images "a dog on the beach"[/], [bold]search --like photo.jpg[/].  '
          "Index first with [bold]indexer ingest PATH[/].",
 )
-for command in (query.query, query.entail, query.status, faces.serve, faces.ui, faces.mcp):
+for command in (query.query, query.entail, query.ocr, query.status, faces.serve, faces.ui, faces.mcp):
     app.command()(command)
 reflow_help(app)
 

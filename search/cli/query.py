@@ -177,6 +177,28 @@ def entail(
 
 
 @guarded
+def ocr(
+    ctx: typer.Context,
+    image: Path = typer.Argument(..., help="The photo or scanned page (JPEG, PNG, WebP, TIFF, ...)."),
+    min_score: float = typer.Option(0.0, "--min-score", min=0.0, max=1.0, help="Hide lines read with less confidence."),
+    as_json: bool = typer.Option(False, "--json", help="Print machine-readable JSON (each line's text, confidence, box)."),
+) -> None:
+    """Read the text in IMAGE (OCR): its lines in reading order, each with the model's confidence."""
+    with query_service(ctx) as svc:
+        read = svc.read_text(image)
+    lines = [line for line in read.lines if line["score"] >= min_score]
+    if as_json:
+        print(to_json({"image": str(image), "model": read.model, "text": "\n".join(line["text"] for line in lines),
+                       "lines": lines}))
+        return
+    if not lines:
+        err.print(f"no text found in {image}")
+        raise typer.Exit(NOTHING_MATCHED)
+    for line in lines:
+        say("[green]{:.3f}[/]  {}", line["score"], line["text"])
+
+
+@guarded
 def status(ctx: typer.Context, as_json: bool = typer.Option(False, "--json"),
            verify: bool = typer.Option(False, "--verify", help="Also check that the served models give the expected "
                                        "answers (`search models verify`); exit status 1 on a miss.")) -> None:

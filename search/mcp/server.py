@@ -247,6 +247,23 @@ def build(connect: Connect, *, name: str = "multimodal-search", caller: Caller |
         return _call(connect, run)
 
     @mcp.tool(annotations=READ_ONLY)
+    def read_text(photo: Annotated[str | None, Field(description="the photo's path, or its id from search_images")] = None,
+                  image_base64: Annotated[str | None, Field(description="or the image itself, base64")] = None) -> dict[str, Any]:
+        """The text in a photo or a scanned page (OCR): its lines in reading order, each with the
+        model's confidence (0..1) and its box in the image's pixels."""
+        if (photo is None) == (image_base64 is None):
+            raise ToolError("photo: give a photo's path or id, or image_base64 (one of them)")
+        image = _decode(image_base64, "image_base64") if image_base64 else None
+
+        def run(svc):
+            data = image
+            if image is None:  # a photo of the index (the default KB's), as entail reads it
+                need_kb(None)
+                data = _photo_bytes(svc, svc.photo_path(photo))
+            return {"photo": photo, **svc.read_text(data).as_dict()}
+        return _call(connect, run)
+
+    @mcp.tool(annotations=READ_ONLY)
     def get_passage(id: Annotated[str | None, Field(description="a hit's id (SHA256:CHUNK)")] = None,
                     path: str | None = None, chunk: Annotated[int | None, Field(ge=0)] = None,
                     max_chars: Chars = 8000, kb: Kb = None) -> dict[str, Any]:

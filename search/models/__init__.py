@@ -10,12 +10,14 @@ from search.models.bge_m3 import BGEM3
 from search.models.clip import CLIP
 from search.models.minilm import MiniLM
 from search.models.ofa import OFA
+from search.models.ppocr import PPOCR
 
 FAMILIES: tuple[Family, ...] = (
     MiniLM(),
     CLIP(),
     BGEM3(),
     OFA(),
+    PPOCR(),
 )
 
 
@@ -37,6 +39,11 @@ def for_mode(mode: str) -> Family | None:
     return next((f for f in FAMILIES if mode in f.modes), None)
 
 
+def text_readers() -> list[Family]:
+    """The families that read the text in images (scans, photos): ``Family.read_text``."""
+    return [f for f in FAMILIES if f.reads_text]
+
+
 def ingest_kinds() -> list[str]:
     """The ingest kinds some family embeds, in registry order."""
     return list(dict.fromkeys(k for f in FAMILIES for k in f.kinds))
@@ -47,5 +54,5 @@ def built_triton_models(repo: Path) -> list[str]:
     return [name for fam in FAMILIES if fam.is_built(repo) for name in fam.triton_models]
 
 
-__all__ = ["BGEM3", "CLIP", "FAMILIES", "PRECISIONS", "BuildReport", "Encoded", "Family", "Int8Quality", "MiniLM", "OFA", "Vector",
-           "WeightsUnavailable", "built_triton_models", "family", "for_kind", "for_mode", "ingest_kinds"]
+__all__ = ["BGEM3", "CLIP", "FAMILIES", "PPOCR", "PRECISIONS", "BuildReport", "Encoded", "Family", "Int8Quality", "MiniLM", "OFA", "Vector",
+           "WeightsUnavailable", "built_triton_models", "family", "for_kind", "for_mode", "ingest_kinds", "text_readers"]

@@ -242,6 +242,13 @@ class Family:
         """The family's vectors for ``items`` from its served ensembles."""
         raise NotImplementedError(f"{self.family} serves no vectors")
 
+    reads_text: bool = False  # reads the text in images: scanned pages and photos become documents' text
+
+    def read_text(self, client, images: list[bytes]) -> list[list]:
+        """Each encoded image's text lines (``text``, ``score``, ``box``), in reading order: a family
+        that ``reads_text``."""
+        raise NotImplementedError(f"{self.family} reads no text")
+
     def entail(self, client, images: list[bytes], hypotheses: list[str], premises: list[str | None] | None = None) -> list:
         """One verdict (label, probs, truncated) per (image, hypothesis[, premise]): a family that claims
         the "entail" mode. A request holding a bad image fails whole: callers retry one by one."""

@@ -28,6 +28,8 @@ class Tolerance:
     sparse: float  # most |Δ| per sparse weight; tokens above it must be in both sets
     logits: float  # most |Δ| per entailment logit
     scale: float  # published checks: how much their own tolerance is widened
+    box_px: float = 2.0  # text lines: most |Δ| per box corner coordinate, in pixels
+    line_score: float = 1e-3  # text lines: most |Δ| per line's confidence
 
 
 TOLERANCES = {
@@ -131,6 +133,8 @@ def compare(family: str, expected: dict[str, np.ndarray], got: dict[str, np.ndar
         checks.append(_colbert(family, expected, got, text_ids, tol))
     if "pair_logits" in expected:
         checks.append(_logits(family, expected["pair_logits"], got["pair_logits"], [p.id for p in gold.pairs], tol))
+    if "line_texts" in expected:
+        checks.append(_lines(family, expected, got, [s.id for s in gold.scans], tol))
     for key, ids in (("text_truncated", text_ids), ("pair_truncated", [p.id for p in gold.pairs])):
         if key in expected:
             want, have = np.asarray(expected[key], bool), np.asarray(got[key], bool).reshape(-1)
@@ -225,3 +229,30 @@ def changed_files(fam: Family, repo: Path, manifest: dict | None) -> list[str]:
         if h.hexdigest() != digest:
             out.append(rel)
     return out
+
+
+def _lines(family: str, expected: dict, got: dict, ids: list[str], tol: Tolerance) -> Check:
+    """Text lines read in images: the same lines in the same order with identical text, boxes and
+    confidences within the bounds."""
+    what, problems = f"golden: text lines ({len(ids)} images)", []
+    worst_box, worst_score = 0.0, 0.0
+    for k, image in enumerate(ids):
+        w = range(expected["line_offsets"][k], expected["line_offsets"][k + 1])
+        h = range(got["line_offsets"][k], got["line_offsets"][k + 1])
+        want_texts = [str(expected["line_texts"][i]) for i in w]
+        have_texts = [str(got["line_texts"][i]) for i in h]
+        if want_texts != have_texts:
+            problems.append(f"{image}: {len(have_texts)} lines {have_texts[:2]}..., expected {len(want_texts)} {want_texts[:2]}...")
+            continue
+        if len(w):
+            boxes = np.abs(expected["line_boxes"][w.start:w.stop] - got["line_boxes"][h.start:h.stop])
+            scores = np.abs(expected["line_scores"][w.start:w.stop] - got["line_scores"][h.start:h.stop])
+            worst_box, worst_score = max(worst_box, float(boxes.max())), max(worst_score, float(scores.max()))
+    if worst_box > tol.box_px:
+        problems.append(f"boxes differ by up to {worst_box:.2f} px")
+    if worst_score > tol.line_score:
+        problems.append(f"confidences differ by up to {worst_score:.2e}")
+    n = int(expected["line_offsets"][-1])
+    return Check(family, what, FAIL if problems else PASS,
+                 f"{n} lines, identical text; max |Δ| box {worst_box:.2f} px, confidence {worst_score:.1e}",
+                 f"same text, box <= {tol.box_px:g} px, confidence <= {tol.line_score:g}", "; ".join(problems[:3]))

@@ -5,9 +5,11 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import contextmanager
+from pathlib import Path
 
 from search.config import Settings
 from search.errors import BadRequest, ModelNotReady, ModelUnhealthy, not_served
+from search.media.files import Refused, photo_reason, read_regular
 from search.resources import Resources
 from search.store import Store, kb_collection
 from search.triton.client import TritonClient
@@ -66,3 +68,20 @@ class ServiceBase:
         return (f"; found an older store (qdrant-client local mode) at {old.parent}: copy it with "
                 "`search store migrate --from local --to edge`, or keep using it with SEARCH_STORE=local")
 
+    def _image_bytes(self, image: Path | str | bytes) -> bytes:
+        """An image as bytes, given or read from a file (``_read_image``); empty or too large: BadRequest."""
+        data = image if isinstance(image, bytes) else self._read_image(Path(image), "image")
+        if not data:
+            raise BadRequest("image: the image is empty (0 bytes)")
+        if len(data) > self.settings.max_image_bytes:
+            raise BadRequest(f"image: too large: {len(data) / 1e6:.1f} MB > {self.settings.max_image_bytes / 1e6:.1f} MB limit")
+        return data
+
+    def _read_image(self, path: Path, field_name: str) -> bytes:
+        """A photo file named by the machine's own user (the CLI, `search mcp`): any regular file,
+        but opened without blocking (a FIFO would hold the thread for ever) and bounded in size."""
+        path = path.expanduser()
+        try:
+            return read_regular(path, self.settings.max_image_bytes)
+        except Refused as exc:
+            raise BadRequest(f"{field_name}: {path}: {photo_reason(exc)}") from None

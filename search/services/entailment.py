@@ -8,7 +8,6 @@ from pathlib import Path
 from tritonclient.utils import InferenceServerException
 
 from search.errors import BadRequest
-from search.media.files import Refused, photo_reason, read_regular
 from search.models import for_mode
 from search.services.base import ServiceBase
 from search.services.results import Verdict
@@ -24,11 +23,7 @@ class Entailment(ServiceBase):
         if not hypothesis:
             raise BadRequest("hypothesis: must not be empty")
         premise = (premise or "").strip() or None
-        data = image if isinstance(image, bytes) else self._read_image(Path(image), "image")
-        if not data:
-            raise BadRequest("image: the image is empty (0 bytes)")
-        if len(data) > self.settings.max_image_bytes:
-            raise BadRequest(f"image: too large: {len(data) / 1e6:.1f} MB > {self.settings.max_image_bytes / 1e6:.1f} MB limit")
+        data = self._image_bytes(image)
         self._require(ENTAIL.ensembles[0], ENTAIL.display)
         try:
             e = ENTAIL.entail(self.triton, [data], [hypothesis], [premise])[0]
@@ -54,12 +49,3 @@ class Entailment(ServiceBase):
                     raise
                 out.append(None)
         return out
-
-    def _read_image(self, path: Path, field_name: str) -> bytes:
-        """A photo file named by the machine's own user (the CLI, `search mcp`): any regular file,
-        but opened without blocking (a FIFO would hold the thread for ever) and bounded in size."""
-        path = path.expanduser()
-        try:
-            return read_regular(path, self.settings.max_image_bytes)
-        except Refused as exc:
-            raise BadRequest(f"{field_name}: {path}: {photo_reason(exc)}") from None

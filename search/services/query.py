@@ -4,9 +4,10 @@ from search.services.admin import Admin
 from search.services.documents import DocumentSearch
 from search.services.embeddings import Embeddings
 from search.services.images import ImageSearch
+from search.services.reading import TextReading
 from search.services.verify import Verification
 
 
-class SearchService(DocumentSearch, ImageSearch, Embeddings, Admin, Verification):
-    """Documents, photos, entailment, embeddings on request, status, the store's own commands and
+class SearchService(DocumentSearch, ImageSearch, TextReading, Embeddings, Admin, Verification):
+    """Documents, photos, entailment, the text in images, embeddings on request, status, the store's own commands and
     model verification."""

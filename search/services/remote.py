@@ -11,7 +11,7 @@ from search.config import MAX_IMAGE_BYTES
 from search.media.files import Refused, photo_reason, read_regular
 from search.rest_client import RestClient
 from search.services.options import ImageFilters
-from search.services.results import DocumentGroup, DocumentHit, HitList, ImageHit, Verdict
+from search.services.results import DocumentGroup, DocumentHit, HitList, ImageHit, TextRead, Verdict
 
 
 class RemoteService(RestClient):
@@ -57,6 +57,10 @@ class RemoteService(RestClient):
     def entail(self, image: Path | str | bytes, hypothesis: str, premise: str | None = None) -> Verdict:
         form = {"hypothesis": hypothesis, "premise": premise}
         return _hit(Verdict, self.call("POST", "/entail", form=form, upload=("image", _image(image, "image"))))
+
+    def read_text(self, image: Path | str | bytes) -> TextRead:
+        answer = self.call("POST", "/ocr", form={}, upload=("image", _image(image, "image")))
+        return TextRead(answer["lines"], answer["model"])
 
     def get_passage(self, passage_id: str | None = None, *, path: str | None = None, chunk: int | None = None,
                     max_chars: int | None = None, full_text: bool = False, kb: str | None = None) -> DocumentHit:

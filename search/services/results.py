@@ -55,11 +55,12 @@ class DocumentHit(_Paths):
     relevance: float | None = None  # calibrated: how clearly above the collection's background (docs/relevance.md)
     length: int = 0  # characters in the whole passage; text may hold fewer (truncated)
     truncated: bool = False
+    ocr: dict | None = None  # text read in an image (a scanned page, a photo): {"model", "score": mean confidence}
 
     @cached_property  # an answer reads it twice per hit: in the hit and in the prompt context
     def citation(self) -> str:
         where = [f"p. {self.page}" if self.page else None, f"§ {self.section}" if self.section else None,
-                 f"chunk {self.chunk}"]
+                 f"chunk {self.chunk}", f"OCR {self.ocr['score']:.2f}" if self.ocr else None]
         return f"{self.display_path} (" + ", ".join(w for w in where if w) + ")"
 
     def snippet(self, width: int = 240) -> str:
@@ -89,7 +90,7 @@ class DocumentHit(_Paths):
         return cls(score=float(getattr(p, "score", 0.0)) * scale, path=from_stored(pl.get("path", "")), chunk=int(pl.get("chunk", 0)),
                    text=text, sha256=pl.get("sha256", ""), paths=[from_stored(x) for x in pl.get("paths", [])],
                    start=pl.get("start"), end=pl.get("end"), page=pl.get("page"), title=pl.get("title"),
-                   section=pl.get("section"), mode=mode, length=len(text))
+                   section=pl.get("section"), mode=mode, length=len(text), ocr=pl.get("ocr"))
 
 
 @dataclass(frozen=True)
@@ -164,6 +165,21 @@ class Verdict:
 
     def as_dict(self) -> dict:
         return asdict(self)
+
+
+@dataclass(frozen=True)
+class TextRead:
+    """The text lines read in one image, in reading order."""
+
+    lines: list[dict]  # {"text", "score" (0..1), "box" (four x, y corners in the image's pixels)}
+    model: str  # the model that read them
+
+    @property
+    def text(self) -> str:
+        return "\n".join(line["text"] for line in self.lines)
+
+    def as_dict(self) -> dict:
+        return {"model": self.model, "text": self.text, "lines": self.lines}
 
 
 def prompt_context(hits: list[DocumentHit]) -> str:

@@ -1,4 +1,4 @@
-"""Document search, photo search (text and example image) and visual entailment."""
+"""Document search, photo search (text and example image), visual entailment and reading the text in images."""
 
 from __future__ import annotations
 
@@ -81,6 +81,15 @@ async def entail(hypothesis: Annotated[str, Form(min_length=1, max_length=20000,
     verdict = await backend.run(lambda: backend.service().entail(data, utf8_text(hypothesis),
                                                                  utf8_text(premise) if premise else None))
     return {"image": image.filename, "hypothesis": hypothesis, "premise": premise, **verdict.as_dict()}
+
+
+@router.post("/ocr", summary="The text lines in the uploaded photo or scan (OCR), each with its confidence and box",
+             responses=errors(413))
+async def ocr(image: UploadFile = File(description="the photo or scanned page"),
+              backend: Backend = Depends(get_backend)) -> dict:
+    data = await read_limited(image, "image", backend.settings.max_upload_bytes)
+    read = await backend.run(lambda: backend.service().read_text(data))
+    return {"image": image.filename, **read.as_dict()}
 
 
 @router.post("/search/images/like", summary="Photos that look like the uploaded one", responses=errors(409, 413))

@@ -27,13 +27,14 @@ def torch_module():
 
 
 def write(fam: Family, repo: Path, arrays: dict[str, np.ndarray], reference: str, *, source: str, weights: Path | str,
-          weights_sha256: str | None = None) -> dict:
-    """Save the golden file beside the build manifest; what build.json records about it."""
+          weights_sha256: str | None = None, versions: dict[str, str] | None = None) -> dict:
+    """Save the golden file beside the build manifest; what build.json records about it.
+    ``versions``: the reference's libraries (default: torch's version)."""
     gold = golden.inputs()
-    torch = torch_module()
     meta = {"family": fam.family, "inputs_digest": gold.digest, "reference": reference, "precision": "fp32",
-            "torch": torch.__version__, "python": platform.python_version(),
-            "texts": [t.id for t in gold.texts], "photos": [p.id for p in gold.photos], "pairs": [p.id for p in gold.pairs]}
+            **(versions or {"torch": torch_module().__version__}), "python": platform.python_version(),
+            "texts": [t.id for t in gold.texts], "photos": [p.id for p in gold.photos], "pairs": [p.id for p in gold.pairs],
+            "scans": [s.id for s in gold.scans]}
     path = fam.manifest_path(repo).parent / golden.FILE
     path.parent.mkdir(parents=True, exist_ok=True)
     digest = golden.save(path, arrays, meta)

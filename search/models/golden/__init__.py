@@ -51,6 +51,7 @@ class Inputs:
     texts: tuple[Text, ...]
     photos: tuple[Photo, ...]
     pairs: tuple[Pair, ...]
+    scans: tuple[Photo, ...]  # images with text in them (rendered, scanned, a sign in a photo, upside down)
     digest: str  # sha256 over inputs.json and the photos: a golden file records the set it was made from
 
     def photo(self, photo_id: str) -> Photo:
@@ -62,14 +63,16 @@ def inputs() -> Inputs:
     raw = (DIR / "inputs.json").read_bytes()
     spec = json.loads(raw)
     h = hashlib.sha256(raw)
-    photos = []
-    for p in spec["photos"]:
-        data = (DIR / p["file"]).read_bytes()
-        h.update(data)
-        photos.append(Photo(p["id"], p["file"], data))
+    files = {}
+    for key in ("photos", "scans"):
+        files[key] = []
+        for p in spec.get(key, []):
+            data = (DIR / p["file"]).read_bytes()
+            h.update(data)
+            files[key].append(Photo(p["id"], p["file"], data))
     texts = tuple(Text(t["id"], t["text"], t.get("max_length")) for t in spec["texts"])
     pairs = tuple(Pair(e["id"], e["photo"], e["hypothesis"], e.get("premise")) for e in spec["entailment"])
-    return Inputs(texts, tuple(photos), pairs, h.hexdigest())
+    return Inputs(texts, tuple(files["photos"]), pairs, tuple(files["scans"]), h.hexdigest())
 
 
 def save(path: Path, arrays: dict[str, np.ndarray], meta: dict) -> str:

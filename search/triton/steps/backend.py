@@ -20,7 +20,7 @@ def path(args: dict, filename: str) -> str:
 
 
 def read_json(args: dict, filename: str) -> dict:
-    with open(path(args, filename)) as f:
+    with open(path(args, filename), encoding="utf-8") as f:  # the stub's locale may be ASCII
         return json.load(f)
 
 
@@ -68,3 +68,14 @@ def execute_grouped(requests: list, parse: Callable, run: Callable) -> list:
 def execute_each(requests: list, handle: Callable) -> list:
     """``handle(request)`` -> its outputs, one request at a time; a failure answers that request only."""
     return [respond(attempt(handle, r)) for r in requests]
+
+
+def infer(model: str, inputs: dict[str, np.ndarray], outputs: list[str]) -> dict[str, np.ndarray]:
+    """Business Logic Scripting: run another model of this server on ``inputs``; its outputs by name.
+    A failure there is this model's failure (RuntimeError naming the model)."""
+    request = pb_utils.InferenceRequest(model_name=model, requested_output_names=outputs,
+                                        inputs=[pb_utils.Tensor(name, np.ascontiguousarray(a)) for name, a in inputs.items()])
+    response = request.exec()
+    if response.has_error():
+        raise RuntimeError(f"{model}: {response.error().message()}")
+    return {name: pb_utils.get_output_tensor_by_name(response, name).as_numpy() for name in outputs}

@@ -1,0 +1,137 @@
+"""OCR quality of the served ``ppocr`` model: character error rate (CER) and line exact-match, on
+(1) a dev set drawn here (text lines in several fonts, sizes, rotations and backgrounds; the texts
+are written for this script, the fonts are DejaVu and Liberation (free licences) and Pillow's
+built-in Aileron (CC0)) and (2) the 500 scanned UW-III text lines of ../shared/data/ocr (measured,
+never committed), where present. Appends its run to bench/results/quality_ocr.jsonl.
+
+    python bench/quality_ocr.py [--lines 200] [--uw3 500]
+
+The default PP-OCRv4 recogniser is Chinese + English: it often drops the spaces between English
+words, so CER is reported with and without spaces (no_space_cer: both sides without spaces).
+"""
+
+from __future__ import annotations
+
+import argparse
+import io
+import random
+import shutil
+import sys
+import tarfile
+import tempfile
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from PIL import Image, ImageDraw, ImageFilter, ImageFont  # noqa: E402
+
+from bench.common import append, load  # noqa: E402
+from search.config import PROJECT_ROOT  # noqa: E402
+from search.models.ppocr import PPOCR, read  # noqa: E402
+from search.triton.client import TritonClient  # noqa: E402
+from search.triton.local import LocalTriton  # noqa: E402
+
+UW3 = PROJECT_ROOT.parent / "shared" / "data" / "ocr" / "uw3-500.tgz"
+FONTS = ["/usr/share/fonts/truetype/dejavu/DejaVuSans.ttf", "/usr/share/fonts/truetype/dejavu/DejaVuSerif.ttf",
+         "/usr/share/fonts/truetype/dejavu/DejaVuSansMono.ttf", "/usr/share/fonts/truetype/liberation/LiberationSans-Regular.ttf",
+         None]  # None: Pillow's built-in font
+WORDS = ("the printer on the third floor is jammed again please call the help desk before noon reset your password "
+         "every ninety days guest wifi network backup finished at invoice total due meeting room booked for the "
+         "quarterly review asset tag shipping label order number delivered on monday room temperature sensor").split()
+
+
+def edit_distance(a: str, b: str) -> int:
+    prev = list(range(len(b) + 1))
+    for i, ca in enumerate(a, 1):
+        cur = [i]
+        for j, cb in enumerate(b, 1):
+            cur.append(min(prev[j] + 1, cur[j - 1] + 1, prev[j - 1] + (ca != cb)))
+        prev = cur
+    return prev[-1]
+
+
+def drawn_set(n: int, seed: int = 7) -> list[tuple[str, bytes, str]]:
+    """(id, image, truth): one line each, in a font, size, rotation and background chosen by seed."""
+    rng, out = random.Random(seed), []
+    for k in range(n):
+        words = [rng.choice(WORDS) for _ in range(rng.randint(2, 6))]
+        if rng.random() < 0.3:
+            words.append(f"{rng.choice('ABCDEFGHRX')}{rng.choice('ABCDEFGHRX')}{rng.randint(10, 9999)}")
+        text = " ".join(words)
+        path, size = rng.choice(FONTS), rng.choice((16, 20, 24, 32, 40))
+        font = ImageFont.truetype(path, size) if path and Path(path).exists() else ImageFont.load_default(size=size)
+        fg, bg = rng.choice([((20, 20, 20), (255, 255, 255)), ((40, 40, 90), (235, 235, 225)),
+                             ((250, 250, 250), (30, 60, 40)), ((0, 0, 0), (200, 200, 200))])
+        width = int(font.getlength(text)) + 40
+        img = Image.new("RGB", (width, size * 2 + 20), bg)
+        ImageDraw.Draw(img).text((20, 10), text, font=font, fill=fg)
+        angle = rng.choice((0, 0, 0, 2, -2, 180))
+        if angle:
+            img = img.rotate(angle, expand=True, fillcolor=bg, resample=Image.Resampling.BICUBIC)
+        if rng.random() < 0.3:
+            img = img.filter(ImageFilter.GaussianBlur(0.8))
+        buf = io.BytesIO()
+        img.save(buf, "JPEG" if rng.random() < 0.5 else "PNG")
+        out.append((f"drawn-{k}", buf.getvalue(), text))
+    return out
+
+
+def uw3_set(n: int) -> list[tuple[str, bytes, str]]:
+    if not UW3.exists():
+        return []
+    out = []
+    with tarfile.open(UW3) as tar:
+        names = sorted(m.name for m in tar.getmembers() if m.name.endswith(".bin.png"))[:n]
+        for name in names:
+            truth = tar.extractfile(name.replace(".bin.png", ".gt.txt")).read().decode().strip()
+            out.append((name, tar.extractfile(name).read(), truth))
+    return out
+
+
+def score(client, items: list[tuple[str, bytes, str]]) -> dict:
+    errors = chars = errors_ns = chars_ns = exact = 0
+    worst = []
+    for item_id, data, truth in items:
+        got = " ".join(line.text for line in read(client, data))
+        d = edit_distance(got, truth)
+        errors, chars = errors + d, chars + len(truth)
+        g, t = got.replace(" ", ""), truth.replace(" ", "")
+        errors_ns, chars_ns = errors_ns + edit_distance(g, t), chars_ns + len(t)
+        exact += got == truth
+        worst.append((d / max(len(truth), 1), item_id, got, truth))
+    worst.sort(reverse=True)
+    return {"lines": len(items), "cer": round(errors / max(chars, 1), 4), "no_space_cer": round(errors_ns / max(chars_ns, 1), 4),
+            "exact": round(exact / max(len(items), 1), 4),
+            "worst": [{"id": i, "got": g, "truth": t} for _, i, g, t in worst[:3]]}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--lines", type=int, default=200, help="drawn lines")
+    ap.add_argument("--uw3", type=int, default=500, help="UW-III lines (0: none)")
+    args = ap.parse_args()
+    load_before = load()
+    work = Path(tempfile.mkdtemp(prefix="quality-ocr-"))
+    fam = PPOCR()
+    try:
+        repo = work / "repo"
+        for name in fam.triton_models:
+            shutil.copytree(PROJECT_ROOT / "triton_repo" / name, repo / name)
+        print(fam.build(repo, "package").detail, flush=True)
+        with LocalTriton(repo, work / "triton", models=list(fam.triton_models)).start(timeout=300) as server:
+            client = TritonClient(f"127.0.0.1:{server.grpc_port}")
+            figures = {"model": "PP-OCRv4 (rapidocr-onnxruntime 1.4.4 package)", "drawn": score(client, drawn_set(args.lines))}
+            if args.uw3 and (lines := uw3_set(args.uw3)):
+                figures["uw3"] = score(client, lines)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    for name in ("drawn", "uw3"):
+        if name in figures:
+            f = figures[name]
+            print(f"{name}: {f['lines']} lines: CER {f['cer']:.2%} (without spaces {f['no_space_cer']:.2%}), "
+                  f"exact lines {f['exact']:.1%}; worst: {f['worst'][:1]}")
+    append("quality_ocr", figures, load_before=load_before, command="python bench/quality_ocr.py " + " ".join(sys.argv[1:]))
+
+
+if __name__ == "__main__":
+    main()

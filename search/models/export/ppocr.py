@@ -1,0 +1,109 @@
+"""`search models build` for PP-OCR: PaddleOCR's ONNX models into the repository, as they are.
+
+"package" takes the PP-OCRv4 models the rapidocr-onnxruntime wheel ships (offline); a folder takes
+other PaddleOCR ONNX models (a detector, a direction classifier and a recogniser whose names contain
+det, cls and rec), with the recogniser's dictionary in its ONNX metadata ("character") or a *.txt
+beside it, and optionally RapidOCR's config.yaml for other thresholds. Nothing is re-exported: the
+graphs are copied with their input and output renamed x and y (the names the configs declare), so
+the served weights are the published ones byte for byte.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+from pathlib import Path
+
+from search.models.base import BuildReport, Family, WeightsUnavailable
+from search.models.export import ppocr_golden
+from search.models.export.common import sha256, write_manifest
+from search.triton.steps import ppocr as steps
+
+ROLES = ("det", "cls", "rec")
+
+
+def package_dir() -> Path:
+    """The rapidocr-onnxruntime wheel's folder (models/ and config.yaml), found without importing it."""
+    spec = importlib.util.find_spec("rapidocr_onnxruntime")
+    if spec is None or not spec.submodule_search_locations:
+        raise WeightsUnavailable("ppocr: the offline weights package is not installed: pip install rapidocr-onnxruntime==1.4.4")
+    return Path(next(iter(spec.submodule_search_locations)))
+
+
+def find_models(source: str) -> tuple[dict[str, Path], Path | None, Path]:
+    """(role -> ONNX file, the dictionary file if one is needed, the config.yaml to use)."""
+    package = package_dir()
+    if source == "package":
+        models = package / "models"
+        return ({"det": models / "ch_PP-OCRv4_det_infer.onnx", "cls": models / "ch_ppocr_mobile_v2.0_cls_infer.onnx",
+                 "rec": models / "ch_PP-OCRv4_rec_infer.onnx"}, None, package / "config.yaml")
+    folder = Path(source).expanduser()
+    if not folder.is_dir():
+        raise WeightsUnavailable(f"ppocr: {source} is not a folder of PaddleOCR ONNX models (or 'package')")
+    found = {}
+    for role in ROLES:
+        matches = sorted(p for p in folder.glob("*.onnx") if role in p.name.lower())
+        if len(matches) != 1:
+            raise WeightsUnavailable(f"ppocr: {folder} needs exactly one *{role}*.onnx, found {len(matches)}")
+        found[role] = matches[0]
+    texts = sorted(folder.glob("*.txt"))
+    config = folder / "config.yaml"
+    return found, (texts[0] if len(texts) == 1 else None), (config if config.exists() else package / "config.yaml")
+
+
+def build(fam: Family, repo: Path, source: str, precision: str = "fp32", allow_unmeasured: bool = False) -> BuildReport:
+    """PP-OCR is served in fp32 only: ``Family.build`` refuses anything else."""
+    import onnx  # noqa: PLC0415  (the export extra)
+    import yaml  # noqa: PLC0415  (rapidocr-onnxruntime's dependency: its config.yaml)
+
+    try:
+        models, dictionary, config_yaml = find_models(source)
+        # as RapidOCR: the recogniser's own metadata first, else the dictionary file beside it
+        characters = characters_from_onnx(models["rec"]) or (_dictionary(dictionary) if dictionary else [])
+    except WeightsUnavailable as exc:
+        return BuildReport(fam.family, "missing weights", str(exc))
+    if not characters:
+        return BuildReport(fam.family, "missing weights", f"ppocr: {models['rec']} holds no dictionary (metadata "
+                           "'character'): put the recogniser's *.txt dictionary beside it")
+    for role, src in models.items():
+        dest = repo / f"ppocr_{role}_onnx" / "1" / "model.onnx"
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        onnx.save(_renamed(onnx.load(str(src))), str(dest))
+    cfg = steps.config_from_rapidocr(yaml.safe_load(config_yaml.read_text()), characters)
+    (repo / "ppocr" / "1").mkdir(parents=True, exist_ok=True)
+    (repo / "ppocr" / "1" / "ppocr.json").write_text(json.dumps(steps.config_to_json(cfg), ensure_ascii=False, indent=1))
+    recorded = ppocr_golden.record(fam, repo, models, dictionary, config_yaml, source)  # for `search models verify`
+    weights = {role: {"file": str(path), "sha256": sha256(path)} for role, path in models.items()}
+    write_manifest(fam, repo, source, models["rec"].parent, precision="fp32", models=weights,
+                   characters=len(characters), **recorded)
+    return BuildReport(fam.family, "built", f"from {source} ({', '.join(p.name for p in models.values())}); "
+                       f"{len(characters) - 2:,} characters")
+
+
+def characters_from_onnx(path) -> list[str]:
+    """The recogniser's dictionary from its metadata key ``character``, as RapidOCR builds it (blank
+    first, space last); [] when it has none."""
+    import onnxruntime  # noqa: PLC0415  (only a build reads the metadata)
+
+    opts = onnxruntime.SessionOptions()
+    opts.log_severity_level = 4
+    session = onnxruntime.InferenceSession(str(path), opts, providers=["CPUExecutionProvider"])
+    meta = session.get_modelmeta().custom_metadata_map
+    return ["blank", *meta["character"].splitlines(), " "] if "character" in meta else []
+
+
+def _dictionary(path: Path) -> list[str]:
+    """A PaddleOCR dictionary file as RapidOCR reads it: one character per line, blank first, space last."""
+    return ["blank", *path.read_text(encoding="utf-8").splitlines(), " "]
+
+
+def _renamed(model):
+    """The graph with its one input called x and its one output y (references inside renamed too)."""
+    graph = model.graph
+    names = {graph.input[0].name: "x", graph.output[0].name: "y"}
+    for value in (*graph.input[:1], *graph.output[:1]):
+        value.name = names[value.name]
+    for node in graph.node:
+        node.input[:] = [names.get(n, n) for n in node.input]
+        node.output[:] = [names.get(n, n) for n in node.output]
+    return model

@@ -1,0 +1,103 @@
+"""PP-OCR: the words in photos and scans (OCR). PaddleOCR's PP-OCR detector, direction classifier and
+recogniser served by Triton as three ONNX models, driven by the ``ocr`` model (Business Logic
+Scripting over ``search.triton.steps.ocr``), which reads an image exactly as RapidOCR's own pipeline
+does: one request = one image's bytes -> its lines {text, score, box}."""
+
+from __future__ import annotations
+
+import io
+import json
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import numpy as np
+from PIL import Image, ImageOps
+
+from search.models.base import Family, image_tensor
+from search.triton.client import TritonClient
+
+MODEL = "ppocr"
+PACKAGE = "package"  # the weights the rapidocr-onnxruntime wheel ships (PP-OCRv4, Chinese + English)
+
+
+@dataclass(frozen=True)
+class TextLine:
+    text: str
+    score: float  # the recogniser's confidence, 0..1 (mean of its characters')
+    box: list[list[float]]  # four (x, y) corners in the image's pixels, clockwise from top left
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+class PPOCR(Family):
+    family, display = "ppocr", "PP-OCR"
+    ensembles = (MODEL,)
+    steps = ("ppocr_det_onnx", "ppocr_cls_onnx", "ppocr_rec_onnx")  # the last one holds the build manifest
+    reads_text = True  # scans and photos: its lines become the text of documents (search.models.text_readers)
+    source_setting, cli_option = "ppocr_source", "--ppocr-source"
+    source_help = ("'package' (PP-OCRv4 from the rapidocr-onnxruntime wheel, offline: Chinese and English) or a folder "
+                   "of PaddleOCR ONNX models: *det*.onnx, *cls*.onnx, *rec*.onnx and the recogniser's dictionary "
+                   "(its ONNX metadata 'character', or a *.txt beside it), e.g. a Latin or multilingual recogniser.")
+    hub_hint = "RapidAI/RapidOCR"
+    doc_page = "docs/ocr.md"
+    export_module = "search.models.export.ppocr"
+
+    def artifacts(self, repo: Path) -> list[Path]:
+        return [*(repo / step / "1" / "model.onnx" for step in self.steps), repo / MODEL / "1" / "ppocr.json",
+                self.manifest_path(repo)]
+
+    def read_text(self, client: TritonClient, images: list[bytes]) -> list[list[TextLine]]:
+        """Each image's lines, in reading order (one request per image: a bad one fails alone), the
+        image sent as a viewer shows it (``prepared``)."""
+        return [read(client, prepared(data)) for data in images]
+
+    def served_golden(self, client: TritonClient, gold) -> dict[str, np.ndarray]:
+        return lines_arrays([read(client, scan.data) for scan in gold.scans])
+
+
+MAX_PREPARED_PIXELS = 100_000_000  # larger images go as they are: the served step refuses them with its own message
+
+
+def prepared(data: bytes) -> bytes:
+    """The image as a viewer shows it, where RapidOCR's reading (which the served model follows
+    exactly) would differ: it ignores the EXIF orientation (a phone photo lying on its side), reads a
+    palette image as its palette indices and inverts an image with transparency. Such an image goes
+    as RGB PNG with the orientation applied and transparency on white; any other goes unchanged."""
+    try:
+        with Image.open(io.BytesIO(data)) as img:
+            turned = img.getexif().get(0x0112, 1) not in (0, 1)
+            if (img.mode in ("RGB", "L", "1") and not turned) or img.width * img.height > MAX_PREPARED_PIXELS:
+                return data
+            img = ImageOps.exif_transpose(img)
+            rgba = img.convert("RGBA")
+            flat = Image.new("RGB", rgba.size, (255, 255, 255))
+            flat.paste(rgba, mask=rgba.getchannel("A"))
+            buf = io.BytesIO()
+            flat.save(buf, "PNG", compress_level=1)
+            return buf.getvalue()
+    except Exception:  # not an image Pillow reads: the served step says why
+        return data
+
+
+def read(client: TritonClient, data: bytes) -> list[TextLine]:
+    """One encoded image's lines from the served ``ocr`` model."""
+    out = client.infer(MODEL, {"IMAGE": image_tensor([data])}, ["LINES"])["LINES"].reshape(-1)[0]
+    raw = out.decode() if isinstance(out, bytes) else str(out)
+    return [TextLine(d["text"], float(d["score"]), d["box"]) for d in json.loads(raw)]
+
+
+def lines_arrays(per_image: list[list[TextLine]]) -> dict[str, np.ndarray]:
+    """The golden file's arrays for the lines of each golden image (texts, scores, boxes, offsets)."""
+    flat = [line for lines in per_image for line in lines]
+    offsets = np.cumsum([0, *(len(lines) for lines in per_image)]).astype(np.int64)
+    return {"line_texts": np.array([line.text for line in flat], dtype=np.str_),
+            "line_scores": np.array([line.score for line in flat], np.float32),
+            "line_boxes": np.array([line.box for line in flat], np.float32).reshape(-1, 4, 2),
+            "line_offsets": offsets}
+
+
+def lines_from_arrays(arrays: dict[str, np.ndarray]) -> list[list[TextLine]]:
+    texts, scores, boxes, offsets = arrays["line_texts"], arrays["line_scores"], arrays["line_boxes"], arrays["line_offsets"]
+    return [[TextLine(str(texts[i]), float(scores[i]), boxes[i].tolist()) for i in range(offsets[k], offsets[k + 1])]
+            for k in range(len(offsets) - 1)]

@@ -1,0 +1,148 @@
+"""The served ``ppocr`` model (PP-OCRv4 from the rapidocr-onnxruntime wheel: real weights, exported by
+the project's build) reads images exactly as RapidOCR's own pipeline does in-process on the same
+bytes; bad images fail alone with a clear message; `search ocr`, POST /ocr, and ingest of a scanned
+PDF and of a photo of a whiteboard, found by their words with page or image citations."""
+
+from __future__ import annotations
+
+import io
+import json
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+from ingest_helper import ingest
+from PIL import Image, ImageDraw, ImageFont
+from processes import run_cli
+from tritonclient.utils import InferenceServerException
+
+from search.config import PROJECT_ROOT
+from search.errors import BadRequest
+from search.models import golden
+from search.models.export.ppocr import find_models
+from search.models.export.ppocr_golden import read as reference_read
+from search.models.export.ppocr_golden import reference
+from search.models.ppocr import read
+from search.services import SearchService
+
+pytestmark = pytest.mark.served("ppocr")
+SAMPLES = PROJECT_ROOT / "samples"
+
+
+def png(img: Image.Image, fmt: str = "PNG") -> bytes:
+    buf = io.BytesIO()
+    img.save(buf, fmt)
+    return buf.getvalue()
+
+
+def lines(texts: list[str], size: int = 28, fg=(0, 0, 0), bg=(255, 255, 255), width: int = 640) -> Image.Image:
+    img = Image.new("RGB", (width, 40 + int(size * 1.7) * len(texts)), bg)
+    draw = ImageDraw.Draw(img)
+    for k, text in enumerate(texts):
+        draw.text((20, 20 + int(size * 1.7) * k), text, font=ImageFont.load_default(size=size), fill=fg)
+    return img
+
+
+@pytest.fixture(scope="module")
+def rapidocr():
+    models, dictionary, config = find_models("package")
+    return reference(models, dictionary, config)
+
+
+def cases() -> dict[str, bytes]:
+    page = lines(["Invoice RE16-2041", "wifi password: hunter2", "Total 42.50 USD"])
+    return {
+        **{f"golden-{s.id}": s.data for s in golden.inputs().scans},
+        "rendered": png(page),
+        "light-on-dark": png(lines(["Exit only", "Platform 9"], fg=(250, 250, 250), bg=(20, 20, 60))),
+        "upside-down": png(page.rotate(180)),
+        "grey-jpeg": png(page.convert("L"), "JPEG"),
+        "alpha": png(page.convert("RGBA")),
+        "whiteboard": (SAMPLES / "scans" / "whiteboard-wifi.jpg").read_bytes(),
+        "no-text": png(Image.new("RGB", (300, 200), (0, 0, 0))),
+        "one-pixel": png(Image.new("RGB", (1, 1), (255, 255, 255))),
+    }
+
+
+@pytest.mark.parametrize("name", list(cases()))
+def test_served_lines_equal_rapidocr_in_process(client, rapidocr, name):
+    data = cases()[name]
+    want, got = reference_read(rapidocr, data), read(client, data)
+    assert [line.text for line in got] == [line.text for line in want]
+    if want:
+        box = np.abs(np.array([line.box for line in got]) - np.array([line.box for line in want])).max()
+        score = np.abs(np.array([line.score for line in got]) - np.array([line.score for line in want])).max()
+        print(f"{name}: {len(want)} lines, max |Δ box| {box:.3f} px, max |Δ score| {score:.1e}")
+        assert box <= 2.0 and score <= 1e-3
+
+
+@pytest.mark.parametrize("data, reason", [
+    (b"", "empty"), (b"not an image at all", "image"), (png(lines(["cut"]))[:200], "image"),
+], ids=["empty", "text", "truncated"])
+def test_a_bad_image_fails_alone_with_a_clear_message(client, data, reason):
+    with pytest.raises(InferenceServerException) as err:
+        read(client, data)
+    assert "INVALID_ARG" in str(err.value.status()) and reason in err.value.message().lower()
+    assert [line.text for line in read(client, png(lines(["still served"])))] == ["still served"]
+
+
+def test_service_reads_a_file_and_refuses_what_is_not_an_image(service, tmp_path):
+    board = SAMPLES / "scans" / "whiteboard-wifi.jpg"
+    got = service.read_text(board)
+    assert "password" in got.text and got.model == "PP-OCR" and all(0 < line["score"] <= 1 for line in got.lines)
+    (tmp_path / "notes.txt").write_text("hello")
+    with pytest.raises(BadRequest, match="image"):
+        service.read_text(tmp_path / "notes.txt")
+    with pytest.raises(BadRequest, match="empty"):
+        service.read_text(b"")
+
+
+def test_cli_ocr_prints_the_lines_and_json(settings):
+    board = str(SAMPLES / "scans" / "whiteboard-wifi.jpg")
+    proc = run_cli("search", "ocr", board, settings=settings)
+    assert proc.returncode == 0 and "password" in proc.stdout, proc.stderr
+    proc = run_cli("search", "ocr", board, "--json", settings=settings)
+    answer = json.loads(proc.stdout)
+    assert answer["model"] == "PP-OCR" and len(answer["lines"]) >= 3 and len(answer["lines"][0]["box"]) == 4
+    proc = run_cli("search", "ocr", str(PROJECT_ROOT / "README.md"), settings=settings)
+    assert proc.returncode != 0 and "Traceback" not in proc.stderr and len(proc.stderr.strip().splitlines()) == 1
+
+
+@pytest.fixture
+def reading(settings):
+    """A search service whose ingest reads the text in photos too (``ocr_photos``)."""
+    svc = SearchService(settings.model_copy(update={"ocr_photos": True}))
+    yield svc
+    svc.close()
+
+
+def test_photos_are_read_only_when_asked(service, tmp_path):
+    shutil.copy(SAMPLES / "scans" / "whiteboard-wifi.jpg", tmp_path)
+    report = ingest(service, [tmp_path])
+    assert [(o.kind, o.status) for o in report.outcomes] == [("images", "indexed")]  # CLIP's photo only
+
+
+def test_a_scanned_pdf_and_a_whiteboard_photo_are_found_by_their_words(reading, tmp_path):
+    service = reading
+    folder = tmp_path / "kb"
+    folder.mkdir()
+    shutil.copy(SAMPLES / "scans" / "printer-queue-scan.pdf", folder)
+    shutil.copy(SAMPLES / "scans" / "whiteboard-wifi.jpg", folder)
+    png_blank = folder / "blank.png"
+    png_blank.write_bytes(png(Image.new("RGB", (64, 64), (255, 255, 255))))
+    report = ingest(service, [folder])
+    by_name = {(Path(o.path).name, o.kind): o for o in report.outcomes}
+    assert by_name[("printer-queue-scan.pdf", "documents")].status == "indexed"
+    assert by_name[("whiteboard-wifi.jpg", "documents")].status == "indexed"
+    assert by_name[("whiteboard-wifi.jpg", "images")].status == "indexed"  # CLIP's photo as before
+    assert by_name[("blank.png", "documents")].status == "indexed"  # read once: no text, nothing to find
+    hits = service.search_documents("who do I call when the print spooler is stuck", top_k=3, mode="semantic")
+    top = hits[0]
+    assert Path(top.path).name == "printer-queue-scan.pdf" and top.page == 1 and top.ocr["model"] == "PP-OCR"
+    assert "p. 1" in top.citation and "OCR" in top.citation
+    hits = service.search_documents("guest wifi password", top_k=3, mode="semantic")
+    assert Path(hits[0].path).name == "whiteboard-wifi.jpg" and "password" in hits[0].text
+    assert all(Path(h.path).name != "blank.png" for h in service.search_documents("blank", top_k=10, mode="semantic"))
+    again = ingest(service, [folder])
+    assert {o.status for o in again.outcomes} == {"unchanged"}  # nothing is read twice

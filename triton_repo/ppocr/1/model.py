@@ -1,0 +1,39 @@
+"""The ``ppocr`` model: encoded image bytes -> the text lines in it, as JSON (``search.triton.steps.ppocr``,
+configured by ppocr.json), calling ppocr_det_onnx, ppocr_cls_onnx and ppocr_rec_onnx through Business Logic
+Scripting. One bad image fails its own request (INVALID_ARG naming it), never the batch."""
+
+import json
+from dataclasses import asdict, replace
+
+import numpy as np
+from PIL import Image
+
+from search.triton.steps import backend, ppocr
+from search.triton.steps.requests import where
+
+MODELS = {"det": "ppocr_det_onnx", "cls": "ppocr_cls_onnx", "rec": "ppocr_rec_onnx"}
+
+
+def _infer(model: str, batch: np.ndarray) -> np.ndarray:
+    return backend.infer(MODELS[model], {"x": batch}, ["y"])["y"]
+
+
+class TritonPythonModel:
+    def initialize(self, args):
+        self.cfg = replace(ppocr.config_from_json(backend.read_json(args, "ppocr.json")),
+                           max_pixels=int(backend.parameter(args, "max_pixels")))
+        Image.MAX_IMAGE_PIXELS = self.cfg.max_pixels  # Pillow's own guard at the same limit
+
+    def execute(self, requests):
+        return backend.execute_each(requests, self._one)
+
+    def _one(self, request):
+        images = backend.column(request, "IMAGE")
+        out = []
+        for k, data in enumerate(images):
+            try:
+                lines = ppocr.run(bytes(data), _infer, self.cfg)
+            except ppocr.BadImage as exc:
+                raise ppocr.BadImage(f"IMAGE: {where(k, len(images), 'image')}{exc}") from None
+            out.append(json.dumps([asdict(line) for line in lines], ensure_ascii=False))
+        return {"LINES": np.array(out, dtype=np.object_).reshape(-1, 1)}
