@@ -27,6 +27,8 @@ from PIL import Image, ImageDraw, ImageFilter, ImageFont  # noqa: E402
 
 from bench.common import append, load  # noqa: E402
 from search.config import PROJECT_ROOT  # noqa: E402
+from search.models.export.ppocr import find_models  # noqa: E402
+from search.models.export.ppocr_golden import reference  # noqa: E402
 from search.models.ppocr import PPOCR, read  # noqa: E402
 from search.triton.client import TritonClient  # noqa: E402
 from search.triton.local import LocalTriton  # noqa: E402
@@ -88,11 +90,12 @@ def uw3_set(n: int) -> list[tuple[str, bytes, str]]:
     return out
 
 
-def score(client, items: list[tuple[str, bytes, str]]) -> dict:
+def score(reader, items: list[tuple[str, bytes, str]]) -> dict:
+    """``reader(bytes)`` -> the text it reads, against each item's truth."""
     errors = chars = errors_ns = chars_ns = exact = 0
     worst = []
     for item_id, data, truth in items:
-        got = " ".join(line.text for line in read(client, data))
+        got = reader(data)
         d = edit_distance(got, truth)
         errors, chars = errors + d, chars + len(truth)
         g, t = got.replace(" ", ""), truth.replace(" ", "")
@@ -120,12 +123,20 @@ def main() -> None:
         print(fam.build(repo, "package").detail, flush=True)
         with LocalTriton(repo, work / "triton", models=list(fam.triton_models)).start(timeout=300) as server:
             client = TritonClient(f"127.0.0.1:{server.grpc_port}")
-            figures = {"model": "PP-OCRv4 (rapidocr-onnxruntime 1.4.4 package)", "drawn": score(client, drawn_set(args.lines))}
-            if args.uw3 and (lines := uw3_set(args.uw3)):
-                figures["uw3"] = score(client, lines)
+            served = lambda data: " ".join(line.text for line in read(client, data))  # noqa: E731
+            # The recogniser alone on the whole image (RapidOCR in-process, no detection): where the
+            # served pipeline loses more, the detector or the crop did.
+            engine = reference(*find_models("package"))
+            rec_only = lambda data: " ".join(t for t, _ in (engine(data, use_det=False, use_cls=False)[0] or []))  # noqa: E731
+            figures = {"model": "PP-OCRv4 (rapidocr-onnxruntime 1.4.4 package)"}
+            sets = {"drawn": drawn_set(args.lines), **({"uw3": uw3_set(args.uw3)} if args.uw3 else {})}
+            for name, items in sets.items():
+                if items:
+                    figures[name] = score(served, items)
+                    figures[name + "_recogniser_only"] = score(rec_only, items)
     finally:
         shutil.rmtree(work, ignore_errors=True)
-    for name in ("drawn", "uw3"):
+    for name in ("drawn", "drawn_recogniser_only", "uw3", "uw3_recogniser_only"):
         if name in figures:
             f = figures[name]
             print(f"{name}: {f['lines']} lines: CER {f['cer']:.2%} (without spaces {f['no_space_cer']:.2%}), "

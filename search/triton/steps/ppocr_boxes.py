@@ -1,20 +1,16 @@
 """PP-OCR's detector post-processing (DB), as RapidOCR 1.4.4 computes it: the probability map ->
-text boxes (threshold, dilation, contours, box scores, unclip, min-area rectangles) in reading order."""
+text boxes (threshold, dilation, contours, box scores, unclip, min-area rectangles) in reading order.
+``cfg`` is the pipeline's ``ppocr.OcrConfig``."""
 
 from __future__ import annotations
-
-from typing import TYPE_CHECKING
 
 import cv2
 import numpy as np
 import pyclipper
 from shapely.geometry import Polygon
 
-if TYPE_CHECKING:
-    from search.triton.steps.ppocr import OcrConfig
 
-
-def det_boxes(prob: np.ndarray, shape: tuple[int, int], cfg: OcrConfig) -> list[np.ndarray]:
+def det_boxes(prob: np.ndarray, shape: tuple[int, int], cfg) -> list[np.ndarray]:
     """DB post-processing of the detector's [1, 1, h, w] map for an image of ``shape`` (H, W): float32
     [4, 2] boxes (tl, tr, br, bl) in that image's pixels, in reading order."""
     pred = prob[:, 0, :, :]
@@ -34,7 +30,7 @@ def det_boxes(prob: np.ndarray, shape: tuple[int, int], cfg: OcrConfig) -> list[
     return sort_boxes(kept)
 
 
-def _boxes_from_bitmap(pred: np.ndarray, bitmap: np.ndarray, shape: tuple[int, int], cfg: OcrConfig) -> list[np.ndarray]:
+def _boxes_from_bitmap(pred: np.ndarray, bitmap: np.ndarray, shape: tuple[int, int], cfg) -> list[np.ndarray]:
     height, width = bitmap.shape
     dest_h, dest_w = shape
     contours = cv2.findContours((bitmap * 255).astype(np.uint8), cv2.RETR_LIST, cv2.CHAIN_APPROX_SIMPLE)[-2]
