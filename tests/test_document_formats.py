@@ -209,7 +209,7 @@ def test_pdf_encrypted_for_the_owner_only_still_loads():
 
 
 def test_scanned_pdf():
-    assert reason(".pdf", make_scanned_pdf()) == "no text layer (a scanned PDF? run OCR first)"
+    assert reason(".pdf", make_scanned_pdf()) == "no text layer (a scanned PDF? serve an OCR model: `search models build`)"
 
 
 @pytest.mark.parametrize("fraction", [0.1, 0.5, 0.9, 0.99])
