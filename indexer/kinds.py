@@ -114,7 +114,9 @@ class Documents:
             if names:
                 section = names[-1]
         if not units and doc.pages and all(p.scan is not None for p in doc.pages):
-            # An image without text: a passage without vectors (no search finds it) marks it read, so
+            if path.suffix.lower() not in SCAN_SUFFIXES:
+                raise BadDocument(f"no text: its {len(doc.pages)} scanned page(s) were read by OCR and hold none")
+            # A photo without text: a passage without vectors (no search finds it) marks it read, so
             # the next run does not read it again.
             units.append(Unit(None, {"text": "", "start": 0, "end": 0, "page": None, "title": doc.title, "section": None,
                                      "models": self.models, "encoding": None, "blank": True}))

@@ -170,7 +170,7 @@ def test_steps_import_only_the_shared_package_and_their_libraries():
     """Pure modules: numpy, tokenizers, Pillow; triton_python_backend_utils only in backend.py (the
     export code imports the rest without Triton); nothing of search outside the package (the
     Triton image holds only it)."""
-    allowed = {"numpy", "tokenizers", "PIL", "pillow_heif"}
+    allowed = {"numpy", "tokenizers", "PIL", "pillow_heif", "cv2", "pyclipper", "shapely"}  # the last three: OCR, as RapidOCR
     for module in STEPS.glob("*.py"):
         for name in imports(module):
             top = name.split(".")[0]
