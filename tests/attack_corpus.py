@@ -156,7 +156,7 @@ def write_corpus(folder: Path) -> Corpus:
     bad("zip-named.docx", _zip_of("notes.txt", b"hello"), "broken DOCX: ")
     bad("text-named.docx", b"plain text is not a zip\n", "not a DOCX (wrong extension?)")
     bad("truncated.docx", make_docx([("p", "hello " * 500)])[:1500], "broken DOCX: ")
-    bad("scanned.pdf", make_scanned_pdf(), "no text layer")
+    good("scanned.pdf", make_scanned_pdf(), "a scanned page, no text layer")  # no text layer: read by OCR
     bad("encrypted.pdf", make_pdf(["secret"], password="hunter2"), "encrypted PDF: needs a password")
     bad("hidden-only.html", make_html("<script>x()</script><div hidden>secret</div>"), "no visible text")
     # Binary content named as text, and bytes no encoding explains.

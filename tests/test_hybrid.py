@@ -217,12 +217,12 @@ def test_bad_documents_are_reported_and_the_rest_indexed(service, tmp_path):
     (kb / "page.html").write_bytes(make_html("<p>Visible text survives.</p>", title="A page"))
     report = ingest(service, [kb])
     failed = {Path(o.path).name: o.reason for o in report.failures}
-    assert set(failed) == {"locked.pdf", "scan.pdf", "broken.pdf", "notes.pdf", "memo.docx", "latin1.md"}, failed
-    assert "encrypted" in failed["locked.pdf"] and "no text" in failed["scan.pdf"]  # no layer; read by OCR: none
+    assert set(failed) == {"locked.pdf", "broken.pdf", "notes.pdf", "memo.docx", "latin1.md"}, failed  # scan.pdf: OCR
+    assert "encrypted" in failed["locked.pdf"]
     assert "not a PDF" in failed["notes.pdf"] and "not a DOCX" in failed["memo.docx"]
     assert "UTF-8" in failed["latin1.md"]
     assert all("\n" not in r and "Traceback" not in r and len(r) < 200 for r in failed.values())
-    assert report.counts["indexed"] == 2
+    assert report.counts["indexed"] == 3
 
 
 def test_long_document_is_chunked_within_budget_and_cited_by_page(service, tmp_path, settings):

@@ -114,7 +114,7 @@ class ModelFileAway:
 
 def test_probe_answers_for_every_served_ensemble(triton):
     health = TritonClient(f"127.0.0.1:{triton.grpc_port}").health()
-    assert set(health) == {"minilm", "minilm_query", "clip_text", "clip_image", "bge_m3", "ofa_ve"}
+    assert set(health) == {"minilm", "minilm_query", "clip_text", "clip_image", "bge_m3", "ofa_ve", "ppocr"}
     assert all(h.healthy for h in health.values()), health
 
 

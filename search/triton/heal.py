@@ -115,7 +115,8 @@ class Healing:
             cfg = self._client.get_model_config(model, as_json=True, client_timeout=10)["config"]
         except InferenceServerException:
             return []
-        return [s["model_name"] for s in cfg.get("ensemble_scheduling", {}).get("step", [])]
+        calls = cfg.get("parameters", {}).get("calls", {}).get("string_value", "")  # a Python model's BLS calls
+        return [s["model_name"] for s in cfg.get("ensemble_scheduling", {}).get("step", [])] + [c for c in calls.split(",") if c]
 
     def _dead_step(self, dead: _StubDied, model: str) -> str | None:
         """The model behind a stub instance name: '<model>_<group>_<n>' unless the group is named."""

@@ -1,6 +1,6 @@
 """The ``ppocr`` model: encoded image bytes -> the text lines in it, as JSON (``search.triton.steps.ppocr``,
-configured by ppocr.json), calling ppocr_det_onnx, ppocr_cls_onnx and ppocr_rec_onnx through Business Logic
-Scripting. One bad image fails its own request (INVALID_ARG naming it), never the batch."""
+configured by ppocr.json), calling the detector, classifier and recogniser its config names ("calls")
+through Business Logic Scripting. One bad image fails its own request (INVALID_ARG naming it), never the batch."""
 
 import json
 from dataclasses import asdict, replace
@@ -11,11 +11,7 @@ from PIL import Image
 from search.triton.steps import backend, ppocr
 from search.triton.steps.requests import where
 
-MODELS = {"det": "ppocr_det_onnx", "cls": "ppocr_cls_onnx", "rec": "ppocr_rec_onnx"}
-
-
-def _infer(model: str, batch: np.ndarray) -> np.ndarray:
-    return backend.infer(MODELS[model], {"x": batch}, ["y"])["y"]
+ROLES = ("det", "cls", "rec")  # the order of the config's "calls"
 
 
 class TritonPythonModel:
@@ -23,6 +19,10 @@ class TritonPythonModel:
         self.cfg = replace(ppocr.config_from_json(backend.read_json(args, "ppocr.json")),
                            max_pixels=int(backend.parameter(args, "max_pixels")))
         Image.MAX_IMAGE_PIXELS = self.cfg.max_pixels  # Pillow's own guard at the same limit
+        self.models = dict(zip(ROLES, backend.parameter(args, "calls").split(","), strict=True))
+
+    def _infer(self, role: str, batch: np.ndarray) -> np.ndarray:
+        return backend.infer(self.models[role], {"x": batch}, ["y"])["y"]
 
     def execute(self, requests):
         return backend.execute_each(requests, self._one)
@@ -32,7 +32,7 @@ class TritonPythonModel:
         out = []
         for k, data in enumerate(images):
             try:
-                lines = ppocr.run(bytes(data), _infer, self.cfg)
+                lines = ppocr.run(bytes(data), self._infer, self.cfg)
             except ppocr.BadImage as exc:
                 raise ppocr.BadImage(f"IMAGE: {where(k, len(images), 'image')}{exc}") from None
             out.append(json.dumps([asdict(line) for line in lines], ensure_ascii=False))
