@@ -14,10 +14,8 @@ from __future__ import annotations
 
 import argparse
 import io
-import shutil
 import statistics
 import sys
-import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -26,15 +24,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from PIL import Image, ImageDraw, ImageFont  # noqa: E402
 
-from bench.common import append, load, machine  # noqa: E402
+from bench.common import append, load, machine, served_family  # noqa: E402
 from indexer.loaders import load_document  # noqa: E402
 from search.config import PROJECT_ROOT  # noqa: E402
 from search.models import golden  # noqa: E402
 from search.models.export.ppocr import find_models  # noqa: E402
 from search.models.export.ppocr_golden import reference  # noqa: E402
 from search.models.ppocr import PPOCR, read  # noqa: E402
-from search.triton.client import TritonClient  # noqa: E402
-from search.triton.local import LocalTriton  # noqa: E402
 
 SHARED = PROJECT_ROOT.parent / "shared" / "data" / "ocr"
 GOALS = {1: 0.9, 4: 1.2}  # served / in-process, by clients (issue "Words inside pictures and scans")
@@ -84,41 +80,30 @@ def main() -> None:
     ap.add_argument("--clients", type=int, nargs="+", default=[1, 4])
     args = ap.parse_args()
     load_before = load()
-    work = Path(tempfile.mkdtemp(prefix="bench-ocr-"))
-    fam = PPOCR()
-    try:
-        repo = work / "repo"
-        for name in fam.triton_models:
-            shutil.copytree(PROJECT_ROOT / "triton_repo" / name, repo / name)
-        report = fam.build(repo, "package")
-        print(f"build: {report.status} — {report.detail}", flush=True)
+    with served_family(PPOCR(), "package") as client:
         engine = reference(*find_models("package"))
         sets = files()
-        with LocalTriton(repo, work / "triton", models=list(fam.triton_models)).start(timeout=300) as server:
-            client = TritonClient(f"127.0.0.1:{server.grpc_port}")
-            for data in sets["images"][:2]:  # warm both
-                read(client, data)
-                engine(data)
-            figures: dict = {}
-            for what, items in sets.items():
-                local, served = [], {c: [] for c in args.clients}
-                for _ in range(args.rounds):
-                    local.append(timed(engine, items, 1))
-                    for c in args.clients:
-                        served[c].append(timed(lambda d: read(client, d), items, c))
-                base = statistics.median(local)
-                figures[what] = {"files": len(items), "in_process_per_s": round(base, 2),
-                                 "rounds_in_process": [round(x, 2) for x in local]}
+        for data in sets["images"][:2]:  # warm both
+            read(client, data)
+            engine(data)
+        figures: dict = {}
+        for what, items in sets.items():
+            local, served = [], {c: [] for c in args.clients}
+            for _ in range(args.rounds):
+                local.append(timed(engine, items, 1))
                 for c in args.clients:
-                    med = statistics.median(served[c])
-                    figures[what][f"served_{c}_clients_per_s"] = round(med, 2)
-                    figures[what][f"rounds_served_{c}_clients"] = [round(x, 2) for x in served[c]]
-                    figures[what][f"ratio_{c}_clients"] = round(med / base, 3)
-                    goal = GOALS.get(c)
-                    print(f"{what}: {len(items)} files, {c} client(s): served {med:.2f}/s vs in-process {base:.2f}/s "
-                          f"= {med / base:.2f}x" + (f" (goal >= {goal}x)" if goal else ""), flush=True)
-    finally:
-        shutil.rmtree(work, ignore_errors=True)
+                    served[c].append(timed(lambda d: read(client, d), items, c))
+            base = statistics.median(local)
+            figures[what] = {"files": len(items), "in_process_per_s": round(base, 2),
+                             "rounds_in_process": [round(x, 2) for x in local]}
+            for c in args.clients:
+                med = statistics.median(served[c])
+                figures[what][f"served_{c}_clients_per_s"] = round(med, 2)
+                figures[what][f"rounds_served_{c}_clients"] = [round(x, 2) for x in served[c]]
+                figures[what][f"ratio_{c}_clients"] = round(med / base, 3)
+                goal = GOALS.get(c)
+                print(f"{what}: {len(items)} files, {c} client(s): served {med:.2f}/s vs in-process {base:.2f}/s "
+                      f"= {med / base:.2f}x" + (f" (goal >= {goal}x)" if goal else ""), flush=True)
     figures["rounds"] = args.rounds
     path = append("bench_ocr", figures, load_before=load_before, command="python bench/bench_ocr.py " + " ".join(sys.argv[1:]))
     print(f"machine: {machine()}; load {load_before} -> {load()}; appended to {path}")

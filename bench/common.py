@@ -8,7 +8,10 @@ import os
 import platform
 import shutil
 import subprocess
+import tempfile
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 RESULTS = Path(__file__).resolve().parent / "results"
@@ -47,3 +50,24 @@ def append(bench: str, figures: dict, *, load_before: list[float], command: str)
     with open(path, "a") as f:
         f.write(json.dumps(record, ensure_ascii=False) + "\n")
     return path
+
+
+@contextmanager
+def served_family(fam, source: str, timeout: float = 300) -> Iterator:
+    """``fam`` built from ``source`` into a temporary copy of its triton_repo folders and served by
+    a local Triton on free loopback ports: yields a TritonClient of it."""
+    from search.config import PROJECT_ROOT  # noqa: PLC0415  (numpy and the client load only here)
+    from search.triton.client import TritonClient  # noqa: PLC0415
+    from search.triton.local import LocalTriton  # noqa: PLC0415
+
+    work = Path(tempfile.mkdtemp(prefix=f"bench-{fam.family}-"))
+    try:
+        repo = work / "repo"
+        for name in fam.triton_models:
+            shutil.copytree(PROJECT_ROOT / "triton_repo" / name, repo / name)
+        report = fam.build(repo, source)
+        print(f"build: {report.status} — {report.detail}", flush=True)
+        with LocalTriton(repo, work / "triton", models=list(fam.triton_models)).start(timeout=timeout) as server:
+            yield TritonClient(f"127.0.0.1:{server.grpc_port}")
+    finally:
+        shutil.rmtree(work, ignore_errors=True)

@@ -15,23 +15,19 @@ from __future__ import annotations
 import argparse
 import io
 import random
-import shutil
 import sys
 import tarfile
-import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from PIL import Image, ImageDraw, ImageFilter, ImageFont  # noqa: E402
 
-from bench.common import append, load  # noqa: E402
+from bench.common import append, load, served_family  # noqa: E402
 from search.config import PROJECT_ROOT  # noqa: E402
 from search.models.export.ppocr import find_models  # noqa: E402
 from search.models.export.ppocr_golden import reference  # noqa: E402
 from search.models.ppocr import PPOCR, read  # noqa: E402
-from search.triton.client import TritonClient  # noqa: E402
-from search.triton.local import LocalTriton  # noqa: E402
 
 UW3 = PROJECT_ROOT.parent / "shared" / "data" / "ocr" / "uw3-500.tgz"
 FONTS = ["/usr/share/fonts/truetype/dejavu/DejaVuSans.ttf", "/usr/share/fonts/truetype/dejavu/DejaVuSerif.ttf",
@@ -114,28 +110,18 @@ def main() -> None:
     ap.add_argument("--uw3", type=int, default=500, help="UW-III lines (0: none)")
     args = ap.parse_args()
     load_before = load()
-    work = Path(tempfile.mkdtemp(prefix="quality-ocr-"))
-    fam = PPOCR()
-    try:
-        repo = work / "repo"
-        for name in fam.triton_models:
-            shutil.copytree(PROJECT_ROOT / "triton_repo" / name, repo / name)
-        print(fam.build(repo, "package").detail, flush=True)
-        with LocalTriton(repo, work / "triton", models=list(fam.triton_models)).start(timeout=300) as server:
-            client = TritonClient(f"127.0.0.1:{server.grpc_port}")
-            served = lambda data: " ".join(line.text for line in read(client, data))  # noqa: E731
-            # The recogniser alone on the whole image (RapidOCR in-process, no detection): where the
-            # served pipeline loses more, the detector or the crop did.
-            engine = reference(*find_models("package"))
-            rec_only = lambda data: " ".join(t for t, _ in (engine(data, use_det=False, use_cls=False)[0] or []))  # noqa: E731
-            figures = {"model": "PP-OCRv4 (rapidocr-onnxruntime 1.4.4 package)"}
-            sets = {"drawn": drawn_set(args.lines), **({"uw3": uw3_set(args.uw3)} if args.uw3 else {})}
-            for name, items in sets.items():
-                if items:
-                    figures[name] = score(served, items)
-                    figures[name + "_recogniser_only"] = score(rec_only, items)
-    finally:
-        shutil.rmtree(work, ignore_errors=True)
+    with served_family(PPOCR(), "package") as client:
+        served = lambda data: " ".join(line.text for line in read(client, data))  # noqa: E731
+        # The recogniser alone on the whole image (RapidOCR in-process, no detection): where the
+        # served pipeline loses more, the detector or the crop did.
+        engine = reference(*find_models("package"))
+        rec_only = lambda data: " ".join(t for t, _ in (engine(data, use_det=False, use_cls=False)[0] or []))  # noqa: E731
+        figures = {"model": "PP-OCRv4 (rapidocr-onnxruntime 1.4.4 package)"}
+        sets = {"drawn": drawn_set(args.lines), **({"uw3": uw3_set(args.uw3)} if args.uw3 else {})}
+        for name, items in sets.items():
+            if items:
+                figures[name] = score(served, items)
+                figures[name + "_recogniser_only"] = score(rec_only, items)
     for name in ("drawn", "drawn_recogniser_only", "uw3", "uw3_recogniser_only"):
         if name in figures:
             f = figures[name]

@@ -95,9 +95,3 @@ def lines_arrays(per_image: list[list[TextLine]]) -> dict[str, np.ndarray]:
             "line_scores": np.array([line.score for line in flat], np.float32),
             "line_boxes": np.array([line.box for line in flat], np.float32).reshape(-1, 4, 2),
             "line_offsets": offsets}
-
-
-def lines_from_arrays(arrays: dict[str, np.ndarray]) -> list[list[TextLine]]:
-    texts, scores, boxes, offsets = arrays["line_texts"], arrays["line_scores"], arrays["line_boxes"], arrays["line_offsets"]
-    return [[TextLine(str(texts[i]), float(scores[i]), boxes[i].tolist()) for i in range(offsets[k], offsets[k + 1])]
-            for k in range(len(offsets) - 1)]
