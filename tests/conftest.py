@@ -138,9 +138,17 @@ def service(settings):
 
 
 @pytest.fixture
+def env(settings) -> dict:
+    """The environment a CLI subprocess of this test's settings runs with."""
+    env = {**os.environ, "SEARCH_DATA_DIR": str(settings.data_dir), "SEARCH_TRITON_REPO": str(settings.triton_repo),
+           "SEARCH_TRITON_URL": settings.triton_url, "HF_HUB_OFFLINE": "1", "SEARCH_SEARCH_MODE": settings.search_mode}
+    env.pop("COLUMNS", None)  # rich would take the width from it
+    return env
+
+
+@pytest.fixture
 def client(triton, request) -> TritonClient:
-    """A gRPC client of the session's Triton. Modules that test another client (the API's TestClient,
-    the OpenAI SDK) define their own ``client``."""
+    """A gRPC client of the session's Triton (the API's TestClient is ``api``, the OpenAI SDK's ``sdk``)."""
     c = TritonClient(f"127.0.0.1:{triton.grpc_port}")
     if served := request.node.get_closest_marker("served"):
         c.ensure_ready(*served.args)

@@ -38,18 +38,18 @@ def make_client(settings, **update) -> TestClient:
 
 
 @pytest.fixture
-def client(settings):
+def api(settings):
     with make_client(settings) as c:
         yield c
 
 
-def wait(client: TestClient, response, timeout: float = 120, headers=None) -> dict:
+def wait(api: TestClient, response, timeout: float = 120, headers=None) -> dict:
     """The finished job behind a 202."""
     assert response.status_code == 202, response.text
     job_id = response.json()["job_id"]
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        job = client.get(f"/ingest/jobs/{job_id}", headers=headers).json()
+        job = api.get(f"/ingest/jobs/{job_id}", headers=headers).json()
         if job["state"] in ("done", "failed"):
             return job
         time.sleep(0.1)
@@ -76,15 +76,15 @@ def fails(response, status: int, field: str) -> None:
 
 
 # -- health
-def test_health_ready_and_docs(client):
-    assert client.get("/healthz").json() == {"status": "ok"}
-    ready = client.get("/readyz")
+def test_health_ready_and_docs(api):
+    assert api.get("/healthz").json() == {"status": "ok"}
+    ready = api.get("/readyz")
     assert ready.status_code == 200, ready.text
     body = ready.json()
     assert body["ready"] and body["triton"]["live"] and body["qdrant"]["reachable"]
     assert body["triton"]["models"]["minilm"] is True and "clip_text" in body["triton"]["models"]
-    assert client.get("/openapi.json").json()["paths"].keys() >= {"/search/documents", "/ingest", "/readyz"}
-    assert client.get("/docs").status_code == 200
+    assert api.get("/openapi.json").json()["paths"].keys() >= {"/search/documents", "/ingest", "/readyz"}
+    assert api.get("/docs").status_code == 200
 
 
 @pytest.mark.filterwarnings("ignore:Failed to obtain server version")  # the Qdrant URL points nowhere on purpose
@@ -151,9 +151,9 @@ def test_document_hits_carry_bounded_text(settings, tmp_path):
         assert whole["text"] == word and whole["truncated"] is False
 
 
-def test_search_before_anything_is_indexed_is_409(client):
-    fails(client.post("/search/documents", json={"query": "reset password"}), 409, "nothing indexed yet")
-    fails(client.post("/search/images", json={"text": "a dog"}), 409, "no photos indexed yet")
+def test_search_before_anything_is_indexed_is_409(api):
+    fails(api.post("/search/documents", json={"query": "reset password"}), 409, "nothing indexed yet")
+    fails(api.post("/search/images", json={"text": "a dog"}), 409, "no photos indexed yet")
 
 
 @pytest.mark.parametrize("body, status, field", [
@@ -172,16 +172,16 @@ def test_search_before_anything_is_indexed_is_409(client):
     (b'{"query": "\\ud800"}', 422, "query"),  # a lone surrogate (valid JSON, not valid text)
     (None, 422, "body"),
 ])
-def test_invalid_document_searches_name_the_field(client, body, status, field):
+def test_invalid_document_searches_name_the_field(api, body, status, field):
     if isinstance(body, bytes):
-        r = client.post("/search/documents", content=body, headers={"content-type": "application/json"})
+        r = api.post("/search/documents", content=body, headers={"content-type": "application/json"})
     else:
-        r = client.post("/search/documents", json=body)
+        r = api.post("/search/documents", json=body)
     fails(r, status, field)
 
 
-def test_malformed_json_is_a_422(client):
-    r = client.post("/search/documents", content=b"{not json", headers={"content-type": "application/json"})
+def test_malformed_json_is_a_422(api):
+    r = api.post("/search/documents", content=b"{not json", headers={"content-type": "application/json"})
     assert r.status_code == 422 and "JSON" in r.json()["detail"]
 
 
@@ -330,8 +330,8 @@ def test_api_key_for_writes_only(settings):
         fails(c.post("/ingest", json={"paths": ["/etc"]}, headers={"X-API-Key": KEY}), 403, "paths[0]")
 
 
-def test_openapi_documents_every_error_with_the_error_body(client):
-    spec = client.get("/openapi.json").json()
+def test_openapi_documents_every_error_with_the_error_body(api):
+    spec = api.get("/openapi.json").json()
     assert "HTTPValidationError" not in spec["components"]["schemas"]  # FastAPI's 422 body is not ours
     for path, operations in spec["paths"].items():
         for method, op in operations.items():
@@ -354,9 +354,9 @@ def test_openapi_documents_every_error_with_the_error_body(client):
     assert "404" in spec["paths"]["/ingest/jobs/{job_id}"]["get"]["responses"]
 
 
-def test_openapi_documents_the_key_header_on_every_route_that_checks_it(client):
+def test_openapi_documents_the_key_header_on_every_route_that_checks_it(api):
     """The key check is the security scheme itself (one dependency per request): OpenAPI still shows it."""
-    spec = client.get("/openapi.json").json()
+    spec = api.get("/openapi.json").json()
     assert spec["components"]["securitySchemes"] == {"APIKeyHeader": {"type": "apiKey", "in": "header", "name": "X-API-Key"}}
     for path, operations in spec["paths"].items():
         for method, op in operations.items():
@@ -408,17 +408,17 @@ def fuzz_app(fuzz_index, tmp_path: Path, mode: str):
     update, key = KEY_MODES[mode]
     app = create_app(copy_index(indexed, tmp_path / "data").model_copy(
         update={"api_roots": roots, "max_upload_bytes": 200_000, **update}))
-    with RequestsTestClient(app) as client:
-        client.key_headers = {"X-API-Key": key} if key else {}
-        yield client
+    with RequestsTestClient(app) as api:
+        api.key_headers = {"X-API-Key": key} if key else {}
+        yield api
 
 
 # Without the key ("key missing") is a run of its own, below; a test narrows the modes with an
 # indirect parametrize of fuzz_client.
 @pytest.fixture(params=[mode for mode in KEY_MODES if mode != "key missing"])
 def fuzz_client(request, fuzz_index, tmp_path):
-    with fuzz_app(fuzz_index, tmp_path, request.param) as client:
-        yield client
+    with fuzz_app(fuzz_index, tmp_path, request.param) as api:
+        yield api
 
 
 @pytest.fixture

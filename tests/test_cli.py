@@ -26,13 +26,6 @@ from search.services import HIT_CHARS, SearchService
 from search.triton.local import free_port
 
 
-@pytest.fixture
-def env(settings):
-    return {**os.environ, "SEARCH_DATA_DIR": str(settings.data_dir), "SEARCH_TRITON_REPO": str(settings.triton_repo),
-            "SEARCH_TRITON_URL": settings.triton_url, "HF_HUB_OFFLINE": "1",
-            "SEARCH_SEARCH_MODE": settings.search_mode}
-
-
 def run(env, *args, module="search") -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", module, *args], env=env, capture_output=True, text=True, timeout=300)
 

@@ -32,7 +32,7 @@ def routed(monkeypatch) -> list[str]:
 
 
 @pytest.fixture
-def client(settings, docs):
+def hot_api(settings, docs):
     with TestClient(create_app(settings.model_copy(update={"api_roots": [docs], "api_key": KEY}))) as c:
         c.headers["X-API-Key"] = KEY
         job = c.post("/ingest", json={"paths": [str(docs)]}).json()["job_id"]
@@ -85,10 +85,10 @@ REFUSED = [  # (path, request, status, answered by): "fast" when the route's cod
 
 
 # One client for every case: each ingests the sample docs first (~10 s)
-def test_the_fast_way_answers_as_fastapi_does_and_leaves_it_the_rest(client, routed, subtests):
+def test_the_fast_way_answers_as_fastapi_does_and_leaves_it_the_rest(hot_api, routed, subtests):
     for path, body in ANSWERED:
         with subtests.test(path=path, body=body):
-            fast, slow, taken = both_ways(client, routed, path, json=body)
+            fast, slow, taken = both_ways(hot_api, routed, path, json=body)
             assert taken == [], "FastAPI served a request the fast way should have answered"
             assert fast.status_code == slow.status_code == 200, fast.text
             assert fast.json() == slow.json()
@@ -96,19 +96,19 @@ def test_the_fast_way_answers_as_fastapi_does_and_leaves_it_the_rest(client, rou
             assert fast.headers["x-request-id"] and fast.headers["x-request-id"] != slow.headers["x-request-id"]
     for path, request, status, by in REFUSED:
         with subtests.test(path=path, request=request):
-            fast, slow, taken = both_ways(client, routed, path, gate=by == "gate", **request)
+            fast, slow, taken = both_ways(hot_api, routed, path, gate=by == "gate", **request)
             assert taken == ([path] if by == "fastapi" else [])
             assert fast.status_code == slow.status_code == status, fast.text
             assert fast.json() == slow.json()
             assert fast.headers.get("www-authenticate") == slow.headers.get("www-authenticate")
 
 
-def test_the_fast_way_is_counted_under_the_routes_label(client, routed):
+def test_the_fast_way_is_counted_under_the_routes_label(hot_api, routed):
     for _ in range(3):
-        assert client.post("/search/documents", json={"query": "reset password"}).status_code == 200
-    assert client.post("/search/documents", json={"query": "x", "kb": "nowhere"}).status_code == 409
+        assert hot_api.post("/search/documents", json={"query": "reset password"}).status_code == 200
+    assert hot_api.post("/search/documents", json={"query": "x", "kb": "nowhere"}).status_code == 409
     assert routed == []
-    metrics = client.get("/metrics").text
+    metrics = hot_api.get("/metrics").text
     assert 'api_requests_total{method="POST",route="/search/documents",status="200"} 3.0' in metrics
     assert 'route="/search/documents",status="409"' in metrics
     assert "<unmatched>" not in metrics

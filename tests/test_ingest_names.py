@@ -11,7 +11,6 @@ import sys
 import time
 from pathlib import Path
 
-import pytest
 from fastapi.testclient import TestClient
 from ingest_helper import ingest
 from test_photos import photo
@@ -71,12 +70,6 @@ def test_service_indexes_finds_moves_and_prunes_a_name_that_is_not_utf8(service,
 
 def run(env, *args, module="search") -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", module, *args], env=env, capture_output=True, text=True, timeout=300)
-
-
-@pytest.fixture
-def env(settings):
-    return {**os.environ, "SEARCH_DATA_DIR": str(settings.data_dir), "SEARCH_TRITON_REPO": str(settings.triton_repo),
-            "SEARCH_TRITON_URL": settings.triton_url, "HF_HUB_OFFLINE": "1", "SEARCH_SEARCH_MODE": settings.search_mode}
 
 
 def test_cli_ingests_and_shows_a_name_that_is_not_utf8(env, tmp_path):

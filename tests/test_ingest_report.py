@@ -10,7 +10,6 @@ import re
 import subprocess
 import sys
 
-import pytest
 from ingest_helper import ingest
 from python_models import python_model
 from test_images import bomb_png
@@ -22,14 +21,6 @@ from search.services import SearchService
 from search.store import open_store
 
 SOME_FAILED = 7
-
-
-@pytest.fixture
-def env(settings):
-    env = {**os.environ, "SEARCH_DATA_DIR": str(settings.data_dir), "SEARCH_TRITON_REPO": str(settings.triton_repo),
-           "SEARCH_TRITON_URL": settings.triton_url, "HF_HUB_OFFLINE": "1", "SEARCH_SEARCH_MODE": settings.search_mode}
-    env.pop("COLUMNS", None)  # rich would take the width from it
-    return env
 
 
 def run(env, *args, module="indexer") -> subprocess.CompletedProcess:

@@ -36,7 +36,7 @@ def server(settings, tmp_path):
 
 
 @pytest.fixture
-def client(server) -> openai.OpenAI:
+def sdk(server) -> openai.OpenAI:
     return openai.OpenAI(base_url=f"{server.url}/v1", api_key=KEY, max_retries=0, timeout=120)
 
 
@@ -56,14 +56,14 @@ def token_counts(repo, step: str, texts: list[str], limit: int) -> list[int]:
     return [len(e.ids) for e in tokens.encode(tok, texts, limit)]
 
 
-def test_vectors_are_the_served_models_and_usage_counts_tokens(client, settings):
+def test_vectors_are_the_served_models_and_usage_counts_tokens(sdk, settings):
     triton = TritonClient(settings.triton_url)
-    served = {m.id: m for m in client.models.list().data}
+    served = {m.id: m for m in sdk.models.list().data}
     assert set(served) == {"minilm", "bge-m3", "clip-text", "clip-image"}
     assert served["minilm"].dimensions == 384 and served["bge-m3"].dimensions == 1024
-    assert client.models.retrieve("minilm").id == "minilm"
+    assert sdk.models.retrieve("minilm").id == "minilm"
 
-    out = client.embeddings.create(model="minilm", input=TEXTS)  # the client asks for base64 by default
+    out = sdk.embeddings.create(model="minilm", input=TEXTS)  # the client asks for base64 by default
     vectors = np.array([d.embedding for d in out.data])
     expected, _ = minilm.embed(triton, TEXTS)  # what document search embeds a query with
     assert vectors.shape == (3, 384) and [d.index for d in out.data] == [0, 1, 2] and out.model == "minilm"
@@ -71,16 +71,16 @@ def test_vectors_are_the_served_models_and_usage_counts_tokens(client, settings)
     counts = token_counts(settings.triton_repo, "minilm_tokenize", TEXTS, minilm.MAX_TOKENS)
     assert out.usage.prompt_tokens == out.usage.total_tokens == sum(counts)
 
-    floats = client.embeddings.create(model="all-MiniLM-L6-v2", input=TEXTS[0], encoding_format="float")
+    floats = sdk.embeddings.create(model="all-MiniLM-L6-v2", input=TEXTS[0], encoding_format="float")
     assert len(floats.data) == 1 and cos(floats.data[0].embedding, expected[0]) >= 0.9999
-    assert client.embeddings.create(model="minilm", input="x", dimensions=384).data[0].embedding
+    assert sdk.embeddings.create(model="minilm", input="x", dimensions=384).data[0].embedding
 
-    dense = np.array([d.embedding for d in client.embeddings.create(model="bge-m3", input=TEXTS).data])
+    dense = np.array([d.embedding for d in sdk.embeddings.create(model="bge-m3", input=TEXTS).data])
     m3 = bge_m3.encode(triton, TEXTS, colbert=False)
     assert dense.shape == (3, bge_m3.DIM) and cos(dense, [o.dense for o in m3]).min() >= 0.9999
-    assert client.embeddings.create(model="bge-m3", input=TEXTS).usage.prompt_tokens == sum(o.n_tokens for o in m3)
+    assert sdk.embeddings.create(model="bge-m3", input=TEXTS).usage.prompt_tokens == sum(o.n_tokens for o in m3)
 
-    text = client.embeddings.create(model="clip-text", input=TEXTS)
+    text = sdk.embeddings.create(model="clip-text", input=TEXTS)
     expected, _ = clip.embed_texts(triton, TEXTS)  # what photo search embeds a text query with
     assert cos([d.embedding for d in text.data], expected).min() >= 0.9999
     assert text.usage.prompt_tokens == sum(token_counts(settings.triton_repo, "clip_text_tokenize", TEXTS, clip.CONTEXT_LENGTH))
@@ -88,15 +88,15 @@ def test_vectors_are_the_served_models_and_usage_counts_tokens(client, settings)
 
     images = [png(1), png(2)]
     inputs = [base64.b64encode(images[0]).decode(), "data:image/png;base64," + base64.b64encode(images[1]).decode()]
-    pics = client.embeddings.create(model="clip-image", input=inputs)
+    pics = sdk.embeddings.create(model="clip-image", input=inputs)
     expected = clip.embed_images(triton, [example_image(settings, b) for b in images])  # as search by example does
     assert cos([d.embedding for d in pics.data], expected).min() >= 0.9999 and pics.usage.prompt_tokens == 0
 
 
-def test_bad_requests_raise_the_clients_own_errors(client, server):
+def test_bad_requests_raise_the_clients_own_errors(sdk, server):
     def refused(exc_type, param=None, **kwargs) -> dict:
         with pytest.raises(exc_type) as info:
-            client.embeddings.create(**kwargs)
+            sdk.embeddings.create(**kwargs)
         err = info.value.body
         assert err["message"] and err["type"] and (param is None or err["param"] == param), err
         return err
@@ -111,7 +111,7 @@ def test_bad_requests_raise_the_clients_own_errors(client, server):
     refused(openai.BadRequestError, "input", model="clip-image", input=base64.b64encode(b"GIF89a broken").decode())
     refused(openai.BadRequestError, "encoding_format", model="minilm", input="x", encoding_format="int8")
     with pytest.raises(openai.NotFoundError):
-        client.models.retrieve("gpt-4")
+        sdk.models.retrieve("gpt-4")
 
     for key in ("wrong", ""):
         other = openai.OpenAI(base_url=f"{server.url}/v1", api_key=key or "-", max_retries=0)

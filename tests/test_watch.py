@@ -296,12 +296,6 @@ def test_rest_watches_follow_the_ingest_path_rules(settings, kb, tmp_path):
 
 # -- the server-side watch, through `indexer watch` and `search serve` subprocesses
 
-@pytest.fixture
-def env(settings):
-    return {**os.environ, "SEARCH_DATA_DIR": str(settings.data_dir), "SEARCH_TRITON_REPO": str(settings.triton_repo),
-            "SEARCH_TRITON_URL": settings.triton_url, "HF_HUB_OFFLINE": "1", "SEARCH_SEARCH_MODE": settings.search_mode}
-
-
 def cli(env, *args, module="indexer") -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", module, *args], env=env, capture_output=True, text=True, timeout=300)
 
