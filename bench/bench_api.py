@@ -54,9 +54,9 @@ import httpx  # noqa: E402
 import numpy as np  # noqa: E402
 import tritonclient.grpc as grpcclient  # noqa: E402
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_minilm import Ticks, machine, machine_ticks  # noqa: E402
-
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from bench.common import fmt_load, machine_line  # noqa: E402
+from bench.timing import cpu_list, cpu_seconds, machine_ticks, session_cpu, steal_pct  # noqa: E402
 from search.api import create_app  # noqa: E402
 from search.config import PROJECT_ROOT, Settings  # noqa: E402
 from search.models import MiniLM, built_triton_models  # noqa: E402
@@ -75,12 +75,6 @@ def summary(path: str, clients: int, latencies: list[float], seconds: float, cpu
             "encoder_batch": batch, "steal_pct": steal}
 
 
-def steal_pct(before: Ticks) -> float:
-    """The share of the machine's CPU time stolen since ``before`` (machine_ticks()), in %."""
-    now = machine_ticks()
-    return round(100 * (now.steal - before.steal) / max(now.total - before.total, 1), 1)
-
-
 def median_row(runs: list[dict]) -> dict:
     """One row from its rounds: the median of each figure, and every round's requests/s."""
     figures = ("rps", "p50_ms", "p99_ms", "cpu_ms_per_request", "triton_cpu_ms_per_request", "encoder_batch")
@@ -89,35 +83,7 @@ def median_row(runs: list[dict]) -> dict:
             "rounds_steal_pct": [r["steal_pct"] for r in runs]}
 
 
-def cpu_list(text: str) -> set[int]:
-    """'0,2' or '0-3' -> {0, 2} / {0, 1, 2, 3}"""
-    cpus: set[int] = set()
-    for part in text.split(","):
-        lo, _, hi = part.partition("-")
-        cpus.update(range(int(lo), int(hi or lo) + 1))
-    return cpus
-
-
-def load() -> str:
-    return " ".join(f"{x:.2f}" for x in os.getloadavg())
-
-
-def cpu_seconds(pid: int | None = None) -> float:
-    """CPU seconds (user + system, all threads) of a process: this one when ``pid`` is None."""
-    if pid is None:
-        return time.process_time()
-    return _stat(Path(f"/proc/{pid}/stat"))[1] / os.sysconf("SC_CLK_TCK")
-
-
-def _stat(path: Path) -> tuple[int, int]:
-    """A process's session id and CPU clock ticks (user + system, all threads), from /proc/PID/stat."""
-    fields = path.read_text().rsplit(")", 1)[1].split()
-    return int(fields[3]), int(fields[11]) + int(fields[12])
-
-
 TRITON_SESSION: int | None = None  # the local Triton's session id: the server and its Python-backend stubs
-
-
 TRITON_URL = ""  # the local Triton's gRPC address
 
 
@@ -137,15 +103,7 @@ def mean_batch(before: tuple[int, int]) -> float:
 
 def triton_seconds() -> float:
     """CPU seconds of the local Triton and every process of its session (the Python-backend stubs)."""
-    total = 0
-    for entry in Path("/proc").iterdir():
-        try:
-            session, ticks = _stat(entry / "stat")
-        except (OSError, IndexError):  # not a process, or one that just exited
-            continue
-        if session == TRITON_SESSION:
-            total += ticks
-    return total / os.sysconf("SC_CLK_TCK")
+    return session_cpu(TRITON_SESSION)
 
 
 # What each row asks: the service call in-process, and the same over HTTP (route, JSON body).
@@ -355,7 +313,7 @@ def main() -> None:
     TRITON_SESSION = server.state.pid  # started with start_new_session: its pid is the session id
     global TRITON_URL
     TRITON_URL = f"127.0.0.1:{server.grpc_port}"
-    start_load = load()
+    start_load = fmt_load()
     try:
         settings = Settings(data_dir=tmp / "data", triton_repo=repo, triton_url=f"127.0.0.1:{server.grpc_port}",
                             qdrant_url=None, search_mode="semantic")
@@ -379,18 +337,18 @@ def main() -> None:
                 done = in_process_rows(settings, n, args.clients, args.what)
                 done += http_rows(settings, args, n, args.clients, args.what, done, tmp)
             rounds.append(done)
-            print(f"  round {r + 1}/{args.rounds} done, load average {load()}", flush=True)
+            print(f"  round {r + 1}/{args.rounds} done, load average {fmt_load()}", flush=True)
         rows = [median_row([rnd[i] for rnd in rounds]) for i in range(len(rounds[0]))]
     finally:
         server.stop()
         shutil.rmtree(tmp, ignore_errors=True)
 
-    results = {"machine": machine(), "chunks": report.embedded_chunks, "client": args.client, "rounds": args.rounds,
+    results = {"machine": machine_line(), "chunks": report.embedded_chunks, "client": args.client, "rounds": args.rounds,
                "pairs": args.pairs,
                "server_cpus": sorted(args.server_cpus or []), "load_cpus": sorted(args.load_cpus or []),
-               "load_average": [start_load, load()], "rows": rows}
+               "load_average": [start_load, fmt_load()], "rows": rows}
     print(f"machine: {results['machine']}")
-    print(f"load average: {start_load} at the start, {load()} at the end; {args.rounds} rounds, medians")
+    print(f"load average: {start_load} at the start, {fmt_load()} at the end; {args.rounds} rounds, medians")
     if args.server_cpus:
         print(f"CPUs: this process, Triton and the API on {sorted(args.server_cpus)}; wrk apart on "
               f"{sorted(args.load_cpus or [])} (rows '{APART.strip(', ')}') and on the server's CPUs (the others)")

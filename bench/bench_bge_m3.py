@@ -48,7 +48,8 @@ choose_openblas_kernels()  # before numpy loads, as the command lines do
 
 import numpy as np  # noqa: E402
 
-from bench.bench_minilm import machine  # noqa: E402
+from bench.common import machine_line, save_random_bge_m3  # noqa: E402
+from bench.timing import take_turns  # noqa: E402
 from search.config import PROJECT_ROOT, Settings  # noqa: E402
 from search.models import BGEM3, MiniLM, bge_m3  # noqa: E402
 from search.models.export.bge_m3 import tokenize  # noqa: E402
@@ -57,7 +58,6 @@ from search.triton.local import LocalTriton  # noqa: E402
 
 SHARED = PROJECT_ROOT.parent / "shared" / "data"
 CACHE = PROJECT_ROOT / ".data" / "bench"
-SPECIALS = ["<s>", "<pad>", "</s>", "<unk>"]  # ids 0-3, as in XLM-R
 LENGTHS = (128, 512, 2048)
 MODES = ("semantic", "dense", "sparse", "hybrid")
 # (docs per batch, batches) per length: full run sized for ~15 minutes on 2 cores at 24 layers.
@@ -72,48 +72,6 @@ def real_texts() -> list[str]:
         with corpus.open(encoding="utf-8") as f:
             return [" ".join(filter(None, (d.get("title"), d["text"]))) for d in map(json.loads, f)]
     return [p.read_text(encoding="utf-8") for p in sorted((PROJECT_ROOT / "samples" / "docs").rglob("*.md"))]
-
-
-# -- a random BGE-M3 of real size, in FlagEmbedding's folder layout
-def save_tokenizer(folder: Path, texts: list[str], vocab_size: int = 8000) -> None:
-    from tokenizers import Tokenizer, normalizers, pre_tokenizers, processors, trainers
-    from tokenizers.models import Unigram
-    from transformers import XLMRobertaTokenizerFast
-
-    tok = Tokenizer(Unigram())
-    tok.normalizer = normalizers.NFKC()
-    tok.pre_tokenizer = pre_tokenizers.Metaspace()
-    trainer = trainers.UnigramTrainer(vocab_size=vocab_size, special_tokens=SPECIALS, unk_token="<unk>",
-                                      show_progress=False)
-    tok.train_from_iterator(texts, trainer)
-    tok.post_processor = processors.TemplateProcessing(single="<s> $A </s>", pair="<s> $A </s> </s> $B </s>",
-                                                       special_tokens=[("<s>", 0), ("</s>", 2)])
-    XLMRobertaTokenizerFast(tokenizer_object=tok, bos_token="<s>", eos_token="</s>", sep_token="</s>",
-                            cls_token="<s>", unk_token="<unk>", pad_token="<pad>", mask_token="<unk>",
-                            model_max_length=8192).save_pretrained(str(folder))
-
-
-def save_random_bge_m3(folder: Path, layers: int, texts: list[str]) -> Path:
-    """xlm-roberta-large's / BGE-M3's config with `layers` layers (24 = real size), random weights
-    (seed 0), random Linear(1024, 1) sparse and Linear(1024, 1024) ColBERT heads."""
-    import torch
-    from transformers import XLMRobertaConfig, XLMRobertaModel
-    from transformers.utils import logging as hf_logging
-
-    folder.mkdir(parents=True, exist_ok=True)
-    save_tokenizer(folder, texts)
-    config = XLMRobertaConfig(vocab_size=250002, hidden_size=1024, num_hidden_layers=layers, num_attention_heads=16,
-                              intermediate_size=4096, max_position_embeddings=8194, type_vocab_size=1,
-                              pad_token_id=1, bos_token_id=0, eos_token_id=2, layer_norm_eps=1e-5,
-                              attn_implementation="eager")  # as search/models/export/bge_m3.py loads it
-    torch.manual_seed(0)
-    hf_logging.disable_progress_bar()
-    model = XLMRobertaModel(config, add_pooling_layer=False).eval()
-    model.save_pretrained(str(folder))
-    del model
-    torch.save(torch.nn.Linear(1024, 1).state_dict(), folder / "sparse_linear.pt")
-    torch.save(torch.nn.Linear(1024, 1024).state_dict(), folder / "colbert_linear.pt")
-    return folder
 
 
 def dir_bytes(path: Path) -> int:
@@ -299,33 +257,26 @@ def coalesced_or_not(svc, queries: list[str], clients: int, rounds: int) -> dict
     taking turns; queries/s and p50/p99 of each round, medians."""
     from concurrent.futures import ThreadPoolExecutor
 
-    coalesced = svc.resources.batchers["bge_m3"]
-    ways = {"coalesced": coalesced,
-            "one request per query": lambda q: bge_m3.encode(svc.triton, [q[0]], colbert=q[1])[0]}
-    runs: dict[str, list[dict]] = {way: [] for way in ways}
-    requests, items = coalesced.requests, coalesced.items
-
     def one(q: str) -> float:
         t = time.perf_counter()
         svc.search_documents(q, top_k=5, mode="hybrid")
         return time.perf_counter() - t
 
-    try:
-        for r in range(rounds):
-            for way, encode in ways.items():
-                svc.resources.batchers["bge_m3"] = encode
-                start = time.perf_counter()
-                with ThreadPoolExecutor(clients) as pool:
-                    lat = list(pool.map(one, queries * 2))
-                wall = time.perf_counter() - start
-                p50, p99 = (float(x) for x in np.percentile(lat, [50, 99]) * 1000)
-                runs[way].append({"qps": round(len(lat) / wall, 2), "p50_ms": round(p50, 1), "p99_ms": round(p99, 1)})
-                print(f"  hybrid, {clients} clients, round {r + 1}, {way}: {runs[way][-1]}", flush=True)
-    finally:
-        svc.resources.batchers["bge_m3"] = coalesced
+    def run(r: int, way: str) -> dict:
+        start = time.perf_counter()
+        with ThreadPoolExecutor(clients) as pool:
+            lat = list(pool.map(one, queries * 2))
+        wall = time.perf_counter() - start
+        p50, p99 = (float(x) for x in np.percentile(lat, [50, 99]) * 1000)
+        got = {"qps": round(len(lat) / wall, 2), "p50_ms": round(p50, 1), "p99_ms": round(p99, 1)}
+        print(f"  hybrid, {clients} clients, round {r + 1}, {way}: {got}", flush=True)
+        return got
+
+    single = lambda q: bge_m3.encode(svc.triton, [q[0]], colbert=q[1])[0]  # noqa: E731
+    runs, mean_batch = take_turns(svc, "bge_m3", single, rounds, run)
     med = {way: {k: float(np.median([x[k] for x in rows])) for k in ("qps", "p50_ms", "p99_ms")} | {"rounds": rows}
            for way, rows in runs.items()}
-    return {"clients": clients, **med, "mean_batch": round((coalesced.items - items) / max(1, coalesced.requests - requests), 2)}
+    return {"clients": clients, **med, "mean_batch": mean_batch}
 
 
 def describe() -> dict:
@@ -338,7 +289,7 @@ def describe() -> dict:
         ram = f"{kb / 2**20:.1f} GiB"
     except (OSError, StopIteration, ValueError):
         pass
-    return {"machine": machine(), "ram": ram, "onnxruntime": onnxruntime.__version__, "torch": torch.__version__,
+    return {"machine": machine_line(), "ram": ram, "onnxruntime": onnxruntime.__version__, "torch": torch.__version__,
             "python": platform.python_version(), "loadavg_start": os.getloadavg()}
 
 

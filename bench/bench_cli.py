@@ -27,9 +27,8 @@ from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_minilm import machine  # noqa: E402
-
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from bench.common import machine_line  # noqa: E402
 from search.config import PROJECT_ROOT  # noqa: E402
 from search.models import MiniLM, built_triton_models  # noqa: E402
 from search.owner import find  # noqa: E402
@@ -130,7 +129,7 @@ def main() -> None:
             ms = np.array(ts) * 1000
             rows.append({"command": name, "n": len(ts), "median_ms": round(float(np.median(ms)), 1),
                          "p90_ms": round(float(np.percentile(ms, 90)), 1), "x_floor": round(float(np.median(ts)) / floor, 2)})
-    results = {"machine": machine(), "load": os.getloadavg(), "rows": rows}
+    results = {"machine": machine_line(), "load": os.getloadavg(), "rows": rows}
     print(f"machine: {results['machine']}; load average {', '.join(f'{x:.2f}' for x in results['load'])}")
     print(f"{'command':48} {'median ms':>10} {'p90 ms':>8} {'x python -c pass':>17}")
     for r in rows:

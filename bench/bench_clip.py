@@ -52,8 +52,8 @@ import numpy as np  # noqa: E402
 from PIL import Image  # noqa: E402
 from qdrant_client import models  # noqa: E402
 
-from bench.bench_minilm import machine, machine_ticks, process_tree_cpu  # noqa: E402
-from bench.bench_store import payload, pid, sample  # noqa: E402
+from bench.common import fmt_load, machine_line, payload, pid, sample, save_vit_b32, serve  # noqa: E402
+from bench.timing import busy_cores, machine_ticks, process_tree_cpu, take_turns, timed  # noqa: E402
 from indexer.service import IngestService  # noqa: E402
 from search.config import PROJECT_ROOT, Settings  # noqa: E402
 from search.models import clip  # noqa: E402
@@ -62,33 +62,10 @@ from search.models.export.clip import TIMING_QUERIES  # noqa: E402
 from search.services import SearchService  # noqa: E402
 from search.store import IMAGES, image_vector, images_schema  # noqa: E402
 from search.triton.client import TritonClient  # noqa: E402
-from search.triton.local import LocalTriton  # noqa: E402
 
 PHOTOS = PROJECT_ROOT.parent / "shared" / "data" / "photos"
 QUERIES = TIMING_QUERIES  # the build times the text graphs on these too
 GOALS = {"ingest_ratio": 0.9, (10_000, 1): (20.0, 40.0), (100_000, 8): (60.0, None)}  # issue 18: p50, p99 ms
-
-
-def save_vit_b32(folder: Path) -> Path:
-    """A random CLIP with ViT-B/32's architecture, in Hugging Face format (tokenizer: a small
-    CLIP-style BPE vocabulary; the text tower is full size, only its embedding table is smaller)."""
-    import torch
-    from transformers import CLIPConfig, CLIPModel, CLIPTokenizerFast
-
-    from tests.tiny_clip import image_processor, save_tokenizer
-
-    folder.mkdir(parents=True, exist_ok=True)
-    save_tokenizer(folder)
-    tok = CLIPTokenizerFast.from_pretrained(str(folder))
-    tok.save_pretrained(str(folder))
-    base = CLIPConfig()
-    text = {**base.text_config.to_dict(), "vocab_size": len(tok), "bos_token_id": tok.bos_token_id,
-            "eos_token_id": tok.eos_token_id, "pad_token_id": tok.pad_token_id}
-    config = CLIPConfig(text_config=text, vision_config=base.vision_config.to_dict(), projection_dim=512)
-    torch.manual_seed(0)
-    CLIPModel(config).eval().save_pretrained(str(folder))
-    image_processor().save_pretrained(str(folder))
-    return folder
 
 
 def make_photos(dest: Path, n: int) -> list[Path]:
@@ -110,7 +87,7 @@ def make_photos(dest: Path, n: int) -> list[Path]:
 
 
 def load() -> str:
-    return "load average " + " ".join(f"{x:.2f}" for x in os.getloadavg())
+    return f"load average {fmt_load()}"
 
 
 # -- ingest
@@ -174,8 +151,7 @@ def measure_ingest(settings: Settings, repo: Path, photos: list[Path], tmp: Path
             seconds.append(time.perf_counter() - start)
             client_cpus.append((time.process_time() - mine) * 1000 / len(photos))
             triton_cpus.append((process_tree_cpu(server_pid) - triton) * 1000 / len(photos))
-            idle, steal, total = (a - b for a, b in zip(machine_ticks(), ticks))
-            busy.append(len(os.sched_getaffinity(0)) * (1 - idle / max(total - steal, 1)))
+            busy.append(busy_cores(ticks))
             assert rep.counts["indexed"] == len(photos), rep.as_dict()
         finally:
             svc.close()
@@ -245,25 +221,16 @@ def percentiles(fn, clients: int, per_client: int) -> dict:
 def coalesced_or_not(svc: SearchService, clients: int, per_client: int, rounds: int = 3) -> dict:
     """Concurrent queries as served (those that wait on one in flight share a clip_text request)
     against one clip_text request per query (before), taking turns: the medians of the rounds."""
-    coalesced = svc.resources.batchers["clip_text"]
-    ways = {"coalesced": coalesced, "one request per query": lambda text: clip.embed_queries(svc.triton, [text])[0]}
-    runs: dict[str, list[dict]] = {way: [] for way in ways}
-    requests, items = coalesced.requests, coalesced.items
-    try:
-        for _ in range(rounds):
-            for way, encode in ways.items():
-                svc.resources.batchers["clip_text"] = encode
-                runs[way].append(percentiles(lambda i: svc.search_images(QUERIES[i % len(QUERIES)], top_k=12), clients, per_client))
-    finally:
-        svc.resources.batchers["clip_text"] = coalesced
+    runs, mean_batch = take_turns(svc, "clip_text", lambda text: clip.embed_queries(svc.triton, [text])[0], rounds,
+                                  lambda r, way: percentiles(lambda i: svc.search_images(QUERIES[i % len(QUERIES)], top_k=12),
+                                                             clients, per_client))
 
     def summary(rows: list[dict]) -> dict:
         return {"p50_ms": statistics.median(r["p50_ms"] for r in rows), "p99_ms": statistics.median(r["p99_ms"] for r in rows),
                 "p50_by_round": [r["p50_ms"] for r in rows], "p99_by_round": [r["p99_ms"] for r in rows]}
 
     return {**summary(runs["coalesced"]), "queries": sum(r["queries"] for r in runs["coalesced"]),
-            "mean_batch": round((coalesced.items - items) / max(1, coalesced.requests - requests), 2),
-            "one_request_per_query": summary(runs["one request per query"])}
+            "mean_batch": mean_batch, "one_request_per_query": summary(runs["one request per query"])}
 
 
 def query_latency(settings: Settings, sizes: list[int], clients: list[int], per_client: int, label: str) -> list[dict]:
@@ -355,16 +322,6 @@ def text_tower(repo: Path) -> dict:
     return out
 
 
-def timed(fn) -> float:
-    start = time.perf_counter()
-    fn()
-    return (time.perf_counter() - start) * 1000
-
-
-def serve(repo: Path, run: Path) -> LocalTriton:
-    return LocalTriton(repo, run, models=list(CLIP().triton_models)).start(timeout=180)
-
-
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--quick", action="store_true", help="fewer images and queries, a 10k store only")
@@ -379,7 +336,7 @@ def main() -> None:
     sizes = [10_000] if args.quick else [10_000, 100_000]
     per_client = 8 if args.quick else 25
     tmp = Path(tempfile.mkdtemp(prefix="bench-clip-"))
-    results: dict = {"machine": machine(), "load_start": os.getloadavg(),
+    results: dict = {"machine": machine_line(), "load_start": os.getloadavg(),
                      "model": "random CLIP, ViT-B/32 architecture (transformers CLIPConfig defaults)"}
     print(f"machine: {results['machine']}; {load()}", flush=True)
     try:
@@ -394,7 +351,7 @@ def main() -> None:
         results["build"] = json.loads(CLIP().manifest_path(repo).read_text()).get("cpu_graph")
         settings = Settings(data_dir=tmp / "data", triton_repo=repo, qdrant_url=None)
         results["text_tower"] = text_tower(repo)
-        with serve(repo, tmp / "run") as server:
+        with serve(repo, tmp / "run", CLIP()) as server:
             settings = settings.model_copy(update={"triton_url": f"127.0.0.1:{server.grpc_port}"})
             if not args.no_ingest:
                 photos = make_photos(tmp / "photos", n_images)
@@ -406,7 +363,7 @@ def main() -> None:
         if not args.no_latency and not args.no_padded:
             text_json = repo / "clip_text_tokenize/1/text.json"
             text_json.write_text(json.dumps({**json.loads(text_json.read_text()), "variable_length": False}))
-            with serve(repo, tmp / "run77") as server:
+            with serve(repo, tmp / "run77", CLIP()) as server:
                 padded = latency.model_copy(update={"triton_url": f"127.0.0.1:{server.grpc_port}"})
                 results["latency"] += query_latency(padded, sizes[:1], [1, 8], per_client, "padded to 77")
     finally:

@@ -2,7 +2,7 @@
 the same run (on a GPU host: the GPU configs against config.pbtxt, the CPU setup), with ratios and
 the baseline's outputs as the reference (min cosine per model: TensorRT FP16 must stay >= 0.999).
 
-    python bench/bench_gpu.py --url HOST:8001 [--baseline-url HOST:9001] [--families minilm,clip,bge_m3]
+    python bench/bench_gpu.py --url HOST:8001 [--baseline-url HOST:9001] [--families minilm,clip_image,ppocr]
                               [--batch 16] [--concurrency 1,8,32] [--seconds 15] [--json FILE] [--quick]
                               [--text-repo triton_repo]
 
@@ -10,7 +10,9 @@ On the GPU host (docs/deploy.md, "Measuring on the GPU"): the compose stack serv
 on triton:8001; a second Triton from the same image with TRITON_MODEL_CONFIG=default serves the
 CPU configs as the baseline. The requests are the service's own calls (search.models.*), so they
 include pre/post-processing in Triton; the inputs are the sample knowledge base's passages, the
-sample queries and generated 640x480 photos. Triton's statistics give the batch sizes the
+sample queries and generated 640x480 photos; OCR (`ppocr`, one request per image, `--batch` images
+per call) reads the golden text images and the demo's whiteboard photo, and its fidelity is the
+cosine of the character counts of what both servers read (1.0: the same characters). Triton's statistics give the batch sizes the
 encoder actually ran and its queue/compute time per request.
 
 CLIP text is sent at its own length (clip_text_tokenize pads a batch to its longest text; the TRT
@@ -43,7 +45,7 @@ from PIL import Image  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from search.config import PROJECT_ROOT  # noqa: E402
-from search.models import bge_m3, clip, minilm  # noqa: E402
+from search.models import bge_m3, clip, golden, minilm, ppocr  # noqa: E402
 from search.triton.client import TritonClient  # noqa: E402
 from search.triton.steps import tokens  # noqa: E402
 
@@ -68,6 +70,21 @@ def photos(n: int) -> list[bytes]:
     return out
 
 
+def text_images() -> list[bytes]:
+    """Images with text: the golden ones (rendered, a scanned page, a sign, a rotated page) and the demo's whiteboard."""
+    return [s.data for s in golden.inputs().scans] + [(PROJECT_ROOT / "samples/scans/whiteboard-wifi.jpg").read_bytes()]
+
+
+def read_texts(client: TritonClient, images: list[bytes]) -> np.ndarray:
+    """What OCR reads in each image, as its character counts (what fidelity compares)."""
+    out = np.zeros((len(images), 256), np.float32)
+    for k, data in enumerate(images):
+        for ch in "".join(line.text for line in ppocr.read(client, data)):
+            out[k, ord(ch) % 256] += 1
+    out[:, 0] += 1e-3  # an image without text still has a direction
+    return out
+
+
 # family -> (ensemble, encoder step, make a batch, call, outputs to compare)
 def long_captions() -> list[str]:
     """Captions of ~60 words from the sample passages: near CLIP's 77-token context, some cut there."""
@@ -76,7 +93,7 @@ def long_captions() -> list[str]:
 
 
 def workloads(batch: int) -> dict:
-    texts, queries, images, captions = passages(), QUERIES, photos(max(batch, 8)), long_captions()
+    texts, queries, images, captions, scans = passages(), QUERIES, photos(max(batch, 8)), long_captions(), text_images()
 
     def cycle(items: list, i: int) -> list:
         return [items[(i * batch + k) % len(items)] for k in range(batch)]
@@ -91,6 +108,7 @@ def workloads(batch: int) -> dict:
         "clip_image": ("clip_image", "clip_visual", lambda i: cycle(images, i), clip.embed_images),
         "bge_m3": ("bge_m3", "bge_m3_onnx", lambda i: cycle(texts, i),
                    lambda c, x: np.stack([o.dense for o in bge_m3.encode(c, x)])),
+        "ppocr": ("ppocr", "ppocr_rec_onnx", lambda i: cycle(scans, i), read_texts),
     }
 
 
@@ -190,7 +208,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--url", help="gRPC address of the server to measure, e.g. triton:8001")
     ap.add_argument("--baseline-url", help="gRPC address of the baseline server (e.g. the CPU configs)")
-    ap.add_argument("--families", default="minilm,minilm_query,clip_text,clip_text_long,clip_image,bge_m3",
+    ap.add_argument("--families", default="minilm,minilm_query,clip_text,clip_text_long,clip_image,bge_m3,ppocr",
                     help="workloads to run (those whose ensemble is not ready are skipped)")
     ap.add_argument("--batch", type=int, default=16, help="items per request (the ingest batch is 16)")
     ap.add_argument("--concurrency", default="1,8,32", help="concurrent clients, comma-separated")

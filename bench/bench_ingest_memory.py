@@ -59,7 +59,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
 
 
-from bench.bench_minilm import machine  # noqa: E402
+from bench.common import machine_line  # noqa: E402
 from search.models import MiniLM, built_triton_models  # noqa: E402
 from search.triton.local import LocalTriton  # noqa: E402
 
@@ -257,7 +257,7 @@ def ray_worker(env: dict[str, str], docs: Path, work: Path, slice_units: int, mo
 
 
 def worker_main(args, repo: Path, work: Path, docs: Path) -> None:
-    res: dict = {"machine": machine(), "words": args.words, "bytes": (docs / "long.txt").stat().st_size}
+    res: dict = {"machine": machine_line(), "words": args.words, "bytes": (docs / "long.txt").stat().st_size}
     from indexer.distributed import UNITS_PER_EMBED_SLICE  # noqa: PLC0415  (the default, printed)
 
     res["mode"] = args.ray_worker  # writes: the points (a Qdrant server); sends: the vectors, to the driver
@@ -295,7 +295,7 @@ def main() -> None:
         docs = document(work / "docs", args.words)
         if args.ray_worker:
             return worker_main(args, repo, work, docs)
-        res: dict = {"machine": machine(), "words": args.words, "bytes": (docs / "long.txt").stat().st_size,
+        res: dict = {"machine": machine_line(), "words": args.words, "bytes": (docs / "long.txt").stat().st_size,
                      "memory_limit_mb": args.memory_limit}
         res["ingest"] = ingest(repo, docs, work, cgroup)
         # ColBERT rows per chunk: the tokens of an average chunk less one (the store's own count is exact,

@@ -30,16 +30,13 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import shutil
 import statistics
 import sys
 import tempfile
 import threading
 import time
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import NamedTuple
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
@@ -49,14 +46,14 @@ from search.cpu_kernels import choose_openblas_kernels  # noqa: E402  (loads no 
 choose_openblas_kernels()  # before numpy loads, as the command lines do
 
 import numpy as np  # noqa: E402
-import tritonclient.grpc as grpcclient  # noqa: E402
 
+from bench.common import fmt_load, machine_line, serve  # noqa: E402
+from bench.timing import measure, paired, stats_delta, triton_stats  # noqa: E402
 from indexer.service import IngestService  # noqa: E402
 from search.config import PROJECT_ROOT, Settings  # noqa: E402
 from search.models import MiniLM, minilm  # noqa: E402
 from search.services import SearchService  # noqa: E402
 from search.triton.client import TritonClient  # noqa: E402
-from search.triton.local import LocalTriton  # noqa: E402
 
 SHARED = PROJECT_ROOT.parent / "shared" / "data"
 GOALS = {"served_vs_st": 1.5, "served_vs_ort": 0.95, "int8_vs_st": 2.5}  # issue 18, 32 sentences per request
@@ -79,58 +76,6 @@ def load_sentences(n: int) -> list[str]:
 def rate(fn, batches: list[list[str]], concurrency: int = 1) -> float:
     """Sentences per second for running fn over every batch with `concurrency` threads."""
     return measure(fn, batches, concurrency)[0]
-
-
-def measure(fn, batches: list[list[str]], concurrency: int = 1, server_pid: int | None = None) -> tuple[float, float]:
-    """(sentences per second, CPU milliseconds per sentence) for running fn over every batch with
-    `concurrency` threads. CPU time is this process's (all threads) plus, for a served path, the
-    Triton server's and its backend processes': the work done, which other load on the machine
-    slows down less than the wall clock (spinning thread pools count while they spin)."""
-    n = sum(len(b) for b in batches)
-    cpu = process_tree_cpu(server_pid) + time.process_time() if server_pid else time.process_time()
-    start = time.perf_counter()
-    if concurrency == 1:
-        for b in batches:
-            fn(b)
-    else:
-        with ThreadPoolExecutor(concurrency) as pool:
-            list(pool.map(fn, batches))
-    seconds = time.perf_counter() - start
-    cpu = (process_tree_cpu(server_pid) + time.process_time() if server_pid else time.process_time()) - cpu
-    return n / seconds, cpu * 1000 / n
-
-
-class Ticks(NamedTuple):
-    idle: int
-    steal: int  # taken by the VM's host for its other guests: slow rounds no code here controls
-    total: int  # all of the machine's CPU ticks, steal included
-
-
-def machine_ticks() -> Ticks:
-    """The machine's CPU ticks since boot, from /proc/stat's first line (user .. steal)."""
-    fields = [int(x) for x in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:9]]
-    return Ticks(idle=fields[3], steal=fields[7], total=sum(fields))
-
-
-def process_tree_cpu(root: int) -> float:
-    """CPU seconds (user + system) of a process and all its descendants, from /proc."""
-    stats = {}
-    for p in Path("/proc").iterdir():
-        if p.name.isdigit():
-            try:
-                fields = (p / "stat").read_text().rsplit(")", 1)[1].split()
-            except OSError:
-                continue
-            stats[int(p.name)] = (int(fields[1]), (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK"))
-    tree, total = {root}, 0.0
-    changed = True
-    while changed:
-        changed = False
-        for pid, (ppid, _) in stats.items():
-            if ppid in tree and pid not in tree:
-                tree.add(pid)
-                changed = True
-    return sum(stats[p][1] for p in tree if p in stats) + total
 
 
 def chunks(xs: list[str], size: int) -> list[list[str]]:
@@ -174,48 +119,6 @@ def served_embedder(url: str):
     return embed
 
 
-STAGES = ("queue", "compute_input", "compute_infer", "compute_output", "success")
-
-
-def triton_stats(url: str) -> dict[str, dict[str, float]]:
-    """Per model: Triton's cumulative milliseconds in each stage and its successful request count."""
-    client = grpcclient.InferenceServerClient(url)
-    try:
-        out = {}
-        for m in client.get_inference_statistics(as_json=True)["model_stats"]:
-            st = m["inference_stats"]
-            out[m["name"]] = {k: int(st[k].get("ns", 0) or 0) / 1e6 for k in STAGES} | \
-                {"requests": int(st["success"].get("count", 0) or 0)}
-        return out
-    finally:
-        client.close()
-
-
-def stats_delta(before: dict, after: dict) -> dict[str, dict[str, float]]:
-    return {m: {k: after[m][k] - before.get(m, {}).get(k, 0) for k in after[m]} for m in after}
-
-
-def paired(fns: dict, batches: list[list[str]], block: int = 8) -> dict[str, float]:
-    """Seconds each path took for all `batches`, the paths taking turns in blocks of `block` requests
-    (the order rotates and reverses from block to block): all see the same phases of the machine's
-    speed, which on a shared 2-core VM drifts by tens of percent within minutes and moves the ratios
-    of whole rounds (one path's round can fall in a slow phase and another's in a fast one)."""
-    names = list(fns)
-    spent = dict.fromkeys(names, 0.0)
-    for j, i in enumerate(range(0, len(batches), block)):
-        order = names[j % len(names):] + names[:j % len(names)]
-        for name in order[::-1] if j % 2 else order:
-            start = time.perf_counter()
-            for b in batches[i:i + block]:
-                fns[name](b)
-            spent[name] += time.perf_counter() - start
-    return spent
-
-
-def serve(repo: Path, run_dir: Path) -> LocalTriton:
-    return LocalTriton(repo, run_dir, models=list(MiniLM().triton_models)).start(timeout=180)
-
-
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--quick", action="store_true", help="fewer sentences (a smoke run)")
@@ -237,7 +140,7 @@ def main() -> None:
     def st_embed(batch: list[str]) -> np.ndarray:
         return st.encode(batch, batch_size=len(batch), normalize_embeddings=True)
 
-    results: dict = {"machine": machine(), "load_start": os.getloadavg(), "sentences": n32, "rounds": args.rounds,
+    results: dict = {"machine": machine_line(), "load_start": os.getloadavg(), "sentences": n32, "rounds": args.rounds,
                      "rows": []}
     print(f"machine: {results['machine']}; load average {fmt_load(results['load_start'])}", flush=True)
     tmp = Path(tempfile.mkdtemp(prefix="bench-minilm-"))
@@ -251,7 +154,7 @@ def main() -> None:
             if served_graph != "exported":
                 paths[(f"in-process onnxruntime, model.cpu.onnx ({served_graph})", per_req, 1)] = \
                     (ort_embedder(repo, "model.cpu.onnx"), 1, None)
-        servers.append(serve(repo, tmp / "run-fp32"))
+        servers.append(serve(repo, tmp / "run-fp32", MiniLM()))
         fp32 = served_embedder(f"127.0.0.1:{servers[0].grpc_port}")
         for per_req, clients in ((1, 1), (1, 8), (1, 32), (32, 1), (32, 8)):
             paths[("Triton minilm fp32 (gRPC)", per_req, clients)] = (fp32, clients, servers[0].state.pid)
@@ -262,7 +165,7 @@ def main() -> None:
             print(f"int8 build: {built.status}: {built.detail}", flush=True)
             paths[("in-process onnxruntime, int8 model.cpu.onnx", 32, 1)] = \
                 (ort_embedder(int8_repo, "model.cpu.onnx"), 1, None)
-            servers.append(serve(int8_repo, tmp / "run-int8"))
+            servers.append(serve(int8_repo, tmp / "run-int8", MiniLM()))
             int8 = served_embedder(f"127.0.0.1:{servers[-1].grpc_port}")
             for clients in (1, 8):
                 paths[("Triton minilm int8 (gRPC)", 32, clients)] = (int8, clients, servers[-1].state.pid)
@@ -305,10 +208,6 @@ def main() -> None:
         args.json.write_text(json.dumps(results, indent=2))
 
 
-def fmt_load(load) -> str:
-    return " ".join(f"{x:.2f}" for x in load)
-
-
 def measure_ingest(settings: Settings, url: str, quick: bool, ort_embed) -> dict:
     """`indexer ingest` end to end on MS MARCO passages written as .txt files, fresh store."""
     corpus = SHARED / "beir-msmarco-mini" / "corpus.jsonl"
@@ -346,21 +245,6 @@ def measure_ingest(settings: Settings, url: str, quick: bool, ort_embed) -> dict
             "chunks_per_s": round(rep.embedded_chunks / seconds, 1), "files_per_s": round(n_files / seconds, 1),
             "unchanged_rerun_s": round(rerun, 2), "inprocess_ort_chunks_per_s": round(raw, 1),
             "batch_size": s.embed_batch_size, "concurrency": s.embed_concurrency}
-
-
-def machine() -> str:
-    cpu = "unknown CPU"
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    usable = len(os.sched_getaffinity(0))  # a run pinned to some CPUs (bench_api --server-cpus) says so
-    pinned = f", {usable} of them this run's" if usable < (os.cpu_count() or usable) else ""
-    gpu = "a GPU present, unused" if shutil.which("nvidia-smi") else "no GPU"
-    return f"{platform.machine()}, {os.cpu_count()} cores{pinned} ({cpu}), Python {platform.python_version()}, {gpu}"
 
 
 def report(results: dict) -> None:

@@ -3,11 +3,15 @@ pipeline in-process on the same files (the same PP-OCRv4 weights from the rapido
 wheel), with 1 client and with 4 concurrent clients; the rounds take turns, the ratios are of the
 medians. Appends its run to bench/results/bench_ocr.jsonl.
 
-    python bench/bench_ocr.py [--rounds 3] [--clients 1 4]
+    python bench/bench_ocr.py [--rounds 3] [--clients 1 4] [--pages 50]
 
 Files: the golden images with text, the demo's whiteboard photo and text images drawn here
 ("images"), and pages: the golden scanned page, the demo's scanned PDF page rendered as ingest
 renders it, and ../shared/data/ocr's two scanned pages where present.
+
+With --pages N it also measures ingest: a scanned PDF of N drawn pages (no text layer) through
+`indexer ingest` (render, OCR, chunk, MiniLM, store) against OCR alone of the same rendered pages,
+one after another as ingest reads one file's pages (goal: ingest >= 0.85x of OCR alone).
 """
 
 from __future__ import annotations
@@ -16,6 +20,7 @@ import argparse
 import io
 import statistics
 import sys
+import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -30,6 +35,7 @@ from search.config import PROJECT_ROOT  # noqa: E402
 from search.models import golden  # noqa: E402
 from search.models.export.ppocr import find_models  # noqa: E402
 from search.models.export.ppocr_golden import reference  # noqa: E402
+from search.models.minilm import MiniLM  # noqa: E402
 from search.models.ppocr import PPOCR, read  # noqa: E402
 
 SHARED = PROJECT_ROOT.parent / "shared" / "data" / "ocr"
@@ -62,6 +68,61 @@ def files() -> dict[str, list[bytes]]:
     return {"images": images, "pages": pages}
 
 
+def scanned_pdf(n: int) -> bytes:
+    """N A4 pages at 150 dpi, ~30 lines of drawn text each, as images in a PDF (no text layer)."""
+    words = ["invoice", "wifi", "password", "meeting", "room", "printer", "exit", "total", "backup", "laptop",
+             "the", "queue", "is", "stuck", "call", "desk", "on", "floor", "three", "before", "noon"]
+    font = ImageFont.load_default(size=26)
+    pages = []
+    for k in range(n):
+        img = Image.new("L", (1240, 1754), 250)
+        draw = ImageDraw.Draw(img)
+        for row in range(30):
+            text = " ".join(words[(k * 7 + row * 3 + j) % len(words)] for j in range(9)) + f" {k + 1}.{row + 1}"
+            draw.text((90, 100 + 52 * row), text, font=font, fill=25)
+        pages.append(img)
+    buf = io.BytesIO()
+    pages[0].save(buf, "PDF", resolution=150, save_all=True, append_images=pages[1:])
+    return buf.getvalue()
+
+
+def ingest_ratio(client, n: int, rounds: int) -> dict:
+    """Ingest of an N-page scanned PDF vs OCR alone of its pages as ingest renders them (1 client)."""
+    from indexer.service import IngestService  # noqa: PLC0415  (only this measurement needs the indexer)
+    from search.config import Settings  # noqa: PLC0415
+
+    pdf = scanned_pdf(n)
+    pages = [p.scan for p in load_document(".pdf", pdf, scans=True).pages]
+    alone, ingest = [], []
+    for r in range(rounds):
+        start = time.perf_counter()
+        for page in pages:
+            read(client, page)
+        alone.append(n / (time.perf_counter() - start))
+        with tempfile.TemporaryDirectory() as tmp:
+            folder = Path(tmp) / "scans"
+            folder.mkdir()
+            (folder / "scan.pdf").write_bytes(pdf)
+            settings = Settings(data_dir=Path(tmp) / "data", triton_repo=client.repo, triton_url=client.url,
+                                max_pdf_pages=max(n, 500))
+            svc = IngestService(settings)
+            try:
+                start = time.perf_counter()
+                report = svc.ingest([folder])
+                ingest.append(n / (time.perf_counter() - start))
+            finally:
+                svc.close()
+            statuses = {o.status for o in report.outcomes}
+            if statuses != {"indexed"}:
+                raise SystemExit(f"ingest failed: {[(o.path, o.status, o.error) for o in report.outcomes]}")
+        print(f"  round {r + 1}: OCR alone {alone[-1]:.2f} pages/s, ingest {ingest[-1]:.2f} pages/s", flush=True)
+    a, i = statistics.median(alone), statistics.median(ingest)
+    print(f"ingest of a {n}-page scanned PDF: {i:.2f} pages/s vs OCR alone {a:.2f} pages/s = {i / a:.2f}x (goal >= 0.85x)")
+    return {"pages": n, "ocr_alone_pages_per_s": round(a, 3), "ingest_pages_per_s": round(i, 3),
+            "ratio": round(i / a, 3), "rounds_ocr_alone": [round(x, 3) for x in alone],
+            "rounds_ingest": [round(x, 3) for x in ingest]}
+
+
 def timed(fn, items: list[bytes], clients: int) -> float:
     """Items per second: ``fn`` over ``items``, by ``clients`` threads at once."""
     start = time.perf_counter()
@@ -78,15 +139,22 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--clients", type=int, nargs="+", default=[1, 4])
+    ap.add_argument("--pages", type=int, default=0, help="also measure ingest of a scanned PDF of this many pages")
+    ap.add_argument("--only-ingest", action="store_true", help="with --pages: skip the images and pages rows")
     args = ap.parse_args()
     load_before = load()
-    with served_family(PPOCR(), "package") as client:
+    figures: dict = {}
+    with served_family(PPOCR(), "package", also=[(MiniLM(), "package")] if args.pages else ()) as client:
+        if args.pages:
+            figures["ingest"] = ingest_ratio(client, args.pages, args.rounds)
+        if args.only_ingest:
+            sets = {}
+        else:
+            sets = files()
         engine = reference(*find_models("package"))
-        sets = files()
-        for data in sets["images"][:2]:  # warm both
+        for data in sets.get("images", [])[:2]:  # warm both
             read(client, data)
             engine(data)
-        figures: dict = {}
         for what, items in sets.items():
             local, served = [], {c: [] for c in args.clients}
             for _ in range(args.rounds):

@@ -38,7 +38,7 @@ choose_openblas_kernels()  # before numpy loads, as the command lines do
 
 import numpy as np  # noqa: E402
 
-from bench.bench_minilm import machine  # noqa: E402
+from bench.common import machine_line  # noqa: E402
 from indexer.service import IngestService  # noqa: E402
 from search.config import PROJECT_ROOT, Settings  # noqa: E402
 from search.models import CLIP, ofa  # noqa: E402
@@ -94,7 +94,7 @@ def main() -> None:
     import tiny_clip
     import tiny_ofa
 
-    res: dict = {"machine": machine(), "loadavg_start": os.getloadavg()}
+    res: dict = {"machine": machine_line(), "loadavg_start": os.getloadavg()}
     print(f"machine: {res['machine']}; load average at start {tuple(round(x, 2) for x in res['loadavg_start'])}", flush=True)
     images, texts = photos_and_captions()
     with tempfile.TemporaryDirectory(prefix="bench-ofa-") as tmpdir:

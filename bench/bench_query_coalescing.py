@@ -36,8 +36,10 @@ choose_openblas_kernels()  # before numpy loads, as the command lines do
 
 import numpy as np  # noqa: E402
 
-from bench.bench_minilm import machine, process_tree_cpu, serve  # noqa: E402
+from bench.common import machine_line, serve  # noqa: E402
+from bench.timing import process_tree_cpu  # noqa: E402
 from search.config import PROJECT_ROOT  # noqa: E402
+from search.models import MiniLM  # noqa: E402
 from search.triton.client import TritonClient, text_tensor  # noqa: E402
 from search.triton.coalesce import Coalescer  # noqa: E402
 
@@ -74,10 +76,10 @@ def main() -> None:
     ap.add_argument("--json", type=Path)
     args = ap.parse_args()
     texts = [json.loads(line)["text"] for line in QUERIES.read_text().splitlines() if line.strip()][:args.queries]
-    results: dict = {"machine": machine(), "load_start": os.getloadavg(), "rows": []}
+    results: dict = {"machine": machine_line(), "load_start": os.getloadavg(), "rows": []}
     print(f"machine: {results['machine']}; load average {results['load_start']}", flush=True)
     with tempfile.TemporaryDirectory(prefix="bench-coalesce-") as tmp:
-        server = serve(PROJECT_ROOT / "triton_repo", Path(tmp) / "run")
+        server = serve(PROJECT_ROOT / "triton_repo", Path(tmp) / "run", MiniLM())
         try:
             client = TritonClient(f"127.0.0.1:{server.grpc_port}")
 

@@ -23,9 +23,8 @@ import tempfile
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_minilm import machine  # noqa: E402
-
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from bench.common import machine_line  # noqa: E402
 from indexer.distributed import LOOPBACK, loopback  # noqa: E402
 from indexer.service import IngestService  # noqa: E402
 from search.config import Settings  # noqa: E402
@@ -71,7 +70,7 @@ def main() -> None:
     folder = tmp / "notes"
     notes(folder, args.files)
     server = LocalTriton(repo, tmp / "triton", models=[m for m in built_triton_models(repo) if m.startswith("minilm")]).start()
-    results: dict = {"machine": machine(), "files": args.files, "runs": {}}
+    results: dict = {"machine": machine_line(), "files": args.files, "runs": {}}
     try:
         def settings(name: str) -> Settings:
             return Settings(data_dir=tmp / name, triton_repo=repo, triton_url=f"127.0.0.1:{server.grpc_port}",

@@ -30,7 +30,6 @@ import subprocess
 import sys
 import tempfile
 import time
-import uuid
 from pathlib import Path
 
 import numpy as np
@@ -38,53 +37,16 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from qdrant_client import models  # noqa: E402
 
+from bench.common import DIM, SEED, payload, pid, sample  # noqa: E402
 from search.store import images_schema, open_location  # noqa: E402
 from search.store.util import disk_usage  # noqa: E402
 
-DIM, CLUSTERS, LATENT, CHUNK, BATCH = 512, 200, 32, 10_000, 256
-SEED = 20261123
-NS = uuid.UUID("0b1c2d3e-4f50-6172-8394-a5b6c7d8e9f0")
-
-
-def _basis():
-    rng = np.random.default_rng(SEED)
-    shared = rng.normal(size=DIM).astype(np.float32)  # real embeddings sit in a cone: random pairs have cosine > 0
-    centres = rng.normal(size=(CLUSTERS, DIM)).astype(np.float32)
-    bases = rng.normal(size=(CLUSTERS, DIM, LATENT)).astype(np.float32) / np.sqrt(DIM * LATENT)
-    return shared / np.linalg.norm(shared), centres / np.linalg.norm(centres, axis=1, keepdims=True), bases
-
-
-def sample(n: int, seed: int) -> np.ndarray:
-    """Cosine to the nearest neighbour ~0.8, to a random point ~0.27 (measured at 20k)."""
-    shared, centres, bases = _basis()
-    rng = np.random.default_rng(seed)
-    c = rng.integers(0, CLUSTERS, size=n)
-    z = rng.normal(size=(n, LATENT)).astype(np.float32)
-    x = (0.8 * shared + centres[c] + 0.8 * np.einsum("ndl,nl->nd", bases[c], z)
-         + 0.3 * rng.normal(size=(n, DIM)).astype(np.float32) / np.sqrt(DIM))
-    return (x / np.linalg.norm(x, axis=1, keepdims=True)).astype(np.float32)
+CHUNK, BATCH = 10_000, 256
 
 
 def dataset(n: int) -> np.ndarray:
     """The first n points (the same points at every size): fixed 10k chunks, each with its own seed."""
     return np.concatenate([sample(CHUNK, SEED + 1 + k) for k in range(n // CHUNK)])
-
-
-def pid(i: int) -> str:
-    return str(uuid.uuid5(NS, str(i)))
-
-
-def payload(i: int) -> dict:
-    year = 2010 + i % 15
-    path = f"/home/me/Pictures/{year}/{i % 97:02d}/IMG_{i:07d}.jpg"
-    p = {"path": path, "paths": [path], "folders": [f"/home/me/Pictures/{year}/{i % 97:02d}", f"/home/me/Pictures/{year}",
-                                                     "/home/me/Pictures", "/home/me", "/home", "/"],
-         "suffix": ".jpg", "sha256": f"{i:064x}", "chunk": 0, "n_chunks": 1, "chunker": "clip-bench", "size": 3_000_000 + i,
-         "mtime": 1.6e9 + i, "taken_at": 1.3e9 + i * 3000.0, "camera": f"Camera {i % 10}", "camera_terms": [f"cam{i % 10}"],
-         "width": 4000, "height": 3000, "thumbnail": f"thumbnails/{i:064x}.jpg"}
-    if i % 2:
-        p["location"] = {"lat": 45.0 + (i % 1000) / 100, "lon": 6.0 + (i % 777) / 100}
-    return p
 
 
 FILTER = models.Filter(must=[models.FieldCondition(key="camera_terms", match=models.MatchValue(value="cam3"))])
@@ -204,7 +166,7 @@ def main() -> None:
         return child(args)
     if args.report:
         return report([json.loads(line) for line in Path(args.report).read_text().splitlines() if line.strip()])
-    from bench_minilm import machine  # noqa: PLC0415
+    from bench.common import machine_line  # noqa: PLC0415
 
     workdir = Path(args.workdir or tempfile.mkdtemp(prefix="bench-store-"))
     workdir.mkdir(parents=True, exist_ok=True)
@@ -212,7 +174,7 @@ def main() -> None:
     try:
         for n in [int(s) for s in args.sizes.split(",")]:
             for backend in args.backends.split(","):
-                row = {"backend": backend, "n": n, "machine": machine(), "load_start": loadavg(),
+                row = {"backend": backend, "n": n, "machine": machine_line(), "load_start": loadavg(),
                        "when": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}
                 for phase in args.phases.split(","):
                     nq = args.queries if backend == "edge" else args.local_queries

@@ -34,7 +34,7 @@ choose_openblas_kernels()  # before numpy loads, as the command lines do
 import numpy as np  # noqa: E402
 from scipy.stats import spearmanr  # noqa: E402
 
-from bench.bench_minilm import machine  # noqa: E402
+from bench.common import machine_line  # noqa: E402
 from search.config import PROJECT_ROOT  # noqa: E402
 from search.models import MiniLM, minilm  # noqa: E402
 from search.models.base import INT8_TOLERANCE  # noqa: E402
@@ -118,7 +118,7 @@ def main() -> None:
         sys.exit(f"needs the reference data in {DATA} (stsb/dev.tsv, beir-msmarco-mini/)")
     data = {"stsb": pairs(), "marco": marco()}
     weights = minilm.package_weights()
-    results: dict = {"machine": machine(), "load_start": os.getloadavg(), "weights": str(weights),
+    results: dict = {"machine": machine_line(), "load_start": os.getloadavg(), "weights": str(weights),
                      "weights_sha256": sha256(weights / "model.safetensors"), "rows": {}}
     from sentence_transformers import SentenceTransformer
 

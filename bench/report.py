@@ -1,0 +1,151 @@
+"""The benchmark table: the latest figure of every measure in bench/results/*.jsonl, as Markdown.
+
+    python bench/report.py [--bench NAME] [--results DIR]
+
+Each bench appends one JSON object per run to bench/results/<bench>.jsonl (bench/common.py,
+``append``): bench, date, commit, machine, load_before, load_after, command, and its figures,
+possibly nested. A figure is a number at any depth; its measure is its dotted key
+(``images.ratio_1_clients``). Lists (the rounds behind a median) and text are not figures. For each
+measure the table shows the latest run that has it, its goal where GOALS names one, the machine,
+the date and the command that reproduces it. Standard library only.
+"""
+
+from __future__ import annotations
+
+import argparse
+import fnmatch
+import json
+import sys
+from pathlib import Path
+
+RESULTS = Path(__file__).resolve().parent / "results"
+META = {"bench", "date", "commit", "machine", "load_before", "load_after", "command"}
+
+# (bench, measure pattern) -> (comparison, value). Patterns are fnmatch globs over the dotted measure.
+# A measure with no goal (quality figures, counts, raw rates) shows an empty goal cell.
+GOALS: dict[tuple[str, str], tuple[str, float]] = {
+    # served OCR against RapidOCR in-process on the same files (issue "Words inside pictures and scans")
+    ("bench_ocr", "images.ratio_1_clients"): (">=", 0.9),
+    ("bench_ocr", "images.ratio_4_clients"): (">=", 1.2),
+    ("bench_ocr", "pages.ratio_1_clients"): (">=", 0.9),
+    ("bench_ocr", "pages.ratio_4_clients"): (">=", 1.2),
+    # a scanned PDF through `indexer ingest` against OCR alone of the same pages
+    ("bench_ocr", "ingest.ratio"): (">=", 0.85),
+}
+SIGNS = {">=": "≥", "<=": "≤", ">": ">", "<": "<"}
+
+
+def flatten(figures: dict, prefix: str = "") -> dict[str, float]:
+    """Numbers at any depth of ``figures``, by dotted key; lists, text and booleans are left out."""
+    out: dict[str, float] = {}
+    for key, value in figures.items():
+        name = f"{prefix}{key}"
+        if isinstance(value, dict):
+            out.update(flatten(value, name + "."))
+        elif isinstance(value, (int, float)) and not isinstance(value, bool):
+            out[name] = value
+    return out
+
+
+def runs(folder: Path, bench: str | None = None) -> list[dict]:
+    """Every run recorded under ``folder``, oldest first; a line that is not JSON is reported and skipped."""
+    found = []
+    for path in sorted(folder.glob("*.jsonl")):
+        for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+            if not line.strip():
+                continue
+            try:
+                record = json.loads(line)
+            except json.JSONDecodeError as exc:
+                print(f"{path}:{n}: not a JSON line ({exc.msg}), skipped", file=sys.stderr)
+                continue
+            if not isinstance(record, dict):
+                continue
+            record.setdefault("bench", path.stem)
+            if bench is None or record["bench"] == bench:
+                found.append(record)
+    return sorted(found, key=lambda r: str(r.get("date", "")))
+
+
+def goal_of(bench: str, measure: str) -> tuple[str, float] | None:
+    for (b, pattern), goal in GOALS.items():
+        if b == bench and fnmatch.fnmatchcase(measure, pattern):
+            return goal
+    return None
+
+
+def goal_cell(goal: tuple[str, float] | None, value: float) -> str:
+    if goal is None:
+        return ""
+    op, bound = goal
+    met = {">=": value >= bound, "<=": value <= bound, ">": value > bound, "<": value < bound}[op]
+    return f"{SIGNS[op]} {bound:g} ({'met' if met else 'not met'})"
+
+
+def machine_cell(machine) -> str:
+    if not isinstance(machine, dict):
+        return str(machine or "")
+    cores = machine.get("cores")
+    usable = machine.get("usable_cores")
+    text = str(machine.get("cpu", "unknown CPU"))
+    if cores:
+        text += f", {cores} cores" + (f" ({usable} used)" if usable and usable != cores else "")
+    if machine.get("gpu"):
+        text += ", GPU"
+    return text
+
+
+def number(value: float) -> str:
+    return f"{value:g}" if isinstance(value, float) else str(value)
+
+
+def cell(text: str) -> str:
+    return str(text).replace("|", "\\|").replace("\n", " ")
+
+
+def latest(records: list[dict]) -> list[dict]:
+    """One row per (bench, measure): the figure of the latest run that has it."""
+    rows: dict[tuple[str, str], dict] = {}
+    for record in records:  # oldest first: later runs overwrite
+        bench = record["bench"]
+        figures = flatten({k: v for k, v in record.items() if k not in META})
+        for measure, value in figures.items():
+            rows[(bench, measure)] = {"bench": bench, "measure": measure, "value": value,
+                                      "goal": goal_cell(goal_of(bench, measure), value),
+                                      "machine": machine_cell(record.get("machine")),
+                                      "date": str(record.get("date", ""))[:10],
+                                      "commit": str(record.get("commit", "")),
+                                      "command": str(record.get("command", ""))}
+    # benches in name order, measures in the order the latest run wrote them
+    order = {key: i for i, key in enumerate(rows)}
+    return [rows[k] for k in sorted(rows, key=lambda k: (k[0], order[k]))]
+
+
+def table(rows: list[dict]) -> str:
+    lines = ["| bench | measure | latest | goal | machine | date | command |",
+             "| --- | --- | ---: | --- | --- | --- | --- |"]
+    for r in rows:
+        lines.append(f"| {cell(r['bench'])} | `{cell(r['measure'])}` | {number(r['value'])} | {cell(r['goal'])} "
+                     f"| {cell(r['machine'])} | {cell(r['date'])} | `{cell(r['command'])}` |")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description="Print the benchmark table from bench/results/*.jsonl.")
+    parser.add_argument("--bench", help="only this bench (the file name without .jsonl, e.g. bench_ocr)")
+    parser.add_argument("--results", type=Path, default=RESULTS, help="folder of <bench>.jsonl files")
+    args = parser.parse_args(argv)
+    if not args.results.is_dir():
+        print(f"no results folder {args.results}", file=sys.stderr)
+        return 1
+    rows = latest(runs(args.results, args.bench))
+    if not rows:
+        what = f"bench {args.bench}" if args.bench else "any bench"
+        print(f"no recorded runs of {what} in {args.results}", file=sys.stderr)
+        return 1
+    print(table(rows))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
