@@ -8,6 +8,7 @@ ingest never looks finished.
 
 from __future__ import annotations
 
+import time
 from abc import ABC, abstractmethod
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -17,6 +18,12 @@ from qdrant_client import models
 from search.store.schema import PARTIAL, CollectionSchema, folders_of
 
 BACKENDS = ("edge", "local", "server")
+# Exact where it matters: a collection this small is scanned (a few milliseconds), and a larger one's
+# HNSW beam grows with the hits asked for, so rankings up to top-k 100 match exact search
+# (tests/test_exact_ranking.py; bench/bench_store.py measures the recall and latency).
+EXACT_POINTS = 20_000
+HNSW_EF_MIN, HNSW_EF_PER_HIT, HNSW_EF_MAX = 128, 8, 2_048
+SIZE_TTL_S = 10.0  # a collection's size, as the search parameters use it, is asked again after this
 
 
 @dataclass(frozen=True)
@@ -87,6 +94,21 @@ class Store(ABC):
     def count(self, collection: str, flt: models.Filter | None = None, *, exact: bool = True) -> int:
         """Points matching ``flt``. ``exact=False`` lets the backend answer from its segment counts where
         it can (no filter): the number is then approximate while points are being replaced."""
+
+    def search_params(self, collection: str, limit: int, params: models.SearchParams | None) -> models.SearchParams | None:
+        """The parameters a query runs with: the caller's, else exact search on a small collection and a
+        beam (hnsw_ef) that grows with ``limit`` on a larger one."""
+        if params is not None:
+            return params
+        sizes = self.__dict__.setdefault("_search_sizes", {})
+        now = time.monotonic()
+        size, at = sizes.get(collection, (0, -SIZE_TTL_S))
+        if now - at >= SIZE_TTL_S:
+            size = self.count(collection, exact=False)
+            sizes[collection] = (size, now)
+        if size <= EXACT_POINTS:
+            return models.SearchParams(exact=True)
+        return models.SearchParams(hnsw_ef=min(HNSW_EF_MAX, max(HNSW_EF_MIN, HNSW_EF_PER_HIT * limit)))
 
     def is_empty(self, collection: str) -> bool:
         """No points in the collection (or no collection), from the cheap count (asked before every query)."""

@@ -257,7 +257,8 @@ class EdgeStore(Store):
         req = qe.QueryRequest(limit=limit, offset=offset or None, query=edge_query(query, vector_name),
                               prefetches=[edge_prefetch(p) for p in prefetch] if prefetch else None,
                               filter=edge_filter(query_filter), score_threshold=score_threshold,
-                              params=edge_params(params), with_payload=with_payload)
+                              params=edge_params(self.search_params(collection, limit + (offset or 0), params)),
+                              with_payload=with_payload)
         return _edge(self._shard(collection).query, req, where=self.location)
 
     def payloads(self, collection, ids):

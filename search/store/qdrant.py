@@ -109,7 +109,8 @@ class QdrantStore(Store):
                prefetch=None, params=None, offset=0, with_payload=True):
         res = self._call(self.client.query_points, self.name(collection), query=query, using=vector_name,
                          prefetch=prefetch, limit=limit, offset=offset or None, query_filter=query_filter,
-                         score_threshold=score_threshold, search_params=params, with_payload=with_payload)
+                         score_threshold=score_threshold, with_payload=with_payload,
+                         search_params=self.search_params(collection, limit + (offset or 0), params))
         if self.backend == "local" and isinstance(query, models.SparseVector):
             # Local mode also returns points that share no token (score 0); the engine and a server do not.
             return [p for p in res.points if p.score != 0]
