@@ -22,10 +22,12 @@ from tritonclient.utils import InferenceServerException
 
 from indexer.chunking import Chunker
 from indexer.loaders import DOCUMENT_SUFFIXES, SCAN_SUFFIXES, BadDocument, Budget, Page, load_document
+from indexer.loaders.scans import MAX_FRAME_PIXELS
 from search.config import Settings
 from search.media.photos import IMAGE_SUFFIXES, BadImage, decode_photo, save_thumbnail
 from search.models import Family, for_kind
 from search.store import DOCUMENTS, CollectionSchema, images_schema, in_kb, kb_thumbnails
+from search.terms import words
 from search.triton.client import TritonClient
 
 THUMBNAIL_SIZE = 320
@@ -33,6 +35,7 @@ THUMBNAIL_SIZE = 320
 # size or more, and such a thumbnail is kept as decoded (288-320 px): a web-sized photo (~600 px wide)
 # is then spared a full decode and a resample, about half of the indexer's CPU per photo (docs/benchmarks.md)
 THUMBNAIL_DRAFT = THUMBNAIL_SIZE * 9 // 10
+MAX_WORDS = 1_000  # distinct words an image's passage indexes for photo search by words
 _HEADING = re.compile(r"^#{1,6}[ \t]+(.+)$", re.M)  # the loaders write headings as markdown lines
 
 
@@ -71,14 +74,16 @@ class Documents:
     errors = (BadDocument,)
 
     def __init__(self, triton: TritonClient, chunker: Chunker, max_bytes: int, families: list[Family],
-                 kb: str | None = None, readers: list[Family] = (), photos: bool = False, **limits: float) -> None:
+                 kb: str | None = None, readers: list[Family] = (), photos: bool = False, thumbs: Path | None = None,
+                 **limits: float) -> None:
         """``families``: the served families that embed documents (registry order: the required one
         first, then optional ones). ``kb``: the knowledge base written (None: the default one).
         ``readers``: served families that read the text in images: with one, scanned PDF pages are
-        read, and with ``photos`` image files are documents too (their lines are the text).
+        read, and with ``photos`` image files are documents too (their lines are the text; their
+        passages keep their words for photo search, and a thumbnail in ``thumbs``).
         ``limits``: load_document's parse budget (max_seconds, max_elements, max_pages)."""
         self.triton, self.chunker, self.max_bytes, self.families = triton, chunker, max_bytes, families
-        self.readers = list(readers)
+        self.readers, self.thumbs = list(readers), thumbs
         self.suffixes = DOCUMENT_SUFFIXES | (SCAN_SUFFIXES if self.readers and photos else frozenset())
         self.schema = in_kb(DOCUMENTS, kb)
         self.limits = limits
@@ -120,7 +125,24 @@ class Documents:
             # the next run does not read it again.
             units.append(Unit(None, {"text": "", "start": 0, "end": 0, "page": None, "title": doc.title, "section": None,
                                      "models": self.models, "encoding": None, "blank": True}))
+        if path.suffix.lower() in SCAN_SUFFIXES:
+            thumb = self._thumbnail(data, sha256)
+            for u in units:  # photo search finds an image by these words (search.services.photo_text)
+                u.payload["words"] = sorted(set(words(u.payload["text"])))[:MAX_WORDS]
+                if thumb:
+                    u.payload["thumbnail"] = thumb
         return units
+
+    def _thumbnail(self, data: bytes, sha256: str) -> str | None:
+        """The image's thumbnail (the one the photos' kind writes, by content), so a passage read in it
+        shows the picture; None when it cannot be made (the text still counts)."""
+        if self.thumbs is None:
+            return None
+        try:
+            _, image = decode_photo(data, max_pixels=MAX_FRAME_PIXELS, draft=THUMBNAIL_DRAFT)
+            return str(save_thumbnail(image, thumbnail_path(self.thumbs, sha256), THUMBNAIL_SIZE))
+        except (BadImage, OSError):
+            return None
 
     def _read(self, page: Page, budget: Budget) -> tuple[Page, dict]:
         """A scanned page's text, as the first reader reads it, and what its passages record about that."""
@@ -183,7 +205,7 @@ class Photos:
         return "+".join(f"{f.family}/{_digest(p)}" for f, p in zip(self.families, self._probes))
 
     def thumbnail_path(self, sha256: str) -> Path:
-        return self.thumbs / sha256[:2] / f"{sha256}.jpg"
+        return thumbnail_path(self.thumbs, sha256)
 
     def units(self, path: Path, data: bytes, sha256: str) -> list[Unit]:
         photo, image = decode_photo(data, max_pixels=self.max_pixels, draft=THUMBNAIL_DRAFT)
@@ -240,10 +262,15 @@ def make_kind(settings: Settings, triton: TritonClient, name: str, families: lis
     if name == "documents":
         chunker = Chunker(chunk_tokenizer(s), max_tokens=s.chunk_tokens, overlap=s.chunk_overlap)
         return Documents(triton, chunker, s.max_file_bytes, [f for f in families if name in f.kinds], kb,
-                         [f for f in families if f.reads_text], photos=s.ocr_photos, max_seconds=s.max_parse_seconds,
+                         [f for f in families if f.reads_text], photos=s.ocr_photos, thumbs=kb_thumbnails(s.data_dir, kb),
+                         max_seconds=s.max_parse_seconds,
                          max_elements=s.max_parse_elements, max_pages=s.max_pdf_pages)
     return Photos(triton, kb_thumbnails(s.data_dir, kb), families, max_bytes=s.max_image_bytes,
                   max_pixels=s.max_image_pixels, kb=kb)
+
+
+def thumbnail_path(thumbs: Path, sha256: str) -> Path:
+    return thumbs / sha256[:2] / f"{sha256}.jpg"
 
 
 def chunk_tokenizer(settings: Settings) -> Tokenizer:

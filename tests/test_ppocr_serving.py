@@ -24,7 +24,8 @@ from search.models.export.ppocr import find_models
 from search.models.export.ppocr_golden import read as reference_read
 from search.models.export.ppocr_golden import reference
 from search.models.ppocr import read
-from search.services import SearchService
+from search.services import ImageFilters, SearchService
+from search.store import IMAGES
 
 pytestmark = pytest.mark.served("ppocr")
 SAMPLES = PROJECT_ROOT / "samples"
@@ -146,3 +147,32 @@ def test_a_scanned_pdf_and_a_whiteboard_photo_are_found_by_their_words(reading, 
     assert all(Path(h.path).name != "blank.png" for h in service.search_documents("blank", top_k=10, mode="semantic"))
     again = ingest(service, [folder])
     assert {o.status for o in again.outcomes} == {"unchanged"}  # nothing is read twice
+
+
+def test_photo_search_finds_a_photo_by_its_words_with_or_without_the_image_model(reading, tmp_path):
+    """`search --images` ranks photos by CLIP and by the words read in them (fused); a code such as
+    RE16 is a whole word of "RE16-2041"; a photo hit shows its text; a passage read in a photo carries
+    the photo's thumbnail; with no photo collection (no image model built) the words still find it."""
+    service = reading
+    folder = tmp_path / "photos"
+    folder.mkdir()
+    shutil.copy(SAMPLES / "scans" / "whiteboard-wifi.jpg", folder)
+    (folder / "invoice.png").write_bytes(png(lines(["Invoice RE16-2041", "Total 42.50 USD"])))
+    (folder / "plain.png").write_bytes(png(Image.new("RGB", (96, 64), (30, 120, 200))))
+    ingest(service, [folder])
+    hits = service.search_images("the wifi password")
+    top = hits[0]
+    assert Path(top.path).name == "whiteboard-wifi.jpg" and "words" in top.found_by and "password" in top.text.lower()
+    assert Path(top.thumbnail).is_file()
+    code = service.search_images("RE16")
+    assert Path(code[0].path).name == "invoice.png" and "words" in code[0].found_by and code[0].words_share == 1.0
+    assert "RE16" in code[0].text
+    assert Path(service.search_documents("guest wifi password", top_k=1, mode="semantic")[0].thumbnail).is_file()
+    assert service.search_images("RE16", filters=ImageFilters(folder=str(tmp_path / "elsewhere"))) == []
+    service.store.drop(IMAGES)  # as without an image model: the photos are known by their text only
+    alone = service.search_images("RE16 invoice")
+    assert [Path(h.path).name for h in alone] == ["invoice.png"] and alone[0].found_by == ("words",)
+    assert alone[0].score == 1.0 and Path(alone[0].thumbnail).is_file()
+    assert service.search_images("a dog on a beach") == []
+    with pytest.raises(BadRequest):
+        service.search_images("RE16", like=b"x")

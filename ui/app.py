@@ -24,6 +24,7 @@ from search.media.photos import IMAGE_SUFFIXES
 from search.models import for_mode
 from search.services import DEFAULT_MIN_RELEVANCE, MAX_TOP_K, ImageFilters, SearchService, admin
 from search.services.remote import RemoteService
+from search.terms import highlight_spans
 
 
 @dataclass(frozen=True)
@@ -190,7 +191,13 @@ def documents_page(svc: SearchService | RemoteService, mode: Mode, opts: dict) -
             if source.is_file():  # a browser cannot open file:// links from a page, so serve the file
                 button.download_button("Open source", partial(source.read_bytes), file_name=Path(hit.display_path).name,
                                        key=f"src{i}")
-            st.html(f'<div style="line-height:1.5">{highlight(hit.text, query)}</div>')
+            body = f'<div style="line-height:1.5">{highlight(hit.text, query)}</div>'
+            if hit.thumbnail and Path(hit.thumbnail).is_file():  # a passage read in a photo: show the photo
+                picture, words = st.columns([1, 4])
+                picture.image(hit.thumbnail, width="stretch")
+                words.html(body)
+            else:
+                st.html(body)
 
 
 def relevance_notice(hits) -> bool:
@@ -205,14 +212,14 @@ def relevance_notice(hits) -> bool:
 
 
 def highlight(text: str, query: str) -> str:
-    """The passage as HTML with the query's words (and words starting with them) marked."""
-    text = _MARKUP.sub("", text).replace("**", "")  # heading hashes and bold marks are noise in a snippet
-    safe = html.escape(" ".join(text.split()))
-    words = sorted({w for w in re.findall(r"\w+", query.lower()) if len(w) > 2}, key=len, reverse=True)
-    if not words:
-        return safe
-    pattern = re.compile(r"\b(" + "|".join(map(re.escape, words)) + r")\w*", re.IGNORECASE)
-    return pattern.sub(lambda m: f"<mark>{m.group(0)}</mark>", safe)
+    """The passage as HTML with the query's content words marked (whole words or stems: the spans the
+    CLI's --json, the REST API and MCP give as "highlights")."""
+    text = " ".join(_MARKUP.sub("", text).replace("**", "").split())  # heading hashes and bold marks are noise
+    out, at = [], 0
+    for a, b in highlight_spans(text, query):
+        out += [html.escape(text[at:a]), "<mark>", html.escape(text[a:b]), "</mark>"]
+        at = b
+    return "".join(out) + html.escape(text[at:])
 
 
 def entail_page(svc: SearchService | RemoteService) -> None:
@@ -268,6 +275,9 @@ def photos_page(svc: SearchService | RemoteService, mode: Mode, opts: dict, veri
                 meta = [hit.taken, hit.camera, f"{hit.width}×{hit.height}" if hit.width else None,
                         f"{hit.latitude:.4f}, {hit.longitude:.4f}" if hit.latitude is not None else None]
                 st.caption(" · ".join(m for m in meta if m) or "no EXIF")
+                if hit.text:
+                    st.caption(("found by its words · " if hit.found_by == ("words",) else "") + "text: "
+                               + " ".join(hit.text.split())[:160])
                 st.caption(hit.display_path)
 
 

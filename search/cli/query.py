@@ -30,7 +30,9 @@ NO_GOOD_MATCH = 8  # hits were found, but none is clearly above the collection's
 def query(
     ctx: typer.Context,
     text: str = typer.Argument(None, help="What you are looking for, in your own words."),
-    images: bool = typer.Option(False, "--images", help="Search photos by TEXT instead of documents."),
+    images: bool = typer.Option(False, "--images",
+                                help="Search photos by TEXT instead of documents: what they show, and the words "
+                                "written in them (photos read with `indexer ingest --ocr-photos`)."),
     like: Path = typer.Option(None, "--like", help="Find photos that look like this one (image-to-image)."),
     top_k: int = typer.Option(None, "--top-k", "-k", min=1, max=MAX_PAGE,
                               help="How many hits to show \\[default: 5 passages (documents with --per-document), 12 photos; "
@@ -127,9 +129,13 @@ def query(
             if verify:
                 head += ("  [magenta]entails {entails:.3f}[/] [dim]({label})[/]" if h.entailment is not None
                          else "  [yellow]not verified (file unreadable)[/]")
+            if h.found_by == ("words",):
+                facts.insert(0, "found by its words")
             say(head + "  [dim]{facts}[/]", rank=rank, score=h.score, relevance=h.relevance, path=display_path(h.path),
                 entails=h.entailment,
                 label=h.entailment_label, facts=" · ".join(f for f in facts if f))
+            if h.text:
+                say("   [dim]text:[/] {}", " ".join(h.text.split())[:200])
         else:
             where = [f"p. {h.page}" if h.page else None, f"§ {h.section}" if h.section else None, f"chunk {h.chunk}", h.mode]
             say(head + " [dim]({where})[/]", rank=rank, score=h.score, relevance=h.relevance, path=display_path(h.path),

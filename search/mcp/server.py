@@ -105,13 +105,14 @@ def _call(connect: Connect, fn: Callable[[Any], Any]) -> Any:
 def passage(h: DocumentHit) -> dict[str, Any]:
     return {"id": f"{h.sha256}:{h.chunk}", "citation": h.citation, "path": h.display_path, "chunk": h.chunk,
             "page": h.page, "section": h.section, "score": round(h.score, 6), "text": h.text,
-            "truncated": h.truncated, "length": h.length,
+            "truncated": h.truncated, "length": h.length, "highlights": [list(x) for x in h.highlights],
             **({"relevance": h.relevance} if h.relevance is not None else {})}
 
 
 def photo(h: ImageHit) -> dict[str, Any]:
     return {"id": h.sha256, "path": h.display_path, "score": round(h.score, 6), "taken": h.taken, "camera": h.camera,
             "width": h.width, "height": h.height, "latitude": h.latitude, "longitude": h.longitude,
+            **({"text": h.text} if h.text else {}), **({"found_by": list(h.found_by)} if h.found_by != ("image",) else {}),
             **({"entailment": h.entailment} if h.entailment is not None else {}),
             **({"relevance": h.relevance} if h.relevance is not None else {})}
 
@@ -202,7 +203,7 @@ def build(connect: Connect, *, name: str = "multimodal-search", caller: Caller |
         return _call(connect, run)
 
     @mcp.tool(annotations=READ_ONLY, structured_output=False)
-    def search_images(text: Annotated[str | None, Field(max_length=2000, description="what the photos show")] = None,
+    def search_images(text: Annotated[str | None, Field(max_length=2000, description="what the photos show, or words in them")] = None,
                       image_base64: Annotated[str | None, Field(description="an example photo, base64 (instead of text)")] = None,
                       top_k: Annotated[int, Field(ge=1, le=50)] = 6,
                       after: Annotated[str | None, Field(description="taken on or after, e.g. 2021-07-14")] = None,

@@ -46,7 +46,7 @@ class DocumentSearch(Relevance):
         check_min_relevance(min_relevance)
         found = self._find_documents(query, Page(top_k, offset), min_score=min_score, folder=folder, mode=mode,
                                      suffixes=suffixes, kb=kb, min_relevance=min_relevance, encoded=encoded)
-        return found.rewrap([h.bounded(limit) for h in found])
+        return found.rewrap([h.bounded(limit).marked(query) for h in found])
 
     def search_document_groups(self, query: str, *, top_k: int = 5, offset: int = 0, group_size: int = 1,
                                min_score: float | None = None, folder: str | None = None, mode: str | None = None,
@@ -62,7 +62,7 @@ class DocumentSearch(Relevance):
         check_group_size(group_size)
         groups = self._find_documents(query, Page(top_k, offset, group_size), min_score=min_score, folder=folder,
                                       mode=mode, suffixes=suffixes, kb=kb, encoded=encoded)
-        return [DocumentGroup([h.bounded(limit) for h in g.hits], g.more) for g in groups]
+        return [DocumentGroup([h.bounded(limit).marked(query) for h in g.hits], g.more) for g in groups]
 
     def _find_documents(self, query: str, page: Page, *, min_score: float | None, folder: str | None,
                         mode: str | None, suffixes: tuple[str, ...] | list[str], kb: str | None,

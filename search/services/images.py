@@ -11,7 +11,7 @@ from pathlib import Path
 
 from qdrant_client import models
 
-from search.errors import BadRequest, EmptyCollection, NotFound
+from search.errors import BadRequest, EmptyCollection, ModelNotReady, NotFound
 from search.media.files import Outside, Refused, read_regular
 from search.media.photos import BadImage, decode_photo, open_photo
 from search.models import for_kind, for_mode
@@ -19,6 +19,7 @@ from search.services.base import served
 from search.services.entailment import Entailment
 from search.services.filters import content_condition, image_filter
 from search.services.options import SORTS, ImageFilters, check_top_k
+from search.services.photo_text import PhotoText
 from search.services.relevance import Relevance, check_min_relevance, image_space
 from search.services.results import HitList, ImageHit
 from search.store import DEFAULT_KB, IMAGES, image_vector
@@ -27,7 +28,7 @@ PHOTOS, ENTAIL = for_kind(IMAGES)[0], for_mode("entail")  # the photos' family, 
 NOT_INDEXED = "not a photo of the index (give its id or indexed path, or send the photo as image_base64)"
 
 
-class ImageSearch(Entailment, Relevance):
+class ImageSearch(Entailment, Relevance, PhotoText):
     def search_images(self, text: str | None = None, *, like: Path | bytes | None = None, top_k: int = 12,
                       min_score: float | None = None, filters: ImageFilters = ImageFilters(),
                       sort: str = "score", verify: bool = False, min_entailment: float | None = None,
@@ -52,28 +53,48 @@ class ImageSearch(Entailment, Relevance):
         if sort not in SORTS:
             raise BadRequest(f"sort: must be one of {', '.join(SORTS)}, got {sort!r}")
         collection = self._collection(kb, IMAGES)
-        if self.store.is_empty(collection):
+        by_words = self._by_words(text, kb, filters) if text else []
+        if self.store.is_empty(collection) and not by_words:
+            if text and self._texts_read(kb):  # photos known by their text only (no image model built)
+                return HitList([])
             if kb not in (None, DEFAULT_KB):
                 raise EmptyCollection(f"kb: no photos in knowledge base {kb!r} yet: run `indexer ingest ./photos --kb {kb}`")
             raise EmptyCollection("no photos indexed yet: run `indexer ingest ./photos`" + self._legacy_hint())
-        model = PHOTOS.query_model if text else PHOTOS.kinds[IMAGES]
-        with served(model, PHOTOS.display):
-            if text:
-                vector = self.resources.batchers[PHOTOS.query_model](text).vector
-            else:
-                vector = PHOTOS.image_vectors(self.triton, [self._example_image(like)])[0]
-        points = self.store.search(collection, image_vector(), vector.tolist(), limit=top_k,
-                                   query_filter=image_filter(filters), score_threshold=min_score)
-        space = replace(image_space("text" if text else "image"), collection=collection)
-        rated = self._calibrated([ImageHit.from_point(p) for p in points], space, vector.tolist(),
-                                 flt=image_filter(filters), min_relevance=min_relevance)
-        hits = list(rated)
+        rated = self._by_image(collection, text, like, top_k, min_score, filters, min_relevance, words=bool(by_words))
+        hits = self._fused(list(rated), by_words, collection, filters, image_filter(filters))[:top_k]
         if verify:
             hits = self._verify(text, hits, min_entailment)
         if sort != "score":
             dated = sorted((h for h in hits if h.taken_at is not None), key=lambda h: h.taken_at, reverse=sort == "newest")
             hits = dated + [h for h in hits if h.taken_at is None]
-        return rated.rewrap(hits)
+        texts = self._texts([h.sha256 for h in hits], kb)
+        hits = [replace(h, text=texts[h.sha256]) if h.sha256 in texts else h for h in hits]
+        return rated.rewrap(hits) if not by_words else HitList(hits, note=rated.note, min_relevance=min_relevance,
+                                                               best=rated.best)
+
+    def _by_image(self, collection: str, text: str | None, like, top_k: int, min_score: float | None,
+                  filters: ImageFilters, min_relevance: float | None, words: bool) -> HitList:
+        """The photos' family's hits, with their calibrated relevance. With photos found by ``words``
+        already, a photo collection that is empty or an image model that is not served gives none
+        (rather than an error)."""
+        if words and self.store.is_empty(collection):
+            return HitList([])
+        model = PHOTOS.query_model if text else PHOTOS.kinds[IMAGES]
+        try:
+            with served(model, PHOTOS.display):
+                if text:
+                    vector = self.resources.batchers[PHOTOS.query_model](text).vector
+                else:
+                    vector = PHOTOS.image_vectors(self.triton, [self._example_image(like)])[0]
+        except ModelNotReady:
+            if words:
+                return HitList([])
+            raise
+        points = self.store.search(collection, image_vector(), vector.tolist(), limit=top_k,
+                                   query_filter=image_filter(filters), score_threshold=min_score)
+        space = replace(image_space("text" if text else "image"), collection=collection)
+        return self._calibrated([ImageHit.from_point(p) for p in points], space, vector.tolist(),
+                                flt=image_filter(filters), min_relevance=min_relevance)
 
     def photo_path(self, photo: str) -> Path:
         """A photo named by its path or by its id (the sha256 that search hits carry)."""

@@ -15,6 +15,7 @@ if TYPE_CHECKING:  # hits are also built from REST answers, without qdrant-clien
     from qdrant_client import models
 
 from search.paths import from_stored, path_bytes, readable
+from search.terms import highlight_spans
 
 
 class _Paths:
@@ -56,6 +57,9 @@ class DocumentHit(_Paths):
     length: int = 0  # characters in the whole passage; text may hold fewer (truncated)
     truncated: bool = False
     ocr: dict | None = None  # text read in an image (a scanned page, a photo): {"model", "score": mean confidence}
+    thumbnail: str | None = None  # a passage read in a photo: the photo's thumbnail
+    # The query's content words in text, as (start, end) character spans (search.terms.highlight_spans)
+    highlights: list[tuple[int, int]] = field(default_factory=list)
 
     @cached_property  # an answer reads it twice per hit: in the hit and in the prompt context
     def citation(self) -> str:
@@ -69,6 +73,10 @@ class DocumentHit(_Paths):
 
     def as_dict(self) -> dict:
         return self._json(citation=self.citation)
+
+    def marked(self, query: str) -> DocumentHit:
+        """This hit with the spans of the query's content words in its text."""
+        return replace(self, highlights=highlight_spans(self.text, query))
 
     def bounded(self, max_chars: int | None) -> DocumentHit:
         """This hit with at most ``max_chars`` characters of text (None: all of it), cut at a word
@@ -90,7 +98,7 @@ class DocumentHit(_Paths):
         return cls(score=float(getattr(p, "score", 0.0)) * scale, path=from_stored(pl.get("path", "")), chunk=int(pl.get("chunk", 0)),
                    text=text, sha256=pl.get("sha256", ""), paths=[from_stored(x) for x in pl.get("paths", [])],
                    start=pl.get("start"), end=pl.get("end"), page=pl.get("page"), title=pl.get("title"),
-                   section=pl.get("section"), mode=mode, length=len(text), ocr=pl.get("ocr"))
+                   section=pl.get("section"), mode=mode, length=len(text), ocr=pl.get("ocr"), thumbnail=pl.get("thumbnail"))
 
 
 @dataclass(frozen=True)
@@ -137,6 +145,14 @@ class ImageHit(_Paths):
     entailment: float | None = None
     entailment_label: str | None = None
     relevance: float | None = None  # calibrated: how clearly above the collection's background (docs/relevance.md)
+    text: str | None = None  # the words read in the photo at ingest (--ocr-photos), None when none were
+    # How a text search found it: "image" (the image model: score is its cosine) and/or "words" (its text
+    # holds words_share of the query's content words; score is that share when only its words found it)
+    found_by: tuple[str, ...] = ("image",)
+    words_share: float | None = None
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "found_by", tuple(self.found_by))  # a list from JSON (RemoteService)
 
     @property
     def taken(self) -> str | None:
@@ -153,6 +169,16 @@ class ImageHit(_Paths):
                    paths=[from_stored(x) for x in pl.get("paths", [])], width=pl.get("width"), height=pl.get("height"),
                    taken_at=pl.get("taken_at"), camera=pl.get("camera"), latitude=loc.get("lat"),
                    longitude=loc.get("lon"), thumbnail=pl.get("thumbnail"))
+
+    @classmethod
+    def from_passage(cls, pl: dict) -> ImageHit:
+        """A photo known only by a passage of its text (no photo point: no image model built)."""
+        return cls(score=0.0, path=from_stored(pl.get("path", "")), sha256=pl.get("sha256", ""),
+                   paths=[from_stored(x) for x in pl.get("paths", [])], thumbnail=pl.get("thumbnail"))
+
+    def found(self, found_by: tuple[str, ...], words_share: float | None) -> ImageHit:
+        score = self.score if "image" in found_by else words_share
+        return replace(self, found_by=found_by, words_share=words_share, score=score)
 
 
 @dataclass(frozen=True)

@@ -49,7 +49,8 @@ _COMMON_INDEXES = {
 }
 _PAYLOAD_INDEXES = {
     DOCUMENTS_NAME: {**_COMMON_INDEXES, "mtime": models.PayloadSchemaType.FLOAT,
-                     "models": models.PayloadSchemaType.KEYWORD, "page": models.PayloadSchemaType.INTEGER},
+                     "models": models.PayloadSchemaType.KEYWORD, "page": models.PayloadSchemaType.INTEGER,
+                     "words": models.PayloadSchemaType.KEYWORD},  # an image's passages: its recognised words
     IMAGES: {**_COMMON_INDEXES, "taken_at": models.PayloadSchemaType.FLOAT,
              "camera_terms": models.PayloadSchemaType.KEYWORD, "location": models.PayloadSchemaType.GEO},
 }

@@ -1,0 +1,57 @@
+"""Words of a text as the store's word match sees them, and which of a query's words matter.
+
+Tokens are Qdrant's default word tokenizer's (runs of letters and digits, lower-cased), so a code
+such as "RE16" in "RE16-A" is the word "re16" on both sides. A query's content words leave out
+English function words ("the", "is", "of"): they would match almost every text."""
+
+from __future__ import annotations
+
+import re
+from functools import lru_cache
+
+import snowballstemmer
+
+_WORD = re.compile(r"[^\W_]+")
+_STEMMER = snowballstemmer.stemmer("english")
+
+STOP_WORDS = frozenset("""
+a about above after again against all am an and any are as at be because been before being below between both but
+by can could did do does doing down during each few for from further had has have having he her here hers herself
+him himself his how i if in into is it its itself just me more most my myself no nor not now of off on once only
+or other our ours ourselves out over own same she should so some such than that the their theirs them themselves
+then there these they this those through to too under until up very was we were what when where which while who
+whom why will with would you your yours yourself yourselves
+""".split())
+
+
+def words(text: str) -> list[str]:
+    """Every word of ``text``, lower-cased, in order."""
+    return [w.lower() for w in _WORD.findall(text)]
+
+
+def content_words(text: str) -> list[str]:
+    """The words of a query that say what it is about, each once, in order: no function words, no
+    single letters (a single digit stays: "room 5")."""
+    seen: dict[str, None] = {}
+    for w in words(text):
+        if w not in STOP_WORDS and (len(w) > 1 or w.isdigit()):
+            seen.setdefault(w)
+    return list(seen)
+
+
+@lru_cache(maxsize=65_536)
+def stem(word: str) -> str:
+    """The English Snowball stem of a lower-case word ("jammed" -> "jam", "printers" -> "printer")."""
+    return _STEMMER.stemWord(word)
+
+
+def highlight_spans(text: str, query: str) -> list[tuple[int, int]]:
+    """Character spans (start, end) of the words of ``text`` that are the query's content words,
+    whole or by stem ("jammed" for "jam"); never function words or mere prefixes ("the" marks
+    neither "the" nor "them")."""
+    stems = {stem(w) for w in content_words(query)}
+    if not stems:
+        return []
+    heads = {s[:3] for s in stems}  # a word is stemmed only when it could match: most never are
+    return [(m.start(), m.end()) for m in _WORD.finditer(text)
+            if (w := m.group().lower())[:3] in heads and stem(w) in stems]
