@@ -250,3 +250,25 @@ def test_sort_boxes_reading_order():
 
     boxes = [box(300, 105), box(10, 100), box(10, 200), box(150, 103)]
     assert [b[0].tolist() for b in ppocr_boxes.sort_boxes(boxes)] == [[10, 100], [150, 103], [300, 105], [10, 200]]
+
+
+def test_fixed_shapes_are_opt_in_and_pad_to_the_buckets(cfg, infer, engine):
+    """Off by default (exact shapes: the reference's). When set, the detector and recogniser see only
+    the bucket shapes, the lines are found again at the same places; their text may differ (a
+    space: docs/ocr.md), which is why no shipped config sets them."""
+    from dataclasses import replace
+
+    assert cfg.det_buckets == () and cfg.rec_widths == ()
+    bucketed = replace(cfg, det_buckets=(736, 1024, 1280, 1536, 2048), rec_widths=(320, 480, 640, 960, 1280, 1920))
+    infer.calls.clear()
+    mine = ocr.run(CASES["dark_on_light"], infer, bucketed)
+    ref = reference(engine, CASES["dark_on_light"])
+    assert len(mine) == len(ref)
+    assert max(float(np.abs(np.array(a.box) - np.array(r[0])).max()) for a, r in zip(mine, ref)) <= 2
+    assert all(side in (736, 1024, 1280, 1536, 2048) for model, shape in infer.calls if model == "det" for side in shape[2:])
+    assert all(shape[3] in (320, 480, 640, 960, 1280, 1920) for model, shape in infer.calls if model == "rec")
+
+
+def test_bucket():
+    assert [ocr.bucket(s, (736, 1024)) for s in (32, 736, 737, 1024, 1056, 2049)] == [736, 736, 1024, 1024, 2048, 3072]
+    assert ocr.bucket(544, ()) == 544

@@ -24,9 +24,12 @@ def read_json(args: dict, filename: str) -> dict:
         return json.load(f)
 
 
-def parameter(args: dict, name: str) -> str:
-    """A ``parameters`` value of config.pbtxt."""
-    return json.loads(args["model_config"])["parameters"][name]["string_value"]
+def parameter(args: dict, name: str, default: str | None = None) -> str:
+    """A ``parameters`` value of config.pbtxt (``default`` where it has none, if given)."""
+    params = json.loads(args["model_config"]).get("parameters", {})
+    if name not in params and default is not None:
+        return default
+    return params[name]["string_value"]
 
 
 def tensor(request, name: str) -> np.ndarray | None:

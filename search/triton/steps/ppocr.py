@@ -31,7 +31,7 @@ from PIL import Image
 from search.triton.steps.images import BadImage
 from search.triton.steps.ppocr_boxes import det_boxes
 
-__all__ = ["BadImage", "Line", "OcrConfig", "config_from_json", "config_from_rapidocr",
+__all__ = ["BadImage", "Line", "OcrConfig", "bucket", "config_from_json", "config_from_rapidocr",
            "config_to_json", "run"]
 
 Infer = Callable[[str, np.ndarray], np.ndarray]
@@ -65,6 +65,11 @@ class OcrConfig:
     max_pixels: int = 100_000_000
     max_lines: int = 1000
     max_det_pixels: int = 40_000_000  # RapidOCR's inputs stay under 11 M pixels up to a 20:1 tall image
+    # Fixed shapes for a GPU (configs/gpu.pbtxt; empty: RapidOCR's exact shapes): the detector's input
+    # sides and the recogniser's batch width are padded up to the next of these (past the last, to a
+    # multiple of it), so a GPU host sees a few shapes, not one per image and crop batch (docs/ocr.md).
+    det_buckets: tuple[int, ...] = ()
+    rec_widths: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -95,7 +100,7 @@ def config_to_json(cfg: OcrConfig) -> dict:
 
 
 def config_from_json(d: dict) -> OcrConfig:
-    tuples = {"mean", "std", "cls_image_shape", "label_list", "rec_img_shape"}
+    tuples = {"mean", "std", "cls_image_shape", "label_list", "rec_img_shape", "det_buckets", "rec_widths"}
     return OcrConfig(**{k: tuple(v) if k in tuples else v for k, v in d.items()})
 
 
@@ -184,6 +189,31 @@ def letterbox(img: np.ndarray, cfg: OcrConfig) -> tuple[np.ndarray, int]:
 
 # --- detection --------------------------------------------------------------------------------
 
+def bucket(size: int, buckets: tuple[int, ...]) -> int:
+    """The first of ``buckets`` that holds ``size``; past the last, the next multiple of it."""
+    for b in buckets:
+        if size <= b:
+            return b
+    return -(-size // buckets[-1]) * buckets[-1] if buckets else size
+
+
+def padded(tensor: np.ndarray, height: int, width: int) -> np.ndarray:
+    """[n, c, h, w] padded right and below with 0 (mid-grey once normalised, as the convolutions'
+    own padding and RapidOCR's padding of narrow crops)."""
+    n, c, h, w = tensor.shape
+    if (h, w) == (height, width):
+        return tensor
+    out = np.zeros((n, c, height, width), dtype=tensor.dtype)
+    out[:, :, :h, :w] = tensor
+    return out
+
+
+def detect(tensor: np.ndarray, infer: Infer, cfg: OcrConfig) -> np.ndarray:
+    """The detector's probability map for one input, run at its bucket's shape and cut back."""
+    h, w = tensor.shape[2:]
+    return infer("det", padded(tensor, bucket(h, cfg.det_buckets), bucket(w, cfg.det_buckets)))[:, :, :h, :w]
+
+
 def det_input(img: np.ndarray, cfg: OcrConfig) -> np.ndarray | None:
     """[1, 3, H, W] float32 for the detector (sides multiples of 32), or None where a side rounds to 0."""
     h, w = img.shape[:2]
@@ -251,7 +281,8 @@ def rec_input(imgs: list[np.ndarray], cfg: OcrConfig) -> np.ndarray:
     """One recogniser batch: [n, 3, 48, W], W from the batch's widest ratio (at least 320/48)."""
     c, h, w = cfg.rec_img_shape
     max_ratio = max([w / h] + [img.shape[1] * 1.0 / img.shape[0] for img in imgs])
-    return np.stack([_resize_norm(img, cfg.rec_img_shape, int(h * max_ratio)) for img in imgs]).astype(np.float32)
+    batch = np.stack([_resize_norm(img, cfg.rec_img_shape, int(h * max_ratio)) for img in imgs]).astype(np.float32)
+    return padded(batch, h, bucket(batch.shape[3], cfg.rec_widths))
 
 
 def ctc_decode(preds: np.ndarray, characters: list[str]) -> list[tuple[str, float]]:
@@ -288,7 +319,7 @@ def run(data: bytes, infer: Infer, cfg: OcrConfig) -> list[Line]:
     tensor = det_input(img, cfg)
     if tensor is None:
         return []
-    boxes = det_boxes(infer("det", tensor), img.shape[:2], cfg)[:cfg.max_lines]
+    boxes = det_boxes(detect(tensor, infer, cfg), img.shape[:2], cfg)[:cfg.max_lines]
     if not boxes:
         return []
     crops = [crop(img, box) for box in boxes]

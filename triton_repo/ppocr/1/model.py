@@ -16,8 +16,10 @@ ROLES = ("det", "cls", "rec")  # the order of the config's "calls"
 
 class TritonPythonModel:
     def initialize(self, args):
+        sizes = {k: tuple(int(x) for x in backend.parameter(args, k, "").split(",") if x.strip())
+                 for k in ("det_buckets", "rec_widths")}  # fixed shapes: the GPU config sets them
         self.cfg = replace(ppocr.config_from_json(backend.read_json(args, "ppocr.json")),
-                           max_pixels=int(backend.parameter(args, "max_pixels")))
+                           max_pixels=int(backend.parameter(args, "max_pixels")), **sizes)
         Image.MAX_IMAGE_PIXELS = self.cfg.max_pixels  # Pillow's own guard at the same limit
         self.models = dict(zip(ROLES, backend.parameter(args, "calls").split(","), strict=True))
 
