@@ -1,4 +1,4 @@
-"""The bot recipes of docs/api.md, run as written against a real `search serve`: the curl for
+"""The bot recipes of docs/bots.md, run as written against a real `search serve`: the curl for
 /v1/embeddings, LangChain's OpenAIEmbeddings plus the REST retriever, and both MCP client configs."""
 
 from __future__ import annotations
@@ -24,11 +24,11 @@ from search.models import minilm
 from search.triton.client import TritonClient
 
 KEY = "recipe-key"
-API_DOC = PROJECT_ROOT / "docs" / "api.md"
+API_DOC = PROJECT_ROOT / "docs" / "bots.md"
 
 
 def recipe(name: str) -> str:
-    """The fenced block after ``<!-- recipe: NAME -->`` in docs/api.md."""
+    """The fenced block after ``<!-- recipe: NAME -->`` in docs/bots.md."""
     found = re.search(rf"<!-- recipe: {re.escape(name)} -->\n```\w*\n(.*?)\n```", API_DOC.read_text(), re.S)
     assert found, f"no recipe {name} in {API_DOC}"
     return found.group(1)
@@ -60,7 +60,7 @@ def test_the_recipes_run_as_written(settings, docs, tmp_path, monkeypatch):
         monkeypatch.setenv("SEARCH_API", server.url)
         monkeypatch.setenv("SEARCH_API_KEY", KEY)
         scope: dict = {"__name__": "recipe"}
-        exec(compile(recipe("langchain"), "docs/api.md:langchain", "exec"), scope)  # the documented code, as written
+        exec(compile(recipe("langchain"), "docs/bots.md:langchain", "exec"), scope)  # the documented code, as written
         assert len(scope["vector"]) == 384 and np.dot(scope["vector"], expected[0]) >= 0.9999
         found = scope["docs"]
         assert len(found) == 3 and found[0].metadata["path"] == str(docs / "reset-password.md")

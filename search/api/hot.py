@@ -1,6 +1,6 @@
 """The hottest routes, POST /search/documents and POST /v1/embeddings, answered without FastAPI's
 plumbing: its routing, dependency solving, body parsing and exception middleware cost the loop
-~0.3-0.5 ms of CPU per request, as much as the route's own work (docs/api.md, runs Z0, Z1).
+~0.3-0.5 ms of CPU per request, as much as the route's own work (bench/bench_api.py measures it).
 
 Only a request that would pass takes this way: a key that the routes' own check lets through (asked
 from the headers, before the body is read: KeyGate, outside, has refused any other already), then a

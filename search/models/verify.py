@@ -40,7 +40,7 @@ TOLERANCES = {
     # PyTorch fp32 measured min cosine 0.9871 on the golden texts (0.9877 on the build's check inputs) and
     # max |delta| 0.011 on the published similarities; the bound leaves room for other CPUs' int8 kernels.
     # Without VNNI (AMD Zen 3) 8-bit weights saturated: 0.970 for a golden text alone; the build's 7-bit
-    # weights give 0.983 there (docs/benchmarks.md, run H1).
+    # weights give 0.983 there.
     "int8": Tolerance(cosine=INT8_MIN_COSINE, sparse=5e-2, logits=2e-1, scale=30.0),
 }
 

@@ -19,7 +19,7 @@ from search.triton.client import TritonClient
 def served(model: str, family: str) -> Iterator[None]:
     """A model Triton does not serve, found by the request itself and named as ``_require`` names it.
     Asking Triton first costs each query a gRPC round trip: 0.3-0.6 ms of the serving process's CPU
-    on a 2-core box (docs/api.md, run K3)."""
+    on a 2-core box."""
     try:
         yield
     except ModelUnhealthy:  # served, but its process died: that message says what to do

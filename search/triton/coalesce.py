@@ -10,7 +10,7 @@ nothing but the hop to a sender thread; under load the request grows with the qu
 Callers in threads (the CLI, the page, in-process searches) call it; callers in an event loop (the
 REST API) await ``acall``. Both wait in the same queue and share requests. The requests go out from
 the coalescer's own threads, on the blocking client: a sender task in the loop would wait for its
-turn behind the loop's other work while the model sat idle (docs/api.md, runs J3 and Z2)."""
+turn behind the loop's other work while the model sat idle."""
 
 from __future__ import annotations
 
@@ -62,7 +62,7 @@ class Coalescer(Generic[T, R]):
     dies with calls waiting on it. Under load (another request out), a sender first lets its loop
     callers' loops run what is ready in them, up to ``handover_s``: requests that have just come in
     reach the coalescer there and join this request rather than the next (at 32 clients over HTTP,
-    5-9 texts per encoder run became 9-11; docs/api.md, run Z2)."""
+    5-9 texts per encoder run became 9-11)."""
 
     def __init__(self, send: Callable[[list[T]], Sequence[R]], max_batch: int, in_flight: int = 1,
                  idle_s: float = 60.0, handover_s: float = HANDOVER_S) -> None:
