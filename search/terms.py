@@ -52,6 +52,24 @@ def highlight_spans(text: str, query: str) -> list[tuple[int, int]]:
     stems = {stem(w) for w in content_words(query)}
     if not stems:
         return []
-    heads = {s[:3] for s in stems}  # a word is stemmed only when it could match: most never are
-    return [(m.start(), m.end()) for m in _WORD.finditer(text)
-            if (w := m.group().lower())[:3] in heads and stem(w) in stems]
+    low = text.lower()
+    if len(low) != len(text):  # a letter whose lower case is longer ("İ"): offsets by the word regex
+        return [(m.start(), m.end()) for m in _WORD.finditer(text) if stem(m.group().lower()) in stems]
+    # Only words that start like a stem are looked at, found with str.find: a regex over every word
+    # of every hit cost more than the rest of a search's Python work.
+    found = set()
+    for head in {s[:3] for s in stems}:
+        i = low.find(head)
+        while i != -1:
+            if i == 0 or not _word_char(low[i - 1]):
+                j = i + len(head)
+                while j < len(low) and _word_char(low[j]):
+                    j += 1
+                if stem(low[i:j]) in stems:
+                    found.add((i, j))
+            i = low.find(head, i + 1)
+    return sorted(found)
+
+
+def _word_char(ch: str) -> bool:
+    return ch.isalnum()
