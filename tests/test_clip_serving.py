@@ -1,10 +1,10 @@
 """The served `clip_image` and `clip_text` ensembles equal transformers' CLIP on the same weights
 (the tiny random CLIP that conftest exports with the project's code): the preprocessed pixels, the
-image vectors on real photographs and odd files, the text vectors; bad images fail alone."""
+image vectors on real photographs and odd files, the text vectors; the export's reports. Batching
+and bad inputs: tests/test_clip_batches.py."""
 
 from __future__ import annotations
 
-import functools
 import io
 import json
 import shutil
@@ -17,7 +17,8 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 import tiny_clip
-import tritonclient.grpc as grpcclient
+from clip_helpers import odd_images, photos
+from image_helpers import encode
 from PIL import Image, ImageOps, ImageSequence
 from skimage import data as skdata
 
@@ -30,48 +31,6 @@ from search.triton.steps import clip_image as step  # the Python step's code: pu
 from search.triton.steps import images
 
 MAX_PIXELS = 100_000_000  # clip_image_preprocess's max_pixels
-
-
-def encode(img: Image.Image, fmt: str, **kw) -> bytes:
-    buf = io.BytesIO()
-    img.save(buf, fmt, **kw)
-    return buf.getvalue()
-
-
-@functools.cache
-def photos() -> dict[str, bytes]:
-    """Real photographs shipped with scikit-image, as files a user would have."""
-    return {
-        "chelsea.jpg": encode(Image.fromarray(skdata.chelsea()), "JPEG", quality=92),
-        "astronaut.png": encode(Image.fromarray(skdata.astronaut()), "PNG"),
-        "coffee.jpg": encode(Image.fromarray(skdata.coffee()), "JPEG", quality=85),
-        "rocket.png": encode(Image.fromarray(skdata.rocket()), "PNG"),
-    }
-
-
-@functools.cache
-def odd_images() -> dict[str, bytes]:
-    cat, coffee, rocket = (Image.fromarray(a) for a in (skdata.chelsea(), skdata.coffee(), skdata.rocket()))
-    exif = Image.Exif()
-    exif[0x0112] = 6  # orientation: rotate 90° clockwise to display
-    rgba = Image.fromarray(skdata.astronaut()).convert("RGBA")
-    rgba.putalpha(Image.linear_gradient("L").resize(rgba.size))  # from transparent to opaque
-    frames = [coffee.resize((160, 120)), cat.resize((160, 120)), rocket.resize((160, 120))]
-    grey16 = skdata.camera().astype(np.uint16) * 256 + np.arange(512, dtype=np.uint16)[None, :] % 256  # all 16 bits used
-    return {
-        "exif_rotated.jpg": encode(cat, "JPEG", quality=92, exif=exif.tobytes()),
-        "grey.png": encode(Image.fromarray(skdata.camera()), "PNG"),
-        "rgba.png": encode(rgba, "PNG"),
-        "palette.gif": encode(coffee.quantize(64), "GIF"),
-        "palette_transparent.png": encode(rocket.quantize(32), "PNG", transparency=0),
-        "animated.gif": encode(frames[0], "GIF", save_all=True, append_images=frames[1:], duration=100, loop=0),
-        "grey16.png": encode(Image.fromarray(grey16), "PNG"),
-        "cmyk.jpg": encode(rocket.convert("CMYK"), "JPEG", quality=92),
-        "one_pixel.png": encode(Image.new("RGB", (1, 1), (200, 30, 90)), "PNG"),
-        "five_by_three.png": encode(Image.fromarray(np.random.default_rng(1).integers(0, 256, (3, 5, 3), np.uint8)), "PNG"),
-        "wide.png": encode(coffee.resize((2000, 20)), "PNG"),
-        "tall.jpg": encode(cat.resize((30, 1500)), "JPEG"),
-    }
 
 
 def reference_input(data: bytes) -> Image.Image:
@@ -327,20 +286,6 @@ def test_text_graphs_give_the_77_token_vector_at_the_text_length(model_repo, ref
         assert cosines(together, expected[short]).min() >= 0.9999, graph
 
 
-def test_text_batches_are_padded_to_their_longest_text(client):
-    from search.triton.client import text_tensor
-
-    def width(batch: list[str]) -> int:
-        out = client.infer("clip_text_tokenize", {"TEXT": text_tensor(batch)}, ["input_ids", "attention_mask"])
-        assert out["input_ids"].shape == out["attention_mask"].shape
-        assert out["attention_mask"].sum(axis=1).max() == out["input_ids"].shape[1]  # no column of padding only
-        return out["input_ids"].shape[1]
-
-    assert width(["a cat"]) == 4  # start, a, cat, end
-    assert width(["a cat", "two dogs playing in the snow"]) < 20
-    assert width(["a cat", "snow " * 80]) == 77  # cut at the context length
-
-
 def test_open_clip_tokenizer_pipeline_equals_transformers(weights, reference):
     # The open_clip path rebuilds OpenAI's BPE from its vocabulary and merges (open_clip itself
     # cannot be imported here): from the tiny model's files it must tokenize as transformers does.
@@ -357,70 +302,6 @@ def test_text_truncation_boundary(client, reference):
     assert len(reference.tokenizer(fits)["input_ids"]) == 77
     _, truncated = clip.embed_texts(client, [fits, fits + " cat"])
     assert truncated.tolist() == [False, True]
-
-
-def test_bad_text_is_a_clear_error(client):
-    bad = np.array([[b"\xff\xfe not utf-8"]], dtype=np.object_)
-    with pytest.raises(Exception, match="INVALID_ARGUMENT.*UTF-8"):
-        client.infer("clip_text", {"TEXT": bad}, ["EMBEDDING"])
-    assert clip.embed_texts(client, ["still serving"])[0].shape == (1, 512)
-
-
-def test_family_encode_takes_texts_or_images(client, model_repo):
-    jpeg = next(iter(photos().values()))
-    by_text, by_image = CLIP().encode(client, ["a cat", "two dogs"]), CLIP().encode(client, [jpeg])
-    np.testing.assert_array_equal(np.stack([v["clip"] for v in by_text.vectors]), clip.embed_texts(client, ["a cat", "two dogs"])[0])
-    np.testing.assert_array_equal(by_image.vectors[0]["clip"], clip.embed_images(client, [jpeg])[0])
-    assert by_image.truncated.tolist() == [False] and CLIP().vector_dims(model_repo) == {"clip": 512}
-    with pytest.raises(TypeError):
-        CLIP().encode(client, ["a cat", jpeg])
-
-
-def test_concurrent_mixed_sizes_equal_one_at_a_time(client, triton):
-    files = list({**photos(), **odd_images()}.values())
-    alone = np.concatenate([clip.embed_images(client, [f]) for f in files])
-    before = _batch_sizes(triton, "clip_visual")
-    with ThreadPoolExecutor(8) as pool:
-        together = np.concatenate(list(pool.map(lambda f: clip.embed_images(TritonClient(client.url), [f]), files)))
-    np.testing.assert_allclose(together, alone, atol=1e-5)
-    grown = {b for b, n in _batch_sizes(triton, "clip_visual").items() if n > before.get(b, 0)}
-    assert max(grown) > 1, "the image tower never ran more than one request at once"
-    batched = clip.embed_images(client, files)  # one request, many sizes
-    np.testing.assert_allclose(batched, alone, atol=1e-5)
-
-
-def _batch_sizes(triton, model: str) -> dict[int, int]:
-    c = grpcclient.InferenceServerClient(f"127.0.0.1:{triton.grpc_port}")
-    stats = c.get_inference_statistics(model, as_json=True)["model_stats"][0]
-    return {int(b["batch_size"]): int(b["compute_infer"]["count"]) for b in stats.get("batch_stats", [])}
-
-
-def test_bad_images_fail_alone_and_the_model_keeps_serving(client):
-    good = photos()
-    jpeg = good["chelsea.jpg"]
-    bad = {"random": np.random.default_rng(0).bytes(5000), "empty": b"", "truncated": jpeg[: len(jpeg) // 3],
-           "bomb": encode(Image.new("1", (20000, 20000)), "PNG")}
-    expected = {"random": "not an image", "empty": "empty", "truncated": "truncated", "bomb": "over the limit"}
-    alone = {k: clip.embed_images(client, [v])[0] for k, v in good.items()}
-    jobs = [(k, v) for pair in zip(bad.items(), good.items()) for k, v in pair]
-
-    def one(job):
-        name, data = job
-        try:
-            return name, clip.embed_images(TritonClient(client.url), [data])[0]
-        except Exception as exc:  # noqa: BLE001 - the message is what is tested
-            return name, str(exc)
-
-    with ThreadPoolExecutor(8) as pool:  # bad and good requests share dynamic batches
-        results = dict(pool.map(one, jobs))
-    for name, message in expected.items():
-        assert isinstance(results[name], str) and message in results[name], (name, results[name])
-        assert "INVALID_ARGUMENT" in results[name] and "IMAGE" in results[name]
-    for name in good:
-        np.testing.assert_allclose(results[name], alone[name], atol=1e-5)
-    with pytest.raises(Exception, match="image 2 of 3: .*not an image"):  # names the image in a batch
-        clip.embed_images(client, [jpeg, bad["random"], jpeg])
-    np.testing.assert_allclose(clip.embed_images(client, [jpeg])[0], alone["chelsea.jpg"], atol=1e-5)
 
 
 # -- the export

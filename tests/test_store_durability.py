@@ -14,7 +14,7 @@ import time
 
 import pytest
 from qdrant_client import models
-from test_cli import env, run  # noqa: F401
+from test_cli import run
 from test_long_files import long_doc
 
 from search.config import PROJECT_ROOT
@@ -91,7 +91,7 @@ def stored(data_dir) -> dict[str, dict]:
         return {p.id: p.payload for p in store.all_points(DOCUMENTS.name)}
 
 
-def test_ingest_killed_mid_way_resumes_to_exactly_the_same_points(env, docs, tmp_path):  # noqa: F811
+def test_ingest_killed_mid_way_resumes_to_exactly_the_same_points(env, docs, tmp_path):
     reference = {**env, "SEARCH_DATA_DIR": str(tmp_path / "reference")}
     assert run(reference, "ingest", str(docs), module="indexer").returncode == 0
     want = stored(tmp_path / "reference")
@@ -116,7 +116,7 @@ def test_ingest_killed_mid_way_resumes_to_exactly_the_same_points(env, docs, tmp
 
 
 @pytest.mark.parametrize("written", ["in parts", "at once"])
-def test_a_file_killed_before_its_unit_0_then_changed_leaves_none_of_its_old_points(env, tmp_path, written):  # noqa: F811
+def test_a_file_killed_before_its_unit_0_then_changed_leaves_none_of_its_old_points(env, tmp_path, written):
     """A file's other units are written before its unit 0, marked partial: a long file's in parts as
     it is embedded, a shorter one's in one request just before its unit 0. Killed before the file
     was complete, then changed: the next run deletes the points of the content that never completed,

@@ -8,12 +8,8 @@ import json
 import numpy as np
 import pytest
 from qdrant_client import models
-from test_cli import (  # noqa: F401  (the env fixture is imported below)
-    env,  # noqa: F401
-    one_line_error,
-    run,
-)
-from test_store_contract import IDS, MINILM, SPARSE, N, fill, unit
+from store_helpers import IDS, MINILM, SPARSE, N, fill, unit
+from test_cli import one_line_error, run
 
 from search.store import DOCUMENTS, images_schema, migrate, open_location, point_id
 
@@ -50,7 +46,7 @@ def test_migrate_copies_every_vector_kind_and_payload(tmp_path, src_kind, dst_ki
     dst.close()
 
 
-def test_store_commands_stats_migrate_and_the_old_layout(env, docs, tmp_path):  # noqa: F811
+def test_store_commands_stats_migrate_and_the_old_layout(env, docs, tmp_path):
     # An existing user's index in the old default layout (qdrant-client local mode under <data dir>/qdrant).
     old = {**env, "SEARCH_STORE": "local"}
     assert run(old, "ingest", str(docs), module="indexer").returncode == 0
