@@ -1,12 +1,10 @@
 """Token-aware chunking with overlap, counted in the served model's own tokens.
 
 Windows of at most ``max_tokens`` prefer to end at a paragraph or heading boundary, else at a
-sentence end, in their second half; the next window starts ``overlap`` tokens before the cut.
-Chunk text is always an exact slice of the document (offsets from the tokenizer), so any
-language works and nothing is re-joined. A window also never spans more than ``max_chars``
-characters: one token can be any length (a 2 MB "word" is a single [UNK]), and text the
-tokenizer drops (control and format characters) still lies between tokens.
-"""
+sentence end, in their second half; the next starts ``overlap`` tokens before the cut. Chunk text
+is an exact slice of the document (tokenizer offsets). A window also spans
+at most ``max_chars`` characters: one token can be any length, and text the tokenizer drops still
+lies between tokens."""
 
 from __future__ import annotations
 

@@ -105,7 +105,7 @@ def ingest(
             fail(f"the server's ingest job {job['id']} {job['state']}: {job.get('error') or 'no report'}", 1)
         d = job["report"]
     else:
-        from indexer.service import IngestService  # noqa: PLC0415  (qdrant-client and the loaders, ~2 s: only a run without a server needs them)
+        from indexer.service import IngestService  # noqa: PLC0415  (qdrant-client and the loaders are slow to import: only a run without a server needs them)
 
         try:
             with opened(IngestService, ctx) as svc, progress:

@@ -1,11 +1,9 @@
 """Reading files only from inside some folders (the REST API's roots).
 
-A check by name is not enough: a path checked when a request arrives can be swapped for a symlink
-before the job reads it. So each file is opened first and the *opened descriptor* is checked
-(where the kernel says it lies, /proc/self/fd), and nothing is read from one that lies outside.
-``outside()`` is the cheaper check by name, used before anything is opened or listed, so an
-escape that is in place already is refused without touching its target.
-"""
+A name checked on arrival can be swapped for a symlink before the job reads it, so each file is
+opened first and the opened descriptor's real location (/proc/self/fd) is checked. ``outside()``
+is the cheaper check by name, run before anything is opened, so an escape already in place is
+refused without touching its target."""
 
 from __future__ import annotations
 

@@ -1,21 +1,16 @@
 """The Ray executor's driver (`indexer ingest --ray`): the engine's stages (indexer/stages.py) spread
-over a Ray cluster (indexer/ray_workers.py), the content rules and the writes the workers do not do
-applied here by the same engine as a local run (indexer/engine.py).
+over a Ray cluster (indexer/ray_workers.py); content rules and the remaining writes are applied here
+by the same engine as a local run (indexer/engine.py).
 
     driver: listing ──► blocks of paths ──► read+split (map_batches tasks, CPU)
             ──► embed (actor pool, one or more per Triton replica) [──► write new content: Qdrant server]
             ──► driver: rules + store writes
 
-Files must be visible to every node at the same path (a shared filesystem), and so must the data
-dir (workers write the photos' thumbnails there); a node that cannot read a root stops the run
-before anything is read (indexer/ray_cluster.py). With a Qdrant server (QDRANT_URL) the embed
-actors write new content themselves through the one writer and send the driver no vectors; the
-rest needs one view of what is stored and stays on the driver: known content (moves, copies,
-unchanged files), the paths of content a worker wrote that the rules changed since the run was
-planned, prune. With the embedded store (one opener) the driver writes everything; a file longer
-than an embed slice reaches it in parts, one record per slice, handed to the engine as they come.
-Point ids are derived from content, so a block Ray runs twice writes the same points again.
-"""
+Files and the data dir must be at the same path on every node (checked first:
+indexer/ray_cluster.py). With a Qdrant server the embed
+actors write new content themselves; what needs one view of the store (known content, paths the
+rules changed since planning, prune) stays on the driver. With the embedded store the driver writes
+everything, a long file arriving in slices. Content-derived ids make a block run twice harmless."""
 
 from __future__ import annotations
 

@@ -1,14 +1,11 @@
 """The ingest engine: one kind's files through the stages (indexer/stages.py), the content rules
-(indexer/ledger.py) and the writer (indexer/writer.py), on an executor: threads here
-(indexer/local.py) or a Ray cluster (indexer/distributed.py). The engine never imports Ray.
+(indexer/ledger.py) and the writer (indexer/writer.py), on threads (indexer/local.py) or a Ray
+cluster (indexer/distributed.py). The engine never imports Ray.
 
-Both executors hand the engine the same things: files read and split (``begin``), units embedded
-(``arrived``: a request's worth locally, a slice of a file on Ray), and failures as the exceptions
-the model raised (ModelNotReady stops the kind: ``stopped``). Unit 0 of a file is written after its other units: it marks the file complete,
-so an interrupted ingest never leaves a file that looks indexed but is not. Points of a file that
-never completed are deleted: at once when its model rejects it or stops, and by the next run's
-``open`` after a crash.
-"""
+Both executors hand it files read and split (``begin``), units embedded (``arrived``) and the
+model's exceptions (ModelNotReady stops the kind: ``stopped``). A file's unit 0 is written last and
+marks it complete, so an interrupted ingest never leaves a file that looks indexed but is not;
+points of files never completed are deleted (at once on a model failure, else by the next ``open``)."""
 
 from __future__ import annotations
 
@@ -142,14 +139,11 @@ def ingest(store: Store, kinds: list[Kind], roots: list[Path], *, prune: bool = 
     """Ingest every file under ``roots`` with the kind its suffix belongs to.
 
     ``unavailable``: kinds whose model is not served (name -> (suffixes, why)); their files are
-    counted and reported, nothing else is held up. ``stop``: asked between files; when it says so
-    the run ends after the files in flight are written (``report.cancelled``). ``gone_ok``: a root
-    that no longer exists is not an error (with ``prune`` its indexed files are removed).
-    ``confine_to``: folders every file read must lie in, checked on each opened file (the REST
-    API's roots, or a Confinement that also excludes some); others are reported, never read.
-    ``optimize=False``: leave the store's optimize (segment merge, HNSW build) to the caller — a
-    watch runs it once its folders are quiet, because the embedded engine holds the GIL while it
-    optimizes and every search in the process waits."""
+    reported. ``stop``: asked between files; the run ends once the files in flight are written
+    (``report.cancelled``). ``gone_ok``: a missing root is not an error.
+    ``confine_to``: folders every opened file must lie in (others are reported, not read).
+    ``optimize=False``: leave the store's optimize to the caller (a watch runs it once quiet: the
+    embedded engine holds the GIL while optimizing)."""
     started = time.perf_counter()
     report = IngestReport()
     roots, by_kind, confine, done = listing(report, kinds, roots, unavailable=unavailable, gone_ok=gone_ok,

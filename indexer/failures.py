@@ -1,11 +1,8 @@
 """Which files failed in earlier runs, so a re-run tells new failures from old ones.
 
-A small JSON file in the data dir: {path (stored form): {"size", "mtime", "reason"}}. It sits
-next to the store rather than in it: it describes files on this machine, not searchable
-content, and a vector collection has no place for records without vectors. It only changes
-how a failure is reported: every file is still tried again, so a fix (a new model, a higher
-limit) is picked up at once.
-"""
+A small JSON file in the data dir: {path (stored form): {"size", "mtime", "reason"}}, beside the
+store rather than in it (it describes local files, not searchable content). It only changes how a
+failure is reported: every file is still retried, so a fix is picked up at once."""
 
 from __future__ import annotations
 

@@ -1,12 +1,9 @@
 """Ingest jobs and folder watches that outlive the process running them: SQLite tables in the data dir.
 
-A job is recorded when it is submitted and updated as it runs, so a server restarted after a
-crash finds the jobs it had not finished and runs them again (content-derived ids make the redo
-exact: what was written is recognised, what was not is written). SQLite, not a JSON file: the API's
-threads, a CLI following a job and a restart all read and write it, and SQLite makes each update
-atomic. The server's folder watches (`POST /watches`, `indexer watch` with a server) live in a
-second table of the same file, so a restarted server watches them again.
-"""
+A job is recorded on submit and updated as it runs, so a server restarted after a crash runs its
+unfinished jobs again (content-derived ids make the redo exact). SQLite, not JSON: several
+processes and threads write it, each update atomic. Server watches (`POST
+/watches`, `indexer watch` with a server) live in a second table, so a restarted server resumes them."""
 
 from __future__ import annotations
 

@@ -33,7 +33,7 @@ from search.triton.client import TritonClient
 THUMBNAIL_SIZE = 320
 # A JPEG is decoded at 1/2, 1/4 or 1/8 scale when that leaves its longest side at 90 % of the thumbnail's
 # size or more, and such a thumbnail is kept as decoded (288-320 px): a web-sized photo (~600 px wide)
-# is then spared a full decode and a resample, about half of the indexer's CPU per photo (docs/benchmarks.md)
+# is then spared a full decode and a resample, a large share of the indexer's CPU per photo
 THUMBNAIL_DRAFT = THUMBNAIL_SIZE * 9 // 10
 MAX_WORDS = 1_000  # distinct words an image's passage indexes for photo search by words
 _HEADING = re.compile(r"^#{1,6}[ \t]+(.+)$", re.M)  # the loaders write headings as markdown lines
@@ -287,7 +287,7 @@ def stored_vectors(family: Family, vectors: dict) -> dict:
     """A family's encoded vectors as the store takes them (an empty sparse vector is left out).
     Dense and multi-vectors stay float32 arrays until the store writes them: as lists of Python
     floats, a chunk's ColBERT rows (a multivector) took 32 bytes a value, and an ingest held a whole long
-    document's rows (a 338 KB text of 1,492 chunks: 20.7 GB peak)."""
+    document's rows (tens of GB for a long text)."""
     out = {}
     for name, value in vectors.items():
         if family.vectors[name].kind == "sparse":

@@ -1,18 +1,13 @@
-"""The content rules of one kind's collection, keyed on content (sha256 of the file): what is stored
-by content and by path, and how a run's files change it. No threads, no Ray: both executors' runs
+"""The content rules of one kind's collection, keyed on content (sha256 of the file); both executors
 apply them on the driver (indexer/engine.py).
 
-- a path whose size and mtime match what the store has is unchanged (not even read);
-- known content at a new path reuses the stored vectors: a copy adds its path, a move replaces
-  the path that is gone from disk;
-- changed content at a known path is embedded anew, then the path leaves the old content
-  (which is deleted once no path refers to it);
-- with ``prune``, paths under the ingested roots that are gone from disk are removed;
-- a path listed on more than one stored content is never unchanged: a run stopped between writing
-  a file's new content and taking its path off the old one (or a Ray run stopped before the driver
-  applied what its workers wrote) left it there, and its size and mtime match the new content. It
-  is read again, and the rules above leave it on the content the file holds only.
-"""
+- a path whose size and mtime match the store is unchanged (not even read);
+- known content at a new path reuses its vectors: a copy adds the path, a move replaces the gone one;
+- changed content at a known path is embedded anew, then the path leaves the old content (deleted
+  once no path refers to it);
+- with ``prune``, paths under the roots that are gone from disk are removed;
+- a path on more than one stored content (left by a stopped run) is never unchanged: it is read
+  again and left on the content it holds only."""
 
 from __future__ import annotations
 
@@ -71,11 +66,9 @@ class Ledger:
         self.sweep()
 
     def sweep(self) -> None:
-        """Points a run wrote before their file was complete, still marked partial: a run stopped by
-        a crash or kill -9. Complete files (stopped between their unit 0 and the mark's removal) are
-        completed; the points of the others are deleted. On a shared store, only once no process has
-        written them for STALE_PARTIAL_S: another may be writing that content now, and completing
-        it with the unit 0 it is about to replace would give its points that one's paths."""
+        """Points still marked partial from a run stopped by a crash or kill -9: complete files are
+        completed, the others' points deleted. On a shared store, only once nobody has written them for
+        STALE_PARTIAL_S: another process may be writing that content now."""
         name = self.kind.schema.name
         for (sha, chunker), last in self.store.partial_contents(name).items():
             if self.store.shared and time.time() - last <= STALE_PARTIAL_S:

@@ -1,11 +1,8 @@
 """Ingest: discover files -> load -> split into units -> embed (Triton, batched across files) -> upsert.
 
-One pipeline for every kind of file (documents: chunks of text; photos: one image each); a
-``Kind`` (indexer/kinds.py) says how a file becomes units and how units are embedded. The engine
-(indexer/engine.py) runs files through the stages (indexer/stages.py), the content rules
-(indexer/ledger.py) and the writer (indexer/writer.py) on threads (indexer/local.py) or on a Ray
-cluster (indexer/distributed.py). This module is the entry point other code imports.
-"""
+One pipeline for every kind of file; a ``Kind`` (indexer/kinds.py) says how a file becomes units
+and how they are embedded. The engine (indexer/engine.py) runs them through stages, content rules
+and writer on threads or a Ray cluster. This module is the entry point other code imports."""
 
 from __future__ import annotations
 

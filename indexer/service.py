@@ -36,14 +36,12 @@ class IngestService:
                stop: Callable[[], bool] | None = None, gone_ok: bool = False,
                confine_to: list[Path] | None = None, kb: str | None = None, optimize: bool = True,
                ray: str | None = None) -> IngestReport:
-        """Documents and photos under ``paths``, each into its collection. A kind whose model is
-        not served is reported (with how to fix it) while the other kinds are indexed. Failures
-        that repeat on unchanged files are marked ``still_failing``. With ``confine_to``, only
-        files that lie inside those folders when opened are read. ``kb``: the knowledge base written
-        (None: the default one; a new name creates it). ``optimize=False``: the store is not
-        optimized after the run (a watch does it with ``optimize()`` once its folders are quiet).
-        With ``ray`` (an address, "auto", or "" for SEARCH_RAY_ADDRESS or else a local Ray) the
-        stages run as a Ray Data pipeline."""
+        """Documents and photos under ``paths``, each into its collection. A kind whose model is not
+        served is reported while the others are indexed; repeated failures of unchanged files are
+        ``still_failing``. ``confine_to``: only files inside those folders when opened
+        are read. ``kb``: the knowledge base written (None: default; a new name creates it).
+        ``optimize=False``: skip the store's optimize afterwards. ``ray``: run as a Ray Data pipeline (an
+        address, "auto", or "" for SEARCH_RAY_ADDRESS else a local Ray)."""
         s = self.settings
         try:
             check_kb(kb)

@@ -1,17 +1,11 @@
 """Keep the index of some folders current while files change (`indexer watch`, server-side watches).
 
-A rescan on start catches up with what changed while nothing was watching; after that, filesystem
-events (watchdog) are collected and handed to ingest in batches once the folders have been quiet
-for a moment (``quiet_s``) or the oldest change has waited ``max_delay_s``. Ingest applies the
-same rules as `indexer ingest --prune` to the changed paths: a rename keeps its vectors and gets
-the new path, a delete removes points and thumbnails, copies are stored once. An editor's save
-(write a temporary file, rename it over the original) arrives as events on a dotfile or a
-`~`/`.swp` name, which are not collected (ingest would skip them anyway), plus a move onto the
-real name: one change of one file. A burst (thousands of files copied in) becomes a few large
-batches, not thousands of small ones. Batches leave the store's optimize (segment merge, HNSW)
-to ``on_idle``, run once the folders have been quiet for ``idle_s`` after a batch: the embedded
-engine holds the GIL while it optimizes, which would delay both the next batch and every search.
-"""
+A rescan on start catches up; then filesystem events (watchdog) go to ingest in batches once the
+folders are quiet for ``quiet_s`` or the oldest change has waited ``max_delay_s``, under the rules
+of `indexer ingest --prune`. An editor's save (temporary dotfile or `~`/`.swp` name, renamed over
+the original) counts as one change, and a burst becomes a few large batches. The store's optimize
+is left to ``on_idle``, run after ``idle_s`` of quiet: the embedded engine holds the GIL while it
+optimizes, which would delay the next batch and every search."""
 
 from __future__ import annotations
 
@@ -213,7 +207,7 @@ class _Handler(FileSystemEventHandler):
 
 def _outermost(paths: list[Path]) -> list[Path]:
     """The paths that are not under another one in the list (a new folder covers its files).
-    Each path's parents are looked up in a set: comparing every pair took ~9 s for a 2,000-file burst."""
+    Each path's parents are looked up in a set: comparing every pair is quadratic in a burst of files."""
     out: list[Path] = []
     kept: set[Path] = set()
     for p in sorted(set(paths), key=lambda p: len(p.parts)):

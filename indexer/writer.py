@@ -1,10 +1,9 @@
 """The one writer of new content, on the driver and on Ray workers alike: every file's other units
 before its unit 0 (the file-complete marker), long files streamed under one memory budget.
 
-The other units are written marked ``partial`` (the time) until their unit 0 is written: a stop in
-between leaves them to the next run's sweep (indexer/ledger.py), never in the store for good. A long
-file's other units are written as they are embedded, once they hold WRITE_VALUES vector values, so
-memory follows a request, not a file (with multivectors: ~0.8 MB of vectors a chunk)."""
+Other units are marked ``partial`` until unit 0 is written, so a stop between leaves them to the
+next run's sweep (indexer/ledger.py). A long file's units are written as they are embedded, every
+WRITE_VALUES vector values, so memory follows a request, not a file."""
 
 from __future__ import annotations
 
@@ -19,8 +18,8 @@ from search.store import PARTIAL, Store
 
 WRITE_BATCH = 256  # points buffered before they are written
 # Vector values per write request, and held for a long file before its units are written. The engine's
-# memory follows the request: one request of a long document's 1,491 points with multivectors (ColBERT rows:
-# ~200 x 1,024 values each) peaked the ingest at 8.7 GB.
+# memory follows the request: one request holding all of a long document's points with multivectors
+# (ColBERT rows: a 1,024-value row per token) would take gigabytes.
 WRITE_VALUES = 4_000_000
 
 

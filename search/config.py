@@ -74,15 +74,15 @@ class Settings(BaseSettings):
     # Ingest
     chunk_tokens: int = Field(default=200, ge=1, le=MAX_CHUNK_TOKENS)
     chunk_overlap: int = Field(default=40, ge=0)
-    embed_batch_size: PositiveInt = 16  # measured best on 2 CPU cores (docs/benchmarks.md)
+    embed_batch_size: PositiveInt = 16  # the ingest's best batch on 2 CPU cores
     embed_concurrency: PositiveInt = 2
     max_file_bytes: PositiveInt = 20_000_000
     max_image_bytes: PositiveInt = MAX_IMAGE_BYTES
     # Pillow's decompression-bomb guard stays on; this is its limit (the indexer and the server's step).
     max_image_pixels: PositiveInt = 100_000_000
     # What parsing one document may cost; past it the file is "too complex" and skipped. The counts
-    # stop bombs early; the CPU seconds are the backstop, above what real files take (pypdf: ~50 ms
-    # a page of text). Elements: a Word file at the 5M-character text limit has ~250-500k.
+    # stop bombs early; the CPU seconds are the backstop, well above what real files take. Elements:
+    # a Word file at the 5M-character text limit has ~250-500k.
     max_parse_seconds: float = Field(default=30.0, gt=0)
     max_parse_elements: int = Field(default=500_000, ge=1)  # DOCX XML elements, HTML elements, PDF objects
     max_pdf_pages: int = Field(default=2_000, ge=1)  # ~5M characters, the text limit, at ~2,500 a page

@@ -1,11 +1,10 @@
 """Which kernels numpy's OpenBLAS loads: ones this CPU can run, chosen before numpy first loads.
 
 numpy 1.26's OpenBLAS (0.3.23) does not know CPUs newer than itself, such as Intel's Emerald Rapids
-(family 6 model 207), and falls back to its oldest kernels (Prescott, SSE3): a query's product with
-the 2,000-vector relevance sample took 0.36 ms there instead of 0.15 (docs/benchmarks.md). Both command
-lines' ``main`` run it before any command loads numpy (neither loads it on import); `search serve`,
-`search ui` and `search mcp` are such commands. Not the package's ``__init__``: Triton's Python steps
-import that, and their image holds only ``search.triton.steps``."""
+(family 6 model 207), and falls back to its oldest, much slower kernels (Prescott, SSE3). Both
+command lines' ``main`` run it before any command loads numpy (`search serve`, `search ui`, `search
+mcp` included). Not the package's ``__init__``: Triton's Python steps import that, and their image
+holds only ``search.triton.steps``."""
 
 from __future__ import annotations
 

@@ -1,16 +1,13 @@
 """The data dir is the user's only: indexed text, uploads, thumbnails, jobs and the owner's token are
 nobody else's business, whatever the umask.
 
-``private(data_dir)`` is called once per process by what opens the data dir (``Resources``, the job
-table, `search triton up`, `search keys`, `search ui`): it creates the dir 0700, takes group and
-other access off everything already in it (directories 0700, files 0600; an owner-executable file,
-such as the local Triton's backend stub, 0700) and sets the process umask to 077, so that what the
-process creates later (the store's Rust engine or qdrant-client, threads, child processes such as
-Triton) is private too. Symlinks are left as they are and never followed.
+``private(data_dir)``, called once per process by what opens the data dir, creates it 0700, takes
+group and other access off everything in it (directories and owner-executable files 0700, files
+0600) and sets the umask to 077, so what the process or its children create later is private too.
+Symlinks are never followed.
 
 Not called by `search models build`: the model repository lies outside the data dir, and Triton in
-docker (another user) reads it.
-"""
+docker (another user) reads it."""
 
 from __future__ import annotations
 

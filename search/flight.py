@@ -15,11 +15,10 @@ V = TypeVar("V")
 
 
 class SingleFlight(Generic[V]):
-    """``run(key, fn)`` calls ``fn()`` unless a call for the same ``key`` is already running or
-    waiting its turn; then it waits for that one and returns a copy of its result or raises its
-    error. Calls for other keys wait until the running one ends: however many callers there are,
-    at most one ``fn`` runs at once. With ``max_age_s``, a result of the same key that finished at
-    most that long ago is returned (a copy) instead of a new run."""
+    """``run(key, fn)`` calls ``fn()`` unless a call for ``key`` is running or waiting; then it waits
+    and returns a copy of that result or raises its error. At most one ``fn`` runs at once (other
+    keys wait). With ``max_age_s``, a result for ``key`` at most that old is returned (a copy)
+    instead of a new run."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()  # guards _flights and _last

@@ -1,14 +1,10 @@
 """API keys scoped to knowledge bases and rights, kept in a file in the data dir.
 
-A key has a name, the knowledge bases it may use (``*``: all of them) and one right: ``read``
-(search), ``write`` (search and ingest) or ``admin`` (those, and deleting its knowledge bases). The
-secret is shown once, when the key is made; the file keeps a salted SHA-256 of it (the secret is
-256 random bits, so a slow hash adds nothing) and a checksum over its content. The checksum finds
-a file edited by hand or damaged; it is no defence against someone who can write the data dir (who
-could also replace the server's settings).
-
-The single ``api_key`` of the settings stays what it was: a key with every right on every KB.
-"""
+A key has a name, its knowledge bases (``*``: all) and one right: ``read``, ``write`` (and ingest)
+or ``admin`` (and delete its knowledge bases). The secret is shown once; the file keeps its salted
+SHA-256 (256 random bits need no slow hash) and a checksum that finds hand edits or damage, not
+attackers who can write the data dir. The settings' ``api_key`` remains a key with every right on
+every KB."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """Where things are, without loading the settings machinery: the CLI's fast path through a running
-server (search/owner.py) needs only the data dir, and pydantic-settings costs ~0.1 s to import."""
+server (search/owner.py) needs only the data dir, and pydantic-settings is slow to import."""
 
 from __future__ import annotations
 

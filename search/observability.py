@@ -1,15 +1,11 @@
 """What operators see of the REST API: Prometheus metrics, request ids and one-line logs.
 
-- ``ApiMetrics``: request counts, latency histograms, errors and ingest progress, in a registry
-  of their own (one per app, so two apps in one process never mix their counts).
-- ``RequestObserver``: an ASGI middleware that gives every request an id (the caller's
-  ``X-Request-ID`` when it is usable, else a new one; sent back in the response), times it,
-  counts it under its route template (``/ingest/jobs/{job_id}``, never the raw path, so the
-  number of series stays small) and logs one line for it.
-- ``configure_logging``: text or JSON lines; every record logged while a request or an ingest
-  job runs carries its ``request_id`` / ``job_id`` (context variables, copied into the threads
-  FastAPI runs sync routes in).
-"""
+- ``ApiMetrics``: requests, latency, errors and ingest progress, in a registry per app.
+- ``RequestObserver``: ASGI middleware giving every request an id (a usable ``X-Request-ID``, else a
+  new one; echoed back), timing it, counting it under its route template (never the raw path, so
+  series stay few) and logging one line.
+- ``configure_logging``: text or JSON lines; records carry the ``request_id`` / ``job_id`` of the
+  request or job (context variables, copied into FastAPI's threads)."""
 
 from __future__ import annotations
 
@@ -68,7 +64,7 @@ class ApiMetrics:
 
     def observe(self, method: str, route: str, status: int, seconds: float, error: str | None) -> None:
         series = self._series.get((method, route, status))
-        if series is None:  # labels() looks the series up anew each time: ~10 us a request, kept here
+        if series is None:  # labels() looks the series up anew each time, on every request: kept here
             series = self._series[method, route, status] = (self.requests.labels(method, route, str(status)),
                                                             self.latency.labels(method, route))
         series[0].inc()
@@ -192,7 +188,7 @@ def configure_logging(fmt: str = "text", level: str = "INFO") -> dict:
     config = logging_config(fmt, level)
     logging.config.dictConfig(config)
     # Neither format shows the caller's file and line, the thread, the process or the asyncio task, so
-    # no record looks them up: 20-37 -> 15-21 us per request's log line (the logging HOWTO's "Optimization")
+    # no record looks them up, which makes each request's log line cheaper (the logging HOWTO's "Optimization")
     logging._srcfile = None
     logging.logThreads = logging.logProcesses = logging.logMultiprocessing = False
     logging.logAsyncioTasks = False  # Python 3.12+

@@ -1,11 +1,9 @@
 """Who owns the embedded store of a data dir.
 
-The embedded store admits one process. A running `search serve` is that process: it records its
-address, pid and a local access token in ``<data dir>/server.json`` (readable by the user only),
-and every other face on the same data dir — `search …`, `indexer ingest`, `indexer watch`, the
-page — finds it there and works through its REST API instead of opening the store. A record whose
-pid is gone (a crash, kill -9) is stale: it is ignored and replaced by the next server.
-"""
+The embedded store admits one process. A running `search serve` records its address, pid and a
+local access token in ``<data dir>/server.json`` (user-only), and every other face on that data
+dir works through its REST API instead of opening the store. A record whose pid is gone is stale:
+ignored, and replaced by the next server."""
 
 from __future__ import annotations
 

@@ -1,15 +1,13 @@
 """File names that are not valid UTF-8, kept losslessly.
 
-Python gives such a name as a str with surrogate escapes (``os.fsdecode``): the real path, which
-``open()`` accepts, but which the store (Rust), JSON and terminals reject. Three forms:
+Python gives such a name as a surrogate-escaped str (``os.fsdecode``), which ``open()`` accepts but
+the store (Rust), JSON and terminals reject. Three forms:
 
-- the OS form (surrogate-escaped str): what the pipeline and search hits use, openable as is;
-- the stored form (``stored``): valid text for payloads and filters. Each undecodable byte becomes
-  NUL + two hex digits: NUL is the one character a POSIX path cannot hold, so the form is
-  unambiguous, and every valid UTF-8 path is stored unchanged (older stores stay valid);
-- the display form (``readable``): undecodable bytes as ``\\xff``, for people and JSON, with the
-  exact bytes in base64 (``path_bytes``) for programs that must open the file.
-"""
+- the OS form: what the pipeline and search hits use, openable as is;
+- the stored form (``stored``): each undecodable byte as NUL + two hex digits. NUL cannot occur in
+  a POSIX path, so it is unambiguous, and valid UTF-8 paths are stored unchanged;
+- the display form (``readable``): undecodable bytes as ``\\xff``, with the exact bytes in base64
+  (``path_bytes``) for programs that must open the file."""
 
 from __future__ import annotations
 

@@ -96,13 +96,13 @@ def serve(settings: Settings, host: str | None = None, port: int | None = None,
     level, line = describe_access(settings, backend.keys, host)
     log.log(level, "%s", line)
     # What start-up built (modules, the app, the store's client) lives as long as the server: frozen, out
-    # of the collector's sight, it is not scanned again by every full collection (~225k objects: a
-    # 0.1-0.2 s pause every ~10 s under load, ~0.1 ms of CPU per search)
+    # of the collector's sight, it is not scanned again by every full collection (a pause of the
+    # whole server under load)
     gc.collect()
     gc.freeze()
     # Young collections: at Python's 700 a loaded server ran one every ~11 requests, set off by what the
-    # requests in flight hold for a moment, not by garbage (~0.05 ms per request in all); at 20,000 none
-    # ran in 10 s reps under load, while cycles that do pile up still start one
+    # requests in flight hold for a moment, not by garbage; at 20,000 they are rare under load, while
+    # cycles that do pile up still start one
     gc.set_threshold(YOUNG_GC_THRESHOLD, *gc.get_threshold()[1:])
     if announce:
         announce(_local_url(host, port) if host in ("127.0.0.1", "localhost", "::1") else f"http://{host}:{port}")

@@ -3,11 +3,9 @@ read, and the ingest jobs.
 
 Concurrency: one store per app. Document searches on the embedded engine await Triton in the event
 loop and call the store there (``store_in_loop``); other calls run in the query threads.
-qdrant-client's local mode is not thread-safe, so there every call into its client takes one lock
-(``_Serialised``), held for a single store operation, not for a whole request or job: a search
-issued while a job runs waits at most for one upsert batch, and embedding (Triton) runs outside the
-lock. The embedded engine and a server take concurrent calls.
-"""
+qdrant-client's local mode is not thread-safe, so each call into it takes one lock
+(``_Serialised``) for a single store operation only: a search waits at most one upsert batch, and
+embedding runs outside the lock."""
 
 from __future__ import annotations
 
@@ -42,8 +40,8 @@ QUERY_THREADS = 40  # requests in flight at once, each waiting on Triton in its 
 
 def _query_threads() -> ThreadPoolExecutor:
     """Where the query routes run their service call: a blocking call (Triton, the store) per request.
-    asyncio's executor hands a call over for ~35-70 us less of the event loop's time than Starlette's
-    thread pool (bench/bench_api_stack.py); threads start on demand."""
+    asyncio's executor hands a call over for less of the event loop's time than Starlette's thread
+    pool; threads start on demand."""
     return ThreadPoolExecutor(QUERY_THREADS, thread_name_prefix="query")
 
 

@@ -1,14 +1,10 @@
 """The hottest routes, POST /search/documents and POST /v1/embeddings, answered without FastAPI's
-plumbing: its routing, dependency solving, body parsing and exception middleware cost the loop
-~0.3-0.5 ms of CPU per request, as much as the route's own work (bench/bench_api.py measures it).
+plumbing, which costs about as much CPU as the route's own work.
 
-Only a request that would pass takes this way: a key that the routes' own check lets through (asked
-from the headers, before the body is read: KeyGate, outside, has refused any other already), then a
-JSON body that the route's own pydantic model accepts. Everything else goes on to FastAPI as it came
-(the body read here handed on), so every refusal and validation error is the app's own answer. The
-answer is the route's own code (``answer_documents``, ``answer_embeddings``), and what it raises is
-mapped by the app's own error mapping; the request still passes the outer middleware (request id,
-metrics under the route's label, the access log, the key gate, the size limit)."""
+Only a request that would pass takes this way: a key the routes' check accepts, then a body the
+route's pydantic model accepts. Anything else goes on to FastAPI as it came, so refusals and
+validation errors stay the app's own. The answer is the route's own code; the outer middleware
+still applies."""
 
 from __future__ import annotations
 

@@ -15,12 +15,11 @@ from search.store.schema import DEFAULT_KB
 
 
 def allowed_path(backend: Backend, raw: str, name: str, *, local: bool = False, kb: str = DEFAULT_KB) -> Path:
-    """The resolved path if it lies inside ``kb``'s roots (after following symlinks), else a 4xx naming
-    the field. This only answers the request early: the ingest job checks each file again as it opens
-    it. ``raw`` may carry a name that is not UTF-8 in the stored form (search/paths.py: each such byte
-    as NUL + two hex digits), as `indexer ingest` sends it. ``local``: the request comes from the
-    owner's user on this machine (search/owner.py), who may ingest any path it can read, as `indexer
-    ingest` without a server would: a path that does not exist is then the job's failed file, as there."""
+    """The resolved path if it lies inside ``kb``'s roots (symlinks followed), else a 4xx naming the
+    field. Only an early answer: the ingest job checks each file again as it opens it. ``raw`` may be
+    in the stored form (search/paths.py). ``local``: the owner's user on this machine
+    (search/owner.py), who may ingest any readable path, as `indexer ingest` without a server would;
+    a missing path is then the job's failed file."""
     shown = readable(raw)
     if not os.path.isabs(raw):
         raise HTTPException(400, f"{name}: must be an absolute path, got {shown!r}")

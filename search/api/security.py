@@ -50,12 +50,11 @@ class Access:
 
 
 def check(backend, key: str | None, writes: bool) -> Access:
-    """Who ``key`` is. The owner's local token: a face of the same user on this machine, with every
-    right and any local path to ingest. With no API key and no keys file every request passes. Else
-    keys are required, also when the keys file has no key left (revoking the last one must not open
-    the server): the settings' key is an admin over every KB; a key from the keys file acts within
-    its KBs and right (a read-only key is refused on writes); without a key only reads pass, with the
-    "writes" scope, or every request with open_access."""
+    """Who ``key`` is. The owner's local token: every right and any local path. No API key and no keys
+    file: every request passes. Else keys are required, even if the keys file is empty (revoking the
+    last key must not open the server): the settings' key is admin over every KB; a keys-file key acts
+    within its KBs and right; without a key only reads pass ("writes" scope), or everything with
+    open_access."""
     if key and backend.owner and hmac.compare_digest(key.encode(), backend.owner.token.encode()):
         return Access(True)
     settings = backend.settings
@@ -114,7 +113,7 @@ def describe_access(settings, keys: KeyFile, host: str) -> tuple[int, str]:
 class _KeyCheck(APIKeyHeader):
     """The key check as the security scheme itself: OpenAPI still documents the X-API-Key header, and
     FastAPI resolves one dependency per request instead of the header's scheme under a checking
-    function (each level of dependencies costs ~10-20 us of the event loop per request)."""
+    function (each level of dependencies costs the event loop time on every request)."""
 
     def __init__(self, writes: bool) -> None:
         super().__init__(name=API_KEY_HEADER, scheme_name="APIKeyHeader", auto_error=False)
@@ -162,14 +161,11 @@ class Guard:
 
 
 class KeyGate:
-    """Pure ASGI, inside the request observer (a refusal is logged and counted): a request to a route
-    that needs a key is refused (401, 403, 503) from its headers alone, before anything reads its
-    body. FastAPI reads and parses a body before it runs the route's dependencies, so a wrong key once
-    made the server parse 59 MB of JSON (1.5 GB, seconds of the event loop) before its 401. A request
-    that passes carries the decision in its scope, which the route's own check then reuses. One that
-    passes without a key where keys are required (reads with the "writes" scope) may send at most
-    max_anonymous_request_bytes. Routes without a key check (/healthz, /metrics, the docs) and paths
-    no route takes go on untouched."""
+    """Pure ASGI, inside the request observer: refuses (401, 403, 503) a request to a keyed route from
+    its headers alone, since FastAPI would parse the whole body before the route's dependencies run.
+    A passing request carries the decision in its scope for the route's check; one without a key
+    where keys are required ("writes" scope) may send at most max_anonymous_request_bytes. Routes
+    without a key check and unrouted paths pass untouched."""
 
     def __init__(self, app, backend, routes: Iterable[BaseRoute]) -> None:
         self.app, self.backend = app, backend

@@ -1,11 +1,9 @@
 """Folder watches of the REST API (`POST /watches`, `indexer watch` while a server owns the store).
 
-One Watcher (indexer/watch.py) per watch. Each batch of changes becomes an ingest job in the job
-queue (source "watch", prune, gone_ok: deleted files are removed, not failures), and the watcher
-waits for it before it hands over the next batch, so the changes that arrive while a job runs
-become one job, not many. Watches are recorded in the data dir (indexer/jobs.py) and started again,
-each with its catch-up rescan, when the server starts; a batch that fails (Triton down) is retried.
-"""
+One Watcher (indexer/watch.py) per watch. Each batch becomes an ingest job (source "watch", prune,
+gone_ok), and the watcher waits for it before the next batch, so changes arriving meanwhile become
+one job. Watches are recorded in the data dir (indexer/jobs.py) and restarted, with a catch-up
+rescan, when the server starts; a failed batch (Triton down) is retried."""
 
 from __future__ import annotations
 

@@ -26,7 +26,7 @@ def query_service(ctx: typer.Context) -> Iterator:
     if found is not None:
         yield RemoteService(found)
         return
-    from search.services.query import SearchService  # noqa: PLC0415  (qdrant-client, ~0.75 s: only a run without a server needs it)
+    from search.services.query import SearchService  # noqa: PLC0415  (qdrant-client is slow to import: only a run without a server needs it)
 
     with opened(SearchService, ctx) as svc:
         yield svc
@@ -40,7 +40,7 @@ def service_for(settings) -> Iterator:
     if found is not None:
         yield RemoteService(found)
         return
-    from search.services.query import SearchService  # noqa: PLC0415  (qdrant-client, ~0.75 s: only a run without a server needs it)
+    from search.services.query import SearchService  # noqa: PLC0415  (qdrant-client is slow to import: only a run without a server needs it)
 
     svc = SearchService(settings)
     try:

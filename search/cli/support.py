@@ -70,7 +70,7 @@ QdrantUrl = typer.Option(None, "--qdrant-url", help="URL of a Qdrant server; def
 
 class CliSettings:
     """A command's settings, built on first use: the fast path through a running server (search/owner.py)
-    needs only where the data dir is, and pydantic-settings costs ~0.1 s to import. Attributes read
+    needs only where the data dir is, and pydantic-settings is slow to import. Attributes read
     through to the real ``Settings``; ``resolve()`` returns them (a bad value fails the command in one
     line naming the variable)."""
 

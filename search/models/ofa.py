@@ -12,8 +12,8 @@ import numpy as np
 from search.models.base import Family, image_tensor
 from search.triton.client import TritonClient, text_tensor
 
-# max_batch_size of the ofa_ve models is 2: on CPU a batch costs ~1.9 GB of activations per pair
-# (OFA-base at 480 px, onnxruntime) and is slower per pair than one at a time (docs/ofa.md), so the
+# max_batch_size of the ofa_ve models is 2: on CPU a batch costs gigabytes of activations per pair
+# and is slower per pair than one at a time (docs/ofa.md), so the
 # client sends one pair per request; the dynamic batcher pairs up concurrent requests only.
 PAIRS_PER_REQUEST = 1
 ANSWERS = ("no", "yes", "maybe")  # OFA's snli_ve ans2label order: the ONNX graph's answer_logits order

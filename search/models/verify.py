@@ -1,11 +1,9 @@
 """`search models verify`, client side (numpy only): send the golden inputs through the live Triton
-ensembles and compare what comes back with the golden outputs the build recorded (``golden.npz``).
+ensembles and compare the answers with the build's golden outputs (``golden.npz``).
 
-Bounds (docs/verify.md): dense vectors by cosine per item, sparse weights by token set and absolute
-difference, ColBERT vectors by count and cosine per token, entailment logits by absolute difference
-and the same label. fp32 serving must reproduce PyTorch's fp32 outputs (cosine >= 0.9999); TensorRT
-FP16 (the GPU configs) and int8 builds get the looser bounds of ``TOLERANCES``.
-"""
+Bounds (docs/verify.md): dense by cosine per item, sparse by token set and absolute difference,
+ColBERT by count and per-token cosine, entailment logits by absolute difference and label. fp32
+must match PyTorch (cosine >= 0.9999); GPU FP16 and int8 get ``TOLERANCES``."""
 
 from __future__ import annotations
 

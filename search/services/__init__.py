@@ -2,7 +2,7 @@
 call. Ingest is the indexer's service (``indexer.service``); both share ``search.resources``.
 
 Names load on first use (PEP 562): the CLI's fast path through a running server imports
-``search.services.results`` and ``search.services.remote`` without qdrant-client (~0.75 s).
+``search.services.results`` and ``search.services.remote`` without qdrant-client (slow to import).
 """
 
 from __future__ import annotations

@@ -18,8 +18,7 @@ from search.triton.client import TritonClient
 @contextmanager
 def served(model: str, family: str) -> Iterator[None]:
     """A model Triton does not serve, found by the request itself and named as ``_require`` names it.
-    Asking Triton first costs each query a gRPC round trip: 0.3-0.6 ms of the serving process's CPU
-    on a 2-core box."""
+    Asking Triton first would cost each query a gRPC round trip of the serving process's CPU."""
     try:
         yield
     except ModelUnhealthy:  # served, but its process died: that message says what to do

@@ -34,13 +34,12 @@ class DocumentSearch(Relevance):
                          suffixes: tuple[str, ...] | list[str] = (), max_chars: int | None = None,
                          full_text: bool = False, kb: str | None = None, min_relevance: float | None = None,
                          encoded: EncodedQuery | None = None) -> HitList:
-        """Passages that match ``query``, with citations and their calibrated relevance: the ``top_k``
-        best after skipping ``offset`` (pages of one ranking concatenate to it). ``mode``: one of MODES
-        (default: the ``search_mode`` setting, "auto"). Each hit's text stops near ``max_chars``
-        characters (default HIT_CHARS; the hit says truncated and the whole length), or is whole with
-        ``full_text``. ``kb``: the knowledge base searched (None: the default one). ``min_relevance``
-        hides hits that are not that clearly above the collection's background (``no_match`` when none is).
-        ``encoded``: the query already encoded (``aencode_query``: an event loop awaits Triton itself)."""
+        """Passages matching ``query``, with citations and calibrated relevance: the ``top_k`` best
+        after ``offset`` (pages concatenate to one ranking). ``mode``: one of MODES (default: the
+        ``search_mode`` setting). Hit text stops near ``max_chars`` (default HIT_CHARS; marked
+        truncated) unless ``full_text``. ``kb``: None for the default. ``min_relevance`` hides hits not
+        that clearly above the collection's background (``no_match`` when none is). ``encoded``: the
+        query already encoded (``aencode_query``)."""
         limit = check_max_chars(max_chars, full_text)
         check_page(top_k, offset)
         check_min_relevance(min_relevance)

@@ -21,8 +21,8 @@ from search.services.images import example_image
 MAX_INPUTS = 256  # per request: OpenAI allows 2048, but on a CPU that is minutes of one request
 MAX_INPUT_CHARS = 100_000  # per text; the models cut longer texts at their token limit anyway
 # Per request, all texts together, as OpenAI bounds a request (300,000 tokens). The tokenizers read a
-# whole text before they cut it (~0.45 s per million characters on one core, in the Triton step that
-# search queries share): 256 x 100,000 characters held searches for seconds. 500,000 covers 256
+# whole text before they cut it (in the Triton step that search queries share), so a request of 256
+# texts at MAX_INPUT_CHARS would hold searches up for seconds. 500,000 covers 256
 # texts cut at 256 tokens (~1,000-2,000 characters each) or a batch of 16 cut at 8,192.
 MAX_REQUEST_CHARS = 500_000
 _DATA_URL = re.compile(r"^data:image/[\w.+-]+;base64,", re.IGNORECASE)

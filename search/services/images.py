@@ -116,10 +116,9 @@ class ImageSearch(Entailment, Relevance, PhotoText):
 
     def read_photo(self, path: Path, inside: Callable[[str], bool] | None = None) -> bytes:
         """The bytes of a photo a caller names by path. ``inside`` None: the machine's own user, who
-        reads any regular file. Else (an HTTP caller) where a file may lie (a real path -> allowed):
-        such a file is read confined (the opened file is checked, not its name); any other only as
-        a photo of the index (the default knowledge base's) whose bytes are still those indexed, so
-        a file swapped since ingest (a link out, to /dev/zero) is refused and its content never used."""
+        reads any regular file. Else (an HTTP caller: real path -> allowed) a file there is read
+        confined (the opened file is checked); any other only as an indexed photo (default knowledge
+        base) whose bytes are still those indexed, so a file swapped since ingest is refused."""
         if inside is None:
             return self._read_image(path, "photo")
         path, limit = path.expanduser(), self.settings.max_image_bytes

@@ -32,8 +32,8 @@ class _Paths:
         return {"path": readable(self.path), "path_bytes": path_bytes(self.path), "paths": [readable(p) for p in self.paths]}
 
     def _json(self, **extra) -> dict:
-        """The fields one level deep, then the path forms and ``extra`` (dataclasses.asdict deep-copies:
-        an answer of 100 hits paid ~4x for it)."""
+        """The fields one level deep, then the path forms and ``extra`` (dataclasses.asdict deep-copies,
+        which a large answer pays for several times over)."""
         return {**{name: getattr(self, name) for name in self.__dataclass_fields__}, **self._json_paths(), **extra}
 
 

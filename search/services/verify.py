@@ -27,13 +27,10 @@ class Verification(ServiceBase):
                       max_age_s: float = 0.0) -> dict:
         """``{"passed": bool, "checked_at": ISO time, "families": [{family, status, precision,
         checkpoint, checks: [...]}, ...]}``.
-        ``families``: the ones to check (default: every built one; a named one that is not built or
-        not served fails). ``published_checks``: None runs them where the checkpoint is recognised,
-        True runs them anyway, False skips them.
-
-        A run costs seconds of CPU on every model it checks, and anyone with a read key may ask for
-        one: this process runs one at a time, and callers asking for the same check while it runs
-        share its report. ``max_age_s``: a report of the same check at most this old will do."""
+        ``families``: those to check (default: every built one; a named one not built or not served
+        fails). ``published_checks``: None runs them where the checkpoint is recognised, True always,
+        False never. A run is CPU-heavy and any read key may ask: one runs at a time, and callers asking
+        for the same check meanwhile share its report. ``max_age_s``: a report at most this old will do."""
         names = list(dict.fromkeys(families or []))
         known = [f.family for f in FAMILIES]
         for name in names:

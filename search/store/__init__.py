@@ -1,19 +1,13 @@
 """The vector store: one interface, two backends.
 
-- ``edge`` (the default without ``QDRANT_URL``): Qdrant's own engine in-process (qdrant-edge-py):
-  HNSW, payload indexes, a write-ahead log, one shard per collection under ``<data dir>/store-edge``.
-- ``qdrant``: qdrant-client, talking to a Qdrant server (``QDRANT_URL``) or running its local mode
-  (exact search in Python; ``SEARCH_STORE=local``, or ``:memory:`` in unit tests).
+- ``edge`` (default without ``QDRANT_URL``): Qdrant's engine in-process (qdrant-edge-py), one
+  shard per collection under ``<data dir>/store-edge``.
+- ``qdrant``: qdrant-client, to a Qdrant server (``QDRANT_URL``) or its local mode (exact search
+  in Python; ``SEARCH_STORE=local``, or ``:memory:`` in unit tests).
 
-Callers speak qdrant-client's models (PointStruct, Filter, Prefetch, ...) to both; the edge backend
-translates them. Collections and payload indexes come only from the schemas in ``schema``.
-
-Modules, imported one way (factory -> backends -> base -> schema; util beside them):
-``schema`` (collection schemas, content-derived ids), ``base`` (the ``Store`` interface and the
-content-level operations written once), ``edge`` (the engine backend) with ``edge_translate``
-(qdrant-client models -> the engine's), ``qdrant`` (the qdrant-client backend), ``factory`` (picks
-a backend), ``migration`` (copies one store into another), ``util`` (disk usage).
-"""
+Callers speak qdrant-client's models to both; ``edge_translate`` translates for the engine.
+Collections and payload indexes come only from ``schema``. Imports go one way: factory ->
+backends -> base -> schema (``util`` beside them); ``migration`` copies one store into another."""
 
 from search.store.base import BACKENDS, CollectionStats, PointGroup, Store, StoredFile, match
 from search.store.factory import open_location, open_store

@@ -152,18 +152,13 @@ class Store(ABC):
                       score_threshold: float | None = None, prefetch: list[models.Prefetch] | None = None,
                       params: models.SearchParams | None = None) -> list[PointGroup]:
         """The best points grouped by the payload field ``group_by``: groups in the order of their
-        best point, ``limit`` of them after skipping ``offset``, at most ``group_size`` points each.
+        best point, ``limit`` of them after ``offset``, at most ``group_size`` points each.
 
-        The engine has no grouping query (qdrant-edge 0.9), so this is done here, the same way on
-        every backend: the query is run over a window of the best points (grown until it holds
-        enough groups or the collection ends, up to GROUP_WINDOW_MAX), and each group also says how
-        many of its points were in that window (``matched``). A server's query_points_groups
-        reports no such count, so it is not used.
-
-        The window's points come as (id, score, ``group_by`` value) only (``ranked_keys``): reading
-        whole payloads (a passage's text) and building a client point for hundreds of points was most
-        of a grouped search's time. The hits kept get theirs afterwards; one deleted in between is
-        left out of its group (a group left empty, too)."""
+        The engine has no grouping query, so this runs the query over a window of the best points
+        (grown until it holds enough groups, up to GROUP_WINDOW_MAX) and counts each group's points in
+        it (``matched``), which a server's query_points_groups cannot report. The window reads only
+        (id, score, key) (``ranked_keys``), since whole payloads dominated the cost; kept hits get
+        theirs afterwards, and one deleted in between is left out."""
         want = offset + limit
         window = min(GROUP_WINDOW_MAX, max(GROUP_WINDOW_MIN, want * group_size * 4))
         while True:

@@ -1,23 +1,15 @@
-"""A thin gRPC client for the served models, mapping transport failures to ServiceErrors. It is
-the one way to Triton: blocking calls, one channel per thread. An event loop awaits it through a
-batcher (``search.triton.coalesce``) or a worker thread; recovery and probes are ``search.triton.heal``.
+"""A thin gRPC client for the served models, mapping transport failures to ServiceErrors: the one
+way to Triton, blocking, one channel per thread. An event loop awaits it through a batcher
+(``search.triton.coalesce``) or a worker thread; recovery and probes are ``search.triton.heal``.
 
-A model can be loaded (READY) yet dead: every model here runs in a Python-backend stub process,
-and when that process dies Triton keeps the model READY and fails each request with INTERNAL
-"Stub process '<instance>' is not healthy". The client turns that into ``ModelUnhealthy``, and
-(``heal``) first reloads the dead step through Triton's model-control API and retries once, so
-a crash costs one slow request instead of a manual `search triton down && search triton up`.
-``probe`` tells such a model apart from a healthy one with a tiny real inference.
+A model can be READY yet dead: when a step's Python-backend stub dies, Triton fails each request
+with "Stub process '<instance>' is not healthy". The client raises ``ModelUnhealthy`` after first
+reloading the step (``heal``) and retrying once; ``probe`` tells such a model from a healthy one.
 
-Triton 2.51 says the same of a stub that merely stalled for over a second (a suspended machine),
-and then hands that step's late answers to the next requests: a step that finds another
-request's outputs in its inputs fails with ``MIXED_UP`` (``search.triton.steps.requests``), and
-the client reloads the ensemble's steps as for a death (docs/reliability.md, "A stalled step").
-Triton passes a step's answer on unchecked, so the client also refuses an answer without one row
-per input row (every model here is batched), and treats it the same way. A late answer of the same
-shape cannot be told from a right one: an answer to a request that was out while a step was found
-dead or stalled, or was being reloaded, is asked for again once the reload is done.
-"""
+Triton 2.51 says the same of a stub that merely stalled (a suspended machine), then hands its late
+answers to later requests: a step that sees another request's outputs fails with ``MIXED_UP``, and
+an answer without one row per input row is refused; both are reloaded as a death
+(docs/reliability.md). A request out while a step was dead, stalled or reloading is asked again."""
 
 from __future__ import annotations
 
@@ -38,8 +30,8 @@ __all__ = ["RESTART_HINT", "START_HINT", "Health", "TritonClient", "text_tensor"
 
 START_HINT = "start it with `search triton up`"
 # tritonclient's own message limits, and gRPC's reconnect backoff cut from 1 s (growing 1.6x per failed
-# try, up to 120 s) to 0.1-1 s: with the default, a client kept failing for 16 s after a local Triton
-# that had been down for 30 s was serving again (its supervisor's restart, `search triton down && up`).
+# try, up to 120 s) to 0.1-1 s: with the default, a client kept failing long after a restarted local
+# Triton was serving again (its supervisor's restart, `search triton down && up`).
 # Not grpc.min_reconnect_backoff_ms: gRPC also takes it as each connection attempt's timeout (20 s),
 # and at 100 ms a loaded machine's connects timed out ("before receiving SETTINGS frame").
 CHANNEL_ARGS = [("grpc.max_send_message_length", grpcclient.MAX_GRPC_MESSAGE_SIZE),

@@ -1,16 +1,10 @@
 """One request for the queries that wait on each other.
 
-Triton's dynamic batcher merges only requests of one shape, and each text query is tokenized to its
-own length. So concurrent queries each ran the model alone and queued behind each other (a
-photo text tower: 1.27 requests per execution under 8 clients). A ``Coalescer`` sends a call at once
-while fewer than ``in_flight`` requests are out. Calls that arrive meanwhile wait, and go out
-together when a request comes back: one model execution for all of them. A lone query pays
-nothing but the hop to a sender thread; under load the request grows with the queue.
-
-Callers in threads (the CLI, the page, in-process searches) call it; callers in an event loop (the
-REST API) await ``acall``. Both wait in the same queue and share requests. The requests go out from
-the coalescer's own threads, on the blocking client: a sender task in the loop would wait for its
-turn behind the loop's other work while the model sat idle."""
+Triton's dynamic batcher merges only requests of one shape, and each text query has its own
+length, so concurrent queries ran the model one by one. A ``Coalescer`` sends at once while fewer
+than ``in_flight`` requests are out; calls arriving meanwhile go out together when one returns.
+Threads call it, event loops await ``acall``, in one queue. Senders are the coalescer's own
+threads: a sender task in the loop would wait behind the loop's other work."""
 
 from __future__ import annotations
 
@@ -47,22 +41,12 @@ class _Call(Generic[T, R]):
 
 
 class Coalescer(Generic[T, R]):
-    """``coalescer(item)`` (from a thread) or ``await coalescer.acall(item)`` (from an event loop)
-    returns ``send([..., item, ...])``'s result for ``item``, from one ``send`` per batch of calls that
-    waited on each other (at most ``max_batch`` items; at most ``in_flight`` requests at once, one per
-    model instance that can run them side by side). A request that fails fails every call in it:
-    meant for items that cannot fail alone (a text query's failures are the server's, not the text's).
-
-    The requests go out from sender threads, one per request in flight, on a blocking ``send``. When a
-    request comes back, its thread sends the calls that waited at once (at 32 clients, HTTP search
-    229 -> 309 requests/s and p99 280 -> 217 ms against a sender task in the loop; docs/api.md, run
-    J3). A loop's caller that gives up is not sent if its request has not gone out yet. Each loop gets
-    its results in one callback per request. A thread with nothing to send for ``idle_s`` ends; the
-    next call starts one again. Whatever ``send`` raises is each of its calls' error: a sender never
-    dies with calls waiting on it. Under load (another request out), a sender first lets its loop
-    callers' loops run what is ready in them, up to ``handover_s``: requests that have just come in
-    reach the coalescer there and join this request rather than the next (at 32 clients over HTTP,
-    5-9 texts per encoder run became 9-11)."""
+    """``coalescer(item)`` or ``await coalescer.acall(item)`` returns ``send([..., item, ...])``'s
+    result for ``item``: one ``send`` per batch of waiting calls (at most ``max_batch`` items,
+    ``in_flight`` requests at once). A failed request fails all its calls, so items must not fail
+    alone. A cancelled caller not yet sent is dropped. Senders end after ``idle_s`` idle. Under
+    load a sender first lets its callers' loops run up to ``handover_s``, so fresh requests join
+    this batch."""
 
     def __init__(self, send: Callable[[list[T]], Sequence[R]], max_batch: int, in_flight: int = 1,
                  idle_s: float = 60.0, handover_s: float = HANDOVER_S) -> None:

@@ -1,10 +1,9 @@
 """Telling a dead model from a live one, and bringing it back: the recovery half of ``TritonClient``
-(``search.triton.client``, whose module docstring says what a stub death and a stall look like).
+(see ``search.triton.client`` for what a stub death and a stall look like).
 
-``Healing`` holds the state and steps between a request that found a step dead, stalled or mixed up
-and its one retry: the reload through Triton's model-control API (``heal``), and the marks that
-tell an answer which may be a late one (``_in_trouble``). ``probe``/``health`` ask a model a tiny
-real question, because Triton keeps a model READY after its process died."""
+``Healing`` holds the state between a request that found a step dead, stalled or mixed up and its
+one retry: the reload (``heal``) and the marks of answers that may be late (``_in_trouble``).
+``probe``/``health`` ask a tiny real question, since Triton keeps a dead model READY."""
 
 from __future__ import annotations
 

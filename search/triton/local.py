@@ -1,13 +1,10 @@
 """Run the real ``tritonserver`` binary shipped in the ``nvidia-pytriton`` wheel, without Docker.
 
-The server is started in its own process group with its own python-backend shared-memory prefix,
-so that stopping it (also after a failed start, when Triton exits but leaves the stubs of models
-it did load running) can kill every process it spawned and remove every ``/dev/shm`` region.
-A small supervisor (``supervise.py``) leads that group and starts Triton again when it exits by
-itself after it was ready, as Triton 2.51 does when the machine pauses mid-request. The wheel's
-files (``wheel.py``), the ports (``ports.py``) and the reading of a failed start's log
-(``startlog.py``) live beside it.
-"""
+The server runs in its own process group with its own python-backend shared-memory prefix, so
+stopping it (even after a failed start that left stubs running) kills everything it spawned and
+removes its ``/dev/shm`` regions. A supervisor (``supervise.py``) leads the group and restarts
+Triton when it exits by itself after being ready. ``wheel.py``, ``ports.py`` and ``startlog.py``
+(a failed start's log) live beside it."""
 
 from __future__ import annotations
 

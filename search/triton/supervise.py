@@ -1,28 +1,16 @@
 """Keep a local Triton running: ``python supervise.py --ready-url URL --shm-prefix P -- tritonserver ...``.
 
-Triton 2.51 aborts (boost lock_exception) when one of its Python-backend steps gives no sign of
-life for a second while requests are in flight: a suspended laptop or a paused VM is enough
-(docs/reliability.md, "A stalled step"). The container deployment restarts it (compose's
-``restart: unless-stopped``); this does the same for the server `search triton up` starts.
+Triton 2.51 aborts when a Python-backend step shows no life for a second with requests in flight
+(a suspended laptop is enough; docs/reliability.md). Compose restarts the container; this does the
+same for `search triton up`. Standard library only; it leads the process group, so `search triton
+down` stops everything. SIGTERM/SIGINT pass on to Triton. When Triton exits by itself after being
+ready, the supervisor cleans up (stubs, shared memory) and restarts it, at most MAX_RESTARTS times
+in WINDOW_S; one that never got ready is not restarted, its exit status becomes the supervisor's.
 
-Run by path with the standard library alone (the server's environment has no PYTHONPATH). It is
-the process group's leader, so `search triton down` stops it and everything it started. On SIGTERM
-or SIGINT it passes the signal on to Triton and exits with it. When Triton exits by itself after
-it was ready, the supervisor removes what the dead server left (stubs, shared memory) and starts
-it again with the same command, at most MAX_RESTARTS times in WINDOW_S; a server that never got
-ready is not restarted (a model that cannot load would only fail again), and its exit status
-becomes the supervisor's.
-
-A load that hangs is the exception: Triton waits without limit for a live Python-backend process
-to answer its first message (one that dies is noticed), so a process that hangs there, before or
-after it becomes the stub, holds the start for ever. When a model's processes were idle (under 1 %
-of a core) for ``--hung-after`` seconds while it loads, the supervisor says which and starts Triton
-again (within the same restart budget); a load that hangs on every try ends the supervisor with an
-error.
-
-While Triton serves, the supervisor also stops the stubs it let go of: after a stalled step's
-reload, the old stub sometimes lives on, idle, with its model's memory (``Replaced``).
-"""
+Triton waits for ever on a hung Python-backend process during a load: when a loading model's
+processes stay idle (under IDLE_CPU) for ``--hung-after`` seconds, the supervisor names it and
+restarts Triton (same budget); a load hanging every try ends it with an error. It also stops
+stubs left idle after a stalled step's reload (``Replaced``)."""
 
 from __future__ import annotations
 
@@ -78,8 +66,8 @@ def clean(shm_prefix: str) -> None:
 
 class Idleness:
     """Since when each process has been idle: under IDLE_CPU of a core since then (plus a clock
-    tick). Not "no CPU at all": a stub's health thread wakes a few times a second, about one tick
-    (10 ms) in 10-60 s, waiting or not."""
+    tick). Not "no CPU at all": a stub's health thread wakes a few times a second, now and then
+    costing a tick, waiting or not."""
 
     def __init__(self) -> None:
         self.marks: dict[int, tuple[int, float]] = {}  # pid -> (CPU ticks, since when)

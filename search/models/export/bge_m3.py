@@ -1,15 +1,10 @@
-"""BGE-M3 to ONNX: the XLM-RoBERTa encoder with its two heads as one graph (dense, sparse token
-weights, ColBERT vectors), plus the tokenizer and the special tokens the Python steps read.
+"""BGE-M3 to ONNX: the XLM-RoBERTa encoder with its dense, sparse and ColBERT heads as one graph,
+plus the tokenizer and special tokens the Python steps read.
 
-Weights are a BGE-M3 folder as FlagEmbedding reads it (a Hugging Face XLM-RoBERTa model with its
-tokenizer, plus ``sparse_linear.pt`` and ``colbert_linear.pt`` next to it) or the hub id
-``BAAI/bge-m3``; the graph computes what ``search.models.bge_m3`` describes.
-
-Two graphs: ``model.onnx`` as exported (checked against PyTorch; the GPU config serves it) and
-``model.cpu.onnx`` (config.pbtxt serves it): onnxruntime's BERT fusions, checked against the
-exported graph (int8 only behind ``--allow-unmeasured-int8``: no real BGE-M3 weights were
-available to measure its quality).
-"""
+Weights: a BGE-M3 folder as FlagEmbedding reads it (with ``sparse_linear.pt`` and
+``colbert_linear.pt``) or the hub id ``BAAI/bge-m3``; semantics as ``search.models.bge_m3``.
+``model.onnx`` is as exported (GPU config); ``model.cpu.onnx`` adds BERT fusions (config.pbtxt).
+int8 only with ``--allow-unmeasured-int8``: no real weights to measure it on."""
 
 from __future__ import annotations
 

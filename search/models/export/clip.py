@@ -1,19 +1,12 @@
 """CLIP to ONNX: the image and text towers (projection + L2 norm in the graph), plus the image
-preprocessing and the tokenizer the Python steps read. The weights are loaded by
-``search.models.export.clip_weights`` (transformers or open_clip); either way the served models are
-the same six.
+preprocessing and tokenizer the Python steps read; weights via
+``search.models.export.clip_weights`` (transformers or open_clip).
 
-Each tower is written twice: ``model.onnx`` as exported (checked against PyTorch; the GPU configs
-serve it) and ``model.cpu.onnx`` (config.pbtxt serves it): the fastest on this machine of the
-exported graph, onnxruntime's CLIP fusions and, for transformers' text tower, the packed graph
-(real tokens only, ``search.models.export.packed``), each checked against the exported graph
-(int8 only behind ``--allow-unmeasured-int8``: no real CLIP weights were available to measure its
-quality). The text tower takes any length up to the context: CLIP's
-text transformer is causal and pools at the end token, so a text padded only to the longest of
-its batch gives the vector of the same text padded to 77 (checked here on every build, recorded
-as ``variable_length`` in text.json; where the check fails the tokenizer step pads to the context
-length as before).
-"""
+Each tower: ``model.onnx`` as exported (GPU configs) and ``model.cpu.onnx`` (config.pbtxt), the
+fastest here of exported, fused and (transformers' text tower) packed graphs (int8 only with
+``--allow-unmeasured-int8``). The text tower takes any length up to the context: it is causal and
+pools at the end token, so padding to the batch's longest equals padding to 77 (checked per build
+as ``variable_length`` in text.json; else the tokenizer pads to the context)."""
 
 from __future__ import annotations
 

@@ -165,23 +165,14 @@ def cpu_graph(exported: Path, fusion: Fusion | None, checks: list[dict], family:
     """Write ``model.cpu.onnx`` beside ``exported``, the graph the CPU configs serve, and return
     what the manifest records about it.
 
-    1. Candidates: the exported graph; onnxruntime's transformer optimizer (Attention,
-       SkipLayerNormalization, BiasGelu / QuickGelu, EmbedLayerNormalization, ...) on it, where
-       ``fusion`` says how; and the packed graph that ``pack(path)`` exports, where the family
-       has one (the same model run on its real tokens only, ``search.models.export.packed``). On ``checks`` (input batches, name
-       -> numpy array) each must give the exported graph's outputs (cosine per row >= 0.9999),
-       else this raises and nothing is replaced.
-    2. Choice: the graphs are timed on ``timing`` (default: ``checks``; batches padded as the
-       server pads them), one thread, CPU time, best of several alternating rounds (robust to
-       other load on the machine); the fastest is served when it is at least MIN_GAIN faster than
-       the exported one. onnxruntime applies its own fusions to any graph at load time, and on
-       some CPUs its core kernels beat the contrib ops the optimizer introduces, so the fused
-       graph is not always the faster one. The build machine decides.
-    3. ``precision`` "int8": dynamic int8 quantization of the chosen graph's MatMul / Attention
-       weights (per channel). Quantizing one graph or another gives slightly different vectors
-       (a few thousandths of cosine apart on the check inputs), so a quantized graph below INT8_MIN_COSINE there (what `search models
-       verify` holds int8 to) gives way to the next-fastest candidate's. Its quality is measured
-       on real weights by a quality script (``Family.int8_quality``)."""
+    1. Candidates: the exported graph, onnxruntime's transformer-optimized one (where ``fusion``
+       says how) and the packed one ``pack(path)`` exports. Each must match the exported graph's
+       outputs on ``checks`` (MIN_COSINE per row), else this raises and nothing is replaced.
+    2. Choice: timed on ``timing`` (default ``checks``), one thread, best of alternating rounds;
+       the fastest is served if at least MIN_GAIN faster. Fused is not always faster (on some CPUs
+       core kernels beat the contrib ops), so the build machine decides.
+    3. ``precision`` "int8": dynamic quantization of the chosen graph; one below INT8_MIN_COSINE
+       on the checks gives way to the next-fastest candidate's."""
     import numpy as np  # noqa: PLC0415
 
     if precision not in ("fp32", "int8"):
@@ -213,7 +204,7 @@ def cpu_graph(exported: Path, fusion: Fusion | None, checks: list[dict], family:
                 record[f"{kind}_vs_exported_min_cosine"] = round(cos, 7)
         served, ms = "exported", {}
         if len(candidates) > 1:
-            # 3 rounds: one graph's rounds vary by ~5 %, and 5 rounds moved the measured gain by about 1 %.
+            # 3 rounds: enough to steady a graph's best time; more rounds barely moved the measured gain.
             ms = time_graphs(candidates, timing or checks, rounds=2 if big else 3)
             if (load := busy_load()) is not None:
                 record["timed_under_load"] = load
@@ -283,8 +274,7 @@ def time_graphs(graphs: dict[str, Path], feeds: list[dict], rounds: int = 3) -> 
 
 def busy_load() -> float | None:
     """The 1-minute load average when it is over the machine's CPU count, else None. CPU time does not
-    shield the timing from everything else that runs: a packed graph timed at 0.99x the exported one
-    beside a two-thread xz job, and at 1.11-1.36x on the same machine quiet (docs/benchmarks.md, I3)."""
+    shield the timing from other work on the machine: under load a faster graph can time as no faster."""
     load = os.getloadavg()[0]
     return round(load, 2) if load > (os.cpu_count() or 1) else None
 

@@ -1,28 +1,21 @@
 """OFA visual entailment (``search.models.ofa``) to ONNX, plus the BPE tokenizer and the
 pre-processing settings the Python steps read.
 
-Weights are a ModelScope OFA visual-entailment checkpoint folder (``config.json``,
-``pytorch_model.bin``, ``configuration.json``, ``vocab.json``, ``merges.txt``), e.g.
-``iic/ofa_visual-entailment_snli-ve_large_en`` fetched with ``modelscope download`` on a connected
-machine. The export runs modelscope's own OFA modeling code, vendored in ``search.models.ofa_arch``
-(modelscope itself needs fairseq, which does not import here), with torch + transformers only.
+Weights: a ModelScope OFA visual-entailment checkpoint folder (e.g.
+``iic/ofa_visual-entailment_snli-ve_large_en``), exported with modelscope's OFA code vendored in
+``search.models.ofa_arch`` (modelscope itself needs fairseq), torch + transformers only.
 
-The semantics are modelscope 1.40.2's (``preprocessors/ofa/visual_entailment.py``, ``base.py``,
-``OfaForAllTasks._traverse_inference``), which are OFA's SNLI-VE evaluation rule:
-- image: EXIF orientation, ``convert("RGB")``, bicubic resize to S×S (no crop), /255, (x - mean) / std;
-- text: ``pre_caption`` (lower case, strip leading punctuation, ``-`` and ``/`` to spaces, words cut
-  at ``max_src_length``), the prompt `` does the image describe " H "?`` (with a premise
-  `` can image and text1 " P " imply text2 " H "?``), BART byte-level BPE cut at ``max_src_length``
-  tokens, ``<s>`` + ids + ``</s>``;
-- decoder prompt: ``<s>`` (prompt_type "none") or the source without ``</s>`` ("prev_output");
-- answers " no" / " yes" / " maybe" (single tokens) = contradiction / entailment / neutral. With
-  single-token answers the constrained trie scoring reduces to one decoder step: the probabilities
-  are the softmax of the three answer logits at the prompt's last position.
+Semantics: modelscope 1.40.2's, i.e. OFA's SNLI-VE evaluation rule:
+- image: EXIF orientation, RGB, bicubic resize to S×S (no crop), /255, (x - mean) / std;
+- text: ``pre_caption``, the prompt `` does the image describe " H "?`` (with a premise
+  `` can image and text1 " P " imply text2 " H "?``), BART BPE cut at ``max_src_length``,
+  ``<s>`` + ids + ``</s>``;
+- decoder prompt: ``<s>`` ("none") or the source without ``</s>`` ("prev_output");
+- answers " no" / " yes" / " maybe" are single tokens, so scoring is the softmax of their three
+  logits after one decoder step.
 
-The served ONNX graph is the encoder plus that one decoder step (answer logits out), so no tensor
-whose width depends on the model size (the encoder states) crosses a Triton step boundary: the
-committed configs fit OFA-tiny, -base and -large alike; only the image size (480) is declared.
-"""
+The graph is the encoder plus that step, so no model-size-dependent tensor crosses a Triton step:
+the configs fit OFA-tiny, -base and -large; only the image size (480) is declared."""
 
 from __future__ import annotations
 

@@ -1,21 +1,15 @@
 """Encoders run on their real tokens only, for the CPU graphs.
 
-A request of texts is one [batch, width] tensor padded to its longest text: 32 STS-B sentences
-carry 1.6 padded tokens per real one, 8 short photo queries ~1.5. The padded encoder computes
-every layer's projections and feed-forward for the padding too; these gather the real tokens into
-one [tokens, hidden] matrix for everything that works token by token (Q/K/V, the attention
-output, the feed-forward, the LayerNorms) and scatter them back to [batch, width] only for the
-attention product, where the mask already gives the padding a weight of exactly 0. Same weights,
-same ops per real token: the outputs equal the padded encoder's within float rounding (the build
-checks cosine >= 0.9999). Standard ONNX ops only (NonZero, CumSum, Gather), so any onnxruntime
-runs them; the GPU configs keep the padded graph, where padding is cheap and TensorRT fuses
-attention.
+A request is one [batch, width] tensor padded to its longest text, and a padded encoder computes
+projections and feed-forward for the padding too. These gather the real tokens into one [tokens,
+hidden] matrix for all token-wise work and scatter back to [batch, width] only for the attention
+product, where the mask already zeroes padding. Outputs equal the padded encoder's within rounding
+(the build checks). Standard ONNX ops only; the GPU configs keep the padded graph (TensorRT fuses
+attention).
 
 - ``PackedEncoder``: a BERT-style encoder, post-LayerNorm, all tokens out.
-- ``PackedCausalText``: a dual encoder's text tower (transformers), pre-LayerNorm and causal, pooled at the
-  end token: a real token sees nothing after it, so padding never reaches it, and only the
-  pooled token needs the last layer's query, output and feed-forward.
-"""
+- ``PackedCausalText``: a dual encoder's causal, pre-LayerNorm text tower (transformers), pooled at
+  the end token, so only that token needs the last layer's query, output and feed-forward."""
 
 from __future__ import annotations
 

@@ -1,12 +1,9 @@
 """`search models build` for PP-OCR: PaddleOCR's ONNX models into the repository, as they are.
 
-"package" takes the PP-OCRv4 models the rapidocr-onnxruntime wheel ships (offline); a folder takes
-other PaddleOCR ONNX models (a detector, a direction classifier and a recogniser whose names contain
-det, cls and rec), with the recogniser's dictionary in its ONNX metadata ("character") or a *.txt
-beside it, and optionally RapidOCR's config.yaml for other thresholds. Nothing is re-exported: the
-graphs are copied with their input and output renamed x and y (the names the configs declare), so
-the served weights are the published ones byte for byte.
-"""
+"package" takes the PP-OCRv4 models of the rapidocr-onnxruntime wheel (offline); a folder takes
+other PaddleOCR ONNX models (names containing det, cls, rec), the dictionary in the recogniser's
+metadata ("character") or a *.txt beside it, optionally RapidOCR's config.yaml. Graphs are copied
+with input and output renamed x and y, so the weights are the published ones byte for byte."""
 
 from __future__ import annotations
 

@@ -1,15 +1,11 @@
-"""Image steps' shared code: encoded image bytes -> an RGB picture -> normalised pixels. Every
-image step decodes with these, so they cannot drift apart.
+"""Image steps' shared code: encoded image bytes -> an RGB picture -> normalised pixels. Every image
+step decodes with these, so they cannot drift apart.
 
-Pure functions (``load_image``, ``to_rgb``, ``pixels``) so the tests compare them with the reference
-processors without a server. They follow the references exactly (Pillow decode, first frame of
-animations, transparency composited onto white, palette, CMYK and greyscale through Pillow's
-``convert("RGB")``, shortest side resized with the recorded filter, center crop, rescale, normalise;
-everything from the step's preprocess.json) except in two places where the reference processors
-go wrong on real files:
-- EXIF orientation is applied: the references ignore it and embed a phone photo lying on its side;
-- 16-bit greyscale is scaled to 8 bits: ``convert("RGB")`` clips it at 255, a white picture.
-"""
+Pure functions (``load_image``, ``to_rgb``, ``pixels``), tested against the reference processors
+without a server. They follow the references exactly (settings from the step's preprocess.json)
+except where those go wrong on real files:
+- EXIF orientation is applied (the references embed a phone photo lying on its side);
+- 16-bit greyscale is scaled to 8 bits (``convert("RGB")`` clips it to white)."""
 
 from __future__ import annotations
 

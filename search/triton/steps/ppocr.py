@@ -1,20 +1,16 @@
 """OCR pre/post-processing around three served ONNX models (PP-OCRv4 detector, direction classifier,
 recogniser): encoded image bytes -> text lines with boxes and scores.
 
-It follows RapidOCR 1.4.4's in-process pipeline (``RapidOCR()(image_bytes)`` with its default
-config.yaml) step by step, with the same libraries (Pillow, cv2, pyclipper, shapely) and the same
-numpy dtypes, so the lines, boxes and scores come out identical. That includes RapidOCR's quirks,
-kept on purpose so results do not change when the model moves to Triton:
-- no EXIF orientation; palette ("P") images go through as their palette indices, read as grey;
-- RGBA (and CMYK, read as RGBA): fully transparent pixels black, the others unblended, then the whole
-  image inverted unless it is all black (then 255 - alpha is added: transparent becomes white);
-- a max-side resize that rounds the short side to 0 (about 125:1) is an error (here BadImage).
-Differences, only where RapidOCR would run out of memory or time: the size is read from the header and
-checked against ``max_pixels`` before decoding; a detector input over ``max_det_pixels`` is refused (a
-thin tall image is scaled up so its short side is 736: 1×2000 pixels would make a 736×1380000 input);
-at most ``max_lines`` boxes are recognised, the first in reading order (the default never binds: the
-detector keeps at most ``max_candidates`` = 1000).
-"""
+It follows RapidOCR 1.4.4's in-process pipeline (default config.yaml) step by step, with the same
+libraries and dtypes, so results are identical, quirks kept on purpose:
+- no EXIF orientation; palette images read as grey indices;
+- RGBA (and CMYK): transparent pixels black, the others unblended, then the image inverted unless
+  all black (then 255 - alpha is added);
+- a max-side resize rounding the short side to 0 is an error (BadImage).
+Differences only where RapidOCR would run out of memory or time: the header size is checked
+against ``max_pixels`` before decoding; a detector input over ``max_det_pixels`` is refused (thin
+tall images are scaled up to a short side of 736); at most ``max_lines`` boxes are recognised, in
+reading order."""
 
 from __future__ import annotations
 

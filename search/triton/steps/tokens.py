@@ -1,11 +1,9 @@
 """Tokenizing for the text steps (and the exports, which must tokenize as the server does):
 truncate with the model's own fast tokenizer, then pad in numpy.
 
-Padding within a dynamic batch: every text of one request gets one width (the request's tensor is
-one array), and requests of similar lengths share a width so that the encoder's dynamic batcher
-runs them together. Requests of very different lengths do not: padding a 10-token query to a
-500-token passage that happens to share its dynamic batch costs more on a CPU than running the
-two apart (``widths``)."""
+Every text of one request gets one width (one array), and requests of similar lengths share a
+width so the dynamic batcher runs them together. Very different lengths do not (``widths``):
+padding a short query to a long passage costs more on a CPU than running them apart."""
 
 from __future__ import annotations
 

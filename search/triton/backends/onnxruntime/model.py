@@ -1,16 +1,13 @@
 """Local stand-in for Triton's C++ onnxruntime backend, as a Python-based backend.
 
-The nvidia-pytriton wheel ships no ``libtriton_onnxruntime.so``; Triton then looks for
-``<backend-directory>/onnxruntime/model.py``, so models with ``platform: "onnxruntime_onnx"``
-load unchanged here and in the official container (which uses the real C++ backend).
+The nvidia-pytriton wheel ships no ``libtriton_onnxruntime.so``; Triton then loads
+``<backend-directory>/onnxruntime/model.py``, so ``platform: "onnxruntime_onnx"`` models load
+unchanged here and in the official container (real backend).
 
-Like the real backend it never pads: the requests the dynamic batcher hands over are grouped by
-identical input shapes, each group concatenated along the batch axis, run once and split back
-(``search.triton.steps``, the Python steps' shared code). It reads the session settings the real
-backend reads from config.pbtxt (its README's "Model Config Options"): ``parameters``
-intra_op_thread_count, inter_op_thread_count, execution_mode, enable_mem_arena, enable_mem_pattern
-and ``optimization { graph { level } }``.
-"""
+Like the real backend it never pads: requests are grouped by identical input shapes, each group
+run once along the batch axis and split back. It reads the real backend's session settings from
+config.pbtxt: ``parameters`` intra_op_thread_count, inter_op_thread_count, execution_mode,
+enable_mem_arena, enable_mem_pattern and ``optimization { graph { level } }``."""
 
 import json
 
