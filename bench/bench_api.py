@@ -55,7 +55,7 @@ import numpy as np  # noqa: E402
 import tritonclient.grpc as grpcclient  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from bench.common import fmt_load, machine_line  # noqa: E402
+from bench.common import fmt_load, keyed, load, machine_line, record, slug  # noqa: E402
 from bench.timing import cpu_list, cpu_seconds, machine_ticks, session_cpu, steal_pct  # noqa: E402
 from search.api import create_app  # noqa: E402
 from search.config import PROJECT_ROOT, Settings  # noqa: E402
@@ -298,6 +298,7 @@ def main() -> None:
     ap.add_argument("--what", nargs="+", choices=list(WORKLOADS), default=list(WORKLOADS),
                     help="the workloads: document search (MiniLM, top_k 5) and /v1/embeddings (MiniLM, one text)")
     args = ap.parse_args()
+    load_before = load()
     if args.load_cpus and args.client != "wrk":
         sys.exit("--load-cpus places wrk: it needs --client wrk")
     if args.server_cpus:
@@ -371,8 +372,10 @@ def main() -> None:
                       f"CPU per request {http['cpu_ms_per_request'] - local['cpu_ms_per_request']:+.2f} ms; "
                       f"round by round {ratios} (median {statistics.median(ratios):.2f}x)")
                 results.setdefault("round_ratios", {})[f"{what}, {c}, {label}"] = ratios
+                results.setdefault("ratio", {})[slug(f"{what} {c} {label}")] = round(statistics.median(ratios), 3)
     if args.json:
         args.json.write_text(json.dumps(results, indent=2))
+    record("bench_api", {**results, "rows": keyed(rows, "path", "clients")}, load_before=load_before, quick=args.quick)
 
 
 if __name__ == "__main__":

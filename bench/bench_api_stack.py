@@ -38,6 +38,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from fastapi import Depends, Request  # noqa: E402
 from fastapi.responses import JSONResponse  # noqa: E402
 
+from bench.common import load, record, slug  # noqa: E402
 from search.api import backend as api_backend  # noqa: E402
 from search.api import create_app  # noqa: E402
 from search.api.deps import get_backend  # noqa: E402
@@ -171,12 +172,19 @@ def main() -> None:
     ap.add_argument("--hits", type=int, default=0, help="passages in every search answer [default: none]")
     ap.add_argument("--concurrency", type=int, default=1, help="requests in flight at a time [default: 1]")
     ap.add_argument("--reps", type=int, default=1, help="repetitions of each row; the fastest is reported [default: 1]")
+    ap.add_argument("--no-record", action="store_true", help="do not append the run to bench/results (the tests' runs)")
     args = ap.parse_args()
+    load_before = load()
     with tempfile.TemporaryDirectory(prefix="bench-stack-") as tmp:
-        run(Settings(data_dir=Path(tmp), qdrant_url=None, api_key=None), args.n, args.hits, args.concurrency, args.reps)
+        rows = run(Settings(data_dir=Path(tmp), qdrant_url=None, api_key=None), args.n, args.hits, args.concurrency, args.reps)
+    if args.no_record:
+        return
+    record("bench_api_stack", {"requests_per_row": args.n, "hits": args.hits, "concurrency": args.concurrency,
+                               "reps": args.reps, "routes": {slug(path): {"cpu_us": round(cpu, 1), "wall_us": round(wall, 1)}
+                                                             for path, cpu, wall in rows}}, load_before=load_before)
 
 
-def run(settings: Settings, n: int, hits: int = 0, concurrency: int = 1, reps: int = 1) -> None:
+def run(settings: Settings, n: int, hits: int = 0, concurrency: int = 1, reps: int = 1) -> list[tuple[str, float, float]]:
     configure_logging(settings.log_format, settings.log_level)  # applies the config itself
     sink = open(os.devnull, "w")  # the log lines are formatted and written, to nowhere
     for handler in logging.getLogger().handlers + logging.getLogger("search.api.access").handlers:
@@ -190,6 +198,7 @@ def run(settings: Settings, n: int, hits: int = 0, concurrency: int = 1, reps: i
     print(f"{f'route (ASGI app called directly, {how}; {hits} hits per search)':62} {'CPU us':>7} {'wall us':>8}")
     for path, cpu, wall in rows:
         print(f"{path:62} {cpu:7.0f} {wall:8.0f}")
+    return rows
 
 
 if __name__ == "__main__":

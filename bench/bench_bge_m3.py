@@ -48,7 +48,7 @@ choose_openblas_kernels()  # before numpy loads, as the command lines do
 
 import numpy as np  # noqa: E402
 
-from bench.common import machine_line, save_random_bge_m3  # noqa: E402
+from bench.common import keyed, load, machine_line, record, save_random_bge_m3  # noqa: E402
 from bench.timing import take_turns  # noqa: E402
 from search.config import PROJECT_ROOT, Settings  # noqa: E402
 from search.models import BGEM3, MiniLM, bge_m3  # noqa: E402
@@ -347,6 +347,7 @@ def main() -> None:
     ap.add_argument("--no-throughput", action="store_true", help="skip the tokens/s part")
     ap.add_argument("--json", type=Path, help="also write the results here")
     args = ap.parse_args()
+    load_before = load()
     layers = args.layers or (2 if args.quick else 24)
     plan = PLAN_QUICK if args.quick else PLAN
     wall = time.perf_counter()
@@ -375,6 +376,7 @@ def main() -> None:
     report(res)
     if args.json:
         args.json.write_text(json.dumps(res, indent=2, default=str))
+    record("bench_bge_m3", {**res, "throughput": keyed(res["throughput"], "tokens")}, load_before=load_before, quick=args.quick)
 
 
 if __name__ == "__main__":

@@ -28,7 +28,7 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from bench.common import machine_line  # noqa: E402
+from bench.common import keyed, load, machine_line, record  # noqa: E402
 from search.config import PROJECT_ROOT  # noqa: E402
 from search.models import MiniLM, built_triton_models  # noqa: E402
 from search.owner import find  # noqa: E402
@@ -70,6 +70,7 @@ def main() -> None:
     ap.add_argument("--repo", type=Path, default=PROJECT_ROOT / "triton_repo")
     ap.add_argument("--json", type=Path)
     args = ap.parse_args()
+    load_before = load()
     if not MiniLM().is_built(args.repo):
         raise SystemExit("build MiniLM first: search models build")
 
@@ -140,6 +141,7 @@ def main() -> None:
     if args.json:
         args.json.write_text(json.dumps(results, indent=2))
     shutil.rmtree(tmp, ignore_errors=True)
+    record("bench_cli", {**results, "invocations": args.n, "rows": keyed(rows, "command")}, load_before=load_before)
 
 
 if __name__ == "__main__":

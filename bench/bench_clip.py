@@ -52,7 +52,8 @@ import numpy as np  # noqa: E402
 from PIL import Image  # noqa: E402
 from qdrant_client import models  # noqa: E402
 
-from bench.common import fmt_load, machine_line, payload, pid, sample, save_vit_b32, serve  # noqa: E402
+from bench.common import fmt_load, keyed, machine_line, payload, pid, record, sample, save_vit_b32, serve  # noqa: E402
+from bench.common import load as load_average  # noqa: E402  (load() here is the line printed)
 from bench.timing import busy_cores, machine_ticks, process_tree_cpu, take_turns, timed  # noqa: E402
 from indexer.service import IngestService  # noqa: E402
 from search.config import PROJECT_ROOT, Settings  # noqa: E402
@@ -332,6 +333,7 @@ def main() -> None:
     ap.add_argument("--ingest-rounds", type=int, default=3, help="ingest rounds, taking turns with the raw encoder (medians)")
     ap.add_argument("--model-dir", type=Path, help="keep the random ViT-B/32 CLIP here and reuse it (saves ~1 min)")
     args = ap.parse_args()
+    load_before = load_average()
     n_images = 80 if args.quick else 200
     sizes = [10_000] if args.quick else [10_000, 100_000]
     per_client = 8 if args.quick else 25
@@ -372,6 +374,8 @@ def main() -> None:
     print(f"machine: {results['machine']}; {load()} at the end")
     if args.json:
         args.json.write_text(json.dumps(results, indent=2))
+    record("bench_clip", {**results, "latency": keyed(results.get("latency", []), "text_path", "stored", "clients")},
+           load_before=load_before, quick=args.quick)
 
 
 if __name__ == "__main__":

@@ -16,10 +16,16 @@ image has, so it answers whether the shorter batches matter on a GPU at all.
 
 from __future__ import annotations
 
+import argparse
+import sys
 import time
+from pathlib import Path
 
 import torch
 from transformers import CLIPTextConfig, CLIPTextModel
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from bench.common import load, record  # noqa: E402  (the standard library only: the GPU image has it)
 
 CONTEXT = 77
 BOS, EOS = 49406, 49407
@@ -51,6 +57,8 @@ def timed(model, ids: torch.Tensor, reps: int) -> tuple[float, torch.Tensor]:
 
 
 def main() -> None:
+    argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter).parse_args()
+    load_before = load()
     device = "cuda" if torch.cuda.is_available() else "cpu"
     reps = 50 if device == "cuda" else 3
     torch.manual_seed(0)
@@ -63,6 +71,7 @@ def main() -> None:
     print("| dtype | batch | tokens (own) | 77 tokens ms | own length ms | 77 / own | max abs diff, pooled |")
     print("| --- | ---: | ---: | ---: | ---: | ---: | ---: |")
     gen = torch.Generator().manual_seed(1)
+    figures: dict = {"device": name, "torch": torch.__version__, "reps": reps, "rows": {}}
     for dtype in (torch.float32, torch.float16) if device == "cuda" else (torch.float32,):
         model = CLIPTextModel(config).eval()
         model.load_state_dict(base.state_dict())
@@ -75,6 +84,10 @@ def main() -> None:
             diff = (full - short).abs().max().item()
             print(f"| {str(dtype).removeprefix('torch.')} | {n} | {own} | {full_ms:.2f} | {short_ms:.2f} | "
                   f"{full_ms / short_ms:.2f}x | {diff:.1e} |")
+            figures["rows"][f"{str(dtype).removeprefix('torch.')}_batch{n}_{low}_{high}_tokens"] = {
+                "own_tokens": own, "padded_77_ms": round(full_ms, 3), "own_length_ms": round(short_ms, 3),
+                "ratio": round(full_ms / short_ms, 3), "max_abs_diff": diff}
+    record("bench_clip_text_length", figures, load_before=load_before)
 
 
 if __name__ == "__main__":

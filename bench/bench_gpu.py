@@ -44,6 +44,7 @@ import numpy as np  # noqa: E402
 from PIL import Image  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from bench.common import keyed, load, record  # noqa: E402
 from search.config import PROJECT_ROOT  # noqa: E402
 from search.models import bge_m3, clip, golden, minilm, ppocr  # noqa: E402
 from search.triton.client import TritonClient  # noqa: E402
@@ -220,13 +221,16 @@ def main() -> None:
                     "in-process at 77 tokens vs its own length")
     ap.add_argument("--text-only", action="store_true", help="only the in-process text graph (no server needed)")
     args = ap.parse_args()
+    load_before = load()
     if args.quick:
         args.seconds, args.concurrency = 2.0, "1,8"
     concurrency = [int(c) for c in args.concurrency.split(",")]
     if args.text_only:
         if not args.text_repo:
             ap.error("--text-only needs --text-repo")
-        report_text_tower(text_tower(args.text_repo, args.batch))
+        tower = text_tower(args.text_repo, args.batch)
+        report_text_tower(tower)
+        record("bench_gpu", {"machine": machine(args.machine), "text_tower": tower}, load_before=load_before)
         return
     if not args.url:
         ap.error("--url is required (or --text-only with --text-repo)")
@@ -263,6 +267,8 @@ def main() -> None:
     report(results)
     if args.json:
         Path(args.json).write_text(json.dumps(results, indent=2))
+    record("bench_gpu", {**results, "rows": keyed(results["rows"], "server", "workload", "clients")},
+           load_before=load_before, quick=args.quick)
 
 
 def report(results: dict) -> None:

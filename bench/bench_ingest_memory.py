@@ -59,7 +59,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
 
 
-from bench.common import machine_line  # noqa: E402
+from bench.common import load, machine_line, record  # noqa: E402
 from search.models import MiniLM, built_triton_models  # noqa: E402
 from search.triton.local import LocalTriton  # noqa: E402
 
@@ -256,7 +256,7 @@ def ray_worker(env: dict[str, str], docs: Path, work: Path, slice_units: int, mo
     return {**json.loads(out.strip().splitlines()[-1]), "peak_rss_mb": peak[0] // 1024, "peak_anon_mb": peak[1] // 1024}
 
 
-def worker_main(args, repo: Path, work: Path, docs: Path) -> None:
+def worker_main(args, repo: Path, work: Path, docs: Path) -> dict:
     res: dict = {"machine": machine_line(), "words": args.words, "bytes": (docs / "long.txt").stat().st_size}
     from indexer.distributed import UNITS_PER_EMBED_SLICE  # noqa: PLC0415  (the default, printed)
 
@@ -273,6 +273,7 @@ def worker_main(args, repo: Path, work: Path, docs: Path) -> None:
     print(f"anonymous peak, sliced / whole file: {res['sliced']['peak_anon_mb'] / res['whole file']['peak_anon_mb']:.2f}x")
     if args.json:
         args.json.write_text(json.dumps(res, indent=2))
+    return res
 
 
 def main() -> None:
@@ -284,6 +285,7 @@ def main() -> None:
                          "or one that sends the vectors to the driver (the embedded store)")
     ap.add_argument("--json", type=Path, help="write the results here too")
     args = ap.parse_args()
+    load_before = load()
     if args.ray_worker and args.memory_limit:
         ap.error("--memory-limit applies to `indexer ingest`, not to --ray-worker")
     if not Path("/usr/bin/time").exists():
@@ -293,8 +295,11 @@ def main() -> None:
     cgroup = memory_cgroup(args.memory_limit) if args.memory_limit else None
     try:
         docs = document(work / "docs", args.words)
-        if args.ray_worker:
-            return worker_main(args, repo, work, docs)
+        if args.ray_worker:  # the figures under ray_worker_writes or ray_worker_sends: two measures, not one
+            got = worker_main(args, repo, work, docs)
+            runs = {label: got.pop(label) for label in ("whole file", "sliced")}
+            record("bench_ingest_memory", {**got, f"ray_worker_{args.ray_worker}": runs}, load_before=load_before)
+            return
         res: dict = {"machine": machine_line(), "words": args.words, "bytes": (docs / "long.txt").stat().st_size,
                      "memory_limit_mb": args.memory_limit}
         res["ingest"] = ingest(repo, docs, work, cgroup)
@@ -316,6 +321,7 @@ def main() -> None:
     print(f"ingest / store alone: {res['ratio']}x")
     if args.json:
         args.json.write_text(json.dumps(res, indent=2))
+    record("bench_ingest_memory", res, load_before=load_before)
 
 
 if __name__ == "__main__":

@@ -47,7 +47,7 @@ choose_openblas_kernels()  # before numpy loads, as the command lines do
 
 import numpy as np  # noqa: E402
 
-from bench.common import fmt_load, machine_line, serve  # noqa: E402
+from bench.common import fmt_load, keyed, load, machine_line, record, serve  # noqa: E402
 from bench.timing import measure, paired, stats_delta, triton_stats  # noqa: E402
 from indexer.service import IngestService  # noqa: E402
 from search.config import PROJECT_ROOT, Settings  # noqa: E402
@@ -127,6 +127,7 @@ def main() -> None:
     ap.add_argument("--no-ingest", action="store_true", help="skip the ingest measurement")
     ap.add_argument("--rounds", type=int, default=3, help="rounds of every path (median reported)")
     args = ap.parse_args()
+    load_before = load()
     settings = Settings()
     repo = settings.triton_repo
     if not MiniLM().is_built(repo) or MiniLM().precision(repo) != "fp32":
@@ -203,9 +204,12 @@ def main() -> None:
             server.stop()
         shutil.rmtree(tmp, ignore_errors=True)
     results["load_end"] = os.getloadavg()
+    results["paired_ratios"] = {k: round(v, 3) for k, v in paired_ratios(results).items()}
     report(results)
     if args.json:
         args.json.write_text(json.dumps(results, indent=2))
+    record("bench_minilm", {**results, "rows": keyed(results["rows"], "path", "per_request", "clients")},
+           load_before=load_before, quick=args.quick)
 
 
 def measure_ingest(settings: Settings, url: str, quick: bool, ort_embed) -> dict:

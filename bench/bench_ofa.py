@@ -38,7 +38,7 @@ choose_openblas_kernels()  # before numpy loads, as the command lines do
 
 import numpy as np  # noqa: E402
 
-from bench.common import machine_line  # noqa: E402
+from bench.common import load, machine_line, record  # noqa: E402
 from indexer.service import IngestService  # noqa: E402
 from search.config import PROJECT_ROOT, Settings  # noqa: E402
 from search.models import CLIP, ofa  # noqa: E402
@@ -90,6 +90,7 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--quick", action="store_true", help="fewer rounds (a smoke run)")
     args = ap.parse_args()
+    load_before = load()
     rounds, queries = (2, 1) if args.quick else (6, 3)
     import tiny_clip
     import tiny_ofa
@@ -177,6 +178,7 @@ def main() -> None:
           f"{res['search_top20_verify_median_s']:.2f} s -> added {added:.2f} s ({added / 20 * 1000:.0f} ms per hit), "
           f"median of {queries} queries")
     print(f"load average at end {tuple(round(x, 2) for x in res['loadavg_end'])}")
+    record("bench_ofa", {**res, "rounds": rounds, "queries": queries}, load_before=load_before, quick=args.quick)
 
 
 if __name__ == "__main__":

@@ -14,7 +14,9 @@ configs, which serve the padded graph, would gain from it. It needs only torch a
 
 from __future__ import annotations
 
+import argparse
 import importlib.util
+import sys
 import time
 from pathlib import Path
 
@@ -22,6 +24,9 @@ import torch
 from transformers import BertConfig, BertModel
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+from bench.common import load, record  # noqa: E402  (the standard library only: the GPU image has it)
+
 SHAPES = ((32, 8, 40), (64, 8, 40), (16, 120, 160), (1, 12, 12))  # batch, shortest, longest
 
 
@@ -33,6 +38,8 @@ def packed_encoder():
 
 
 def main() -> None:
+    argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter).parse_args()
+    load_before = load()
     device = "cuda" if torch.cuda.is_available() else "cpu"
     reps, per_shape = (5, 20) if device == "cuda" else (1, 3)
     torch.manual_seed(0)
@@ -52,7 +59,9 @@ def main() -> None:
         ids = torch.randint(1000, 29000, mask.shape, generator=gen) * mask
         return ids.to(device), mask.to(device), torch.zeros_like(ids).to(device)
 
-    print(f"{torch.cuda.get_device_name() if device == 'cuda' else 'CPU'}; torch {torch.__version__}")
+    name = torch.cuda.get_device_name() if device == "cuda" else "CPU"
+    print(f"{name}; torch {torch.__version__}")
+    figures: dict = {"device": name, "torch": torch.__version__, "reps": reps, "batches_per_shape": per_shape, "rows": {}}
     for n, shortest, longest in SHAPES:
         feeds = [batch(n, shortest, longest) for _ in range(per_shape)]
         for dtype in (torch.float32, torch.float16) if device == "cuda" else (torch.float32,):
@@ -75,6 +84,10 @@ def main() -> None:
                     ms[name] = (time.perf_counter() - start) / (reps * len(feeds)) * 1000
             print(f"batch {n} x {shortest}-{longest} tokens, {str(dtype).removeprefix('torch.')}: padded {ms['padded']:.3f} ms, "
                   f"packed {ms['packed']:.3f} ms: packed {ms['padded'] / ms['packed']:.2f}x as fast; max |diff| {diff:.1e}")
+            figures["rows"][f"{str(dtype).removeprefix('torch.')}_batch{n}_{shortest}_{longest}_tokens"] = {
+                "padded_ms": round(ms["padded"], 4), "packed_ms": round(ms["packed"], 4),
+                "speedup": round(ms["padded"] / ms["packed"], 3), "max_abs_diff": diff}
+    record("bench_packed", figures, load_before=load_before)
 
 
 if __name__ == "__main__":

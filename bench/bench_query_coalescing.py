@@ -36,7 +36,7 @@ choose_openblas_kernels()  # before numpy loads, as the command lines do
 
 import numpy as np  # noqa: E402
 
-from bench.common import machine_line, serve  # noqa: E402
+from bench.common import keyed, load, machine_line, record, serve, slug  # noqa: E402
 from bench.timing import process_tree_cpu  # noqa: E402
 from search.config import PROJECT_ROOT  # noqa: E402
 from search.models import MiniLM  # noqa: E402
@@ -75,6 +75,7 @@ def main() -> None:
     ap.add_argument("--clients", type=int, nargs="+", default=[8, 32])
     ap.add_argument("--json", type=Path)
     args = ap.parse_args()
+    load_before = load()
     texts = [json.loads(line)["text"] for line in QUERIES.read_text().splitlines() if line.strip()][:args.queries]
     results: dict = {"machine": machine_line(), "load_start": os.getloadavg(), "rows": []}
     print(f"machine: {results['machine']}; load average {results['load_start']}", flush=True)
@@ -107,9 +108,12 @@ def main() -> None:
         qps = {way: statistics.median(r["qps"] for r in results["rows"] if r["clients"] == clients and r["way"] == way)
                for way in ("each", *coalescers)}
         print(f"{clients} clients, median q/s: " + ", ".join(f"{w} {q:.1f} ({q / qps['each']:.2f}x)" for w, q in qps.items()))
+        results.setdefault("median_qps", {})[f"{clients}_clients"] = {slug(w): round(q, 1) for w, q in qps.items()}
     results["load_end"] = os.getloadavg()
     if args.json:
         args.json.write_text(json.dumps(results, indent=2))
+    record("bench_query_coalescing", {**results, "rows": keyed(results["rows"], "clients", "way", "round")},
+           load_before=load_before)
 
 
 if __name__ == "__main__":

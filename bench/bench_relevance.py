@@ -39,6 +39,8 @@ choose_openblas_kernels()  # before numpy loads, as the command lines do
 import numpy as np  # noqa: E402
 from qdrant_client import models  # noqa: E402
 
+from bench.common import load as load_average  # noqa: E402  (load() here reads the data)
+from bench.common import record  # noqa: E402
 from indexer.service import IngestService  # noqa: E402
 from search.config import PROJECT_ROOT, Settings  # noqa: E402
 from search.models import MiniLM, minilm  # noqa: E402
@@ -162,6 +164,7 @@ def main() -> None:
                     help="where the corpus files and the store live (kept between runs)")
     ap.add_argument("--json", type=Path, help="write the figures here")
     args = ap.parse_args()
+    load_before = load_average()
     if not MiniLM().is_built(args.repo):
         sys.exit(f"MiniLM is not built in {args.repo}: search models build")
     corpus, queries, qrels = load()
@@ -233,6 +236,7 @@ def main() -> None:
     print(json.dumps(out, indent=2))
     if args.json:
         args.json.write_text(json.dumps(out, indent=2) + "\n")
+    record("bench_relevance", out, load_before=load_before)
 
 
 if __name__ == "__main__":

@@ -24,7 +24,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from bench.common import machine_line  # noqa: E402
+from bench.common import load, machine_line, record  # noqa: E402
 from indexer.distributed import LOOPBACK, loopback  # noqa: E402
 from indexer.service import IngestService  # noqa: E402
 from search.config import Settings  # noqa: E402
@@ -60,6 +60,7 @@ def main() -> None:
     ap.add_argument("--repo", type=Path, help="Triton model repository [default: the setting triton_repo]")
     ap.add_argument("--json", type=Path, help="also write the results here")
     args = ap.parse_args()
+    load_before = load()
     repo = args.repo or Settings().triton_repo
     if not MiniLM().is_built(repo):
         sys.exit(f"build the model first: search models build (no MiniLM in {repo})")
@@ -115,6 +116,7 @@ def main() -> None:
     print(json.dumps(results, indent=2))
     if args.json:
         args.json.write_text(json.dumps(results, indent=2) + "\n")
+    record("bench_scale", results, load_before=load_before)
 
 
 if __name__ == "__main__":

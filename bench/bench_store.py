@@ -166,7 +166,9 @@ def main() -> None:
         return child(args)
     if args.report:
         return report([json.loads(line) for line in Path(args.report).read_text().splitlines() if line.strip()])
-    from bench.common import machine_line  # noqa: PLC0415
+    from bench.common import keyed, load, machine_line, record  # noqa: PLC0415
+
+    load_before = load()
 
     workdir = Path(args.workdir or tempfile.mkdtemp(prefix="bench-store-"))
     workdir.mkdir(parents=True, exist_ok=True)
@@ -196,6 +198,9 @@ def main() -> None:
         if not args.workdir and not args.keep:
             shutil.rmtree(workdir, ignore_errors=True)
     report(rows)
+    if rows:  # one line for the run, its rows by backend and size (edge_1000000.top10_p50_ms)
+        record("bench_store", {"phases": args.phases, "queries": args.queries, "local_queries": args.local_queries,
+                               **keyed(rows, "backend", "n")}, load_before=load_before)
 
 
 def report(rows: list[dict]) -> None:

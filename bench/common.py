@@ -9,8 +9,11 @@ from __future__ import annotations
 import json
 import os
 import platform
+import re
+import shlex
 import shutil
 import subprocess
+import sys
 import tempfile
 import time
 import uuid
@@ -71,6 +74,57 @@ def append(bench: str, figures: dict, *, load_before: list[float], command: str)
     path = RESULTS / f"{bench}.jsonl"
     with open(path, "a") as f:
         f.write(json.dumps(record, ensure_ascii=False) + "\n")
+    return path
+
+
+def jsonable(value):
+    """``value`` as JSON can hold it: numpy numbers and arrays as numbers and lists, tuples and sets
+    as lists, paths and anything else unknown as text, dictionary keys as text."""
+    if isinstance(value, dict):
+        return {str(k): jsonable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple, set, frozenset)):
+        return [jsonable(v) for v in value]
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return value
+    if hasattr(value, "tolist"):  # a numpy scalar or array (numpy need not be loaded here)
+        return jsonable(value.tolist())
+    return str(value)
+
+
+def slug(text) -> str:
+    """``text`` as a measure's key part: runs of anything but letters and digits as one "_"."""
+    return re.sub(r"[^0-9A-Za-z]+", "_", str(text)).strip("_").lower()
+
+
+def keyed(rows: list[dict], *fields: str) -> dict[str, dict]:
+    """A bench's table rows (a list, which bench/report.py does not read figures from) as a dict keyed
+    by the values of ``fields`` (e.g. "search_http_uvicorn_fastapi_8"); a repeated key gets _2, _3."""
+    out: dict[str, dict] = {}
+    for row in rows:
+        key = "_".join(slug(row.get(f)) for f in fields) or "row"
+        name, n = key, 1
+        while name in out:
+            n += 1
+            name = f"{key}_{n}"
+        out[name] = row
+    return out
+
+
+def record(bench: str, results: dict, *, load_before: list[float], quick: bool = False) -> Path:
+    """``results`` (what the bench writes for --json) appended as its run (``append``), made JSON-safe;
+    a "machine" of its own (its one-line description) kept as "machine_line", since append records
+    the machine; "quick": true for a smoke run, which bench/report.py leaves out. The command is this
+    process's arguments after ``python bench/<bench>.py``."""
+    figures = jsonable(results)
+    for key in ("bench", "date", "commit", "load_before", "load_after", "command"):
+        figures.pop(key, None)  # append's own
+    if "machine" in figures:
+        figures["machine_line"] = figures.pop("machine")
+    if quick:
+        figures["quick"] = True
+    command = " ".join(["python", f"bench/{bench}.py", *map(shlex.quote, sys.argv[1:])])
+    path = append(bench, figures, load_before=load_before, command=command)
+    print(f"appended to {path}", flush=True)
     return path
 
 

@@ -34,7 +34,7 @@ choose_openblas_kernels()  # before numpy loads, as the command lines do
 import numpy as np  # noqa: E402
 from scipy.stats import spearmanr  # noqa: E402
 
-from bench.common import machine_line  # noqa: E402
+from bench.common import load, machine_line, record  # noqa: E402
 from search.config import PROJECT_ROOT  # noqa: E402
 from search.models import MiniLM, minilm  # noqa: E402
 from search.models.base import INT8_TOLERANCE  # noqa: E402
@@ -114,6 +114,7 @@ def main() -> None:
     ap.add_argument("--json", type=Path, help="also write the results here")
     ap.add_argument("--no-int8", action="store_true", help="fp32 only (the served vs in-process check)")
     args = ap.parse_args()
+    load_before = load()
     if not STSB.exists() or not (MARCO / "corpus.jsonl").exists():
         sys.exit(f"needs the reference data in {DATA} (stsb/dev.tsv, beir-msmarco-mini/)")
     data = {"stsb": pairs(), "marco": marco()}
@@ -140,6 +141,7 @@ def main() -> None:
     report_results(results)
     if args.json:
         args.json.write_text(json.dumps(results, indent=2))
+    record("quality_minilm", results, load_before=load_before)
 
 
 def report_results(results: dict) -> None:

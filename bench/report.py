@@ -7,7 +7,8 @@ Each bench appends one JSON object per run to bench/results/<bench>.jsonl (bench
 possibly nested. A figure is a number at any depth; its measure is its dotted key
 (``images.ratio_1_clients``). Lists (the rounds behind a median) and text are not figures. For each
 measure the table shows the latest run that has it, its goal where GOALS names one, the machine,
-the date and the command that reproduces it. Standard library only.
+the date and the command that reproduces it. A smoke run (``--quick``, recorded with "quick": true)
+is left out. Standard library only.
 """
 
 from __future__ import annotations
@@ -31,6 +32,28 @@ GOALS: dict[tuple[str, str], tuple[str, float]] = {
     ("bench_ocr", "pages.ratio_4_clients"): (">=", 1.2),
     # a scanned PDF through `indexer ingest` against OCR alone of the same pages
     ("bench_ocr", "ingest.ratio"): (">=", 0.85),
+    # photo ingest against the raw visual encoder in the same run (issue "A library of a million")
+    ("bench_clip", "ingest.ratio"): (">=", 0.9),
+    # text-to-image search through the service layer, as sent now (issue 18): stored photos, clients
+    ("bench_clip", "latency.variable_length_10000_1.p50_ms"): ("<=", 20.0),
+    ("bench_clip", "latency.variable_length_10000_1.p99_ms"): ("<=", 40.0),
+    ("bench_clip", "latency.variable_length_100000_8.p50_ms"): ("<=", 60.0),
+    # served MiniLM at 32 sentences per request, paired passes (issue 18)
+    ("bench_minilm", "paired_ratios.served_vs_st"): (">=", 1.5),
+    ("bench_minilm", "paired_ratios.served_vs_ort"): (">=", 0.95),
+    # the embedded store (edge) at every size, with and without a payload filter (issue "A library of a million")
+    ("bench_store", "edge_*.recall"): (">=", 0.95),
+    ("bench_store", "edge_*.filtered_recall"): (">=", 0.95),
+    ("bench_store", "edge_*.top10_p50_ms"): ("<=", 10.0),
+    ("bench_store", "edge_*.top10_p99_ms"): ("<=", 30.0),
+    ("bench_store", "edge_*.filtered_p50_ms"): ("<=", 10.0),
+    ("bench_store", "edge_*.filtered_p99_ms"): ("<=", 30.0),
+    ("bench_store", "edge_*.optimize_s"): ("<=", 900.0),  # the index build: 15 minutes
+    ("bench_store", "edge_*.reopen_s"): ("<=", 5.0),
+    # GPU configs against the CPU baseline's outputs: min cosine (TensorRT FP16 included)
+    ("bench_gpu", "fidelity.minilm*"): (">=", 0.999),
+    ("bench_gpu", "fidelity.clip_*"): (">=", 0.999),
+    ("bench_gpu", "fidelity.bge_m3"): (">=", 0.999),
 }
 SIGNS = {">=": "≥", "<=": "≤", ">": ">", "<": "<"}
 
@@ -62,6 +85,8 @@ def runs(folder: Path, bench: str | None = None) -> list[dict]:
             if not isinstance(record, dict):
                 continue
             record.setdefault("bench", path.stem)
+            if record.get("quick") is True:  # a smoke run: its figures are not the bench's
+                continue
             if bench is None or record["bench"] == bench:
                 found.append(record)
     return sorted(found, key=lambda r: str(r.get("date", "")))
