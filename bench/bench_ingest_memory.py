@@ -43,6 +43,7 @@ import argparse
 import json
 import os
 import random
+import resource
 import shutil
 import subprocess
 import sys
@@ -155,87 +156,96 @@ def ingest(repo: Path, docs: Path, work: Path, cgroup: Path | None = None) -> di
             "rss_anon_samples_mb": [(t, kb // 1024, anon // 1024) for t, kb, anon in samples[::5]]}
 
 
-ENGINE = """
-import json, resource, sys, threading, time
-import numpy as np
-from qdrant_client import models
-from indexer import pipeline
-from search.store import DOCUMENTS, open_location, point_id
-n, rows, where = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3]
-anon = [0]
-def sample():
-    while True:
-        for line in open("/proc/self/status"):
-            if line.startswith("RssAnon"):
-                anon[0] = max(anon[0], int(line.split()[1]))
-        time.sleep(0.2)
-threading.Thread(target=sample, daemon=True).start()
-store = open_location("edge", where)
-store.ensure(DOCUMENTS)
-rng = np.random.default_rng(0)
-colbert = rng.standard_normal((rows, 1024)).astype(np.float32)
-points = [models.PointStruct.model_construct(id=point_id("sha", "c", i), payload={"chunk": i, "sha256": "sha", "chunker": "c"}, vector={
-    "minilm": rng.standard_normal(384).astype(np.float32), "bge_dense": rng.standard_normal(1024).astype(np.float32),
-    "bge_colbert": colbert}) for i in range(n)]
-start = time.perf_counter()
-pipeline.write_marked(store, DOCUMENTS.name, points[1:], points[:1])
-written = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024
-store.optimize(DOCUMENTS.name)
-store.close()
-print(json.dumps({"seconds": round(time.perf_counter() - start, 1), "peak_rss_after_writes_mb": written,
-                  "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024, "peak_anon_mb": anon[0] // 1024}))
-"""
+def engine_child(n: int, rows: int, where: str) -> None:
+    """(A child process: ``--child engine``) the store alone, as the ingest writes the points."""
+    import numpy as np  # noqa: PLC0415  (the child's own imports: the parent stays light)
+    from qdrant_client import models  # noqa: PLC0415
+
+    from indexer.writer import write_marked  # noqa: PLC0415
+    from search.store import DOCUMENTS, open_location, point_id  # noqa: PLC0415
+
+    anon = [0]
+
+    def sample() -> None:
+        while True:
+            for line in open("/proc/self/status"):
+                if line.startswith("RssAnon"):
+                    anon[0] = max(anon[0], int(line.split()[1]))
+            time.sleep(0.2)
+
+    threading.Thread(target=sample, daemon=True).start()
+    store = open_location("edge", where)
+    store.ensure(DOCUMENTS)
+    rng = np.random.default_rng(0)
+    colbert = rng.standard_normal((rows, 1024)).astype(np.float32)
+    points = [models.PointStruct.model_construct(
+        id=point_id("sha", "c", i), payload={"chunk": i, "sha256": "sha", "chunker": "c"},
+        vector={"minilm": rng.standard_normal(384).astype(np.float32), "bge_dense": rng.standard_normal(1024).astype(np.float32),
+                "bge_colbert": colbert}) for i in range(n)]
+    start = time.perf_counter()
+    write_marked(store, DOCUMENTS.name, points[1:], points[:1])
+    written = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024
+    store.optimize(DOCUMENTS.name)
+    store.close()
+    print(json.dumps({"seconds": round(time.perf_counter() - start, 1), "peak_rss_after_writes_mb": written,
+                      "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024, "peak_anon_mb": anon[0] // 1024}))
+
+
 
 
 def engine(chunks: int, rows: int, work: Path) -> dict:
     """The store alone: ``chunks`` points of the same sizes (one ColBERT array shared by all, so the
     script itself holds ~one point's vectors), written as the ingest writes them, then optimized."""
-    got = subprocess.run([sys.executable, "-c", ENGINE, str(chunks), str(rows), str(work / "engine")],
+    got = subprocess.run([sys.executable, __file__, "--child", "engine", str(chunks), str(rows), str(work / "engine")],
                          capture_output=True, text=True, cwd=ROOT, check=True)
     return json.loads(got.stdout)
 
 
-WORKER = """
-import json, pickle, sys, time
-from pathlib import Path
-from indexer import ray_workers
-from indexer.distributed import Embedder, _pack, _Rec, make_plan, read_and_split
-from indexer.pipeline import Ingestor, listing
-from indexer.report import IngestReport
-from indexer.service import IngestService
-from search.config import Settings
-ray_workers.UNITS_PER_EMBED_SLICE, docs, write = int(sys.argv[1]), Path(sys.argv[2]), sys.argv[3] == "writes"
-settings = Settings()
-svc = IngestService(settings)
-store = svc.resources.store
-kinds, _ = svc.kinds()
-ingestors = {k.name: Ingestor(store, k) for k in kinds}
-for ing in ingestors.values():
-    ing.open()
-plan = make_plan(settings, ingestors, [settings.triton_url], confine_to=None, kb=None, write=write)
-_, by_kind, _, _ = listing(IngestReport(), kinds, [docs], unavailable=None, gone_ok=False, confine_to=None,
-                           on_start=None, on_file=None)
-batch = read_and_split(_pack([_Rec(path, name) for name, paths in by_kind.items() for path in paths]), plan)
-start, sizes, chunks = time.perf_counter(), [], 0
-for part in Embedder(plan, store if write else None)(batch):  # a record at a time, as the driver takes them
-    for raw in part["rec"]:
-        rec = pickle.loads(raw)
-        assert (rec.written or not write) and not (rec.error or rec.stopped or rec.fatal), (rec.path, rec.error, rec.stopped)
-        sizes.append(len(raw))
-        chunks += rec.chunks or len(rec.units or ())
-    del part, rec, raw
-seconds = time.perf_counter() - start
-svc.close()
-print(json.dumps({"seconds": round(seconds, 1), "chunks": chunks, "record_bytes": sum(sizes), "records": len(sizes),
-                  "max_record_bytes": max(sizes)}))
-"""
+def worker_child(slice_units: int, docs: Path, write: bool) -> None:
+    """(A child process: ``--child worker``) a Ray worker's embed stage on ``docs``, driven as the
+    driver drives it (the Ray executor's own record type and packing)."""
+    import pickle  # noqa: PLC0415
+
+    from indexer import ray_workers  # noqa: PLC0415
+    from indexer.distributed import make_plan  # noqa: PLC0415
+    from indexer.engine import Ingestor, listing  # noqa: PLC0415
+    from indexer.ray_workers import Embedder, _pack, _Rec, read_and_split  # noqa: PLC0415
+    from indexer.report import IngestReport  # noqa: PLC0415
+    from indexer.service import IngestService  # noqa: PLC0415
+    from search.config import Settings  # noqa: PLC0415
+
+    ray_workers.UNITS_PER_EMBED_SLICE = slice_units
+    settings = Settings()
+    svc = IngestService(settings)
+    store = svc.resources.store
+    kinds, _ = svc.kinds()
+    ingestors = {k.name: Ingestor(store, k) for k in kinds}
+    for ing in ingestors.values():
+        ing.open()
+    plan = make_plan(settings, ingestors, [settings.triton_url], confine_to=None, kb=None, write=write)
+    _, by_kind, _, _ = listing(IngestReport(), kinds, [docs], unavailable=None, gone_ok=False, confine_to=None,
+                               on_start=None, on_file=None)
+    batch = read_and_split(_pack([_Rec(path, name) for name, paths in by_kind.items() for path in paths]), plan)
+    start, sizes, chunks = time.perf_counter(), [], 0
+    for part in Embedder(plan, store if write else None)(batch):  # a record at a time, as the driver takes them
+        for raw in part["rec"]:
+            rec = pickle.loads(raw)
+            assert (rec.written or not write) and not (rec.error or rec.stopped or rec.fatal), (rec.path, rec.error, rec.stopped)
+            sizes.append(len(raw))
+            chunks += rec.chunks or len(rec.units or ())
+    seconds = time.perf_counter() - start
+    svc.close()
+    print(json.dumps({"seconds": round(seconds, 1), "chunks": chunks, "record_bytes": sum(sizes), "records": len(sizes),
+                      "max_record_bytes": max(sizes)}))
+
+
 
 
 def ray_worker(env: dict[str, str], docs: Path, work: Path, slice_units: int, mode: str) -> dict:
     """The embed stage of a Ray worker, on ``docs``, with embed slices of ``slice_units``; ``mode``:
     "writes" (the points) or "sends" (the vectors, to the driver)."""
     data = work / f"worker-{mode}-{slice_units}"
-    proc = subprocess.Popen([sys.executable, "-c", WORKER, str(slice_units), str(docs), mode], cwd=ROOT,
+    proc = subprocess.Popen([sys.executable, __file__, "--child", "worker", str(slice_units), str(docs), mode], cwd=ROOT,
                             env={**env, "SEARCH_DATA_DIR": str(data)}, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             text=True)
     peak = [0, 0]  # RSS, its anonymous part (KB)
@@ -284,7 +294,15 @@ def main() -> None:
                     help="a Ray worker's embed stage, sliced and whole: one that writes the points (default), "
                          "or one that sends the vectors to the driver (the embedded store)")
     ap.add_argument("--json", type=Path, help="write the results here too")
+    ap.add_argument("--child", nargs="+", help=argparse.SUPPRESS)  # this script's own child processes
     args = ap.parse_args()
+    if args.child:
+        kind, *rest = args.child
+        if kind == "engine":
+            engine_child(int(rest[0]), int(rest[1]), rest[2])
+        else:
+            worker_child(int(rest[0]), Path(rest[1]), rest[2] == "writes")
+        return
     load_before = load()
     if args.ray_worker and args.memory_limit:
         ap.error("--memory-limit applies to `indexer ingest`, not to --ray-worker")
