@@ -143,10 +143,11 @@ def _tokenizer_max_length(model: str, configs: dict[str, mc.ModelConfig]) -> int
 
 SESSION_SETTINGS = {"intra_op_thread_count", "inter_op_thread_count", "execution_mode", "enable_mem_arena",
                     "enable_mem_pattern"}  # what Triton's onnxruntime backend reads from parameters
+CUDA_SETTINGS = {"cudnn_conv_algo_search", "arena_extend_strategy"}  # its CUDA execution provider's (GPU configs only)
 
 
 def strip_session(parameters) -> dict:
-    return {k: v for k, v in dict(parameters).items() if k not in SESSION_SETTINGS}
+    return {k: v for k, v in dict(parameters).items() if k not in SESSION_SETTINGS | CUDA_SETTINGS}
 
 
 def test_cpu_session_settings_are_the_backends_own():

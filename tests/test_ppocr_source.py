@@ -12,7 +12,7 @@ import onnx
 import pytest
 
 from search.config import PROJECT_ROOT
-from search.models.export.ppocr import find_models, package_dir
+from search.models.export.ppocr import characters_from_onnx, find_models, package_dir
 from search.models.ppocr import PPOCR
 
 
@@ -42,11 +42,16 @@ def test_a_folder_of_models_builds_with_their_own_dictionary(folder, tmp_path):
     model = onnx.load(str(rec))
     del model.metadata_props[:]  # a recogniser without its dictionary in the metadata...
     onnx.save(model, str(rec))
-    (folder / "latin_dict.txt").write_text("a\nb\nc\nä\nß\n", encoding="utf-8")  # ...has it beside it
+    chars = characters_from_onnx(find_models("package")[0]["rec"])[1:-1]
+    dictionary = folder / "my_dict.txt"
+    dictionary.write_text("a\nb\nc\n", encoding="utf-8")  # a dictionary that does not fit the recogniser...
+    report = PPOCR().build(repo_for(tmp_path / "wrong"), str(folder))
+    assert report.status == "missing weights" and "dictionary has 3 characters" in report.detail, report.detail
+    dictionary.write_text("\n".join(chars) + "\n", encoding="utf-8")  # ...and its own, beside it
     repo = repo_for(tmp_path)
     report = PPOCR().build(repo, str(folder))
     assert report.status == "built", report.detail
-    assert built_characters(repo) == ["blank", "a", "b", "c", "ä", "ß", " "]
+    assert built_characters(repo) == ["blank", *chars, " "]
     assert all((repo / f"ppocr_{r}_onnx" / "1" / "model.onnx").exists() for r in ("det", "cls", "rec"))
 
 

@@ -62,6 +62,10 @@ def build(fam: Family, repo: Path, source: str, precision: str = "fp32", allow_u
     if not characters:
         return BuildReport(fam.family, "missing weights", f"ppocr: {models['rec']} holds no dictionary (metadata "
                            "'character'): put the recogniser's *.txt dictionary beside it")
+    classes = _classes(models["rec"])
+    if classes and classes != len(characters):
+        return BuildReport(fam.family, "missing weights", f"ppocr: the dictionary has {len(characters) - 2:,} characters "
+                           f"but {models['rec'].name} reads {classes - 2:,}: give the recogniser's own dictionary")
     for role, src in models.items():
         dest = repo / f"ppocr_{role}_onnx" / "1" / "model.onnx"
         dest.parent.mkdir(parents=True, exist_ok=True)
@@ -87,6 +91,14 @@ def characters_from_onnx(path) -> list[str]:
     session = onnxruntime.InferenceSession(str(path), opts, providers=["CPUExecutionProvider"])
     meta = session.get_modelmeta().custom_metadata_map
     return ["blank", *meta["character"].splitlines(), " "] if "character" in meta else []
+
+
+def _classes(path: Path) -> int:
+    """How many classes the recogniser's output has (its last dimension; 0 when the graph leaves it open)."""
+    import onnx  # noqa: PLC0415  (the export extra)
+
+    dims = onnx.load(str(path), load_external_data=False).graph.output[0].type.tensor_type.shape.dim
+    return dims[-1].dim_value if dims else 0
 
 
 def _dictionary(path: Path) -> list[str]:
