@@ -8,6 +8,7 @@ import importlib
 import importlib.util
 import os
 import shutil
+import uuid
 import warnings
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -24,10 +25,12 @@ os.umask(0o077)
 
 from indexed import sample_docs, settings_for  # noqa: E402
 from processes import serving  # noqa: E402
+from store_helpers import BACKENDS, open_backend  # noqa: E402
 
 from search.config import PROJECT_ROOT, Settings  # noqa: E402
 from search.models import FAMILIES, Family, built_triton_models  # noqa: E402
 from search.services import SearchService  # noqa: E402
+from search.store import DOCUMENTS  # noqa: E402
 from search.triton.client import TritonClient  # noqa: E402
 from search.triton.local import LocalTriton  # noqa: E402
 
@@ -153,3 +156,35 @@ def client(triton, request) -> TritonClient:
     if served := request.node.get_closest_marker("served"):
         c.ensure_ready(*served.args)
     return c
+
+
+# -- the store contract's backends (tests/store_helpers.py)
+@pytest.fixture(params=BACKENDS)
+def backend(request) -> str:
+    return request.param
+
+
+@pytest.fixture
+def opener(backend, tmp_path):
+    """The store contract's backends (tests/store_helpers.py): opens the backend's store (the same folder or server each time) with a test-unique prefix."""
+    prefix = f"t{uuid.uuid4().hex[:8]}_"
+    opened = []
+
+    def open_():
+        s = open_backend(backend, tmp_path, prefix)
+        opened.append(s)
+        return s
+
+    yield open_
+    for s in opened:
+        if backend == "server":
+            for c in s.collections():
+                s.client.delete_collection(s.name(c))
+        s.close()
+
+
+@pytest.fixture
+def store(opener):
+    s = opener()
+    s.ensure(DOCUMENTS)
+    return s

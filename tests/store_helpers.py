@@ -1,13 +1,10 @@
-"""The store contract's backends and corpus (tests/test_store_contract.py, tests/test_store_queries.py, tests/test_store_migrate.py).
-
-The fixtures are named with `name=` so that a test module imports them (as ``*_fixture``) without the
-import being shadowed by the test parameters that request them (``backend``, ``opener``, ``store``)."""
+"""The store contract's backends and corpus (tests/test_store_contract.py, tests/test_store_queries.py,
+tests/test_store_migrate.py); its fixtures (``backend``, ``opener``, ``store``) are in conftest.py."""
 
 from __future__ import annotations
 
 import math
 import os
-import uuid
 
 import numpy as np
 import pytest
@@ -23,43 +20,12 @@ BACKENDS = [
 ]
 
 
-def _open(backend: str, tmp_path, prefix: str):
+def open_backend(backend: str, tmp_path, prefix: str):
     if backend == "edge":
         return open_location("edge", str(tmp_path / "store-edge"), prefix=prefix)
     if backend == "local":
         return open_location("local", str(tmp_path / "qdrant"), prefix=prefix)
     return open_location("server", SERVER, api_key=os.environ.get("QDRANT_API_KEY"), prefix=prefix)
-
-
-@pytest.fixture(params=BACKENDS, name="backend")
-def backend_fixture(request) -> str:
-    return request.param
-
-
-@pytest.fixture(name="opener")
-def opener_fixture(backend, tmp_path):
-    """Opens the backend's store (the same folder or server each time) with a test-unique prefix."""
-    prefix = f"t{uuid.uuid4().hex[:8]}_"
-    opened = []
-
-    def open_():
-        s = _open(backend, tmp_path, prefix)
-        opened.append(s)
-        return s
-
-    yield open_
-    for s in opened:
-        if backend == "server":
-            for c in s.collections():
-                s.client.delete_collection(s.name(c))
-        s.close()
-
-
-@pytest.fixture(name="store")
-def store_fixture(opener):
-    s = opener()
-    s.ensure(DOCUMENTS)
-    return s
 
 
 # -- a small corpus with every vector kind

@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 from qdrant_client import models
 from qdrant_client.conversions.conversion import RestToGrpc
-from store_helpers import (  # *_fixture: the backend, opener and store fixtures
+from store_helpers import (
     COLBERT,
     DENSE,
     IDS,
@@ -25,10 +25,7 @@ from store_helpers import (  # *_fixture: the backend, opener and store fixtures
     SPARSE,
     SPARSE_W,
     N,
-    backend_fixture,  # noqa: F401
     fill,
-    opener_fixture,  # noqa: F401
-    store_fixture,  # noqa: F401
     unit,
 )
 

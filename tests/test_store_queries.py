@@ -6,7 +6,7 @@ import math
 
 import numpy as np
 from qdrant_client import models
-from store_helpers import (  # *_fixture: the backend, opener and store fixtures
+from store_helpers import (
     COLBERT,
     DENSE,
     IDS,
@@ -16,10 +16,7 @@ from store_helpers import (  # *_fixture: the backend, opener and store fixtures
     SPARSE,
     SPARSE_W,
     N,
-    backend_fixture,  # noqa: F401
     fill,
-    opener_fixture,  # noqa: F401
-    store_fixture,  # noqa: F401
     unit,
 )
 
