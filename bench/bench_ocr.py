@@ -95,10 +95,7 @@ def ingest_ratio(client, n: int, rounds: int) -> dict:
     pages = [p.scan for p in load_document(".pdf", pdf, scans=True).pages]
     alone, ingest = [], []
     for r in range(rounds):
-        start = time.perf_counter()
-        for page in pages:
-            read(client, page)
-        alone.append(n / (time.perf_counter() - start))
+        alone.append(timed(lambda d: read(client, d), pages, 1))
         with tempfile.TemporaryDirectory() as tmp:
             folder = Path(tmp) / "scans"
             folder.mkdir()

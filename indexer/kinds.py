@@ -138,9 +138,12 @@ class Documents:
         shows the picture; None when it cannot be made (the text still counts)."""
         if self.thumbs is None:
             return None
+        path = thumbnail_path(self.thumbs, sha256)
+        if path.exists():  # the photos' kind made it already (thumbnails are by content)
+            return str(path)
         try:
             _, image = decode_photo(data, max_pixels=MAX_FRAME_PIXELS, draft=THUMBNAIL_DRAFT)
-            return str(save_thumbnail(image, thumbnail_path(self.thumbs, sha256), THUMBNAIL_SIZE))
+            return str(save_thumbnail(image, path, THUMBNAIL_SIZE))
         except (BadImage, OSError):
             return None
 
