@@ -92,9 +92,8 @@ def test_a_stalled_step_never_hands_a_request_another_texts_vectors_and_triton_c
     assert all("'bge_m3'" in str(e) or "Triton is not reachable" in str(e) for e in failures), failures
 
     # Triton aborted (or, if it did not, still serves): either way it serves again, on its ports. It
-    # can also abort a second after the client's reloads (a full run: the reloads at 03:44:25,
-    # SIGABRT at 03:44:26, after the readiness check), and its supervisor starts it again.
-    aborted = any(isinstance(e, TritonUnavailable) for e in failures)
+    # can also abort a second after the client's reloads, after the readiness check, and its
+    # supervisor starts it again.
     deadline = time.monotonic() + 120
     while True:
         assert serving(server).is_ready(), Path(server.state.log).read_text()[-2000:]
@@ -103,15 +102,15 @@ def test_a_stalled_step_never_hands_a_request_another_texts_vectors_and_triton_c
                 assert float(bge_m3.encode(client, [text])[0].dense @ ref.dense) >= 0.9999
             break
         except TritonUnavailable:
-            aborted = True
             assert time.monotonic() < deadline, Path(server.state.log).read_text()[-2000:]
             time.sleep(0.5)
     # Noticed: the client reloaded the step (and its retry was answered) or Triton was started again;
     # either way the stalled stub is gone.
     assert encoder not in stubs(server, "bge_m3_onnx"), "the stall went unnoticed: no request was in flight"
-    log = Path(server.state.log).read_text()
-    if aborted:
-        assert server.restarts() and "Triton exited (signal" in server.restarts()[0], log[-2000:]
+    # Whether Triton aborted is read from its supervisor, not from the callers' errors: a caller can
+    # be told "not reachable" (a deadline, a moment of reload) by a Triton that never exited.
+    if server.restarts():
+        assert "Triton exited (signal" in server.restarts()[0], server.restarts()
         shown = subprocess.run([sys.executable, "-m", "search", "--data-dir", str(data_dir), "triton", "status"],
                                capture_output=True, text=True, timeout=120, env=env)
         assert "started again 1 time(s) after Triton exited by itself" in shown.stdout, shown.stdout + shown.stderr
