@@ -159,15 +159,16 @@ class DocumentSearch(Relevance):
             prefetch = [models.Prefetch(prefetch=candidates, query=models.FusionQuery(fusion=models.Fusion.RRF), limit=depth)]
         query = _query(ranking.query)
         found = run.hits(encoded.mode, ranking.vector, query, min_score, prefetch=prefetch, scale=ranking.scale)
-        return self._relevant(run, found, ranking.vector, query, min_relevance, ranking.scale)
-
-    def _relevant(self, run: _Run, found: list, vector: str, query, min_relevance: float | None,
-                  factor: float = 1.0) -> list:
-        """Hits with their calibrated relevance in the searched collection (groups are left as they are)."""
         if run.page.group_size is not None:
-            return found
-        space = replace(DOCUMENT_SPACES[vector], collection=run.collection)
-        return self._calibrated(found, space, query, flt=run.flt, factor=factor, min_relevance=min_relevance)
+            return found  # groups carry no relevance
+        best = None
+        if run.page.offset and found:  # a later page: a hit is rated against the ranking's best, not the page's
+            first = replace(run, page=Page(1))
+            best = max((h.score for h in first.hits(encoded.mode, ranking.vector, query, None, prefetch=prefetch,
+                                                    scale=ranking.scale)), default=None)
+        space = replace(DOCUMENT_SPACES[ranking.vector], collection=run.collection)
+        return self._calibrated(found, space, query, flt=run.flt, factor=ranking.scale, min_relevance=min_relevance,
+                                best=best)
 
     # -- by id: what a bot fetches after a search (a passage's neighbours, a whole document)
     def get_passage(self, passage_id: str | None = None, *, path: str | None = None, chunk: int | None = None,

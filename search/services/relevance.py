@@ -1,22 +1,25 @@
-"""Calibrated relevance: how far above the collection's background a hit stands (docs/relevance.md).
+"""Calibrated relevance: how far a hit stands above what an unrelated query finds (docs/relevance.md).
 
 A raw score (cosine, lexical weight, ColBERT) means different things per model, per mode and per
-query. For each search this module compares the hit scores with the query's scores against a
-random *background sample* of the searched collection (scored by the store, exactly as the hits),
-and reports per hit
+collection. This module measures, once per collection, vector and served model, what an *unrelated*
+query scores: fixed off-topic probes (everyday sentences; photos for photo queries, through the same
+served model) are searched in the collection, and the best score each finds is noted. The best of M
+unrelated points follows a Gumbel law (the law of maxima), fitted to those best scores by their
+quartiles (the lower half: a collection that is about some probes lifts only the upper ones). Then
 
-    relevance = P(the best of M unrelated points would score below this hit)
-              = (1 - T(score))^M,   T(s) = P(background score > s)
+    relevance(score) = G(score) = exp(-exp(-(score - mu) / beta))
+                     = P(an unrelated query's best hit in this collection scores below this one)
 
-where M is the number of points the search ran over (after its filters) and the background is a
-Laplace distribution: its centre is the median of the query's background scores (the query's own
-level: some queries score high against everything), its scale the collection's spread, measured
-once per sample with fixed probe queries (the golden texts, or photos for image queries, through
-the same served model) as the median of their robust (MAD) scales. A hit at relevance 0.9 is one
-that a collection of M points unrelated to the query would beat one time in ten.
+so 0.9 is a score that nine unrelated queries in ten do not reach. A hit is rated at its own score
+lowered by its distance from the search's best hit, G(2 * score - best): the best hit's relevance is
+G(best), a hit far below it is not vouched for however far above the unrelated level it is. A
+filtered search over M' of the M points moves the law by beta * ln(M' / M) (the Gumbel shift of a
+maximum over fewer points).
 
-The sample (a few thousand point ids) is drawn once per collection, vector and served model, kept
-in ``<data dir>/relevance/`` and drawn again when the collection's size moves by more than 10 %.
+Dense vectors: each probe's best score is a search of the whole collection. Sparse and ColBERT:
+against a random sample of the points (SAMPLE, SAMPLE_MULTIVECTOR), moved to the collection's size
+by the same shift. The fit is kept in ``<data dir>/relevance/`` and made again when the collection's
+size moves by more than 10 % or the model is rebuilt.
 """
 
 from __future__ import annotations
@@ -36,17 +39,19 @@ from tritonclient.utils import InferenceServerException
 
 from search.errors import BadRequest, ServiceError
 from search.models import Family, for_kind, golden
+from search.services import relevance_probes
 from search.services.base import ServiceBase
 from search.services.results import HitList
 from search.store import DOCUMENTS, IMAGES, image_vector, match
 
-SAMPLE = 2000  # background points per query (dense and sparse vectors)
-SAMPLE_MULTIVECTOR = 500  # ColBERT: each background point costs a late-interaction score
-MIN_POINTS = 30  # fewer points than this: no calibration (the background would be the hits themselves)
-REFRESH = 0.10  # draw a new sample when the collection's size moved by more than this fraction
+SAMPLE = 2000  # sparse vectors: the points the probes are scored against
+SAMPLE_MULTIVECTOR = 500  # ColBERT: each sampled point costs a late-interaction score
+MIN_POINTS = 30  # fewer points than this: no calibration (the unrelated level would be the hits themselves)
+REFRESH = 0.10  # fit again when the collection's size moved by more than this fraction
 FILTER_COUNT_TTL_S = 30.0  # a filtered search's point count is reused this long while the collection's size holds
 FILTER_COUNTS = 256  # filters whose counts are kept
-LN2 = math.log(2.0)
+# Gumbel quantile positions -ln(-ln p) of the quartiles used for the fit: p = 0.25 and 0.5
+Q25, Q50 = -math.log(-math.log(0.25)), -math.log(-math.log(0.5))
 
 
 @dataclass(frozen=True)
@@ -65,38 +70,54 @@ class Space:
         """The points that carry this vector: an optional family's join documents the required one indexed."""
         return match("models", self.family.family) if self.family.optional else None
 
+    @property
+    def sampled(self) -> bool:
+        """Whether probes are scored against a sample of the points (sparse, ColBERT) or the whole collection."""
+        return self.sparse or self.multivector
+
 
 @dataclass
 class Background:
-    ids: list  # the sampled point ids
-    count: int  # points carrying the vector when they were sampled
-    scales: dict[str, float] = field(default_factory=dict)  # probe kind -> the collection's Laplace scale
-    model: str = ""  # the served model's build the scales were measured with
-    vectors: np.ndarray | None = None  # dense spaces: the sampled points' unit vectors, scored here in numpy
+    """What unrelated queries score in one collection's vector space."""
+
+    ids: list  # sparse and ColBERT: the sampled point ids the probes are scored against
+    count: int  # points carrying the vector when the fit was made
+    fits: dict[str, tuple[float, float]] = field(default_factory=dict)  # probe kind -> (mu, beta) at ``count`` points
+    model: str = ""  # the served model's build the fits were measured with
 
 
 # -- the arithmetic (numpy only)
-def laplace_scale(scores) -> float:
-    """A Laplace scale b from scores, robustly: MAD / ln 2 (the Laplace median absolute deviation),
-    or the mean absolute deviation when more than half are equal (sparse scores: mostly 0)."""
+def gumbel_fit(best_scores) -> tuple[float, float]:
+    """(mu, beta) of the Gumbel law whose lower quartile and median are those of ``best_scores``; when
+    they coincide (sparse scores: most probes share no token), beta is the mean absolute deviation
+    from the median, 0 if every score is equal."""
+    s = np.asarray(best_scores, np.float64)
+    if s.size == 0:
+        return 0.0, 0.0
+    q25, q50 = (float(v) for v in np.quantile(s, [0.25, 0.5]))
+    beta = (q50 - q25) / (Q50 - Q25)
+    if beta <= 0:
+        beta = float(np.mean(np.abs(s - q50)))
+    return q50 - beta * Q50, beta
+
+
+def relevance(scores, mu: float, beta: float, best: float | None = None) -> np.ndarray:
+    """G(2 * score - best) per score, G the Gumbel law (mu, beta): the chance that an unrelated
+    query's best hit scores below the hit's score lowered by its distance from the ``best`` score."""
     s = np.asarray(scores, np.float64)
     if s.size == 0:
-        return 0.0
-    med = float(np.median(s))
-    mad = float(np.median(np.abs(s - med)))
-    return mad / LN2 if mad > 0 else float(np.mean(np.abs(s - med)))
+        return s
+    top = float(np.max(s)) if best is None else max(float(best), float(np.max(s)))
+    s = 2 * s - top
+    if beta <= 0:  # unrelated queries all score the same: anything above it stands out
+        return (s > mu).astype(np.float64)
+    with np.errstate(over="ignore"):
+        return np.exp(-np.exp(-(s - mu) / beta))
 
 
-def relevance(scores, centre: float, scale: float, m: int) -> np.ndarray:
-    """(1 - T(s))^m per score, T the upper tail of Laplace(centre, scale): the probability that the
-    best of m background points scores below s."""
-    s = np.asarray(scores, np.float64)
-    if scale <= 0:  # a background without spread: anything above it stands out
-        return (s > centre).astype(np.float64)
-    d = (s - centre) / scale
-    tail = np.where(d >= 0, 0.5 * np.exp(-np.abs(d)), 1.0 - 0.5 * np.exp(-np.abs(d)))
-    with np.errstate(divide="ignore"):
-        return np.exp(max(m, 1) * np.log1p(-np.minimum(tail, 1.0)))
+def shifted(mu: float, beta: float, fitted_on: int, searched: int) -> float:
+    """mu for the best of ``searched`` points, from a fit on ``fitted_on`` (the maximum's Gumbel shift)."""
+    return mu + beta * math.log(max(searched, 1) / max(fitted_on, 1))
 
 
 def check_min_relevance(value: float | None) -> None:
@@ -120,38 +141,37 @@ _COUNTS_LOCK = threading.Lock()
 
 class Relevance(ServiceBase):
     def _calibrated(self, hits: list, space: Space, query, *, flt: models.Filter | None = None, factor: float = 1.0,
-                    min_relevance: float | None = None) -> HitList:
-        """``hits`` with their relevance set, those below ``min_relevance`` dropped. ``query`` is
-        what the store was asked (a vector, a sparse vector, a multivector), ``factor`` what scales
-        the store's score to the hit's (hybrid: 1 / query tokens)."""
+                    min_relevance: float | None = None, best: float | None = None) -> HitList:
+        """``hits`` with their relevance set, those below ``min_relevance`` dropped. ``factor`` scales
+        the store's score to the hit's (hybrid: 1 / query tokens); ``best``: the search's best score
+        when ``hits`` are a later page of it."""
         check_min_relevance(min_relevance)
-        # Not exact: m only sets how surprising the best score is, and an exact count scans the collection
-        # (10 ms of the GIL at 100k photos, on every query).
+        # Not exact: an exact count scans the collection (10 ms of the GIL at 100k photos, on every query).
         count = self.store.count(space.collection, space.sample_filter, exact=False)
         if count < MIN_POINTS:
-            note = (f"relevance needs at least {MIN_POINTS} indexed items to tell a match from the background "
-                    f"(this collection has {count})")
+            note = (f"relevance needs at least {MIN_POINTS} indexed items to tell a match from what an unrelated "
+                    f"query finds (this collection has {count})")
             return HitList(hits, note=note, min_relevance=min_relevance)
         try:
             background = self._background(space, count)
-            scores = self._background_scores(space, query, background) * factor
         except (ServiceError, InferenceServerException) as exc:  # the hits stand; only their calibration is missing
             return HitList(hits, note=f"relevance unavailable ({' '.join(str(exc).split())[:200]})", min_relevance=min_relevance)
-        centre = float(np.median(scores))
+        mu, beta = background.fits[space.kind]
+        mu, beta = mu * factor, beta * factor
         searched = count if flt is None else self._filtered_count(space, flt, count)
-        values = relevance([h.score for h in hits], centre, background.scales[space.kind], searched)
+        values = relevance([h.score for h in hits], shifted(mu, beta, background.count, searched), beta, best)
         rated = [replace(h, relevance=round(float(v), 6)) for h, v in zip(hits, values)]
-        best = max((h.relevance for h in rated), default=None)
+        top = max((h.relevance for h in rated), default=None)
         if min_relevance is None:
-            return HitList(rated, best=best)
+            return HitList(rated, best=top)
         kept = [h for h in rated if h.relevance >= min_relevance]
-        return HitList(kept, no_match=bool(rated) and not kept, min_relevance=min_relevance, best=best)
+        return HitList(kept, no_match=bool(rated) and not kept, min_relevance=min_relevance, best=top)
 
     def _filtered_count(self, space: Space, flt: models.Filter, size: int) -> int:
-        """How many points a filtered search ran over: the m of its relevance. Counting a filter
-        exactly scans the collection (5-10 ms holding the GIL at 100k photos), so a count is reused
-        for the same filter while the collection's size (``size``, the cheap count) is unchanged, for
-        up to FILTER_COUNT_TTL_S: a user browsing one folder or date range asks it on every query."""
+        """How many points a filtered search ran over: the M' of its shift. Counting a filter exactly
+        scans the collection (5-10 ms holding the GIL at 100k photos), so a count is reused for the
+        same filter while the collection's size (``size``, the cheap count) is unchanged, for up to
+        FILTER_COUNT_TTL_S: a user browsing one folder or date range asks it on every query."""
         both = _both(flt, space.sample_filter)
         key = (self.store.location, self.store.prefix, space.collection, both.model_dump_json())
         now = time.monotonic()
@@ -168,17 +188,17 @@ class Relevance(ServiceBase):
                 _COUNTS.popitem(last=False)
         return n
 
-    # -- the background
+    # -- the fit
     def background_ready(self, space: Space) -> bool:
-        """Whether a search in ``space`` finds what its relevance needs in memory and current: no sample
-        to draw, no vectors to fetch, no probes to run (a new sample takes ~0.3 s at 20,000 passages,
-        ~1.2 s at 100,000, which an event loop hands to a thread)."""
+        """Whether a search in ``space`` finds its fit in memory and current: no probes to run (a new fit
+        costs the probes' encoding and one search each, well under a second at 100,000 passages, which
+        an event loop hands to a thread)."""
         count = self.store.count(space.collection, space.sample_filter, exact=False)
         if count < MIN_POINTS:
             return True  # no calibration
         bg = _CACHE.get(self._background_key(space))
         return (bg is not None and not _stale(bg, count, _model_id(space.family, self.settings.triton_repo))
-                and space.kind in bg.scales and (space.sparse or space.multivector or bg.vectors is not None))
+                and space.kind in bg.fits)
 
     def _background_key(self, space: Space) -> tuple:
         return (self.store.location, self.store.prefix, space.collection, space.vector)
@@ -188,16 +208,10 @@ class Relevance(ServiceBase):
         model = _model_id(space.family, self.settings.triton_repo)
         with _LOCK:
             bg = _CACHE.get(key) or self._load(space)
-            fresh = _stale(bg, count, model)
-            if fresh:
-                bg = Background(self._sample(space), count, {}, model)
-            if not space.sparse and not space.multivector and bg.vectors is None:
-                bg.vectors = None if fresh else self._load_vectors(space, len(bg.ids))
-                if bg.vectors is None:
-                    bg.vectors = self._fetch_vectors(space, bg.ids)
-                    self._save_vectors(space, bg.vectors)
-            if space.kind not in bg.scales:
-                bg.scales[space.kind] = self._probe_scale(space, bg)
+            if _stale(bg, count, model):
+                bg = Background(self._sample(space) if space.sampled else [], count, {}, model)
+            if space.kind not in bg.fits:
+                bg.fits[space.kind] = gumbel_fit(self._probe_bests(space, bg))
                 self._save(space, bg)
             _CACHE[key] = bg
             return bg
@@ -214,50 +228,30 @@ class Relevance(ServiceBase):
         size = SAMPLE_MULTIVECTOR if space.multivector else SAMPLE
         return sorted(random.Random(0).sample(ids, min(size, len(ids))), key=str)
 
-    def _fetch_vectors(self, space: Space, ids: list) -> np.ndarray:
-        """The sampled points' vectors, unit length (the store's cosine), in the sample's order."""
-        found, offset = {}, None
-        flt = models.Filter(must=[models.HasIdCondition(has_id=ids)])
-        while True:
-            points, offset = self.store.scroll(space.collection, flt, limit=4096, offset=offset, with_payload=False,
-                                               with_vectors=[space.vector])
-            found.update({str(p.id): (p.vector or {}).get(space.vector) for p in points})
-            if offset is None:
-                break
-        rows = [found[str(i)] for i in ids if found.get(str(i)) is not None]
-        vectors = np.asarray(rows, np.float32).reshape(len(rows), -1)
-        if space.family.vectors[space.vector].distance == "cosine":
-            vectors /= np.maximum(np.linalg.norm(vectors, axis=1, keepdims=True), 1e-12)
-        return vectors
-
-    def _background_scores(self, space: Space, query, bg: Background) -> np.ndarray:
-        """The query's scores against the sampled points, as the store scores the hits: dense
-        vectors here (cosine against the sample's unit vectors), sparse and ColBERT by the store."""
-        if bg.vectors is not None:
-            q = np.asarray(query, np.float32)
-            if space.family.vectors[space.vector].distance == "cosine":
-                q = q / max(float(np.linalg.norm(q)), 1e-12)
-            return (bg.vectors @ q).astype(np.float64)
-        ids = bg.ids
-        points = self.store.search(space.collection, space.vector, query, limit=len(ids),
-                                   query_filter=models.Filter(must=[models.HasIdCondition(has_id=ids)]),
-                                   params=models.SearchParams(exact=True), with_payload=False)
-        scores = [float(p.score) for p in points]
-        if space.sparse:  # the store leaves out points that share no token with the query: they score 0
-            scores += [0.0] * (len(ids) - len(scores))
-        return np.asarray(scores, np.float64)
-
-    def _probe_scale(self, space: Space, bg: Background) -> float:
-        """The collection's spread for queries of this kind: the median Laplace scale of the probes'
-        background scores (fixed golden texts or photos, encoded by the served model)."""
-        scales = [laplace_scale(self._background_scores(space, q, bg) * f) for q, f in self._probes(space)]
-        scales = [s for s in scales if s > 0]
-        return float(np.median(scales)) if scales else 0.0
+    def _probe_bests(self, space: Space, bg: Background) -> list[float]:
+        """Each probe's best score in the collection, as the hits are scored: a search of the whole
+        collection (dense), or of the sample moved to the collection's size (sparse, ColBERT)."""
+        bests = []
+        for query, factor in self._probes(space):
+            if space.sampled:
+                flt = models.Filter(must=[models.HasIdCondition(has_id=bg.ids)])
+                found = self.store.search(space.collection, space.vector, query, limit=1, query_filter=flt,
+                                          params=models.SearchParams(exact=True), with_payload=False)
+            else:
+                found = self.store.search(space.collection, space.vector, query, limit=1,
+                                          query_filter=space.sample_filter, with_payload=False)
+            bests.append(float(found[0].score) * factor if found else 0.0)  # sparse: no shared token scores 0
+        if not space.sampled:
+            return bests
+        mu, beta = gumbel_fit(bests)
+        lift = shifted(mu, beta, len(bg.ids), bg.count) - mu
+        return [b + lift for b in bests]
 
     def _probes(self, space: Space) -> list[tuple[object, float]]:
-        gold = golden.inputs()
-        texts = [t.text for t in gold.texts if t.max_length is None]  # the long text would only cost time
-        items = [p.data for p in gold.photos] if space.kind == "image" else texts
+        if space.kind == "image":
+            items = [p.data for p in golden.inputs().photos] + relevance_probes.images()
+        else:
+            items = list(relevance_probes.TEXTS)
         probes = space.family.relevance_probes(self.triton, items, space.vector)
         if space.sparse:
             return [(models.SparseVector(indices=list(v), values=list(v.values())), f) for v, f in probes]
@@ -270,28 +264,12 @@ class Relevance(ServiceBase):
     def _load(self, space: Space) -> Background | None:
         try:
             raw = json.loads(self._file(space).read_text())
-        except (OSError, ValueError):
+            if raw.get("location") != self.store.location:
+                return None
+            fits = {k: (float(v[0]), float(v[1])) for k, v in raw["fits"].items()}
+            return Background(list(raw["ids"]), int(raw["count"]), fits, raw.get("model", ""))
+        except (OSError, ValueError, KeyError, TypeError, IndexError):  # none yet, or one of an older version
             return None
-        if raw.get("location") != self.store.location:
-            return None
-        return Background(raw["ids"], int(raw["count"]), {k: float(v) for k, v in raw["scales"].items()}, raw.get("model", ""))
-
-    def _load_vectors(self, space: Space, n: int) -> np.ndarray | None:
-        try:
-            vectors = np.load(self._file(space).with_suffix(".npy"), allow_pickle=False)
-        except (OSError, ValueError):
-            return None
-        return vectors if vectors.ndim == 2 and len(vectors) == n else None
-
-    def _save_vectors(self, space: Space, vectors: np.ndarray) -> None:
-        path = self._file(space).with_suffix(".npy")
-        try:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            with open(path.with_suffix(".npy.tmp"), "wb") as f:
-                np.save(f, vectors, allow_pickle=False)
-            path.with_suffix(".npy.tmp").replace(path)
-        except OSError:
-            pass
 
     def _save(self, space: Space, bg: Background) -> None:
         path = self._file(space)
@@ -299,14 +277,14 @@ class Relevance(ServiceBase):
             path.parent.mkdir(parents=True, exist_ok=True)
             tmp = path.with_suffix(".tmp")
             tmp.write_text(json.dumps({"location": self.store.location, "count": bg.count, "model": bg.model,
-                                       "scales": bg.scales, "ids": bg.ids}))
+                                       "fits": bg.fits, "ids": bg.ids}))
             tmp.replace(path)
-        except OSError:  # a read-only data dir: the sample is kept in memory only
+        except OSError:  # a read-only data dir: the fit is kept in memory only
             pass
 
 
 def _stale(bg: Background | None, count: int, model: str) -> bool:
-    """Whether a background cannot serve a collection of ``count`` points under ``model``: a new sample is due."""
+    """Whether a fit cannot serve a collection of ``count`` points under ``model``: a new one is due."""
     return bg is None or bg.model != model or abs(count - bg.count) > REFRESH * max(bg.count, 1)
 
 
