@@ -109,7 +109,7 @@ def sidebar(status: dict) -> dict:
         dates = st.date_input("Taken between (photos)", value=(), format="YYYY-MM-DD")
         camera = st.text_input("Camera (photos)", placeholder="e.g. canon eos")
         clear_only = st.toggle("Only clear matches", help=f"hide hits whose calibrated relevance is below "
-                               f"{DEFAULT_MIN_RELEVANCE}: not clearly above the collection's background (docs/relevance.md)")
+                               f"{DEFAULT_MIN_RELEVANCE}: no better than unrelated questions find here (docs/relevance.md)")
         min_score = st.slider("Score cut-off (raw)", 0.0, 1.0, 0.0, 0.01,
                               help="hide hits whose raw score is below this (0 = show all); its scale differs per model")
         top_k = st.number_input("Results", 1, MAX_TOP_K, 8)

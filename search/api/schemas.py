@@ -40,8 +40,8 @@ KbName = Annotated[str, Field(pattern=KB_PATTERN, max_length=40, examples=["hr"]
 TopK = Annotated[int, Field(ge=1, le=MAX_TOP_K)]
 Score = Annotated[float, Field(allow_inf_nan=False)]
 # Calibrated relevance (docs/relevance.md): hits below it are hidden; none left -> "no_match": true.
-MinRelevance = Annotated[float, Field(ge=0, le=1, description="hide hits whose calibrated relevance (how clearly they "
-                                      "stand above the collection's background, 0..1; 0.9 = clearly) is below this; "
+MinRelevance = Annotated[float, Field(ge=0, le=1, description="hide hits whose calibrated relevance (the share of "
+                                      "unrelated questions that find less in this collection, 0..1; 0.9 = nine in ten) is below this; "
                                       "when none is left the answer says no_match: true")]
 
 

@@ -61,8 +61,9 @@ def query(
     min_entailment: float = typer.Option(None, "--min-entailment", min=0.0, max=1.0,
                                          help="With --verify: hide photos whose entailment probability is below this."),
     min_relevance: float = typer.Option(None, "--min-relevance", min=0.0, max=1.0,
-                                        help="Hide hits that are not clearly above the collection's background: calibrated "
-                                             f"relevance below this ({DEFAULT_MIN_RELEVANCE} = clearly; docs/relevance.md). "
+                                        help="Hide hits whose calibrated relevance is below this: the share of "
+                                             "unrelated questions that find less in this collection "
+                                             f"({DEFAULT_MIN_RELEVANCE}: nine in ten; docs/relevance.md). "
                                              f"When none is left: \"no good match\", exit status {NO_GOOD_MATCH}."),
     full_text: bool = typer.Option(False, "--full-text", help="Documents: each passage's whole text; without it a hit's text "
                                    f"stops near {HIT_CHARS:,} characters (JSON: truncated and length say so)."),
@@ -77,7 +78,7 @@ def query(
     [bold]Exit status[/]:
       0  hits shown
       1  nothing matched (above --min-score, with the entailment asked), or another error
-      8  no good match: hits were found, but none is clearly above the background (--min-relevance)
+      8  no good match: hits were found, but none passes --min-relevance
       2  bad option · 3 Triton not reachable · 4 model not served · 5 store unavailable · 6 nothing indexed yet · 130 interrupted"""
     photos = bool(images or like)
     if per_document_passages is not None and not per_document:
@@ -113,7 +114,7 @@ def query(
     if hits.note and min_relevance is not None:
         say("note: {}; --min-relevance was not applied", hits.note, console=err)
     if hits.no_match:
-        say("no good match: nothing is clearly above the collection's background (best relevance {:.2f}, "
+        say("no good match: nothing stands out from what unrelated questions find here (best relevance {:.2f}, "
             "below --min-relevance {})", hits.best or 0.0, min_relevance, console=err)
         raise typer.Exit(NO_GOOD_MATCH)
     if not hits:

@@ -52,7 +52,7 @@ TopK = Annotated[int, Field(ge=1, le=MAX_TOP_K, description="how many hits")]
 Chars = Annotated[int, Field(ge=1, le=HIT_CHARS_LIMIT)]
 Text = Annotated[str, Field(min_length=1, max_length=2000)]
 MinRelevance = Annotated[float | None, Field(ge=0, le=1, description="hide hits whose calibrated relevance is below "
-                                                                  "this (0.9: clearly above the background)")]
+                                                                  "this (0.9: better than nine unrelated questions in ten find here)")]
 Kb = Annotated[str | None, Field(description="the knowledge base (default: 'default'); see the collections resource")]
 
 

@@ -53,7 +53,7 @@ class DocumentHit(_Paths):
     title: str | None = None
     section: str | None = None  # the nearest heading above the passage
     mode: str = "semantic"  # how it was found (the score's meaning depends on it)
-    relevance: float | None = None  # calibrated: how clearly above the collection's background (docs/relevance.md)
+    relevance: float | None = None  # calibrated: the share of unrelated questions that find less (docs/relevance.md)
     length: int = 0  # characters in the whole passage; text may hold fewer (truncated)
     truncated: bool = False
     ocr: dict | None = None  # text read in an image (a scanned page, a photo): {"model", "score": mean confidence}
@@ -144,7 +144,7 @@ class ImageHit(_Paths):
     # --verify: the entailment model's probability that the photo entails the query, and its label (None: not verified)
     entailment: float | None = None
     entailment_label: str | None = None
-    relevance: float | None = None  # calibrated: how clearly above the collection's background (docs/relevance.md)
+    relevance: float | None = None  # calibrated: the share of unrelated questions that find less (docs/relevance.md)
     text: str | None = None  # the words read in the photo at ingest (--ocr-photos), None when none were
     # How a text search found it: "image" (the image model: score is its cosine) and/or "words" (its text
     # holds words_share of the query's content words; score is that share when only its words found it)
