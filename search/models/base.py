@@ -36,6 +36,10 @@ INT8_TOLERANCE = {"stsb_spearman": 0.5, "msmarco_ndcg10": 1.0}
 INT8_MIN_COSINE = 0.98
 
 
+class Int8Rejected(RuntimeError):
+    """The int8 graph missed INT8_MIN_COSINE or batch invariance: the build refuses it (the fp32 files stay)."""
+
+
 @dataclass(frozen=True)
 class Int8Quality:
     """int8 against fp32, measured by a quality script on real weights (the figures x100)."""
@@ -210,7 +214,10 @@ class Family:
         if not force and self.built_from(repo) == source and self.precision(repo) == precision:
             return BuildReport(self.family, "up to date", f"from {source}, {precision}")
         export = importlib.import_module(self.export_module)  # here, not at import: it needs torch & co.
-        return export.build(self, repo, source, precision, allow_unmeasured)
+        try:
+            return export.build(self, repo, source, precision, allow_unmeasured)
+        except Int8Rejected as exc:
+            return BuildReport(self.family, "refused", str(exc))
 
     # Search queries: the served model they go to, where concurrent queries of a process share requests
     # (one batcher each, Resources.batchers); None: the family serves no queries.

@@ -34,7 +34,8 @@ TOLERANCES = {
     "fp32": Tolerance(cosine=0.9999, sparse=1e-4, logits=1e-3, scale=1.0),
     # TensorRT FP16 with LayerNorm in FP32 (configs/gpu.pbtxt); bench/bench_gpu.py holds it to 0.999 as well
     "fp16": Tolerance(cosine=0.999, sparse=1e-2, logits=5e-2, scale=10.0),
-    # int8 CPU graph (`search models build --precision int8`, dynamic int8): served int8 of the measured family (its int8_quality) against
+    # int8 CPU graph (`search models build --precision int8`; measured on the earlier dynamic int8): served
+    # int8 of the measured family (its int8_quality) against
     # PyTorch fp32 measured min cosine 0.9871 on the golden texts (0.9877 on the build's check inputs) and
     # max |delta| 0.011 on the published similarities; the bound leaves room for other CPUs' int8 kernels.
     # Without VNNI (AMD Zen 3) 8-bit weights saturated: 0.970 for a golden text alone; the build's 7-bit

@@ -14,7 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from search.models.base import INT8_MIN_COSINE, BuildReport, Family, WeightsUnavailable
+from search.models.base import INT8_MIN_COSINE, BuildReport, Family, Int8Rejected, WeightsUnavailable
 
 
 def export_checked(module, feeds: dict, outputs: list[str], dynamic_axes: dict, dest: Path, family: str,
@@ -147,7 +147,6 @@ def sha256(path: Path) -> str:
 # TensorRT fuses by itself and whose com.microsoft-free ops it can run)
 CPU_GRAPH = "model.cpu.onnx"
 MIN_COSINE = 0.9999  # a fused or packed graph vs the exported one, on the family's check inputs
-INT8_FLOOR = 0.9  # int8 vs fp32 on the check inputs: below this the quantized graph is broken, not just coarse
 MIN_GAIN = 1.03  # another graph is served when it runs at least this much faster than the exported one
 
 
@@ -161,7 +160,8 @@ class Fusion:
 
 
 def cpu_graph(exported: Path, fusion: Fusion | None, checks: list[dict], family: str, precision: str = "fp32",
-              timing: list[dict] | None = None, pack: Callable[[Path], object] | None = None) -> dict:
+              timing: list[dict] | None = None, pack: Callable[[Path], object] | None = None,
+              text: list[dict] | None = None) -> dict:
     """Write ``model.cpu.onnx`` beside ``exported``, the graph the CPU configs serve, and return
     what the manifest records about it.
 
@@ -171,8 +171,10 @@ def cpu_graph(exported: Path, fusion: Fusion | None, checks: list[dict], family:
     2. Choice: timed on ``timing`` (default ``checks``), one thread, best of alternating rounds;
        the fastest is served if at least MIN_GAIN faster. Fused is not always faster (on some CPUs
        core kernels beat the contrib ops), so the build machine decides.
-    3. ``precision`` "int8": dynamic quantization of the chosen graph; one below INT8_MIN_COSINE
-       on the checks gives way to the next-fastest candidate's."""
+    3. ``precision`` "int8": the chosen graph quantized per token (``search.models.export.int8``),
+       held against fp32 on ``text`` (real text's batches, default ``checks``): INT8_MIN_COSINE on
+       every row, and each row run alone must give its in-batch vector (MIN_COSINE). One that misses
+       gives way to the next-fastest candidate's; when none meets both this raises Int8Rejected."""
     import numpy as np  # noqa: PLC0415
 
     if precision not in ("fp32", "int8"):
@@ -221,24 +223,31 @@ def cpu_graph(exported: Path, fusion: Fusion | None, checks: list[dict], family:
             chosen.parent.mkdir()
             _copy_graph(candidates[served], chosen)
         if precision == "int8":
+            from search.models.export.int8 import batch_invariance, quantize_per_token  # noqa: PLC0415
+
+            text_ref = reference if text is None else run_graph(exported, text)
             order = [served] + sorted((k for k in candidates if k != served), key=lambda k: ms.get(k, 0.0))
-            tried: dict[str, tuple[float, Path]] = {}
+            tried: dict[str, tuple[float, float, Path]] = {}
             for kind in order:  # the fastest first; the next only when it falls short
                 quantized = work / f"int8-{kind}" / CPU_GRAPH
                 quantized.parent.mkdir()
-                quantize_int8(chosen if kind == served else candidates[kind], quantized, big)
-                cos = agreement(reference, run_graph(quantized, checks))
-                tried[kind] = (cos if np.isfinite(cos) else -1.0, quantized)
-                if tried[kind][0] >= INT8_MIN_COSINE:
+                quantize_per_token(chosen if kind == served else candidates[kind], quantized, big)
+                cos = agreement(text_ref, run_graph(quantized, text or checks))
+                inv = batch_invariance(quantized, text or checks)
+                tried[kind] = (cos if np.isfinite(cos) else -1.0, inv if np.isfinite(inv) else -1.0, quantized)
+                if tried[kind][0] >= INT8_MIN_COSINE and tried[kind][1] >= MIN_COSINE:
                     break
-            base = max(tried, key=lambda k: tried[k][0]) if tried[kind][0] < INT8_MIN_COSINE else kind
-            cos, chosen = tried[base]
-            if cos < INT8_FLOOR:
-                raise RuntimeError(f"{family}: the int8 {name} graph is broken (min cosine {cos:.4f} against fp32 "
-                                   "on the check inputs)")
+            else:
+                cos, inv, _ = max(tried.values(), key=lambda t: t[:2])
+                raise Int8Rejected(f"int8 {family} refused: min cosine {cos:.4f} against fp32 on the check texts "
+                                   f"(bound {INT8_MIN_COSINE}), one-vs-batch {inv:.6f} (bound {MIN_COSINE}); "
+                                   "the fp32 build stays")
+            cos, inv, chosen = tried[kind]
             if len(tried) > 1:
-                record["int8_tried_min_cosine"] = {k: round(c, 6) for k, (c, _) in tried.items()}
-            record["served"], record["int8_vs_fp32_min_cosine"] = base, round(cos, 6)
+                record["int8_tried_min_cosine"] = {k: round(c, 6) for k, (c, _, _) in tried.items()}
+            record |= {"served": kind, "int8": "per-token", "int8_vs_fp32_min_cosine": round(cos, 6),
+                       "int8_one_vs_batch_min_cosine": round(inv, 7),
+                       "int8_checked_rows": sum(len(next(iter(f.values()))) for f in text or checks)}
         record["seconds"] = round(time.perf_counter() - start, 1)
         for stale in (dest, dest.with_name(CPU_GRAPH + ".data")):
             stale.unlink(missing_ok=True)
@@ -290,6 +299,8 @@ def describe_cpu_graph(cpu: dict, status: str) -> str:
     text += ")"
     if "int8_vs_fp32_min_cosine" in cpu:
         text += f"; int8 vs fp32 min cosine {cpu['int8_vs_fp32_min_cosine']:.4f} on the check inputs"
+        if "int8_one_vs_batch_min_cosine" in cpu:
+            text += f", one vs batch {cpu['int8_one_vs_batch_min_cosine']:.6f}"
     if "timed_under_load" in cpu:
         text += (f"; timed while the machine was busy (load average {cpu['timed_under_load']:g} on {os.cpu_count()} "
                  "CPUs): on a quiet machine `search models build --force` may serve another graph")
@@ -312,29 +323,6 @@ def _fuse(src: Path, dest: Path, fusion: Fusion, big: bool) -> dict[str, int]:
     finally:
         quiet.setLevel(level)
     return stats
-
-
-def quantize_int8(src: Path, dest: Path, big: bool = False) -> None:
-    """Dynamic int8: MatMul and Attention weights as int8 per output channel, activations
-    quantized per batch at run time (no calibration data needed). Weights on 7 bits
-    (``reduce_range``): without VNNI (AVX2 only, e.g. AMD Zen 3) onnxruntime's u8 x s8 kernels
-    add pairs of products in saturating 16-bit lanes; with 8-bit weights one golden text alone came
-    out at cosine 0.970 against fp32 there, 0.983 with 7 (onnxruntime's quantization docs advise it
-    for such machines)."""
-    from onnx import TensorProto  # noqa: PLC0415
-    from onnxruntime.quantization import QuantType, quantize_dynamic  # noqa: PLC0415
-
-    root = logging.getLogger()
-    level = root.level
-    root.setLevel(logging.ERROR)  # "consider to run pre-processing": shape inference, which dynamic quantization does not need
-    try:
-        # DefaultTensorType: shape inference cannot type the outputs of com.microsoft ops (the fused
-        # Attention, SkipLayerNormalization); they are float.
-        quantize_dynamic(src, dest, op_types_to_quantize=["MatMul", "Attention"], per_channel=True,
-                         reduce_range=True, weight_type=QuantType.QInt8, use_external_data_format=big,
-                         extra_options={"DefaultTensorType": TensorProto.FLOAT})
-    finally:
-        root.setLevel(level)
 
 
 def run_graph(path: Path, checks: list[dict]) -> list[list]:

@@ -2,13 +2,15 @@
 
 Two graphs: ``model.onnx`` as exported (checked against PyTorch; the GPU configs serve it) and
 ``model.cpu.onnx`` (config.pbtxt serves it): onnxruntime's BERT fusions, checked against the
-exported graph, and with ``precision="int8"`` dynamically quantized (its quality figures:
-``MiniLM.int8_quality``, measured by bench/quality_minilm.py)."""
+exported graph, and with ``precision="int8"`` quantized per token (``search.models.export.int8``;
+checked on the sentences of samples/docs, its quality figures: ``MiniLM.int8_quality``, measured by
+bench/quality_minilm.py)."""
 
 from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 from pathlib import Path
 
@@ -43,7 +45,8 @@ def build(fam: MiniLM, repo: Path, source: str, precision: str = "fp32", allow_u
 
     # a configuration the packed encoder does not reproduce is served as exported or fused
     pack = (lambda dest: export_onnx(weights, dest, packed=True)) if supports(config) else None
-    cpu = cpu_graph(onnx_path, fusion, check_inputs(), fam.family, precision, timing=timing_inputs(), pack=pack)
+    text = text_inputs(weights) if precision == "int8" else None
+    cpu = cpu_graph(onnx_path, fusion, check_inputs(), fam.family, precision, timing=timing_inputs(), pack=pack, text=text)
     save_tokenizer(weights, fam.tokenizer_path(repo))
     link_query_copy(repo)
     recorded = minilm_golden.record(fam, repo, weights, source, MAX_TOKENS)  # for `search models verify`
@@ -80,6 +83,53 @@ def timing_inputs() -> list[dict]:
         lengths = rng.integers(shortest, longest + 1, batch)
         mask = (np.arange(lengths.max()) < lengths[:, None]).astype(np.int64)
         ids = rng.integers(1000, 29000, mask.shape, dtype=np.int64) * mask
+        out.append({"input_ids": ids, "attention_mask": mask, "token_type_ids": np.zeros_like(ids)})
+    return out
+
+
+SAMPLES = Path(__file__).resolve().parents[3] / "samples"  # the repository's sample documents
+
+
+def sentences() -> list[str]:
+    """Real text the repository ships: every sentence (heading, list item) of samples/docs, the
+    sample queries and the golden texts."""
+    from search.models import golden  # noqa: PLC0415
+
+    out = []
+    for path in sorted((SAMPLES / "docs").glob("*")):
+        for line in path.read_text(encoding="utf-8").splitlines():
+            line = re.sub(r"[*#`>]|^\s*(\d+\.|-)\s+", "", line).strip()
+            out += [s for s in re.split(r"(?<=[.!?])\s+", line) if len(s) > 2]
+    queries = SAMPLES / "queries.json"
+    if queries.is_file():
+        out += [q["query"] for q in json.loads(queries.read_text(encoding="utf-8"))]
+    return out + [t.text for t in golden.inputs().texts]
+
+
+def text_inputs(weights: Path, batch: int = 64) -> list[dict]:
+    """``sentences()`` tokenized as served (cut at MAX_TOKENS), in batches of ``batch`` mixed lengths
+    (shuffled: padding must not leak into the vectors)."""
+    import numpy as np  # noqa: PLC0415
+    from tokenizers import Tokenizer  # noqa: PLC0415
+
+    texts = sentences()
+    if (weights / "tokenizer.json").is_file():
+        tok = Tokenizer.from_file(str(weights / "tokenizer.json"))
+    else:
+        from transformers import AutoTokenizer  # noqa: PLC0415
+
+        tok = AutoTokenizer.from_pretrained(weights).backend_tokenizer
+    tok.no_padding()
+    tok.enable_truncation(MAX_TOKENS)
+    encoded = [e.ids for e in tok.encode_batch(texts)]
+    np.random.default_rng(0).shuffle(encoded)
+    out = []
+    for start in range(0, len(encoded), batch):
+        rows = encoded[start:start + batch]
+        mask = (np.arange(max(map(len, rows))) < np.array([len(r) for r in rows])[:, None]).astype(np.int64)
+        ids = np.zeros_like(mask)
+        for i, r in enumerate(rows):
+            ids[i, :len(r)] = r
         out.append({"input_ids": ids, "attention_mask": mask, "token_type_ids": np.zeros_like(ids)})
     return out
 
