@@ -1,17 +1,22 @@
 """The embedded store (Qdrant's engine, qdrant-edge) against qdrant-client's local mode, both
-through the project's Store class with the real photo schema (512-d CLIP vector, payload indexes).
+through the project's Store class with the real schemas: photos (512-d CLIP-sized vectors, EXIF-like
+payload) or documents (--kind documents: 384-d MiniLM-sized vectors, passages of ~700 characters).
 
 Data shaped like real embeddings: 200 clusters, each a 32-dimensional manifold around its centre,
 all offset along one shared direction (a cone, as CLIP's are), plus isotropic noise, normalised;
 photo-like payload on every point,
 with `camera_terms` taking 10 values (a filtered query keeps 10 %). Queries are fresh points from
-the same distribution; recall@10 is against exact search (numpy brute force, same filter).
+the same distribution; recall@10 is against exact search (numpy brute force, same filter). Beside
+the camera filter: a folder (one year of 15: 6.7 %) and a date range (10 % of the points).
 
 Each (backend, size) runs in two fresh processes, so each figure is measured alone:
   build:  upsert in batches of 256 (the ingest pipeline's write batch), then optimize (edge: merge
           segments + build HNSW; local mode has nothing to build); points/s with and without it.
   query:  reopen (open + first query, in a fresh process), RSS the store added, top-10 and filtered
           top-10 latency p50/p99 and recall@10, disk size.
+  upkeep: (--phases build,query,upkeep) what a watch does to the built store: one changed file's
+          point written until a search finds it, the optimize after it; a batch of 2,000 files'
+          points and the optimize after that; segments and search latency after.
 
     python bench/bench_store.py --sizes 10000,100000 --backends edge,local [--workdir DIR] [--json FILE]
     python bench/bench_store.py --report FILE          # print the table of recorded results
@@ -38,19 +43,59 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from qdrant_client import models  # noqa: E402
 
 from bench.common import DIM, SEED, payload, pid, sample  # noqa: E402
-from search.store import images_schema, open_location  # noqa: E402
+from search.store import DOCUMENTS, images_schema, open_location  # noqa: E402
 from search.store.util import disk_usage  # noqa: E402
 
 CHUNK, BATCH = 10_000, 256
 
 
-def dataset(n: int) -> np.ndarray:
-    """The first n points (the same points at every size): fixed 10k chunks, each with its own seed."""
-    return np.concatenate([sample(CHUNK, SEED + 1 + k) for k in range(n // CHUNK)])
+# kind -> (collection, vector, width)
+KINDS = {"photos": ("images", "clip", DIM), "documents": (DOCUMENTS.name, "minilm", 384)}
+WORDS = ("printer queue badge reader password reset vpn laptop docking station monitor invoice budget "
+         "meeting room schedule backup restore release policy travel expense contract review").split()
 
 
-FILTER = models.Filter(must=[models.FieldCondition(key="camera_terms", match=models.MatchValue(value="cam3"))])
-FILTER_KEEP = 3  # i % 10 == 3
+def unit(x: np.ndarray) -> np.ndarray:
+    return (x / np.linalg.norm(x, axis=1, keepdims=True)).astype(np.float32)
+
+
+def dataset(n: int, kind: str = "photos") -> np.ndarray:
+    """The first n points (the same points at every size): fixed 10k chunks, each with its own seed;
+    documents' 384-d vectors are the first 384 coordinates, renormalised (the clusters stay)."""
+    width = KINDS[kind][2]
+    return np.concatenate([unit(sample(CHUNK, SEED + 1 + k)[:, :width]) for k in range(n // CHUNK)])
+
+
+def doc_payload(i: int) -> dict:
+    """A passage's payload as the indexer writes it: 8 passages a file, ~700 characters of text."""
+    f, year = i // 8, 2010 + (i // 8) % 15
+    path = f"/srv/wiki/{year}/{f % 97:02d}/page-{f:07d}.md"
+    text = " ".join(WORDS[(i * 7 + k * 13) % len(WORDS)] for k in range(100))
+    return {"path": path, "paths": [path], "folders": [f"/srv/wiki/{year}/{f % 97:02d}", f"/srv/wiki/{year}", "/srv/wiki",
+                                                     "/srv", "/"], "suffix": ".md", "sha256": f"{f:064x}", "chunk": i % 8,
+            "n_chunks": 8, "chunker": "minilm-bench", "mtime": 1.3e9 + i * 3000.0, "size": 40_000 + f, "title": f"Page {f}",
+            "models": ["minilm"], "partial": 0.0, "text": text, "start": (i % 8) * 700, "end": (i % 8) * 700 + len(text)}
+
+
+def point(i: int, v: np.ndarray, kind: str) -> models.PointStruct:
+    _, vector, _ = KINDS[kind]
+    return models.PointStruct(id=pid(i), vector={vector: v.tolist()}, payload=payload(i) if kind == "photos" else doc_payload(i))
+
+
+def filters(kind: str, n: int) -> dict[str, tuple[models.Filter, np.ndarray]]:
+    """name -> (filter, which of the n points it keeps)."""
+    i = np.arange(n)
+    year = (2010 + i % 15) if kind == "photos" else (2010 + (i // 8) % 15)
+    top = "/home/me/Pictures/2015" if kind == "photos" else "/srv/wiki/2015"
+    lo, hi = 1.3e9 + int(n * 0.45) * 3000.0, 1.3e9 + int(n * 0.55) * 3000.0  # dates: 10 % of the points
+    date_key = "taken_at" if kind == "photos" else "mtime"
+    out = {"folder": (models.Filter(must=[models.FieldCondition(key="folders", match=models.MatchValue(value=top))]), year == 2015),
+           "date": (models.Filter(must=[models.FieldCondition(key=date_key, range=models.Range(gte=lo, lt=hi))]),
+                    (1.3e9 + i * 3000.0 >= lo) & (1.3e9 + i * 3000.0 < hi))}
+    if kind == "photos":
+        out["camera"] = (models.Filter(must=[models.FieldCondition(key="camera_terms", match=models.MatchValue(value="cam3"))]),
+                         i % 10 == 3)
+    return out
 
 
 def rss_mb() -> float:
@@ -60,31 +105,35 @@ def rss_mb() -> float:
     return float("nan")
 
 
-def store_dir(workdir: Path, backend: str, n: int) -> Path:
-    return workdir / f"{backend}-{n}"
+def store_dir(workdir: Path, backend: str, n: int, kind: str = "photos") -> Path:
+    return workdir / (f"{backend}-{n}" if kind == "photos" else f"{backend}-{kind}-{n}")
 
 
-def build(backend: str, n: int, workdir: Path) -> dict:
-    path = store_dir(workdir, backend, n)
+def ensure(store, kind: str) -> None:
+    store.ensure(images_schema(DIM) if kind == "photos" else DOCUMENTS)
+
+
+def build(backend: str, n: int, workdir: Path, kind: str = "photos") -> dict:
+    path = store_dir(workdir, backend, n, kind)
     shutil.rmtree(path, ignore_errors=True)
-    data = dataset(n)
+    data = dataset(n, kind)
+    collection = KINDS[kind][0]
     store = open_location(backend, str(path))
-    store.ensure(images_schema(DIM))
+    ensure(store, kind)
     spent = 0.0
     for start in range(0, n, BATCH):
-        points = [models.PointStruct(id=pid(i), vector={"clip": data[i].tolist()}, payload=payload(i))
-                  for i in range(start, min(n, start + BATCH))]
+        points = [point(i, data[i], kind) for i in range(start, min(n, start + BATCH))]
         t = time.perf_counter()
-        store.upsert("images", points)
+        store.upsert(collection, points)
         spent += time.perf_counter() - t
     t = time.perf_counter()
-    store.optimize("images")
+    store.optimize(collection)
     optimize = time.perf_counter() - t
     t = time.perf_counter()
     store.close()
     close = time.perf_counter() - t
     return {"upsert_pts_s": n / spent, "upsert_s": spent, "optimize_s": optimize, "close_s": close,
-            "ingest_pts_s": n / (spent + optimize + close)}
+            "ingest_pts_s": n / (spent + optimize + close), "peak_rss_build_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}
 
 
 def exact_top(data: np.ndarray, queries: np.ndarray, keep: np.ndarray | None, k: int = 10) -> list[list[int]]:
@@ -98,41 +147,81 @@ def exact_top(data: np.ndarray, queries: np.ndarray, keep: np.ndarray | None, k:
     return out
 
 
-def query(backend: str, n: int, workdir: Path, n_queries: int) -> dict:
-    path = store_dir(workdir, backend, n)
-    data = dataset(n)
-    queries = sample(n_queries, SEED + 999)
+def latencies(store, collection: str, vector: str, queries: np.ndarray, flt=None, want=None, ids=None) -> dict:
+    lat, hits = [], 0
+    for k, q in enumerate(queries):
+        t = time.perf_counter()
+        res = store.search(collection, vector, q.tolist(), limit=10, query_filter=flt)
+        lat.append(time.perf_counter() - t)
+        if want is not None:
+            hits += len({ids[p.id] for p in res} & set(want[k]))
+    ms = np.array(lat) * 1000
+    out = {"p50_ms": float(np.percentile(ms, 50)), "p99_ms": float(np.percentile(ms, 99))}
+    if want is not None:
+        out["recall"] = hits / (10 * len(want))
+    return out
+
+
+def query(backend: str, n: int, workdir: Path, n_queries: int, kind: str = "photos") -> dict:
+    path = store_dir(workdir, backend, n, kind)
+    collection, vector, width = KINDS[kind]
+    data = dataset(n, kind)
+    queries = unit(sample(n_queries, SEED + 999)[:, :width])
     ids = {pid(i): i for i in range(n)}
-    keep = (np.arange(n) % 10) == FILTER_KEEP
-    truth = exact_top(data, queries, None)
-    truth_f = exact_top(data, queries, keep)
     before = rss_mb()
     t = time.perf_counter()
     store = open_location(backend, str(path))
-    store.search("images", "clip", queries[0].tolist(), limit=10)
+    store.search(collection, vector, queries[0].tolist(), limit=10)
     reopen = time.perf_counter() - t
-    result = {"reopen_s": reopen, "points": store.count("images")}
-
-    def run(flt, want):
-        lat, hits = [], 0
-        for q, w in zip(queries, want):
-            t = time.perf_counter()
-            res = store.search("images", "clip", q.tolist(), limit=10, query_filter=flt)
-            lat.append(time.perf_counter() - t)
-            hits += len({ids[p.id] for p in res} & set(w))
-        ms = np.array(lat) * 1000
-        return float(np.percentile(ms, 50)), float(np.percentile(ms, 99)), hits / (10 * len(want))
-
-    result["top10_p50_ms"], result["top10_p99_ms"], result["recall"] = run(None, truth)
-    result["filtered_p50_ms"], result["filtered_p99_ms"], result["filtered_recall"] = run(FILTER, truth_f)
+    result = {"reopen_s": reopen, "points": store.count(collection)}
+    plain = latencies(store, collection, vector, queries, None, exact_top(data, queries, None), ids)
+    result["top10_p50_ms"], result["top10_p99_ms"], result["recall"] = plain["p50_ms"], plain["p99_ms"], plain["recall"]
+    for name, (flt, keep) in filters(kind, n).items():
+        got = latencies(store, collection, vector, queries, flt, exact_top(data, queries, keep), ids)
+        prefix = "filtered" if name == "camera" else f"{name}_filtered"  # "filtered": the camera filter, as before
+        result[f"{prefix}_p50_ms"], result[f"{prefix}_p99_ms"], result[f"{prefix}_recall"] = got["p50_ms"], got["p99_ms"], got["recall"]
     result["queries"] = n_queries
     result["rss_mb"] = rss_mb() - before
     result["peak_rss_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-    stats = store.stats("images")
+    stats = store.stats(collection)
     result["segments"], result["status"] = stats.segments, stats.status
     store.close()
     result["disk_mb"] = disk_usage(path) / 2**20
     return result
+
+
+def upkeep(backend: str, n: int, workdir: Path, n_queries: int, kind: str = "photos") -> dict:
+    """What a watch does to a built store of n points: one changed file, then a batch of 2,000."""
+    path = store_dir(workdir, backend, n, kind)
+    collection, vector, width = KINDS[kind]
+    store = open_location(backend, str(path))
+    queries = unit(sample(n_queries, SEED + 999)[:, :width])
+    fresh = unit(sample(CHUNK, SEED + 5000)[:, :width])  # not in the dataset: new files' points
+    out = {"segments_before": store.stats(collection).segments}
+    t = time.perf_counter()
+    store.upsert(collection, [point(n, fresh[0], kind)])  # one new file
+    while not any(p.id == pid(n) for p in store.search(collection, vector, fresh[0].tolist(), limit=1)):
+        time.sleep(0.01)
+    out["one_change_searchable_s"] = time.perf_counter() - t
+    t = time.perf_counter()
+    store.optimize(collection)
+    out["optimize_after_one_s"] = time.perf_counter() - t
+    out["segments_after_one"] = store.stats(collection).segments
+    t = time.perf_counter()
+    for start in range(0, 2000, BATCH):
+        store.upsert(collection, [point(n + 1 + i, fresh[1 + i], kind) for i in range(start, min(2000, start + BATCH))])
+    out["batch_2000_upsert_s"] = time.perf_counter() - t
+    searched = latencies(store, collection, vector, queries)
+    out["before_optimize_p50_ms"], out["before_optimize_p99_ms"] = searched["p50_ms"], searched["p99_ms"]
+    t = time.perf_counter()
+    store.optimize(collection)
+    out["optimize_after_2000_s"] = time.perf_counter() - t
+    stats = store.stats(collection)
+    out["segments_after_2000"], out["status_after"] = stats.segments, stats.status
+    searched = latencies(store, collection, vector, queries)
+    out["after_optimize_p50_ms"], out["after_optimize_p99_ms"] = searched["p50_ms"], searched["p99_ms"]
+    store.close()
+    return out
 
 
 def loadavg() -> str:
@@ -140,16 +229,19 @@ def loadavg() -> str:
 
 
 def child(args) -> None:
-    fn = build if args.phase == "build" else query
-    extra = () if args.phase == "build" else (args.n_queries,)
-    print(json.dumps(fn(args.backend, args.size, Path(args.workdir), *extra)))
+    if args.phase == "build":
+        out = build(args.backend, args.size, Path(args.workdir), args.kind)
+    else:
+        out = {"query": query, "upkeep": upkeep}[args.phase](args.backend, args.size, Path(args.workdir), args.n_queries, args.kind)
+    print(json.dumps(out))
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--sizes", default="10000,100000,300000")
     ap.add_argument("--backends", default="edge,local")
-    ap.add_argument("--phases", default="build,query")
+    ap.add_argument("--phases", default="build,query", help="build,query[,upkeep]")
+    ap.add_argument("--kind", default="photos", choices=sorted(KINDS), help="the collection's schema and payloads")
     ap.add_argument("--queries", type=int, default=300, help="queries per measurement (edge)")
     ap.add_argument("--local-queries", type=int, default=30, help="queries per measurement (local mode)")
     ap.add_argument("--workdir", default=None, help="where the stores are built (default: a temp dir, removed)")
@@ -176,12 +268,12 @@ def main() -> None:
     try:
         for n in [int(s) for s in args.sizes.split(",")]:
             for backend in args.backends.split(","):
-                row = {"backend": backend, "n": n, "machine": machine_line(), "load_start": loadavg(),
+                row = {"backend": backend, "n": n, "kind": args.kind, "machine": machine_line(), "load_start": loadavg(),
                        "when": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}
                 for phase in args.phases.split(","):
                     nq = args.queries if backend == "edge" else args.local_queries
                     cmd = [sys.executable, __file__, "--phase", phase, "--backend", backend, "--size", str(n),
-                           "--workdir", str(workdir), "--n-queries", str(nq)]
+                           "--workdir", str(workdir), "--n-queries", str(nq), "--kind", args.kind]
                     proc = subprocess.run(cmd, capture_output=True, text=True)
                     if proc.returncode != 0:
                         sys.exit(f"{backend} {n} {phase} failed:\n{proc.stderr[-3000:]}")
@@ -193,14 +285,15 @@ def main() -> None:
                     with open(args.json, "a") as f:
                         f.write(json.dumps(row) + "\n")
                 if not args.keep:
-                    shutil.rmtree(store_dir(workdir, backend, n), ignore_errors=True)
+                    shutil.rmtree(store_dir(workdir, backend, n, args.kind), ignore_errors=True)
     finally:
         if not args.workdir and not args.keep:
             shutil.rmtree(workdir, ignore_errors=True)
     report(rows)
     if rows:  # one line for the run, its rows by backend and size (edge_1000000.top10_p50_ms)
-        record("bench_store", {"phases": args.phases, "queries": args.queries, "local_queries": args.local_queries,
-                               **keyed(rows, "backend", "n")}, load_before=load_before)
+        keys = ("backend", "n") if args.kind == "photos" else ("backend", "kind", "n")
+        record("bench_store", {"phases": args.phases, "kind": args.kind, "queries": args.queries,
+                               "local_queries": args.local_queries, **keyed(rows, *keys)}, load_before=load_before)
 
 
 def report(rows: list[dict]) -> None:

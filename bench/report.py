@@ -50,6 +50,10 @@ GOALS: dict[tuple[str, str], tuple[str, float]] = {
     ("bench_store", "edge_*.filtered_p99_ms"): ("<=", 30.0),
     ("bench_store", "edge_*.optimize_s"): ("<=", 900.0),  # the index build: 15 minutes
     ("bench_store", "edge_*.reopen_s"): ("<=", 5.0),
+    ("bench_store", "edge_*.*_filtered_recall"): (">=", 0.95),
+    ("bench_store", "edge_*.*_filtered_p50_ms"): ("<=", 10.0),
+    ("bench_store", "edge_*.*_filtered_p99_ms"): ("<=", 30.0),
+    ("bench_store", "edge_*.one_change_searchable_s"): ("<=", 5.0),  # the store's part of a save to searchable
     # "no good match" at the default threshold on each corpus (issue "Answers a bot can trust")
     ("bench_relevance", "corpora.*.on_topic_keep_a_relevant_hit"): (">=", 0.95),
     ("bench_relevance", "corpora.*.off_topic.everyday.refused"): (">=", 0.95),
