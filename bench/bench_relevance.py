@@ -173,7 +173,7 @@ def measure(svc: SearchService, docs: Path, corpus: dict) -> dict:
         "off_topic_refused": {name: round(float(np.mean([not kept(r, t).any() for r in runs])), 3) for name, runs in off.items()}}
         for t in THRESHOLDS}
     bg = rel._CACHE[svc._background_key(rel.DOCUMENT_SPACES["minilm"])]  # noqa: SLF001  (the bench looks inside)
-    mu, beta = bg.fits["text"]
+    _, mu, beta = bg.fits["text"][0]
     row["fit"] = {"mu": round(mu, 4), "beta": round(beta, 4),
                   "raw_score_at_default": round(mu - beta * float(np.log(-np.log(DEFAULT_MIN_RELEVANCE))), 4)}
     return row

@@ -55,10 +55,36 @@ def test_relevance_means_the_chance_that_an_unrelated_query_finds_less():
     assert abs(gaussian.mean() - 0.5) < 0.06 and 0.02 < (gaussian > 0.9).mean() <= 0.1
     # far above: ~1; at the unrelated level: low; over more points the same score means less
     assert rel.relevance([0.9], mu, beta)[0] > 0.999 and rel.relevance([mu - beta], mu, beta)[0] < 0.1
-    fewer, more = rel.shifted(mu, beta, 2000, 10), rel.shifted(mu, beta, 2000, 10_000_000)
-    assert rel.relevance([0.4], fewer, beta)[0] > rel.relevance([0.4], mu, beta)[0] > rel.relevance([0.4], more, beta)[0]
+    more, _ = rel.law([(2000, mu, beta)], 10_000_000)  # past the fitted points: the Gumbel shift
+    assert more == pytest.approx(mu + beta * np.log(5000))
+    assert rel.relevance([0.4], mu, beta)[0] > rel.relevance([0.4], more, beta)[0]
     values = rel.relevance(np.linspace(-1, 1, 50), mu, beta)
     assert (np.diff(values) >= 0).all() and values.min() >= 0 and values.max() <= 1
+
+
+def test_a_filtered_search_uses_the_law_of_fewer_points():
+    """The probes' k-th best scores in M points are fitted as the best of M / k: a search over M'
+    points takes the level of the fit of the fewest points that still cover M' (no extrapolation
+    below the last rank), so 0.9 keeps meaning about one unrelated query in ten down to small M'."""
+    rng = np.random.default_rng(1)
+    m = 4000
+
+    def scores(queries: int, n: int) -> np.ndarray:  # unrelated queries, each at a level of its own
+        return rng.normal(0.1, 0.03, (queries, 1)) + rng.normal(0, 0.05, (queries, n))
+
+    tops = -np.sort(-scores(300, m), axis=1)[:, :128]  # 300 probes' best 128 scores
+    fits = rel.fit_ranks(tops, m)
+    assert [round(f[0]) for f in fits] == [4000, 2000, 1000, 500, 250, 125, 62, 31]
+    assert [f[1] for f in fits] == sorted((f[1] for f in fits), reverse=True)  # fewer points: a lower level
+    assert rel.law(fits, m) == fits[0][1:] and rel.law(fits, 1000)[0] == fits[2][1]
+    assert rel.law(fits, 700)[0] == fits[2][1]  # between 1000 and 500 points: the stricter level (1000)
+    assert rel.law(fits, 3)[0] == fits[-1][1]  # past the last rank: its level, not an extrapolation
+    assert all(rel.law(fits, n)[1] >= fits[0][2] for n in (3, 700, 1000))  # never a narrower spread than the best's
+    for n in (4000, 1000, 250, 31):
+        mu, beta = rel.law(fits, n)
+        best = scores(1000, n).max(axis=1)  # fresh unrelated queries' best over n points
+        share = np.mean([rel.relevance([b], mu, beta)[0] > 0.9 for b in best])
+        assert share <= 0.15, (n, share)  # about one in ten, as 0.9 means
 
 
 def test_a_hit_is_rated_below_the_best_by_its_distance_from_it():
@@ -163,8 +189,8 @@ def test_the_fit_is_kept_and_made_again_when_the_collection_grows(kb, tmp_path):
     saved = kb.settings.data_dir / "relevance" / "documents.minilm.json"
     first = json.loads(saved.read_text())
     assert first["count"] == kb.store.count(DOCUMENTS.name) and first["ids"] == []  # dense: probes search it all
-    mu, beta = first["fits"]["text"]
-    assert beta > 0 and -1 < mu < 1
+    points, mu, beta = first["fits"]["text"][0]  # the best of all the points; then ranks 2, 4, ...
+    assert points == first["count"] and beta > 0 and -1 < mu < 1
     more = tmp_path / "more"
     more.mkdir()
     for i in range(30):  # +30 chunks on ~46: more than 10 %

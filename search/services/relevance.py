@@ -13,13 +13,14 @@ quartiles (the lower half: a collection that is about some probes lifts only the
 so 0.9 is a score that nine unrelated queries in ten do not reach. A hit is rated at its own score
 lowered by its distance from the search's best hit, G(2 * score - best): the best hit's relevance is
 G(best), a hit far below it is not vouched for however far above the unrelated level it is. A
-filtered search over M' of the M points moves the law by beta * ln(M' / M) (the Gumbel shift of a
-maximum over fewer points).
+filtered search over M' of the M points uses the law of the probes' k-th best scores, k = M / M'
+(the k-th best of M points is the best of about M / k), up to k = 128: past it, that law (stricter
+than the exact one).
 
-Dense vectors: each probe's best score is a search of the whole collection. Sparse and ColBERT:
-against a random sample of the points (SAMPLE, SAMPLE_MULTIVECTOR), moved to the collection's size
-by the same shift. The fit is kept in ``<data dir>/relevance/`` and made again when the collection's
-size moves by more than 10 % or the model is rebuilt.
+Dense vectors: the probes search the whole collection. Sparse and ColBERT: a random sample of the
+points (SAMPLE, SAMPLE_MULTIVECTOR), the law moved to the collection's size by beta * ln(M / sample),
+the Gumbel shift of a maximum over more points. The fit is kept in ``<data dir>/relevance/`` and
+made again when the collection's size moves by more than 10 % or the model is rebuilt.
 """
 
 from __future__ import annotations
@@ -52,6 +53,9 @@ FILTER_COUNT_TTL_S = 30.0  # a filtered search's point count is reused this long
 FILTER_COUNTS = 256  # filters whose counts are kept
 # Gumbel quantile positions -ln(-ln p) of the quartiles used for the fit: p = 0.25 and 0.5
 Q25, Q50 = -math.log(-math.log(0.25)), -math.log(-math.log(0.5))
+# The probes' k-th best scores fitted too: the k-th best of M points is the best of about M / k, the
+# law of a filtered search over fewer points, measured rather than extrapolated.
+RANKS = (1, 2, 4, 8, 16, 32, 64, 128)
 
 
 @dataclass(frozen=True)
@@ -82,7 +86,7 @@ class Background:
 
     ids: list  # sparse and ColBERT: the sampled point ids the probes are scored against
     count: int  # points carrying the vector when the fit was made
-    fits: dict[str, tuple[float, float]] = field(default_factory=dict)  # probe kind -> (mu, beta) at ``count`` points
+    fits: dict[str, list] = field(default_factory=dict)  # probe kind -> fit_ranks: (points, mu, beta) a rank
     model: str = ""  # the served model's build the fits were measured with
 
 
@@ -115,9 +119,27 @@ def relevance(scores, mu: float, beta: float, best: float | None = None) -> np.n
         return np.exp(-np.exp(-(s - mu) / beta))
 
 
-def shifted(mu: float, beta: float, fitted_on: int, searched: int) -> float:
-    """mu for the best of ``searched`` points, from a fit on ``fitted_on`` (the maximum's Gumbel shift)."""
-    return mu + beta * math.log(max(searched, 1) / max(fitted_on, 1))
+def fit_ranks(tops: np.ndarray, points: int) -> list[tuple[float, float, float]]:
+    """(points, mu, beta) per rank k of RANKS: the law of the probes' k-th best scores in ``points``
+    points, which is the law of the best of ``points / k`` (the first entry: the best of all)."""
+    tops = np.asarray(tops, np.float64).reshape(len(tops), -1)
+    return [(points / k, *gumbel_fit(tops[:, k - 1])) for k in RANKS if k <= tops.shape[1]]
+
+
+def law(fits: list, searched: int) -> tuple[float, float]:
+    """(mu, beta) of the best of ``searched`` points: the level of the fit of the fewest points that
+    still cover them, or, past the first fit's points, that fit moved by beta * ln(searched / points),
+    the Gumbel shift of a maximum over more points."""
+    points, mu, beta = fits[0]
+    if searched >= points:
+        return mu + beta * math.log(max(searched, 1) / max(points, 1)), beta
+    chosen = fits[0]
+    for fit in fits:  # fewer points at each rank
+        if fit[0] < searched:
+            break
+        chosen = fit
+    # A k-th best varies less than a best of M / k points: the spread stays the best's at least.
+    return chosen[1], max(chosen[2], beta)
 
 
 def check_min_relevance(value: float | None) -> None:
@@ -156,10 +178,9 @@ class Relevance(ServiceBase):
             background = self._background(space, count)
         except (ServiceError, InferenceServerException) as exc:  # the hits stand; only their calibration is missing
             return HitList(hits, note=f"relevance unavailable ({' '.join(str(exc).split())[:200]})", min_relevance=min_relevance)
-        mu, beta = background.fits[space.kind]
-        mu, beta = mu * factor, beta * factor
         searched = count if flt is None else self._filtered_count(space, flt, count)
-        values = relevance([h.score for h in hits], shifted(mu, beta, background.count, searched), beta, best)
+        mu, beta = law(background.fits[space.kind], round(searched * background.count / count))
+        values = relevance([h.score for h in hits], mu * factor, beta * factor, best)
         rated = [replace(h, relevance=round(float(v), 6)) for h, v in zip(hits, values)]
         top = max((h.relevance for h in rated), default=None)
         if min_relevance is None:
@@ -211,7 +232,7 @@ class Relevance(ServiceBase):
             if _stale(bg, count, model):
                 bg = Background(self._sample(space) if space.sampled else [], count, {}, model)
             if space.kind not in bg.fits:
-                bg.fits[space.kind] = gumbel_fit(self._probe_bests(space, bg))
+                bg.fits[space.kind] = self._fit(space, bg)
                 self._save(space, bg)
             _CACHE[key] = bg
             return bg
@@ -228,24 +249,22 @@ class Relevance(ServiceBase):
         size = SAMPLE_MULTIVECTOR if space.multivector else SAMPLE
         return sorted(random.Random(0).sample(ids, min(size, len(ids))), key=str)
 
-    def _probe_bests(self, space: Space, bg: Background) -> list[float]:
-        """Each probe's best score in the collection, as the hits are scored: a search of the whole
-        collection (dense), or of the sample moved to the collection's size (sparse, ColBERT)."""
-        bests = []
+    def _fit(self, space: Space, bg: Background) -> list:
+        """Each probe's best scores in the collection, as the hits are scored (a search of the whole
+        collection for dense vectors; of the sample for sparse and ColBERT), fitted rank by rank."""
+        depth = min(RANKS[-1], len(bg.ids) if space.sampled else bg.count)
+        tops = []
         for query, factor in self._probes(space):
             if space.sampled:
-                flt = models.Filter(must=[models.HasIdCondition(has_id=bg.ids)])
-                found = self.store.search(space.collection, space.vector, query, limit=1, query_filter=flt,
+                found = self.store.search(space.collection, space.vector, query, limit=depth,
+                                          query_filter=models.Filter(must=[models.HasIdCondition(has_id=bg.ids)]),
                                           params=models.SearchParams(exact=True), with_payload=False)
             else:
-                found = self.store.search(space.collection, space.vector, query, limit=1,
+                found = self.store.search(space.collection, space.vector, query, limit=depth,
                                           query_filter=space.sample_filter, with_payload=False)
-            bests.append(float(found[0].score) * factor if found else 0.0)  # sparse: no shared token scores 0
-        if not space.sampled:
-            return bests
-        mu, beta = gumbel_fit(bests)
-        lift = shifted(mu, beta, len(bg.ids), bg.count) - mu
-        return [b + lift for b in bests]
+            scores = [float(p.score) * factor for p in found]
+            tops.append(scores + [0.0] * (depth - len(scores)))  # sparse: a point sharing no token scores 0
+        return fit_ranks(np.array(tops), len(bg.ids) if space.sampled else bg.count)
 
     def _probes(self, space: Space) -> list[tuple[object, float]]:
         if space.kind == "image":
@@ -266,7 +285,7 @@ class Relevance(ServiceBase):
             raw = json.loads(self._file(space).read_text())
             if raw.get("location") != self.store.location:
                 return None
-            fits = {k: (float(v[0]), float(v[1])) for k, v in raw["fits"].items()}
+            fits = {k: [(float(p), float(m), float(b)) for p, m, b in v] for k, v in raw["fits"].items()}
             return Background(list(raw["ids"]), int(raw["count"]), fits, raw.get("model", ""))
         except (OSError, ValueError, KeyError, TypeError, IndexError):  # none yet, or one of an older version
             return None
