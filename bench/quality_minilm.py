@@ -99,14 +99,60 @@ def measure(embed, data: dict) -> dict:
     return out
 
 
-def served(repo: Path, data: dict) -> dict:
+ALONE = 300  # STS-B sentences also sent one per request: the same vector as in a batch of 32?
+
+
+def served(repo: Path, data: dict) -> tuple[dict, np.ndarray, np.ndarray]:
+    """The served model's figures, its vectors of every STS-B sentence (batches of 32) and of the
+    first ALONE sent one per request."""
     with LocalTriton(repo, Path(tempfile.mkdtemp(prefix="quality-run-")), models=list(MiniLM().triton_models)) as server:
         client = TritonClient(f"127.0.0.1:{server.grpc_port}")
 
         def embed(texts: list[str]) -> np.ndarray:
             return np.concatenate([minilm.embed(client, texts[i:i + 32])[0] for i in range(0, len(texts), 32)])
 
-        return measure(embed, data)
+        out = measure(embed, data)
+        sentences = data["stsb"][0] + data["stsb"][1]
+        start = time.perf_counter()
+        batched = embed(sentences)
+        out["stsb_sentences_per_s"] = round(len(sentences) / (time.perf_counter() - start), 1)
+        alone = np.concatenate([minilm.embed(client, [t])[0] for t in sentences[:ALONE]])
+        return out, batched, alone
+
+
+def paired_speed(graphs: dict[str, Path], texts: list[str], rounds: int = 3) -> dict:
+    """Texts/s of each CPU graph in-process (onnxruntime, 2 threads, batches of 32), rounds interleaved
+    so both see the same machine; best round each."""
+    import onnxruntime as ort
+    from tokenizers import Tokenizer
+
+    tok = Tokenizer.from_file(str(minilm.package_weights() / "tokenizer.json"))
+    tok.enable_truncation(256)
+    tok.enable_padding()
+    batches = []
+    for i in range(0, len(texts), 32):
+        enc = tok.encode_batch(texts[i:i + 32])
+        ids = np.array([e.ids for e in enc], np.int64)
+        batches.append({"input_ids": ids, "attention_mask": np.array([e.attention_mask for e in enc], np.int64),
+                        "token_type_ids": np.zeros_like(ids)})
+    opts = ort.SessionOptions()
+    opts.intra_op_num_threads = 2
+    sessions = {k: ort.InferenceSession(str(g), opts, providers=["CPUExecutionProvider"]) for k, g in graphs.items()}
+    best = dict.fromkeys(sessions, float("inf"))
+    for _ in range(rounds):
+        for k, sess in sessions.items():
+            names = {i.name for i in sess.get_inputs()}
+            start = time.perf_counter()
+            for b in batches:
+                sess.run(None, {n: v for n, v in b.items() if n in names})
+            best[k] = min(best[k], time.perf_counter() - start)
+    out = {f"{k}_texts_per_s": round(len(texts) / t, 1) for k, t in best.items()}
+    out["int8_vs_fp32"] = round(best["fp32"] / best["int8"], 3)
+    return out
+
+
+def cosines(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    return (a * b).sum(1) / (np.linalg.norm(a, axis=1) * np.linalg.norm(b, axis=1))
 
 
 def main() -> None:
@@ -128,13 +174,28 @@ def main() -> None:
         lambda texts: st.encode(texts, batch_size=32, normalize_embeddings=True), data)
     tmp = Path(tempfile.mkdtemp(prefix="quality-"))
     try:
+        vectors = {}
         for precision in ("fp32",) if args.no_int8 else ("fp32", "int8"):
             repo = tmp / precision / "triton_repo"
             shutil.copytree(PROJECT_ROOT / "triton_repo", repo, ignore=shutil.ignore_patterns("*.onnx", "*.onnx.data", "*.json"))
             report = MiniLM().build(repo, "package", precision=precision, allow_unmeasured=True)
             assert report.status == "built", report.detail
-            results["rows"][f"Triton minilm {precision} (served)"] = served(repo, data)
+            row, batched, alone = served(repo, data)
+            row["one_vs_batch_min_cosine"] = round(float(cosines(alone, batched[:ALONE]).min()), 7)
+            results["rows"][f"Triton minilm {precision} (served)"] = row
+            vectors[precision] = batched
             print(f"{precision}: {report.detail}", flush=True)
+        if "int8" in vectors:
+            graphs = {k: tmp / k / "triton_repo" / "minilm_onnx" / "1" / "model.cpu.onnx" for k in vectors}
+            results["cpu_graph_speed"] = paired_speed(graphs, data["stsb"][0][:640])
+        if "int8" in vectors:  # every STS-B dev sentence, served int8 against served fp32
+            cos = cosines(vectors["int8"], vectors["fp32"])
+            rows = results["rows"]
+            results["int8_vs_fp32"] = {
+                "stsb_sentences": len(cos), "min_cosine": round(float(cos.min()), 5),
+                "below_0.98": int((cos < 0.98).sum()),
+                "served_speed_ratio_unpaired": round(rows["Triton minilm int8 (served)"]["stsb_sentences_per_s"]
+                                                     / rows["Triton minilm fp32 (served)"]["stsb_sentences_per_s"], 3)}
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     results["load_end"] = os.getloadavg()
@@ -154,6 +215,10 @@ def report_results(results: dict) -> None:
     ref = rows["sentence-transformers (in-process)"]
     print(f"served fp32 - in-process: STS-B {fp32['stsb_spearman'] - ref['stsb_spearman']:+.4f}, "
           f"nDCG@10 {fp32['msmarco_ndcg10'] - ref['msmarco_ndcg10']:+.4f}")
+    if "int8_vs_fp32" in results:
+        print(f"int8 vs fp32 (served) on every STS-B dev sentence: {results['int8_vs_fp32']}; "
+              f"CPU graphs in-process, paired: {results.get('cpu_graph_speed')}; one vs batch: "
+              f"fp32 {fp32['one_vs_batch_min_cosine']}, int8 {int8['one_vs_batch_min_cosine']}")
     if int8:
         ok = all(fp32[m] - int8[m] <= tol for m, tol in INT8_TOLERANCE.items())
         print("int8 - fp32 (served): " + ", ".join(f"{m} {int8[m] - fp32[m]:+.2f} (tolerance -{tol})"
