@@ -99,11 +99,35 @@ def filters(kind: str, n: int) -> dict[str, tuple[models.Filter, np.ndarray]]:
     return out
 
 
-def rss_mb() -> float:
+def rss_mb(field: str = "VmRSS") -> float:
+    """The process's resident memory (VmRSS), or its anonymous part (RssAnon: not the store's
+    memory-mapped files, which the kernel can drop)."""
     for line in Path("/proc/self/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
+        if line.startswith(field + ":"):
             return int(line.split()[1]) / 1024
     return float("nan")
+
+
+class AnonPeak:
+    """The largest RssAnon seen, sampled twice a second on a thread while the block runs."""
+
+    def __enter__(self):
+        import threading  # noqa: PLC0415
+
+        self.peak, self._stop = rss_mb("RssAnon"), threading.Event()
+
+        def sample():
+            while not self._stop.wait(0.5):
+                self.peak = max(self.peak, rss_mb("RssAnon"))
+
+        self._thread = threading.Thread(target=sample, daemon=True)
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self._stop.set()
+        self._thread.join()
+        self.peak = max(self.peak, rss_mb("RssAnon"))
 
 
 def store_dir(workdir: Path, backend: str, n: int, kind: str = "photos") -> Path:
@@ -127,14 +151,18 @@ def build(backend: str, n: int, workdir: Path, kind: str = "photos") -> dict:
         t = time.perf_counter()
         store.upsert(collection, points)
         spent += time.perf_counter() - t
+    data_mb = data.nbytes / 2**20
+    del data  # the bench's own copy: not the store's memory
     t = time.perf_counter()
-    store.optimize(collection)
+    with AnonPeak() as peak:
+        store.optimize(collection)
     optimize = time.perf_counter() - t
     t = time.perf_counter()
     store.close()
     close = time.perf_counter() - t
     return {"upsert_pts_s": n / spent, "upsert_s": spent, "optimize_s": optimize, "close_s": close,
-            "ingest_pts_s": n / (spent + optimize + close), "peak_rss_build_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}
+            "ingest_pts_s": n / (spent + optimize + close), "peak_rss_build_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+            "peak_anon_optimize_mb": peak.peak, "bench_data_mb": data_mb}
 
 
 def exact_top(data: np.ndarray, queries: np.ndarray, keep: np.ndarray | None, k: int = 10) -> list[list[int]]:
@@ -169,7 +197,7 @@ def query(backend: str, n: int, workdir: Path, n_queries: int, kind: str = "phot
     data = dataset(n, kind)
     queries = unit(sample(n_queries, SEED + 999)[:, :width])
     ids = {pid(i): i for i in range(n)}
-    before = rss_mb()
+    before, before_anon = rss_mb(), rss_mb("RssAnon")
     t = time.perf_counter()
     store = open_location(backend, str(path))
     store.search(collection, vector, queries[0].tolist(), limit=10)
@@ -192,6 +220,7 @@ def query(backend: str, n: int, workdir: Path, n_queries: int, kind: str = "phot
             result[f"grouped_offset{offset}_p99_ms"] = float(np.percentile(np.array(lat) * 1000, 99))
     result["queries"] = n_queries
     result["rss_mb"] = rss_mb() - before
+    result["anon_mb"] = rss_mb("RssAnon") - before_anon
     result["peak_rss_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     stats = store.stats(collection)
     result["segments"], result["status"] = stats.segments, stats.status
