@@ -180,7 +180,7 @@ def listing(report: IngestReport, kinds: list[Kind], roots: list[Path], *,
         on_start(sum(len(v) for v in by_kind.values()) + len(bad))
 
     def done(outcome: FileOutcome) -> None:
-        report.outcomes.append(outcome)
+        report.add(outcome)
         if on_file:
             on_file(outcome)
 

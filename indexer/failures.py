@@ -11,20 +11,26 @@ import os
 from dataclasses import replace
 from pathlib import Path
 
-from indexer.report import FAILED, IngestReport
+from indexer.report import FAILED, FileOutcome, IngestReport
 from search.paths import from_stored, stored
 
 
 class FailureMemory:
     def __init__(self, path: Path) -> None:
         self.path = Path(path)
+        self.records = self._load()
+        self._seen: list[FileOutcome] = []  # outcomes of remembered files: the report may not keep them
+
+    def watch(self, outcome: FileOutcome) -> None:
+        """Note the outcome of a file that failed before (called per file while the run goes on)."""
+        if self.records and stored(outcome.path) in self.records:
+            self._seen.append(outcome)
 
     def update(self, report: IngestReport) -> None:
         """Mark the report's failures that failed the same way last time on an unchanged file
         (``still_failing``), then remember this run's failures and forget the files that now work."""
-        records = self._load()
-        touched = set()
-        for i, o in enumerate(report.outcomes):
+        records, touched = self.records, set()
+        for i, o in enumerate(report.outcomes):  # every failure is kept in the report
             key = stored(o.path)
             touched.add(key)
             if o.status != FAILED:
@@ -34,9 +40,13 @@ class FailureMemory:
             if records.get(key) == now:
                 report.outcomes[i] = replace(o, still_failing=True)
             records[key] = now
+        for o in self._seen:
+            touched.add(key := stored(o.path))
+            if o.status != FAILED:
+                records.pop(key, None)
         # Files this run did not look at stay remembered while they exist (another root's).
-        records = {k: v for k, v in records.items() if k in touched or os.path.lexists(from_stored(k))}
-        self._save(records)
+        self.records = {k: v for k, v in records.items() if k in touched or os.path.lexists(from_stored(k))}
+        self._save(self.records)
 
     def _load(self) -> dict:
         try:

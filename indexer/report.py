@@ -21,9 +21,16 @@ class FileOutcome:
     still_failing: bool = False  # failed the same way in the last run, and the file is unchanged since
 
 
+# Outcomes kept one by one (besides every failure): a run over a large library keeps its totals,
+# not a record per file, so its memory does not grow with the number of files.
+KEEP_OUTCOMES = 10_000
+
+
 @dataclass
 class IngestReport:
+    # The first KEEP_OUTCOMES files' outcomes and every failure; the totals count every file (``add``).
     outcomes: list[FileOutcome] = field(default_factory=list)
+    not_kept: int = 0  # outcomes counted in the totals but not kept in ``outcomes``
     skipped_files: list[tuple[str, str]] = field(default_factory=list)  # (path, why): not read at all
     unavailable: dict[str, tuple[int, str]] = field(default_factory=dict)  # kind -> (files, why)
     stopped: dict[str, str] = field(default_factory=dict)  # kind -> why its model failed mid-run
@@ -34,9 +41,24 @@ class IngestReport:
     # workers}; items/seconds is one worker's throughput in that stage.
     stages: dict[str, dict] = field(default_factory=dict)
 
+    _counts: Counter = field(default_factory=Counter, repr=False)
+    _by_kind: Counter = field(default_factory=Counter, repr=False)
+    _embedded: int = field(default=0, repr=False)
+
+    def add(self, outcome: FileOutcome) -> None:
+        """Count one file's outcome; keep it while fewer than KEEP_OUTCOMES are kept, or if it failed."""
+        self._counts[outcome.status] += 1
+        self._embedded += outcome.embedded
+        if outcome.status in (INDEXED, UPDATED, UNCHANGED):
+            self._by_kind[outcome.kind] += 1
+        if len(self.outcomes) < KEEP_OUTCOMES or outcome.status == FAILED:
+            self.outcomes.append(outcome)
+        else:
+            self.not_kept += 1
+
     @property
     def counts(self) -> Counter:
-        return Counter(o.status for o in self.outcomes)
+        return Counter(self._counts)
 
     @property
     def failures(self) -> list[FileOutcome]:
@@ -56,17 +78,16 @@ class IngestReport:
 
     @property
     def embedded_chunks(self) -> int:
-        return sum(o.embedded for o in self.outcomes)
+        return self._embedded
 
     def as_dict(self) -> dict:
         c = self.counts
-        by_kind = Counter(o.kind for o in self.outcomes if o.status in (INDEXED, UPDATED, UNCHANGED))
         return {
             **{k: c.get(k, 0) for k in (INDEXED, UNCHANGED, UPDATED, FAILED, PRUNED)},
             "skipped": self.skipped, "skipped_by_reason": self.skipped_by_reason, "still_failing": self.still_failing,
             "embedded_chunks": self.embedded_chunks,
             "truncated_chunks": self.truncated_chunks, "seconds": round(self.seconds, 3),
-            "by_kind": dict(by_kind),
+            "by_kind": dict(self._by_kind),
             "unavailable": {k: {"files": n, "reason": why} for k, (n, why) in self.unavailable.items()},
             "stopped": dict(self.stopped), "cancelled": self.cancelled,
             "failures": [{"path": readable(o.path), "path_bytes": path_bytes(o.path), "reason": o.reason,

@@ -48,18 +48,25 @@ class IngestService:
         except ValueError as exc:
             raise BadRequest(str(exc)) from None
         kinds, unavailable = self.kinds(kb)
+        memory = FailureMemory(s.data_dir / FAILURES_FILE)
+
+        def outcome(o: FileOutcome) -> None:
+            memory.watch(o)
+            if on_file:
+                on_file(o)
+
         if ray is not None:
             report = distributed.ingest(self.resources.store, kinds, paths, settings=s,
                                         urls=s.triton_replicas or [self.resources.triton_url()],
                                         address=ray or s.ray_address, prune=prune, unavailable=unavailable,
-                                        on_start=on_start, on_file=on_file, stop=stop, gone_ok=gone_ok,
+                                        on_start=on_start, on_file=outcome, stop=stop, gone_ok=gone_ok,
                                         confine_to=confine_to, kb=kb)
         else:
             report = pipeline.ingest(self.resources.store, kinds, paths, prune=prune, unavailable=unavailable,
                                      batch_size=s.embed_batch_size, concurrency=s.embed_concurrency,
-                                     on_start=on_start, on_file=on_file, stop=stop, gone_ok=gone_ok,
+                                     on_start=on_start, on_file=outcome, stop=stop, gone_ok=gone_ok,
                                      confine_to=confine_to, optimize=optimize)
-        FailureMemory(s.data_dir / FAILURES_FILE).update(report)
+        memory.update(report)
         return report
 
     def kinds(self, kb: str | None = None) -> tuple[list[Kind], dict[str, tuple[frozenset[str], str]]]:

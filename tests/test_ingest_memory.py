@@ -1,0 +1,76 @@
+"""Ingest memory does not grow with the number of files: past the first files, what the engine keeps
+per file is the ledger's record of it (content hash, paths, size, mtime), never its text, vectors
+or outcome. The Python heap is traced (tracemalloc); the embedded store's own memory is native and
+is the store's, not the run's. bench/bench_ingest_scale.py measures the same at 100k files."""
+
+from __future__ import annotations
+
+import tracemalloc
+
+from ingest_helper import ingest
+
+from indexer import report as report_module
+from indexer.failures import FailureMemory
+from indexer.report import FAILED, INDEXED, FileOutcome, IngestReport
+
+# The ledger's record of a file is ~400 bytes; a kept 384-d float32 vector alone would be 1,536.
+BOUND_BYTES_PER_FILE = 1024
+WARM, FILES, WINDOW = 100, 1000, 300
+
+
+def test_the_heap_grows_by_the_ledger_record_per_file_only(service, tmp_path, monkeypatch):
+    monkeypatch.setattr(report_module, "KEEP_OUTCOMES", 50)  # as past the first 10,000 files of a large run
+    lib = tmp_path / "lib"
+    for i in range(FILES):
+        folder = lib / f"{i // 100:02d}"
+        folder.mkdir(parents=True, exist_ok=True)
+        (folder / f"note-{i:04d}.txt").write_text(
+            f"Note {i}: the printer on floor {i % 9} needs toner before the meeting on day {i % 28 + 1}. "
+            f"Ask the help desk about badge {i * 7919 % 10007} and the VPN profile.\n")
+    heap: list[int] = []
+
+    def on_file(_outcome) -> None:
+        heap.append(tracemalloc.get_traced_memory()[0])
+
+    tracemalloc.start()
+    try:
+        report = ingest(service, [lib], on_file=on_file)
+    finally:
+        tracemalloc.stop()
+    assert report.counts[INDEXED] == FILES and not report.failures
+    # The floor of a window of files: the points buffered for the next write (with every family's
+    # vectors) come and go, a saw-tooth of a few hundred files; what is kept per file raises the floor.
+    early, late = min(heap[WARM:WARM + WINDOW]), min(heap[-WINDOW:])
+    per_file = (late - early) / (FILES - WINDOW - WARM)
+    assert per_file < BOUND_BYTES_PER_FILE, f"{per_file:.0f} bytes kept per file {heap[::50]}"
+
+
+def test_a_large_run_keeps_its_totals_and_every_failure_not_every_outcome(monkeypatch, tmp_path):
+    monkeypatch.setattr(report_module, "KEEP_OUTCOMES", 3)
+    report = IngestReport()
+    for i in range(10):
+        report.add(FileOutcome(f"/lib/{i}.txt", FAILED if i % 4 == 3 else INDEXED, "broken" if i % 4 == 3 else "",
+                               chunks=1, embedded=1, kind="documents"))
+    assert len(report.outcomes) == 5 and report.not_kept == 5  # 3 first + the failures at 3 and 7
+    assert [o.path for o in report.failures] == ["/lib/3.txt", "/lib/7.txt"]
+    got = report.as_dict()
+    assert (got["indexed"], got["failed"], got["embedded_chunks"], got["by_kind"]) == (8, 2, 10, {"documents": 8})
+
+
+def test_a_file_that_works_again_is_forgotten_though_the_report_did_not_keep_it(monkeypatch, tmp_path):
+    monkeypatch.setattr(report_module, "KEEP_OUTCOMES", 1)
+    broken = tmp_path / "b.txt"
+    broken.write_text("x")
+    memory = tmp_path / "failures.json"
+    first = IngestReport()
+    first.add(FileOutcome(str(broken), FAILED, "broken"))
+    FailureMemory(memory).update(first)
+    assert str(broken) in memory.read_text()
+
+    again, seen = IngestReport(), FailureMemory(memory)
+    for o in (FileOutcome(str(tmp_path / "a.txt"), INDEXED), FileOutcome(str(broken), INDEXED)):
+        seen.watch(o)
+        again.add(o)
+    assert again.not_kept == 1  # b.txt's outcome was counted, not kept
+    seen.update(again)
+    assert str(broken) not in memory.read_text()
