@@ -155,14 +155,15 @@ def build(backend: str, n: int, workdir: Path, kind: str = "photos") -> dict:
         spent += time.perf_counter() - t
     data_mb = data.nbytes / 2**20
     del data  # the bench's own copy: not the store's memory
-    t = time.perf_counter()
+    t, cpu = time.perf_counter(), time.process_time()
     with AnonPeak() as peak:
         store.optimize(collection)
-    optimize = time.perf_counter() - t
+    optimize, optimize_cpu = time.perf_counter() - t, time.process_time() - cpu
     t = time.perf_counter()
     store.close()
     close = time.perf_counter() - t
     return {"upsert_pts_s": n / spent, "upsert_s": spent, "optimize_s": optimize, "close_s": close,
+            "optimize_cpu_s": optimize_cpu, "optimize_cores_used": optimize_cpu / max(optimize, 1e-9),
             "ingest_pts_s": n / (spent + optimize + close), "peak_rss_build_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
             "peak_anon_optimize_mb": peak.peak, "bench_data_mb": data_mb}
 
