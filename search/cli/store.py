@@ -10,7 +10,6 @@ from rich.table import Table
 
 from search.cli.connect import owner_of, query_service
 from search.cli.support import err, fail, guarded, opened, out, say, to_json
-from search.services import SearchService
 
 app = typer.Typer(no_args_is_help=True, help="The vector store: size and index status, optimize, migrate between backends.")
 
@@ -69,6 +68,8 @@ def store_migrate(
 
     if (running := owner_of(ctx.obj)) is not None:
         fail(f"the search server ({running.describe()}) has this store open: stop it, then migrate", 5)
+    from search.services import SearchService  # noqa: PLC0415  (qdrant-client is slow to import: stats through a server do not need it)
+
     with opened(SearchService, ctx) as svc, progress:
         done = svc.migrate_store(to, source, progress=step)
     if as_json:
