@@ -14,15 +14,16 @@ is left out. Standard library only.
 from __future__ import annotations
 
 import argparse
-import fnmatch
 import json
+import re
 import sys
 from pathlib import Path
 
 RESULTS = Path(__file__).resolve().parent / "results"
 META = {"bench", "date", "commit", "machine", "load_before", "load_after", "command"}
 
-# (bench, measure pattern) -> (comparison, value). Patterns are fnmatch globs over the dotted measure.
+# (bench, measure pattern) -> (comparison, value). Patterns are globs over the dotted measure; a * stays
+# within one part (it does not match a dot).
 # A measure with no goal (quality figures, counts, raw rates) shows an empty goal cell.
 GOALS: dict[tuple[str, str], tuple[str, float]] = {
     # served OCR against RapidOCR in-process on the same files (issue "Words inside pictures and scans")
@@ -107,7 +108,7 @@ def runs(folder: Path, bench: str | None = None) -> list[dict]:
 
 def goal_of(bench: str, measure: str) -> tuple[str, float] | None:
     for (b, pattern), goal in GOALS.items():
-        if b == bench and fnmatch.fnmatchcase(measure, pattern):
+        if b == bench and re.fullmatch(re.escape(pattern).replace(r"\*", "[^.]*"), measure):
             return goal
     return None
 
@@ -172,11 +173,12 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description="Print the benchmark table from bench/results/*.jsonl.")
     parser.add_argument("--bench", help="only this bench (the file name without .jsonl, e.g. bench_ocr)")
     parser.add_argument("--results", type=Path, default=RESULTS, help="folder of <bench>.jsonl files")
+    parser.add_argument("--goals", action="store_true", help="only the measures that have a goal")
     args = parser.parse_args(argv)
     if not args.results.is_dir():
         print(f"no results folder {args.results}", file=sys.stderr)
         return 1
-    rows = latest(runs(args.results, args.bench))
+    rows = [r for r in latest(runs(args.results, args.bench)) if r["goal"] or not args.goals]
     if not rows:
         what = f"bench {args.bench}" if args.bench else "any bench"
         print(f"no recorded runs of {what} in {args.results}", file=sys.stderr)
