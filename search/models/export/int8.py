@@ -4,7 +4,7 @@ Each token's row of a Gemm/MatMul input gets its own scale (its largest |value| 
 128), so a text's vector depends on its own tokens only, never on its batch-mates: onnxruntime's
 dynamic quantization scales the whole batch tensor at once (one text alone vs in a batch of 64: cosine
 down to 0.98), and static quantization (fixed, calibrated scales) cannot hold the feed-forward
-outputs' outlier channels (0.84 against fp32 for all-MiniLM-L6-v2). Integer products are exact, so
+outputs' outlier channels (far below the 0.98 bound against fp32). Integer products are exact, so
 per-token rows are batch-invariant up to float rounding. Weights on 7 bits: without VNNI (AVX2 only,
 e.g. AMD Zen 3) onnxruntime's u8 x s8 kernels add pairs of products in saturating 16-bit lanes;
 255 x 64 x 2 stays below 2^15."""
