@@ -1,10 +1,13 @@
 """`indexer ingest` of a large generated library: does memory stay flat and throughput steady from
 the first to the last files, and does a run killed at 60 % resume without duplicates or loss?
 
-    python bench/bench_ingest_scale.py [--files 100000] [--repo triton_repo] [--work DIR]
+    python bench/bench_ingest_scale.py [--files 100000] [--kind texts|photos] [--repo triton_repo] [--work DIR]
 
-Generates --files small text files (two or three sentences each, 100 per folder) under --work,
-serves MiniLM (real weights) with a local Triton and runs, each in a fresh process:
+Generates --files small files under --work, 100 a folder: texts (two or three sentences each,
+embedded by MiniLM, real weights) or photos (320x240 JPEGs with EXIF camera, date and GPS; embedded
+by the tests' tiny CLIP, which gives CLIP-sized 512-d vectors for little compute, so the engine's
+and the store's costs per file are what is measured). It serves the model with a local Triton and
+runs, each in a fresh process:
   1. the whole ingest into an empty store: files/s over the first and the last 10 % of the files
      and overall, the process's RSS and its anonymous part (RssAnon: without the store's mapped
      files) when 10 %, 50 % and 90 % of the files are done, and its peak;
@@ -22,6 +25,7 @@ import argparse
 import json
 import os
 import resource
+import shutil
 import signal
 import subprocess
 import sys
@@ -51,6 +55,32 @@ def generate(root: Path, n: int) -> None:
         (folder / f"note-{i:06d}.txt").write_text(
             f"Note {i}: the {words[0]} {words[1]} needs a {words[2]} before the {words[3]} {words[4]}. "
             f"Ask about the {' '.join(words[5:12])} on day {i % 28 + 1}. {' '.join(words[12:])}.\n")
+    (root / "done").write_text(str(n))
+
+
+CAMERAS = (("Canon", "EOS 5D Mark IV"), ("NIKON CORPORATION", "NIKON D750"), ("Apple", "iPhone 12"), ("SONY", "ILCE-7M3"))
+
+
+def generate_photos(root: Path, n: int) -> None:
+    """n small JPEGs, 100 a folder, each different (its number sets its colours and its EXIF date)."""
+    from PIL import Image, ImageDraw  # noqa: PLC0415
+
+    if (root / "done").exists() and int((root / "done").read_text()) == n:
+        return
+    for i in range(n):
+        folder = root / "library" / f"{i // 10000:02d}" / f"{(i // 100) % 100:02d}"
+        if i % 100 == 0:
+            folder.mkdir(parents=True, exist_ok=True)
+        im = Image.new("RGB", (320, 240), ((i * 37) % 256, (i * 91) % 256, (i * 53) % 256))
+        draw = ImageDraw.Draw(im)
+        draw.rectangle((i % 200, (i // 7) % 120, i % 200 + 100, (i // 7) % 120 + 100), fill=((i * 13) % 256, 200, (i * 29) % 256))
+        draw.text((10, 10), f"photo {i}", fill=(255, 255, 255))
+        exif = Image.Exif()
+        exif[0x010F], exif[0x0110] = CAMERAS[i % len(CAMERAS)]
+        exif.get_ifd(0x8769)[0x9003] = f"20{10 + i % 15}:{i % 12 + 1:02d}:{i % 28 + 1:02d} {i % 24:02d}:{i % 60:02d}:00"
+        gps = exif.get_ifd(0x8825)
+        gps[1], gps[2], gps[3], gps[4] = "N", (45.0 + i % 10, float(i % 60), 0.0), "E", (6.0, float(i % 60), 0.0)
+        im.save(folder / f"img-{i:06d}.jpg", "JPEG", quality=85, exif=exif.tobytes())
     (root / "done").write_text(str(n))
 
 
@@ -122,7 +152,10 @@ def at(marks: list[dict], fraction: float, files: int, key: str = "rss_mb") -> f
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--files", type=int, default=100_000)
-    ap.add_argument("--repo", type=Path, default=None, help="model repository with MiniLM built (default: the settings')")
+    ap.add_argument("--kind", choices=("texts", "photos"), default="texts")
+    ap.add_argument("--repo", type=Path, default=None,
+                    help="model repository with MiniLM built (texts; default: the settings'); for photos, the tiny CLIP "
+                         "is built into a copy of it under --work")
     ap.add_argument("--work", type=Path, default=Path(tempfile.gettempdir()) / "bench-ingest-scale")
     ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--library", help=argparse.SUPPRESS)
@@ -131,16 +164,30 @@ def main() -> None:
     if args.child:
         return child(args)
     from search.config import Settings  # noqa: PLC0415
-    from search.models import MiniLM  # noqa: PLC0415
-    from search.store import DOCUMENTS, open_location  # noqa: PLC0415
+    from search.models import CLIP, MiniLM  # noqa: PLC0415
+    from search.store import DOCUMENTS, IMAGES, open_location  # noqa: PLC0415
     from search.triton.local import LocalTriton  # noqa: PLC0415
 
     load_before = load()
     repo = args.repo or Settings().triton_repo
-    generate(args.work, args.files)
+    photos = args.kind == "photos"
+    if photos:
+        from tests import tiny_clip  # noqa: PLC0415  (torch, only to build the model)
+
+        built = args.work / "repo"
+        if not (built / "done").exists():
+            subprocess.run(["rm", "-rf", str(built)], check=True)
+            shutil.copytree(repo, built)
+            tiny_clip.build_into(built, args.work / "tiny-clip")
+            (built / "done").write_text("tiny CLIP")
+        repo = built
+    (generate_photos if photos else generate)(args.work, args.files)
     library = args.work / "library"
-    out: dict = {"files": args.files}
-    with LocalTriton(repo, args.work / "triton", models=list(MiniLM().triton_models)) as server:
+    out: dict = {"files": args.files, "kind": args.kind,
+                 "model": "tiny CLIP (tests/tiny_clip.py: 512-d vectors, little compute)" if photos else "MiniLM (real weights)"}
+    family = CLIP() if photos else MiniLM()
+    collection = IMAGES if photos else DOCUMENTS.name
+    with LocalTriton(repo, args.work / "triton", models=list(family.triton_models)) as server:
         base = {k: v for k, v in os.environ.items() if not k.startswith("SEARCH_")}
         for name, kill in (("full", None), ("killed_at_60", 0.6)):
             data = args.work / f"data-{name}"
@@ -167,7 +214,7 @@ def main() -> None:
                 again = run(env, library, args.files)
                 store = open_location("edge", str(data / "store-edge"))
                 try:
-                    points = store.count(DOCUMENTS.name)
+                    points = store.count(collection)
                 finally:
                     store.close()
                 heap = first["marks"]

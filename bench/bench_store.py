@@ -18,7 +18,12 @@ Each (backend, size) runs in two fresh processes, so each figure is measured alo
           point written until a search finds it, the optimize after it; a batch of 2,000 files'
           points and the optimize after that; segments and search latency after.
 
+A backend "edge+scalar" or "edge+binary" is the embedded store with the vectors quantized (int8 or
+one bit a dimension): the engine's default search (the quantized vectors' top-k, rescored with the
+originals), then with 2x and 4x as many candidates rescored (oversampling).
+
     python bench/bench_store.py --sizes 10000,100000 --backends edge,local [--workdir DIR] [--json FILE]
+    python bench/bench_store.py --sizes 300000 --backends edge,edge+scalar,edge+binary   # quantization
     python bench/bench_store.py --report FILE          # print the table of recorded results
 
 Run it under the exclusive CPU lock (flock -x /tmp/cpu.lock ...). Local mode is slow at 300k
@@ -36,6 +41,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -136,8 +142,36 @@ def store_dir(workdir: Path, backend: str, n: int, kind: str = "photos") -> Path
     return workdir / (f"{backend}-{n}" if kind == "photos" else f"{backend}-{kind}-{n}")
 
 
-def ensure(store, kind: str) -> None:
-    store.ensure(images_schema(DIM) if kind == "photos" else DOCUMENTS)
+QUANTIZATION = {"scalar": models.ScalarQuantization(scalar=models.ScalarQuantizationConfig(type=models.ScalarType.INT8)),
+                "binary": models.BinaryQuantization(binary=models.BinaryQuantizationConfig())}
+
+
+OVERSAMPLING = (2.0, 4.0)
+
+
+def open_store(backend: str, path: Path):
+    """``backend`` is edge, local or edge+<quantization>."""
+    return open_location(backend.partition("+")[0], str(path))
+
+
+def ensure(store, kind: str, backend: str = "edge") -> None:
+    schema = images_schema(DIM) if kind == "photos" else DOCUMENTS
+    if quant := backend.partition("+")[2]:
+        schema = replace(schema, vectors={name: p.model_copy(update={"quantization_config": QUANTIZATION[quant]})
+                                          for name, p in schema.vectors.items()})
+    store.ensure(schema)
+
+
+def disk_parts(path: Path) -> dict[str, float]:
+    """MB on disk by part (a segment's vector_storage-<name>, vector_index-<name>, payload_index, ...,
+    summed over segments; the write-ahead log)."""
+    parts: dict[str, float] = {}
+    for seg in path.glob("*/segments/*"):
+        for part in seg.iterdir():
+            parts[part.name] = parts.get(part.name, 0.0) + disk_usage(part) / 2**20
+    for wal in path.glob("*/wal"):
+        parts["wal"] = parts.get("wal", 0.0) + disk_usage(wal) / 2**20
+    return {k: round(v, 1) for k, v in sorted(parts.items()) if v >= 0.1}
 
 
 def build(backend: str, n: int, workdir: Path, kind: str = "photos") -> dict:
@@ -145,8 +179,8 @@ def build(backend: str, n: int, workdir: Path, kind: str = "photos") -> dict:
     shutil.rmtree(path, ignore_errors=True)
     data = dataset(n, kind)
     collection = KINDS[kind][0]
-    store = open_location(backend, str(path))
-    ensure(store, kind)
+    store = open_store(backend, path)
+    ensure(store, kind, backend)
     spent = 0.0
     for start in range(0, n, BATCH):
         points = [point(i, data[i], kind) for i in range(start, min(n, start + BATCH))]
@@ -179,11 +213,11 @@ def exact_top(data: np.ndarray, queries: np.ndarray, keep: np.ndarray | None, k:
     return out
 
 
-def latencies(store, collection: str, vector: str, queries: np.ndarray, flt=None, want=None, ids=None) -> dict:
+def latencies(store, collection: str, vector: str, queries: np.ndarray, flt=None, want=None, ids=None, params=None) -> dict:
     lat, hits = [], 0
     for k, q in enumerate(queries):
         t = time.perf_counter()
-        res = store.search(collection, vector, q.tolist(), limit=10, query_filter=flt)
+        res = store.search(collection, vector, q.tolist(), limit=10, query_filter=flt, params=params)
         lat.append(time.perf_counter() - t)
         if want is not None:
             hits += len({ids[p.id] for p in res} & set(want[k]))
@@ -202,12 +236,19 @@ def query(backend: str, n: int, workdir: Path, n_queries: int, kind: str = "phot
     ids = {pid(i): i for i in range(n)}
     before, before_anon = rss_mb(), rss_mb("RssAnon")
     t = time.perf_counter()
-    store = open_location(backend, str(path))
+    store = open_store(backend, path)
     store.search(collection, vector, queries[0].tolist(), limit=10)
     reopen = time.perf_counter() - t
     result = {"reopen_s": reopen, "points": store.count(collection)}
     plain = latencies(store, collection, vector, queries, None, exact_top(data, queries, None), ids)
     result["top10_p50_ms"], result["top10_p99_ms"], result["recall"] = plain["p50_ms"], plain["p99_ms"], plain["recall"]
+    if "+" in backend:  # quantized: the rescored candidates oversampled, as a caller would have to ask
+        ef = store.search_params(collection, 10, None)
+        for over in OVERSAMPLING:
+            params = ef.model_copy(update={"quantization": models.QuantizationSearchParams(rescore=True, oversampling=over)})
+            got = latencies(store, collection, vector, queries, None, exact_top(data, queries, None), ids, params)
+            result[f"oversampling{over:g}_top10_p50_ms"], result[f"oversampling{over:g}_top10_p99_ms"] = got["p50_ms"], got["p99_ms"]
+            result[f"oversampling{over:g}_recall"] = got["recall"]
     for name, (flt, keep) in filters(kind, n).items():
         got = latencies(store, collection, vector, queries, flt, exact_top(data, queries, keep), ids)
         prefix = "filtered" if name == "camera" else f"{name}_filtered"  # "filtered": the camera filter, as before
@@ -229,6 +270,8 @@ def query(backend: str, n: int, workdir: Path, n_queries: int, kind: str = "phot
     result["segments"], result["status"] = stats.segments, stats.status
     store.close()
     result["disk_mb"] = disk_usage(path) / 2**20
+    if backend.startswith("edge"):
+        result["disk_mb_by_part"] = disk_parts(path)
     return result
 
 
@@ -236,7 +279,7 @@ def upkeep(backend: str, n: int, workdir: Path, n_queries: int, kind: str = "pho
     """What a watch does to a built store of n points: one changed file, then a batch of 2,000."""
     path = store_dir(workdir, backend, n, kind)
     collection, vector, width = KINDS[kind]
-    store = open_location(backend, str(path))
+    store = open_store(backend, path)
     queries = unit(sample(n_queries, SEED + 999)[:, :width])
     fresh = unit(sample(CHUNK, SEED + 5000)[:, :width])  # not in the dataset: new files' points
     out = {"segments_before": store.stats(collection).segments}
@@ -355,7 +398,7 @@ def main() -> None:
                 row = {"backend": backend, "n": n, "kind": args.kind, "machine": machine_line(), "load_start": loadavg(),
                        "when": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}
                 for phase in args.phases.split(","):
-                    nq = args.queries if backend == "edge" else args.local_queries
+                    nq = args.local_queries if backend == "local" else args.queries
                     cmd = [sys.executable, __file__, "--phase", phase, "--backend", backend, "--size", str(n),
                            "--workdir", str(workdir), "--n-queries", str(nq), "--kind", args.kind]
                     proc = subprocess.run(cmd, capture_output=True, text=True)
@@ -397,6 +440,12 @@ def report(rows: list[dict]) -> None:
               f"| {r.get('queries', '-')} | {r.get('load_start')} → {r.get('load_end')} |")
     for n in sorted({r["n"] for r in rows}):
         e = next((r for r in rows if r["n"] == n and r["backend"] == "edge"), None)
+        for q in (r for r in rows if r["n"] == n and r["backend"].startswith("edge+") and e and "top10_p50_ms" in r):
+            over = ", ".join(f"oversampling {o:g}: recall {q[f'oversampling{o:g}_recall']:.3f}, p50 ×"
+                             f"{e['top10_p50_ms'] / q[f'oversampling{o:g}_top10_p50_ms']:.2f} faster" for o in OVERSAMPLING)
+            print(f"{n:,}: {q['backend']} vs edge — index build ×{e['optimize_s'] / q['optimize_s']:.2f} faster, top-10 p50 "
+                  f"×{e['top10_p50_ms'] / q['top10_p50_ms']:.2f} faster, recall {q['recall']:.3f} vs {e['recall']:.3f} ({over}), "
+                  f"RSS {q['rss_mb']:,.0f} vs {e['rss_mb']:,.0f} MB, disk {q['disk_mb']:,.0f} vs {e['disk_mb']:,.0f} MB")
         lo = next((r for r in rows if r["n"] == n and r["backend"] == "local"), None)
         if e and lo and "top10_p50_ms" in e and "top10_p50_ms" in lo:
             print(f"{n:,}: edge vs local mode — upsert ×{e['upsert_pts_s'] / lo['upsert_pts_s']:.0f}, top-10 p50 "

@@ -45,11 +45,23 @@ def edge_config(schema: CollectionSchema) -> qe.EdgeConfig:
             hnsw = qe.HnswIndexConfig(**{**HNSW, "m": p.hnsw_config.m})
         multi = (qe.MultiVectorConfig(qe.MultiVectorComparator.MaxSim) if p.multivector_config is not None else None)
         vectors[name] = qe.EdgeVectorParams(size=p.size, distance=_DISTANCE[p.distance], multivector_config=multi,
-                                            hnsw_config=hnsw, memory=qe.Memory.Cold if p.on_disk else None)
+                                            hnsw_config=hnsw, memory=qe.Memory.Cold if p.on_disk else None,
+                                            quantization_config=edge_quantization(p.quantization_config))
     sparse = {name: qe.EdgeSparseVectorParams(modifier=qe.Modifier.Idf if p.modifier == models.Modifier.IDF else None)
               for name, p in schema.sparse_vectors.items()}
     return qe.EdgeConfig(vectors=vectors, sparse_vectors=sparse or None, hnsw_config=qe.HnswIndexConfig(**HNSW),
                          max_search_threads=SEARCH_THREADS)
+
+
+def edge_quantization(q):
+    """A vector's scalar (int8) or binary quantization; None keeps the vectors as they are."""
+    if isinstance(q, models.ScalarQuantization):
+        return qe.ScalarQuantizationConfig(qe.ScalarType.Int8, quantile=q.scalar.quantile, always_ram=q.scalar.always_ram)
+    if isinstance(q, models.BinaryQuantization):
+        return qe.BinaryQuantizationConfig(always_ram=q.binary.always_ram)
+    if q is not None:
+        raise ValueError(f"the embedded store has no {type(q).__name__}")
+    return None
 
 
 # -- values
@@ -111,7 +123,10 @@ def edge_prefetch(p: models.Prefetch) -> qe.Prefetch:
 def edge_params(p: models.SearchParams | None):
     if p is None:
         return None
-    return qe.SearchParams(hnsw_ef=p.hnsw_ef, exact=bool(p.exact), indexed_only=bool(p.indexed_only))
+    quant = p.quantization
+    return qe.SearchParams(hnsw_ef=p.hnsw_ef, exact=bool(p.exact), indexed_only=bool(p.indexed_only),
+                           quantization=quant and qe.QuantizationSearchParams(
+                               ignore=bool(quant.ignore), rescore=quant.rescore, oversampling=quant.oversampling))
 
 
 # -- filters

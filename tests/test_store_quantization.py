@@ -1,0 +1,55 @@
+"""Quantized vectors in the embedded store (what bench/bench_store.py measures as backends edge+scalar
+and edge+binary): the collection builds its HNSW index on them; int8 vectors, with 4x the candidates
+rescored with the originals, find what exact search finds. One bit a dimension loses too much on
+clustered vectors (recall ~0.6 even then): the bench measures it, this test only that it serves."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import numpy as np
+import pytest
+from qdrant_client import models
+
+from search.store import images_schema, open_location
+from search.store.edge_translate import edge_quantization
+from tests.test_store_upkeep import DIM, INDEXED, clustered, points
+
+QUANTIZED = {
+    "scalar": models.ScalarQuantization(scalar=models.ScalarQuantizationConfig(type=models.ScalarType.INT8)),
+    "binary": models.BinaryQuantization(binary=models.BinaryQuantizationConfig()),
+}
+
+
+@pytest.mark.parametrize("kind", sorted(QUANTIZED))
+def test_a_quantized_collection_is_indexed_and_finds_the_exact_neighbours(tmp_path, kind):
+    schema = images_schema(DIM)
+    schema = replace(schema, vectors={n: p.model_copy(update={"quantization_config": QUANTIZED[kind]})
+                                      for n, p in schema.vectors.items()})
+    store = open_location("edge", str(tmp_path / "store"))
+    try:
+        store.ensure(schema)
+        data = clustered(INDEXED, 1)
+        for start in range(0, INDEXED, 256):
+            store.upsert("images", points(data[start:start + 256], start))
+        store.optimize("images")
+        assert store.stats("images").status == "HNSW"
+        hits = 0
+        rescored = models.QuantizationSearchParams(rescore=True, oversampling=4.0)
+        for q in clustered(20, 7):
+            want = set(np.argsort(-(data @ q))[:10].tolist())
+            got = store.search("images", "clip", q.tolist(), limit=10,
+                               params=models.SearchParams(hnsw_ef=128, quantization=rescored))
+            assert len(got) == 10
+            hits += len({p.id for p in got} & want)
+        if kind == "scalar":
+            assert hits / 200 >= 0.95
+    finally:
+        store.close()
+
+
+def test_a_quantization_the_embedded_store_lacks_is_refused_in_one_line():
+    pq = models.ProductQuantization(product=models.ProductQuantizationConfig(compression=models.CompressionRatio.X16))
+    with pytest.raises(ValueError, match="no ProductQuantization"):
+        edge_quantization(pq)
+    assert edge_quantization(None) is None
