@@ -162,7 +162,7 @@ def engine_child(n: int, rows: int, where: str) -> None:
     from qdrant_client import models  # noqa: PLC0415
 
     from indexer.writer import write_marked  # noqa: PLC0415
-    from search.store import DOCUMENTS, open_location, point_id  # noqa: PLC0415
+    from search.store import DOCUMENTS, documents_schema, open_location, point_id  # noqa: PLC0415
 
     anon = [0]
 
@@ -175,7 +175,7 @@ def engine_child(n: int, rows: int, where: str) -> None:
 
     threading.Thread(target=sample, daemon=True).start()
     store = open_location("edge", where)
-    store.ensure(DOCUMENTS)
+    store.ensure(documents_schema())
     rng = np.random.default_rng(0)
     colbert = rng.standard_normal((rows, 1024)).astype(np.float32)
     points = [models.PointStruct.model_construct(

@@ -1,6 +1,7 @@
 """The embedded store (Qdrant's engine, qdrant-edge) against qdrant-client's local mode, both
 through the project's Store class with the real schemas: photos (512-d CLIP-sized vectors, EXIF-like
-payload) or documents (--kind documents: 384-d MiniLM-sized vectors, passages of ~700 characters).
+payload) or documents (--kind documents: 384-d MiniLM-sized vectors, passages of ~700 characters;
+the collection as an ingest with MiniLM alone creates it, without BGE-M3's vectors).
 
 Data shaped like real embeddings: 200 clusters, each a 32-dimensional manifold around its centre,
 all offset along one shared direction (a cone, as CLIP's are), plus isotropic noise, normalised;
@@ -51,7 +52,7 @@ from qdrant_client import models  # noqa: E402
 
 from bench.common import DIM, SEED, payload, pid, sample  # noqa: E402
 from search import owner  # noqa: E402
-from search.store import DOCUMENTS, images_schema, open_location  # noqa: E402
+from search.store import DOCUMENTS, documents_schema, images_schema, open_location  # noqa: E402
 from search.store.util import disk_usage  # noqa: E402
 from search.triton.local import free_port  # noqa: E402
 
@@ -155,7 +156,7 @@ def open_store(backend: str, path: Path):
 
 
 def ensure(store, kind: str, backend: str = "edge") -> None:
-    schema = images_schema(DIM) if kind == "photos" else DOCUMENTS
+    schema = images_schema(DIM) if kind == "photos" else documents_schema()  # what MiniLM alone creates
     if quant := backend.partition("+")[2]:
         schema = replace(schema, vectors={name: p.model_copy(update={"quantization_config": QUANTIZATION[quant]})
                                           for name, p in schema.vectors.items()})

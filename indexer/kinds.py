@@ -26,7 +26,7 @@ from indexer.loaders.scans import MAX_FRAME_PIXELS
 from search.config import Settings
 from search.media.photos import IMAGE_SUFFIXES, BadImage, decode_photo, save_thumbnail
 from search.models import Family, for_kind
-from search.store import DOCUMENTS, CollectionSchema, images_schema, in_kb, kb_thumbnails
+from search.store import DOCUMENTS, CollectionSchema, documents_schema, images_schema, in_kb, kb_thumbnails
 from search.terms import words
 from search.triton.client import TritonClient
 
@@ -85,7 +85,7 @@ class Documents:
         self.triton, self.chunker, self.max_bytes, self.families = triton, chunker, max_bytes, families
         self.readers, self.thumbs = list(readers), thumbs
         self.suffixes = DOCUMENT_SUFFIXES | (SCAN_SUFFIXES if self.readers and photos else frozenset())
-        self.schema = in_kb(DOCUMENTS, kb)
+        self.schema = in_kb(documents_schema(f.family for f in families), kb)
         self.limits = limits
         self.models = [f.family for f in families]
 

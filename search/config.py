@@ -63,6 +63,11 @@ class Settings(BaseSettings):
     # (None: the server's defaults, 1 and 1). See docs/deploy.md, "Scaling".
     qdrant_shards: int | None = Field(default=None, ge=1)
     qdrant_replication_factor: int | None = Field(default=None, ge=1)
+    # "scalar": int8 copies of the dense vectors, kept in RAM, the HNSW graph built on them (2.6x
+    # faster at 300k points) and every search rescored with the originals. The embedded store applies
+    # it to the segments built from then on; a server, to collections created from then on. See
+    # docs/store.md, "A library of a million".
+    store_quantization: Literal["none", "scalar"] = "none"
 
     # Model sources, one per family (Family.source_setting; what each takes: `search models build --help`)
     minilm_source: str = "package"

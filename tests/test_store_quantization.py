@@ -5,13 +5,16 @@ clustered vectors (recall ~0.6 even then): the bench measures it, this test only
 
 from __future__ import annotations
 
+import json
 from dataclasses import replace
 
 import numpy as np
 import pytest
 from qdrant_client import models
 
-from search.store import images_schema, open_location
+from search.store import DOCUMENTS, images_schema, open_location
+from search.store.base import EXACT_POINTS, OVERSAMPLING, QUANTIZATION
+from search.store.edge import CONFIG_FILE
 from search.store.edge_translate import edge_quantization
 from tests.test_store_upkeep import DIM, INDEXED, clustered, points
 
@@ -53,3 +56,45 @@ def test_a_quantization_the_embedded_store_lacks_is_refused_in_one_line():
     with pytest.raises(ValueError, match="no ProductQuantization"):
         edge_quantization(pq)
     assert edge_quantization(None) is None
+
+
+@pytest.mark.parametrize("backend", ["edge", "local"])
+def test_the_quantization_setting_quantizes_what_has_a_graph_and_rescores(tmp_path, backend):
+    store = open_location(backend, str(tmp_path / backend), quantization="scalar")
+    try:
+        store.ensure(DOCUMENTS)
+        made = store.stored_schema(DOCUMENTS).vectors
+        assert made["minilm"].quantization_config == made["bge_dense"].quantization_config == QUANTIZATION["scalar"]
+        assert made["bge_colbert"].quantization_config is None  # only rescored: no graph, no copy
+        if backend == "edge":
+            stored = json.loads((store.root / "documents" / CONFIG_FILE).read_text())["vectors"]
+            assert stored["minilm"]["quantization_config"]["scalar"]["type"] == "int8"
+            assert "quantization_config" not in stored["bge_colbert"]
+        store.upsert("documents", [models.PointStruct(id=i, vector={"minilm": [1.0] + [0.0] * 383}, payload={})
+                                   for i in range(EXACT_POINTS + 1)])
+        params = store.search_params("documents", 10, None)
+        assert params.quantization.rescore and params.quantization.oversampling == OVERSAMPLING
+    finally:
+        store.close()
+    plain = open_location(backend, str(tmp_path / "plain"))
+    assert plain.stored_schema(DOCUMENTS) is DOCUMENTS and plain.quantization is None
+    plain.close()
+    with pytest.raises(ValueError, match="expected none or scalar"):
+        open_location(backend, str(tmp_path / "x"), quantization="product")
+
+
+def test_the_setting_searches_a_quantized_index_as_well_as_exact(tmp_path):
+    store = open_location("edge", str(tmp_path / "store"), quantization="scalar")
+    try:
+        store.ensure(images_schema(DIM))
+        data = clustered(INDEXED, 1)
+        for start in range(0, INDEXED, 256):
+            store.upsert("images", points(data[start:start + 256], start))
+        store.optimize("images")
+        hits = 0
+        for q in clustered(20, 7):
+            want = set(np.argsort(-(data @ q))[:10].tolist())
+            hits += len({p.id for p in store.search("images", "clip", q.tolist(), limit=10)} & want)
+        assert hits / 200 >= 0.95
+    finally:
+        store.close()

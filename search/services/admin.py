@@ -149,7 +149,7 @@ class Admin(ServiceBase):
         self.close()  # the source may be this process's own embedded store
         key = s.qdrant_api_key
         with open_location(*src_spec, api_key=key, prefix=s.collection_prefix) as src, \
-                open_location(*dst_spec, api_key=key, prefix=s.collection_prefix) as dst:
+                open_location(*dst_spec, api_key=key, prefix=s.collection_prefix, quantization=s.store_quantization) as dst:
             if not any(src.count(c) for c in src.collections()):
                 raise EmptyCollection(f"nothing to migrate: the {src.describe()} is empty")
             return migrate(src, dst, progress=progress)

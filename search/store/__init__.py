@@ -21,6 +21,7 @@ from search.store.schema import (
     PARTIAL,
     CollectionSchema,
     check_kb,
+    documents_schema,
     folders_of,
     image_vector,
     images_schema,
@@ -34,7 +35,7 @@ from search.store.schema import (
 __all__ = [
     "BACKENDS", "COLLECTIONS", "DOCUMENTS", "IMAGES", "ID_NAMESPACE", "PARTIAL", "CollectionSchema", "CollectionStats",
     "Migrated", "PointGroup", "Store", "StoredFile",
-    "folders_of", "image_vector", "images_schema", "match", "migrate", "open_location",
+    "documents_schema", "folders_of", "image_vector", "images_schema", "match", "migrate", "open_location",
     "open_store", "parse_spec", "point_id", "schema_for", "DEFAULT_KB", "check_kb", "in_kb", "kb_collection", "kb_of",
     "kb_thumbnails",
 ]

@@ -14,6 +14,7 @@ import json
 import os
 import shutil
 import threading
+from dataclasses import replace
 from pathlib import Path
 
 import qdrant_edge as qe
@@ -31,9 +32,11 @@ from search.store.edge_translate import (
     edge_params,
     edge_prefetch,
     edge_query,
+    edge_sparse_params,
     edge_vector,
+    edge_vector_params,
 )
-from search.store.schema import ID_KEY, CollectionSchema
+from search.store.schema import DOCUMENTS, ID_KEY, CollectionSchema
 from search.store.util import disk_usage
 
 CONFIG_FILE = "edge_config.json"
@@ -46,8 +49,8 @@ _UNREAD = object()
 class EdgeStore(Store):
     backend = "edge"
 
-    def __init__(self, location: str, *, prefix: str = "") -> None:
-        super().__init__(prefix)
+    def __init__(self, location: str, *, prefix: str = "", quantization: str | None = None) -> None:
+        super().__init__(prefix, quantization)
         self.location = location
         self.root = Path(location)
         self._shards: dict[str, qe.EdgeShard] = {}
@@ -105,17 +108,37 @@ class EdgeStore(Store):
         path = self._dir(schema.name)
         if not self.exists(schema.name):
             with self._open_lock:
-                self._shards[schema.name] = _edge(qe.EdgeShard.create, str(path), edge_config(schema), where=self.location)
+                self._shards[schema.name] = _edge(qe.EdgeShard.create, str(path), edge_config(self.stored_schema(schema)),
+                                                  where=self.location)
             self._wrote(schema.name)
         else:
-            _check_layout(path / CONFIG_FILE, schema, self.name(schema.name))
-            self._load_configured(schema)
+            missing, extra = _check_layout(path / CONFIG_FILE, schema, self.name(schema.name))
+            if missing:
+                self._add_vectors(self.stored_schema(schema), missing)
+            # Opened with this version's settings: quantization, set or unset, applies to the
+            # segments built from now on (`search store migrate` rebuilds them all).
+            self._load_configured(self.stored_schema(_with_vectors(schema, extra)))
         shard = self._shard(schema.name)
         have = shard.info().payload_schema
         for field_name, kind in schema.payload_indexes.items():
             if field_name not in have:
                 _edge(shard.update, qe.UpdateOperation.create_field_index(field_name, PAYLOAD_TYPES[kind]),
                       where=self.location)
+
+    def _add_vectors(self, schema: CollectionSchema, names: list[str]) -> None:
+        """A family served for the first time: its vectors join the collection (existing points lack
+        them); the shard is then reopened with the schema, which sets their index and storage."""
+        shard = self._shard(schema.name)
+        for name in names:
+            if name in schema.sparse_vectors:
+                op = qe.UpdateOperation.create_sparse_vector(name, modifier=edge_sparse_params(schema.sparse_vectors[name]).modifier)
+            else:
+                p = edge_vector_params(schema.vectors[name])
+                op = qe.UpdateOperation.create_dense_vector(name, p.size, p.distance, multivector_config=p.multivector_config)
+            _edge(shard.update, op, where=self.location)
+        with self._open_lock:
+            self._shards.pop(schema.name).close()
+        self._wrote(schema.name)
 
     def _load_configured(self, schema: CollectionSchema) -> None:
         """Open an existing shard with this version's settings (the search pool), which the shard
@@ -287,17 +310,28 @@ def _edge(fn, *args, where: str):
         raise StoreUnavailable(f"embedded store at {where}: {msg}") from exc
 
 
-def _check_layout(config_file: Path, schema: CollectionSchema, name: str) -> None:
+def _with_vectors(schema: CollectionSchema, names: set[str]) -> CollectionSchema:
+    """The schema and the stored vectors ``names`` beyond it (a family no longer served keeps its
+    vectors, so the shard opens with their settings too)."""
+    return replace(schema, vectors={**schema.vectors, **{n: p for n, p in DOCUMENTS.vectors.items() if n in names}},
+                   sparse_vectors={**schema.sparse_vectors, **{n: p for n, p in DOCUMENTS.sparse_vectors.items() if n in names}})
+
+
+def _check_layout(config_file: Path, schema: CollectionSchema, name: str) -> tuple[list[str], set[str]]:
+    """The schema's vectors the stored collection lacks, and those it has beyond the schema;
+    StoreUnavailable if one it has differs."""
     try:
         have = json.loads(config_file.read_text())
     except (OSError, ValueError) as exc:
         raise StoreUnavailable(f"collection '{name}': unreadable {config_file}: {exc}") from exc
     dense, sparse = have.get("vectors") or {}, have.get("sparse_vectors") or {}
     for vec, params in schema.vectors.items():
-        if vec not in dense or dense[vec].get("size") != params.size:
+        if vec in sparse or (vec in dense and dense[vec].get("size") != params.size):
             raise StoreUnavailable(f"collection '{name}' exists with a different vector layout ({vec}); "
                                    "delete it or use another SEARCH_COLLECTION_PREFIX")
     for vec in schema.sparse_vectors:
-        if vec not in sparse:
+        if vec in dense:
             raise StoreUnavailable(f"collection '{name}' exists with a different vector layout ({vec}); "
                                    "delete it or use another SEARCH_COLLECTION_PREFIX")
+    wanted = {*schema.vectors, *schema.sparse_vectors}
+    return [vec for vec in wanted if vec not in dense and vec not in sparse], {*dense, *sparse} - wanted

@@ -38,19 +38,24 @@ SEARCH_THREADS = 1
 
 
 def edge_config(schema: CollectionSchema) -> qe.EdgeConfig:
-    vectors = {}
-    for name, p in schema.vectors.items():
-        hnsw = None
-        if p.hnsw_config is not None and p.hnsw_config.m is not None:
-            hnsw = qe.HnswIndexConfig(**{**HNSW, "m": p.hnsw_config.m})
-        multi = (qe.MultiVectorConfig(qe.MultiVectorComparator.MaxSim) if p.multivector_config is not None else None)
-        vectors[name] = qe.EdgeVectorParams(size=p.size, distance=_DISTANCE[p.distance], multivector_config=multi,
-                                            hnsw_config=hnsw, memory=qe.Memory.Cold if p.on_disk else None,
-                                            quantization_config=edge_quantization(p.quantization_config))
-    sparse = {name: qe.EdgeSparseVectorParams(modifier=qe.Modifier.Idf if p.modifier == models.Modifier.IDF else None)
-              for name, p in schema.sparse_vectors.items()}
+    vectors = {name: edge_vector_params(p) for name, p in schema.vectors.items()}
+    sparse = {name: edge_sparse_params(p) for name, p in schema.sparse_vectors.items()}
     return qe.EdgeConfig(vectors=vectors, sparse_vectors=sparse or None, hnsw_config=qe.HnswIndexConfig(**HNSW),
                          max_search_threads=SEARCH_THREADS)
+
+
+def edge_vector_params(p: models.VectorParams) -> qe.EdgeVectorParams:
+    hnsw = None
+    if p.hnsw_config is not None and p.hnsw_config.m is not None:
+        hnsw = qe.HnswIndexConfig(**{**HNSW, "m": p.hnsw_config.m})
+    multi = (qe.MultiVectorConfig(qe.MultiVectorComparator.MaxSim) if p.multivector_config is not None else None)
+    return qe.EdgeVectorParams(size=p.size, distance=_DISTANCE[p.distance], multivector_config=multi,
+                               hnsw_config=hnsw, memory=qe.Memory.Cold if p.on_disk else None,
+                               quantization_config=edge_quantization(p.quantization_config))
+
+
+def edge_sparse_params(p: models.SparseVectorParams) -> qe.EdgeSparseVectorParams:
+    return qe.EdgeSparseVectorParams(modifier=qe.Modifier.Idf if p.modifier == models.Modifier.IDF else None)
 
 
 def edge_quantization(q):

@@ -9,17 +9,18 @@ from search.store.qdrant import QdrantStore
 
 
 def open_location(backend: str, location: str, *, api_key: str | None = None, prefix: str = "",
-                  shards: int | None = None, replicas: int | None = None) -> Store:
+                  shards: int | None = None, replicas: int | None = None, quantization: str | None = None) -> Store:
     """A store by backend name and location (a URL for 'server', a folder or ':memory:' for 'local',
-    a folder for 'edge')."""
+    a folder for 'edge'); ``quantization``: "scalar" or None (Store.stored_schema)."""
     if backend == "edge":
-        return EdgeStore(location, prefix=prefix)
+        return EdgeStore(location, prefix=prefix, quantization=quantization)
     if backend in ("local", "server"):
-        return QdrantStore(location, api_key=api_key, prefix=prefix, shards=shards, replicas=replicas)
+        return QdrantStore(location, api_key=api_key, prefix=prefix, shards=shards, replicas=replicas,
+                           quantization=quantization)
     raise StoreUnavailable(f"unknown store backend {backend!r}: expected one of {', '.join(BACKENDS)}")
 
 
 def open_store(settings) -> Store:
     return open_location(settings.store_backend, settings.qdrant_location, api_key=settings.qdrant_api_key,
                          prefix=settings.collection_prefix, shards=settings.qdrant_shards,
-                         replicas=settings.qdrant_replication_factor)
+                         replicas=settings.qdrant_replication_factor, quantization=settings.store_quantization)

@@ -8,8 +8,19 @@ from dataclasses import dataclass
 from qdrant_client import models
 
 from search.errors import StoreUnavailable
+from search.models import for_kind
 from search.store.base import Store
-from search.store.schema import COLLECTIONS, DOCUMENTS, IMAGES, CollectionSchema, image_vector, images_schema, in_kb, kb_of
+from search.store.schema import (
+    COLLECTIONS,
+    DOCUMENTS,
+    IMAGES,
+    CollectionSchema,
+    documents_schema,
+    image_vector,
+    images_schema,
+    in_kb,
+    kb_of,
+)
 
 
 def parse_spec(spec: str, settings) -> tuple[str, str]:
@@ -27,8 +38,8 @@ def schema_for(store: Store, collection: str) -> CollectionSchema:
     """The project's schema of a stored collection, in any knowledge base (the photo vector size is
     read from the store)."""
     kb, kind = kb_of(collection) or (None, None)
-    if kind == DOCUMENTS.name:
-        return in_kb(DOCUMENTS, kb)
+    if kind == DOCUMENTS.name:  # the optional families some point has vectors of
+        return in_kb(documents_schema(f.family for f in for_kind(kind)[1:] if any(_has(store, collection, v) for v in f.vectors)), kb)
     if kind == IMAGES:
         name = image_vector()
         points, _ = store.scroll(collection, limit=1, with_payload=False, with_vectors=[name])
@@ -38,6 +49,11 @@ def schema_for(store: Store, collection: str) -> CollectionSchema:
         return in_kb(images_schema(len(vec[name] if isinstance(vec, dict) else vec)), kb)
     raise StoreUnavailable(f"collection '{collection}' is not one of this project's ({', '.join(COLLECTIONS)}, "
                            "or those of a knowledge base)")
+
+
+def _has(store: Store, collection: str, vector: str) -> bool:
+    flt = models.Filter(must=[models.HasVectorCondition(has_vector=vector)])
+    return bool(store.scroll(collection, flt, limit=1, with_payload=False)[0])
 
 
 @dataclass

@@ -16,8 +16,8 @@ from search.store.util import disk_usage, plain_points
 
 class QdrantStore(Store):
     def __init__(self, location: str, *, api_key: str | None = None, prefix: str = "",
-                 shards: int | None = None, replicas: int | None = None) -> None:
-        super().__init__(prefix)
+                 shards: int | None = None, replicas: int | None = None, quantization: str | None = None) -> None:
+        super().__init__(prefix, quantization)
         self.location = location
         # New collections on a Qdrant cluster: shards spread over the nodes, copies of each shard
         # (None: the server's defaults; local mode ignores both).
@@ -51,25 +51,44 @@ class QdrantStore(Store):
 
     # -- schema
     def ensure(self, schema: CollectionSchema) -> None:
-        name = self.name(schema.name)
+        name, schema = self.name(schema.name), self.stored_schema(schema)  # quantization: set when a collection is created
         if not self._call(self.client.collection_exists, name):
             self._call(self.client.create_collection, name, vectors_config=schema.vectors,
                        sparse_vectors_config=schema.sparse_vectors or None, **self.sharding)
         info = self._call(self.client.get_collection, name)
         have = info.config.params.vectors or {}
         have_sparse = info.config.params.sparse_vectors or {}
-        for vec, params in [*schema.vectors.items(), *schema.sparse_vectors.items()]:
-            ok = vec in have_sparse if isinstance(params, models.SparseVectorParams) else (vec in have and have[vec].size == params.size)
-            if not ok:
+        wanted = [*schema.vectors.items(), *schema.sparse_vectors.items()]
+        missing = [(vec, params) for vec, params in wanted if vec not in have and vec not in have_sparse]
+        for vec, params in wanted:
+            if (vec, params) in missing:
+                continue
+            sparse = isinstance(params, models.SparseVectorParams)
+            if (vec not in have_sparse) if sparse else (vec not in have or have[vec].size != params.size):
                 raise StoreUnavailable(
                     f"collection '{name}' exists with a different vector layout ({vec}); "
                     "delete it or use another SEARCH_COLLECTION_PREFIX"
                 )
+        for vec, params in missing:  # checked first, so a refused layout gains nothing
+            self._add_vector(name, vec, params)
         with warnings.catch_warnings():  # local mode ignores payload indexes (and says so); a server uses them
             warnings.simplefilter("ignore", UserWarning)
             for field_name, kind in schema.payload_indexes.items():
                 if field_name not in (info.payload_schema or {}):
                     self._call(self.client.create_payload_index, name, field_name=field_name, field_schema=kind, wait=True)
+
+    def _add_vector(self, name: str, vec: str, params) -> None:
+        """A family served for the first time: its vector joins the collection (Qdrant >= 1.18);
+        existing points lack it."""
+        if isinstance(params, models.SparseVectorParams):
+            config = models.SparseVectorNameConfig(sparse=models.SparseVectorConfig(modifier=params.modifier))
+        else:
+            config = models.DenseVectorNameConfig(dense=models.DenseVectorConfig(
+                size=params.size, distance=params.distance, multivector_config=params.multivector_config))
+        self._call(self.client.create_vector_name, name, vec, config)
+        if isinstance(params, models.VectorParams) and (params.on_disk or params.hnsw_config or params.quantization_config):
+            self._call(self.client.update_collection, name, vectors_config={vec: models.VectorParamsDiff(
+                on_disk=params.on_disk, hnsw_config=params.hnsw_config, quantization_config=params.quantization_config)})
 
     def exists(self, collection: str) -> bool:
         return self._call(self.client.collection_exists, self.name(collection))

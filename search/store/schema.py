@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import re
 import uuid
+from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 from functools import lru_cache
 from pathlib import Path
@@ -56,12 +57,16 @@ _PAYLOAD_INDEXES = {
 }
 
 
-def schema(kind: str, dim: int | None = None) -> CollectionSchema:
-    """The collection of an ingest kind: the named vectors of every family that embeds it (the model
-    registry), and the kind's payload indexes. ``dim``: the width of a vector whose family declares
-    none (one whose width is the built model's)."""
+def schema(kind: str, dim: int | None = None, families: Iterable[str] | None = None) -> CollectionSchema:
+    """The collection of an ingest kind: the named vectors of the families that embed it (the model
+    registry; ``families``: only these and the required one, None: all), and the kind's payload
+    indexes. ``dim``: the width of a vector whose family declares none (one whose width is the
+    built model's)."""
     vectors, sparse = {}, {}
-    for fam in for_kind(kind):
+    every = for_kind(kind)
+    for fam in every:
+        if families is not None and fam is not every[0] and fam.family not in families:
+            continue
         for name, v in fam.vectors.items():
             if v.kind == "sparse":
                 sparse[name] = models.SparseVectorParams(modifier=models.Modifier.IDF)
@@ -76,8 +81,16 @@ def schema(kind: str, dim: int | None = None) -> CollectionSchema:
 
 
 # Documents: every chunk has the required family's vectors; chunks embedded while an optional family
-# is served also have its own (a point may lack named vectors, so one collection serves both set-ups).
+# is served also have its own. DOCUMENTS names every family's vectors; a collection is created with
+# those of the families served (documents_schema) and gains a family's when it is first served.
 DOCUMENTS = schema(DOCUMENTS_NAME)
+
+
+def documents_schema(families: Iterable[str] = ()) -> CollectionSchema:
+    """Documents with the vectors of the required family and of ``families`` (the optional ones
+    served). The engine reserves a dense vector's room in every point, whether the point has it or
+    not: BGE-M3's dense and ColBERT vectors declared but never written cost ~8 KB a point on disk."""
+    return schema(DOCUMENTS_NAME, families=tuple(families))
 
 
 def images_schema(dim: int) -> CollectionSchema:
