@@ -89,7 +89,8 @@ DOCUMENTS = schema(DOCUMENTS_NAME)
 def documents_schema(families: Iterable[str] = ()) -> CollectionSchema:
     """Documents with the vectors of the required family and of ``families`` (the optional ones
     served). The engine reserves a dense vector's room in every point, whether the point has it or
-    not: BGE-M3's dense and ColBERT vectors declared but never written cost ~8 KB a point on disk."""
+    not: an optional family's dense and multi-vectors declared but never written cost ~8 KB a point on
+    disk."""
     return schema(DOCUMENTS_NAME, families=tuple(families))
 
 
