@@ -219,7 +219,7 @@ def worker_child(slice_units: int, docs: Path, write: bool) -> None:
     svc = IngestService(settings)
     store = svc.resources.store
     kinds, _ = svc.kinds()
-    ingestors = {k.name: Ingestor(store, k) for k in kinds}
+    ingestors = {k.name: Ingestor(store, k, whole=True) for k in kinds}
     for ing in ingestors.values():
         ing.open()
     plan = make_plan(settings, ingestors, [settings.triton_url], confine_to=None, kb=None, write=write)

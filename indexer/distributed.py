@@ -82,12 +82,12 @@ def _run(ray, store, kinds, roots, by_kind, confine, done, report: IngestReport,
     for kind in kinds:
         if not (by_kind[kind.name] or prune):
             continue
-        ing = Ingestor(store, kind, batch_size=settings.embed_batch_size, confine=confine)
+        ing = Ingestor(store, kind, batch_size=settings.embed_batch_size, confine=confine, whole=True)
         try:
             ing.open()
             kind.signature  # noqa: B018  (probed here, once, for every worker)
         except ModelNotReady as exc:
-            ing.stopped(by_kind[kind.name], set(), report, exc)
+            ing.stopped(len(by_kind[kind.name]), report, exc)
             continue
         ingestors[kind.name] = ing
     files = [(f, name) for name in ingestors for f in by_kind[name]]
@@ -119,7 +119,7 @@ def _run(ray, store, kinds, roots, by_kind, confine, done, report: IngestReport,
             try:
                 _apply(rec, ing, report, emit, stages, parts, rules)
             except ModelNotReady as exc:  # as a local run stops the kind
-                ing.stopped(by_kind[rec.kind], seen, report, exc)
+                ing.stopped(sum(str(f) not in seen for f in by_kind[rec.kind]), report, exc)
     t0 = time.perf_counter()
     for name, ing in ingestors.items():
         if name not in report.stopped:

@@ -30,8 +30,8 @@ class Ingestor(Ledger):
     """Ingests the files of one kind into that kind's collection."""
 
     def __init__(self, store: Store, kind: Kind, *, batch_size: int = 16, concurrency: int = 2,
-                 stop: Callable[[], bool] | None = None, confine: Confinement | None = None) -> None:
-        super().__init__(store, kind)
+                 stop: Callable[[], bool] | None = None, confine: Confinement | None = None, whole: bool = False) -> None:
+        super().__init__(store, kind, whole=whole)
         self.stop, self.confine = stop, confine
         self.batch_size, self.concurrency = batch_size, concurrency
         self.writer = Writer(store, kind)
@@ -49,17 +49,18 @@ class Ingestor(Ledger):
         """Ingest ``files`` on threads. A model that fails as a whole (ModelNotReady: not loaded, or its
         process died and could not be reloaded) stops this kind: its remaining files are reported as
         not indexed with the reason, not each as failed, and the files already written stay."""
-        seen: set[str] = set()
+        emitted = 0  # a file's outcome comes once: a count, not a set of every path, tells what is left
 
         def emit(outcome: FileOutcome) -> None:
-            seen.add(outcome.path)
+            nonlocal emitted
+            emitted += 1
             done(outcome)
 
         try:
             self.open()
             run_local(self, files, report, emit)
         except ModelNotReady as exc:
-            self.stopped(files, seen, report, exc)
+            self.stopped(len(files) - emitted, report, exc)
             if not self._opened:
                 return  # the model failed before the collection was opened: nothing to write
         self.finish(roots, files, report, emit, prune=prune, optimize=optimize)
@@ -110,10 +111,10 @@ class Ingestor(Ledger):
             self.writer.discard(job)
             self.forget(job)
 
-    def stopped(self, files: list[Path], seen: set[str], report: IngestReport, exc: ModelNotReady) -> None:
-        """The kind's model failed as a whole: forget what was in flight, count what is left."""
+    def stopped(self, left: int, report: IngestReport, exc: ModelNotReady) -> None:
+        """The kind's model failed as a whole: forget what was in flight; ``left``: its files not reported."""
         self.abandon()
-        left = sum(str(f) not in seen for f in files)
+        left = max(left, 0)
         report.stopped[self.kind.name] = str(exc)
         report.unavailable[self.kind.name] = (left, f"stopped: {exc}")
 

@@ -7,31 +7,43 @@ apply them on the driver (indexer/engine.py).
   once no path refers to it);
 - with ``prune``, paths under the roots that are gone from disk are removed;
 - a path on more than one stored content (left by a stopped run) is never unchanged: it is read
-  again and left on the content it holds only."""
+  again and left on the content it holds only.
+
+The ledger looks up what the store holds as files come (their paths in batches, a new content by
+its hash: both are payload indexes) and keeps no more than a window of it: ingest memory does not
+grow with the library. The Ray driver loads the whole view at the start instead (``whole``): its
+workers plan with that view and write on their own, so the store is not the run's view there."""
 
 from __future__ import annotations
 
 import time
+from collections.abc import Iterable
 from dataclasses import replace
 from pathlib import Path
 
+from qdrant_client import models
+
 from indexer.kinds import Kind
 from indexer.report import INDEXED, PRUNED, UNCHANGED, UPDATED, FileOutcome
-from indexer.stages import Job, Read, content_paths, existing, suffix
+from indexer.stages import LOOKUP_BATCH, Job, Read, content_paths, existing, suffix
 from search.paths import from_stored, stored
-from search.store import Store, StoredFile
+from search.store import Store, StoredFile, match
 
 # Points of an unfinished file on a shared store (a Qdrant server) are another process's work in
 # progress until none has been written for this long.
 STALE_PARTIAL_S = 3600.0
+KEEP = 4096  # what the view keeps (contents and paths looked up) before it is trimmed
 
 
 class Ledger:
     """What one kind's collection holds, and the rules that change it. ``_flush`` writes what the
-    run has buffered: every store write here flushes first, so it sees those points."""
+    run has buffered: every store write here flushes first, so it sees those points.
 
-    def __init__(self, store: Store, kind: Kind) -> None:
-        self.store, self.kind = store, kind
+    ``by_sha``/``by_path`` are the part of the store's view this run looked at (``whole``: all of it),
+    kept in step with every write the rules make; ``look_up`` trims them back to what is in flight."""
+
+    def __init__(self, store: Store, kind: Kind, *, whole: bool = False) -> None:
+        self.store, self.kind, self.whole = store, kind, whole
         self.by_sha: dict[str, StoredFile] = {}
         self.by_path: dict[str, str] = {}
         # Paths listed on more than one stored content (an interrupted run) -> those contents; by_path
@@ -39,31 +51,82 @@ class Ledger:
         self.stale: dict[str, set[str]] = {}
         self.inflight: dict[str, Job] = {}  # new content being embedded now
         self.written: dict[str, str] = {}  # content written in this run -> the path it was written for
+        self._looked: set[str] = set()  # paths whose every stored content is in the view
+        self._absent: set[str] = set()  # contents looked up and not stored
 
     def _flush(self) -> None:
         """Write what the run buffered (the engine's writer)."""
 
     def open(self) -> None:
-        """Open the kind's collection and load what it holds (content -> paths): the view every run
-        plans with."""
+        """Open the kind's collection (``whole``: and load what it holds), and finish what a stopped
+        run left."""
         self.store.ensure(self.kind.schema)  # a photo kind's first inference: its dimension
+        if self.whole:
+            self._take(self.store.files(self.kind.schema.name), None)
+        self.sweep()
+
+    def look_up(self, paths: Iterable[str]) -> None:
+        """Read what the store holds for ``paths`` (the next files of a run), a batch a query, after
+        trimming the view to what is in flight once it holds more than KEEP entries."""
+        if self.whole:
+            return
+        if len(self.by_sha) + len(self._looked) > KEEP:
+            self._flush()  # the store then holds all the view held: what is dropped can be read again
+            self.by_sha = {s: f for s, f in self.by_sha.items() if s in self.inflight}
+            self.by_path, self.stale, self.written = {}, {}, {}
+            self._looked, self._absent = set(), set()
+        self._load_paths(paths)
+
+    def _load_paths(self, paths: Iterable[str]) -> None:
+        todo = [p for p in dict.fromkeys(paths) if p not in self._looked]
+        for k in range(0, len(todo), LOOKUP_BATCH):
+            part = todo[k:k + LOOKUP_BATCH]
+            flt = models.Filter(must=[models.FieldCondition(key="paths", match=models.MatchAny(any=[stored(p) for p in part]))])
+            self._take(self.store.files(self.kind.schema.name, flt), set(part))
+            self._looked.update(part)
+
+    def _path(self, path: str) -> str | None:
+        """The content ``path`` is listed on (one of them for a stale path)."""
+        if not self.whole and path not in self._looked:
+            self._load_paths([path])
+        return self.by_path.get(path)
+
+    def _content(self, sha: str) -> StoredFile | None:
+        """What the store holds of content ``sha``."""
+        f = self.by_sha.get(sha)
+        if f is None and not self.whole and sha not in self._absent:
+            self._take(self.store.files(self.kind.schema.name, match("sha256", sha)), ())
+            if (f := self.by_sha.get(sha)) is None:
+                self._absent.add(sha)
+        return f
+
+    def _take(self, found: Iterable[StoredFile], paths: set[str] | tuple | None) -> None:
+        """Records read from the store join the view; ``paths``: the paths they were looked up by (None:
+        every path, the whole view). A content chunked twice (a re-chunk stopped before the old chunks
+        went) whose current chunking is complete loses the old one now."""
+        got: dict[str, StoredFile] = {}
         doubled = set()
-        for f in self.store.files(self.kind.schema.name):
+        for f in found:
             f = replace(f, paths=tuple(from_stored(p) for p in f.paths))  # paths are OS strings here
-            seen = self.by_sha.get(f.sha256)
+            seen = got.get(f.sha256)
             if seen is not None and seen.chunker != f.chunker:
-                doubled.add(f.sha256)  # chunked twice: a re-chunk stopped before the old chunks went
+                doubled.add(f.sha256)
                 if seen.chunker == self.kind.signature:
                     continue
-            self.by_sha[f.sha256] = f
-            for p in f.paths:
-                held = self.by_path.setdefault(p, f.sha256)
-                if held != f.sha256:  # listed on another content too: an interrupted run
-                    self.stale.setdefault(p, {held}).add(f.sha256)
-        for sha in doubled:  # the current settings' chunks are complete (their chunk 0 is written): finish the run's delete
-            if self.by_sha[sha].chunker == self.kind.signature:
+            got[f.sha256] = f
+        for sha in doubled:
+            if got[sha].chunker == self.kind.signature:
+                self._flush()
                 self.store.delete_content(self.kind.schema.name, sha, keep_chunker=self.kind.signature)
-        self.sweep()
+        for sha, f in got.items():
+            f = self.by_sha.setdefault(sha, f)  # the view is kept in step with the run's writes
+            self._absent.discard(sha)
+            for p in f.paths:
+                if paths is not None and p not in paths:
+                    continue
+                held = self.by_path.setdefault(p, sha)
+                if held != sha:  # listed on another content too: an interrupted run
+                    self.stale.setdefault(p, {held}).add(sha)
 
     def sweep(self) -> None:
         """Points still marked partial from a run stopped by a crash or kill -9: complete files are
@@ -81,16 +144,18 @@ class Ledger:
     def known(self, path: str) -> StoredFile | None:
         """What the store holds for ``path`` (the unchanged check of ``read_file``); nothing for a path
         listed on several contents, so that it is read again and the rules repair it."""
-        if path in self.stale:
+        sha = self._path(path)
+        if sha is None or path in self.stale:
             return None
-        return self.by_sha.get(self.by_path.get(path, ""))
+        return self._content(sha)
 
     def current(self) -> frozenset[str]:
-        """The content stored with the kind's current settings."""
+        """The content stored with the kind's current settings (the whole view)."""
+        assert self.whole, "current() is the whole view's"
         return frozenset(s for s, f in self.by_sha.items() if f.chunker == self.kind.signature)
 
     def status_of(self, path: str) -> str:
-        return UPDATED if path in self.by_path else INDEXED
+        return UPDATED if self._path(path) is not None else INDEXED
 
     def admit(self, got: Read) -> Read | FileOutcome | None:
         """The rules for content that was read: a copy of content being embedded now joins it
@@ -101,7 +166,7 @@ class Ledger:
         if sha in self.inflight:  # a copy of content that is being embedded right now
             self.inflight[sha].copies.append((key, status))
             return None
-        same = self.by_sha.get(sha)
+        same = self._content(sha)
         if same and same.chunker == kind.signature:
             # Known content (a copy, a move, or a touched file): reuse its vectors. The path leaves the
             # content it held first: _repoint lists it on this one, after which _leave_old would find
@@ -122,13 +187,13 @@ class Ledger:
 
     def paths_for(self, job: Job) -> list[str]:
         """The paths ``job``'s content is written with (``content_paths``)."""
-        return content_paths(job, self.by_sha.get(job.sha256))
+        return content_paths(job, self._content(job.sha256))
 
     def stored(self, job: Job, paths: list[str], n: int, written: tuple[str, ...] | None = None) -> list[FileOutcome]:
         """New content was written (by this run's writer, or with ``written`` paths by a worker that
         planned with the store's view at the run's start): the rules' bookkeeping."""
         kind = self.kind
-        previous = self.by_sha.get(job.sha256)  # the same content, made with other settings or another model
+        previous = self._content(job.sha256)  # the same content, made with other settings or another model
         if written is not None and list(written) != paths:  # a path of the content it replaces moved since
             self._flush()
             self._set_paths(job.sha256, paths)
@@ -136,6 +201,7 @@ class Ledger:
             self._flush()
             self.store.delete_content(kind.schema.name, job.sha256, keep_chunker=kind.signature)
         self.by_sha[job.sha256] = StoredFile(job.sha256, tuple(paths), job.size, job.mtime, kind.signature, n)
+        self._absent.discard(job.sha256)
         self.inflight.pop(job.sha256, None)
         self.written[job.sha256] = job.path
         for p in paths:
@@ -155,7 +221,7 @@ class Ledger:
         """New content that will not be written (``rejected``: its model refused it, whatever else is
         stored of it)."""
         self.inflight.pop(job.sha256, None)
-        if rejected or job.sha256 not in self.by_sha:
+        if rejected or self._content(job.sha256) is None:
             self.kind.forget(job.sha256)  # e.g. the thumbnail of a photo that is not indexed
 
     def _set_paths(self, sha: str, paths: list[str], **extra) -> None:
@@ -181,8 +247,8 @@ class Ledger:
     def _holders(self, path: str) -> list[str]:
         """The stored contents ``path`` is listed on: one, or several after an interrupted run (then
         forgotten as stale: the caller takes the path off them)."""
-        held = [self.by_path.get(path), *sorted(self.stale.pop(path, ()))]
-        return [s for s in dict.fromkeys(held) if s and s in self.by_sha]
+        held = [self._path(path), *sorted(self.stale.pop(path, ()))]
+        return [s for s in dict.fromkeys(held) if s and self._content(s) is not None]
 
     def _drop_path(self, sha: str, path: str) -> None:
         remaining = [p for p in self.by_sha[sha].paths if p != path]
@@ -200,17 +266,25 @@ class Ledger:
 
     def prune(self, roots: list[Path], seen: set[str]) -> list[FileOutcome]:
         """Paths under ``roots`` gone from disk (not among ``seen``, the files this run listed) leave
-        their content."""
-        outcomes = []
+        their content. The store is read under the roots as it comes; only the gone paths are kept."""
+        self._flush()
         under = {str(r) for r in roots}  # a set, not a scan of the roots: a watch's batch may name thousands of files
-        for path in sorted({*self.by_path, *self.stale}):  # stale: a path moved since may still be listed elsewhere
-            if path in seen or not _under_any(path, under) or Path(path).exists():
-                continue
-            for held in self._holders(path):
+        gone: set[str] = set()
+        names = sorted(stored(r) for r in under)
+        for k in range(0, len(names), LOOKUP_BATCH):
+            part = names[k:k + LOOKUP_BATCH]
+            flt = models.Filter(should=[models.FieldCondition(key=key, match=models.MatchAny(any=part))
+                                        for key in ("folders", "paths")])
+            for f in self.store.files(self.kind.schema.name, flt):
+                for path in map(from_stored, f.paths):
+                    if path not in seen and path not in gone and _under_any(path, under) and not Path(path).exists():
+                        gone.add(path)
+        outcomes = []
+        for path in sorted(gone):
+            for held in self._holders(path):  # a path moved since may still be listed elsewhere
                 self._drop_path(held, path)
+            self.by_path.pop(path, None)
             outcomes.append(FileOutcome(path, PRUNED, "gone from disk", kind=self.kind.name))
-        for o in outcomes:
-            self.by_path.pop(o.path, None)
         return outcomes
 
 

@@ -10,7 +10,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from indexer.report import FileOutcome, IngestReport
-from indexer.stages import SORT_WINDOW, Job, last_requests, requests
+from indexer.stages import LOOKUP_BATCH, SORT_WINDOW, Job, last_requests, requests
 
 
 def run_local(ing, files: list[Path], report: IngestReport, done: Callable[[FileOutcome], None]) -> None:
@@ -40,7 +40,9 @@ def run_local(ing, files: list[Path], report: IngestReport, done: Callable[[File
                         done(outcome)
 
         try:
-            for path in files:
+            for n, path in enumerate(files):
+                if n % LOOKUP_BATCH == 0:  # what the store holds for the next files, in one query
+                    ing.look_up(str(p) for p in files[n:n + LOOKUP_BATCH])
                 if ing.stop is not None and ing.stop():
                     report.cancelled = True
                     break

@@ -22,6 +22,7 @@ from search.paths import stored
 from search.store import PARTIAL, StoredFile, folders_of, point_id
 
 SORT_WINDOW = 4  # requests whose units are sorted by size together
+LOOKUP_BATCH = 256  # paths whose stored records one query reads (the unchanged checks of the next files)
 
 T = TypeVar("T")
 

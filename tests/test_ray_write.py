@@ -81,7 +81,7 @@ def test_write_new_writes_what_a_local_ingest_writes(settings, docs, monkeypatch
         kinds, _ = svc.kinds()
         ingestors = {}
         for kind in kinds:
-            ingestors[kind.name] = Ingestor(store, kind)
+            ingestors[kind.name] = Ingestor(store, kind, whole=True)
             ingestors[kind.name].open()  # creates the collections, as the driver does before the pipeline
         plan = make_plan(on_worker, ingestors, [on_worker.triton_url], confine_to=None, kb=None, write=False)
         _, by_kind, _, _ = listing(IngestReport(), kinds, [docs], unavailable=None, gone_ok=False, confine_to=None,

@@ -258,13 +258,17 @@ class Store(ABC):
         """Re-point every chunk of one content at ``paths`` (rename, duplicate, removal)."""
         self.set_payload(collection, {**_paths_payload(paths), **extra}, match("sha256", sha256))
 
-    def files(self, collection: str) -> Iterator[StoredFile]:
-        """Every completely written piece of content (its chunk-0 point exists)."""
+    def files(self, collection: str, where: models.Filter | None = None) -> Iterator[StoredFile]:
+        """Every completely written piece of content (its chunk-0 point exists); ``where``: those its
+        chunk-0 point matches."""
         if not self.exists(collection):
             return
+        flt = match("chunk", 0)
+        if where is not None:
+            flt = models.Filter(must=[*flt.must, where])
         offset = None
         while True:
-            points, offset = self.scroll(collection, match("chunk", 0), limit=512, offset=offset,
+            points, offset = self.scroll(collection, flt, limit=512, offset=offset,
                                          with_payload=["sha256", "paths", "size", "mtime", "chunker", "n_chunks"])
             for p in points:
                 pl = p.payload or {}
