@@ -17,7 +17,7 @@ workers plan with that view and write on their own, so the store is not the run'
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import replace
 from pathlib import Path
 
@@ -81,9 +81,14 @@ class Ledger:
         todo = [p for p in dict.fromkeys(paths) if p not in self._looked]
         for k in range(0, len(todo), LOOKUP_BATCH):
             part = todo[k:k + LOOKUP_BATCH]
-            flt = models.Filter(must=[models.FieldCondition(key="paths", match=models.MatchAny(any=[stored(p) for p in part]))])
-            self._take(self.store.files(self.kind.schema.name, flt), set(part))
+            self._take(self._listing([stored(p) for p in part], "paths"), set(part))
             self._looked.update(part)
+
+    def _listing(self, names: list[str], *keys: str) -> Iterator[StoredFile]:
+        """The stored records whose ``keys`` (payload indexes) hold any of ``names`` (stored form)."""
+        any_of = models.MatchAny(any=names)
+        flt = models.Filter(should=[models.FieldCondition(key=key, match=any_of) for key in keys])
+        return self.store.files(self.kind.schema.name, flt)
 
     def _path(self, path: str) -> str | None:
         """The content ``path`` is listed on (one of them for a stale path)."""
@@ -272,10 +277,7 @@ class Ledger:
         gone: set[str] = set()
         names = sorted(stored(r) for r in under)
         for k in range(0, len(names), LOOKUP_BATCH):
-            part = names[k:k + LOOKUP_BATCH]
-            flt = models.Filter(should=[models.FieldCondition(key=key, match=models.MatchAny(any=part))
-                                        for key in ("folders", "paths")])
-            for f in self.store.files(self.kind.schema.name, flt):
+            for f in self._listing(names[k:k + LOOKUP_BATCH], "folders", "paths"):
                 for path in map(from_stored, f.paths):
                     if path not in seen and path not in gone and _under_any(path, under) and not Path(path).exists():
                         gone.add(path)
