@@ -28,7 +28,6 @@ from prometheus_client import (
     generate_latest,
 )
 
-REQUEST_ID_HEADER = "X-Request-ID"
 request_id: ContextVar[str | None] = ContextVar("request_id", default=None)
 job_id: ContextVar[str | None] = ContextVar("job_id", default=None)
 

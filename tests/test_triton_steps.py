@@ -24,7 +24,6 @@ from search.triton.steps.requests import (
     MixedUp,
     attempt,
     one_each,
-    run_batched,
     run_grouped,
     split,
     texts,
@@ -57,28 +56,6 @@ def test_split_gives_each_request_its_rows():
     assert split(out, []) == []
     with pytest.raises(ValueError, match="rows"):
         split(out, [2, 3])
-
-
-def test_run_batched_runs_the_good_rows_once_and_keeps_each_outcome():
-    refused = BadInput("TEXT: not valid UTF-8")
-    calls = []
-
-    def run(rows):
-        calls.append(rows)
-        return {"LEN": np.array([[len(r)] for r in rows], np.int32)}
-
-    outcomes = run_batched([["a", "bb"], refused, ["ccc"]], run)
-    assert calls == [["a", "bb", "ccc"]]  # one call for the whole dynamic batch, in order
-    assert outcomes[0]["LEN"].tolist() == [[1], [2]] and outcomes[2]["LEN"].tolist() == [[3]]
-    assert outcomes[1] is refused
-
-    def broken(rows):
-        raise RuntimeError("tokenizer died")
-
-    failed = run_batched([["a"], refused, ["b"]], broken)
-    assert isinstance(failed[0], RuntimeError) and failed[0] is failed[2] and failed[1] is refused
-    assert run_batched([refused], lambda rows: pytest.fail("nothing to run")) == [refused]
-    assert isinstance(attempt(int, "x"), ValueError) and attempt(int, "7") == 7
 
 
 def tiny_tokenizer() -> Tokenizer:
@@ -127,6 +104,8 @@ def test_run_grouped_gives_each_request_its_own_outputs():
     assert outcomes[0]["N"].shape == (2, 3) and outcomes[2]["N"].shape == (1, 2) and outcomes[1] is refused
     failed = run_grouped([["a"], ["b"]], lambda per_request: 1 / 0)
     assert isinstance(failed[0], ZeroDivisionError) and failed[0] is failed[1]
+    assert run_grouped([refused], lambda per_request: pytest.fail("nothing to run")) == [refused]
+    assert isinstance(attempt(int, "x"), ValueError) and attempt(int, "7") == 7
 
 
 # -- the package's boundaries

@@ -17,7 +17,6 @@ from search.models.base import Family, image_tensor
 from search.triton.client import TritonClient
 
 MODEL = "ppocr"
-PACKAGE = "package"  # the weights the rapidocr-onnxruntime wheel ships (PP-OCRv4, Chinese + English)
 
 
 @dataclass(frozen=True)

@@ -53,10 +53,6 @@ class Check:
     bound: str = ""  # e.g. ">= 0.9999"
     detail: str = ""  # why it failed or was skipped, in a few words
 
-    @property
-    def passed(self) -> bool:
-        return self.status != FAIL
-
     def as_dict(self) -> dict:
         return asdict(self)
 

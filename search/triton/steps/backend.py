@@ -11,7 +11,7 @@ from collections.abc import Callable
 import numpy as np
 import triton_python_backend_utils as pb_utils
 
-from search.triton.steps.requests import BadInput, attempt, run_batched, run_grouped, texts
+from search.triton.steps.requests import BadInput, attempt, run_grouped, texts
 
 
 def path(args: dict, filename: str) -> str:
@@ -56,11 +56,6 @@ def respond(outcome) -> pb_utils.InferenceResponse:
         return pb_utils.InferenceResponse(error=pb_utils.TritonError(f"{type(outcome).__name__}: {outcome}"))
     return pb_utils.InferenceResponse(output_tensors=[
         pb_utils.Tensor(name, np.ascontiguousarray(a)) for name, a in outcome.items()])
-
-
-def execute_batched(requests: list, parse: Callable, run: Callable) -> list:
-    """``parse(request)`` -> its rows; ``run(rows)`` -> outputs for the rows of every request at once."""
-    return [respond(o) for o in run_batched([attempt(parse, r) for r in requests], run)]
 
 
 def execute_grouped(requests: list, parse: Callable, run: Callable) -> list:

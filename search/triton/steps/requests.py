@@ -68,28 +68,15 @@ def split(outputs: dict[str, np.ndarray], counts: Sequence[int]) -> list[dict[st
 
 
 def run_grouped(parsed: Sequence, run: Callable[[list[list]], list[dict[str, np.ndarray]]]) -> list:
-    """Like ``run_batched``, but ``run`` gets the good requests' rows as one list per request and
-    returns one output dict per request (their shapes may differ: see ``tokens.widths``)."""
+    """``parsed``: per request its rows (a list), or the exception that refused it. ``run`` gets the
+    good requests' rows as one list per request, in one call (one tokenizer call for the batch), and
+    returns one output dict per request (their shapes may differ: see ``tokens.widths``). A failing
+    ``run`` fails those requests only."""
     good = [i for i, p in enumerate(parsed) if not isinstance(p, Exception)]
     outcomes = list(parsed)
     if not good:
         return outcomes
     result = attempt(run, [parsed[i] for i in good])
-    for j, i in enumerate(good):
-        outcomes[i] = result if isinstance(result, Exception) else result[j]
-    return outcomes
-
-
-def run_batched(parsed: Sequence, run: Callable[[list], dict[str, np.ndarray]]) -> list:
-    """``parsed``: per request its rows (a list), or the exception that refused it. ``run`` gets the
-    rows of all the others at once (one tokenizer call, one shape for the batch) and returns arrays
-    with a row per row; each request gets its own slice. A failing ``run`` fails those requests only."""
-    good = [i for i, p in enumerate(parsed) if not isinstance(p, Exception)]
-    outcomes = list(parsed)
-    if not good:
-        return outcomes
-    rows = [row for i in good for row in parsed[i]]
-    result = attempt(lambda: split(run(rows), [len(parsed[i]) for i in good]))
     for j, i in enumerate(good):
         outcomes[i] = result if isinstance(result, Exception) else result[j]
     return outcomes
