@@ -153,8 +153,8 @@ def env(settings) -> dict:
 def client(triton, request) -> TritonClient:
     """A gRPC client of the session's Triton (the API's TestClient is ``api``, the OpenAI SDK's ``sdk``)."""
     c = TritonClient(f"127.0.0.1:{triton.grpc_port}")
-    if served := request.node.get_closest_marker("served"):
-        c.ensure_ready(*served.args)
+    if (served := request.node.get_closest_marker("served")) and not c.model_ready(*served.args):
+        pytest.fail(f"model {served.args[0]!r} is not loaded in the session's Triton (tests/conftest.py builds it)")
     return c
 
 

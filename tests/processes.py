@@ -14,12 +14,18 @@ from pathlib import Path
 
 from search.config import PROJECT_ROOT
 from search.triton.local import LocalTriton, free_port
+from search.triton.supervise import pids_with_arg
+
+
+def leftovers(shm_prefix: str) -> tuple[list[int], list[Path]]:
+    """Processes and shm regions still carrying a server's ``shm_prefix``: none once it has stopped."""
+    return pids_with_arg(shm_prefix), list(Path("/dev/shm").glob(f"{shm_prefix}*"))
 
 
 def stubs(server: LocalTriton, model: str) -> list[int]:
     """Live Python-backend stub processes serving ``model``: argv[1] is <repo>/<model>/<version>/<file>."""
     pids = []
-    for pid in server.leftovers(server.state.shm_prefix)[0]:
+    for pid in leftovers(server.state.shm_prefix)[0]:
         try:
             argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
             state = Path(f"/proc/{pid}/stat").read_text().rsplit(") ", 1)[1][0]

@@ -42,7 +42,7 @@ def test_family_encode_takes_texts_or_images(client, model_repo):
     by_text, by_image = CLIP().encode(client, ["a cat", "two dogs"]), CLIP().encode(client, [jpeg])
     np.testing.assert_array_equal(np.stack([v["clip"] for v in by_text.vectors]), clip.embed_texts(client, ["a cat", "two dogs"])[0])
     np.testing.assert_array_equal(by_image.vectors[0]["clip"], clip.embed_images(client, [jpeg])[0])
-    assert by_image.truncated.tolist() == [False] and CLIP().vector_dims(model_repo) == {"clip": 512}
+    assert by_image.truncated.tolist() == [False] and CLIP().dim(model_repo) == 512
     with pytest.raises(TypeError):
         CLIP().encode(client, ["a cat", jpeg])
 

@@ -22,7 +22,7 @@ from ingest_helper import ingest
 from qdrant_client import models
 from stored_points import assert_same_points, run, stored
 
-from indexer import pipeline, writer
+from indexer import pipeline, stages, writer
 from indexer.chunking import Chunker
 from indexer.kinds import Documents
 from indexer.service import IngestService
@@ -343,7 +343,7 @@ def test_a_long_documents_points_go_in_bounded_requests(settings, tmp_path, monk
     upsert = EdgeStore.upsert  # the default store
 
     def recorded(store, collection, points):
-        requests.append([(p.payload["chunk"], pipeline._values(p.vector), p.payload["partial"]) for p in points])
+        requests.append([(p.payload["chunk"], stages.values(p.vector), p.payload["partial"]) for p in points])
         return upsert(store, collection, points)
 
     limit = 1_200_000  # a few chunks' vectors (ColBERT: ~300 x 1,024 values each)

@@ -13,8 +13,9 @@ from ingest_helper import ingest, long_passage
 from qdrant_client import models
 
 from indexer.chunking import Chunker
+from indexer.engine import Ingestor
 from indexer.kinds import Documents
-from indexer.pipeline import Ingestor, _last_requests
+from indexer.stages import last_requests
 from search.config import PROJECT_ROOT
 from search.errors import BadRequest, EmptyCollection
 from search.services import HIT_CHARS, HIT_CHARS_LIMIT, SearchService, prompt_context
@@ -96,7 +97,7 @@ def test_a_run_feeds_the_model_from_its_start_and_ends_on_even_requests(service,
     tail = sizes[-slots:]
     assert max(tail) - min(tail) <= 1 and max(tail) <= batch
     for units in (0, 1, 8, 16, 17, 40, 63):  # the arithmetic behind the tail
-        size = _last_requests(units, 16, 2)
+        size = last_requests(units, 16, 2)
         requests = -(-units // size)
         assert 1 <= size <= 16 and (units == 0 or requests % 2 == 0 or units == 1)
 

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from processes import serving, stubs
+from processes import leftovers, serving, stubs
 from python_models import python_model
 from tritonclient.utils import InferenceServerException
 
@@ -116,7 +116,7 @@ def test_a_stalled_step_never_hands_a_request_another_texts_vectors_and_triton_c
         assert "started again 1 time(s) after Triton exited by itself" in shown.stdout, shown.stdout + shown.stderr
     prefix = server.state.shm_prefix
     server.stop()
-    assert server.leftovers(prefix) == ([], [])
+    assert leftovers(prefix) == ([], [])
 
 
 @pytest.mark.parametrize("message", [

@@ -28,10 +28,11 @@ from test_long_files import long_doc
 
 from indexer import distributed, ray_workers, writer
 from indexer.distributed import Embedder, _pack, _Rec, make_plan, read_and_split, write_new
+from indexer.engine import Ingestor, listing
 from indexer.kinds import Documents
-from indexer.pipeline import Ingestor, bounded_runs, listing
 from indexer.report import IngestReport
 from indexer.service import IngestService
+from indexer.stages import bounded_runs
 from search.config import Settings
 from search.services import SearchService
 from search.store import Store

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from processes import leftovers
 from python_models import python_model
 
 from search.config import Settings
@@ -35,11 +36,11 @@ def test_start_ready_stop_leaves_nothing(tmp_path):
     srv = server(tmp_path / "repo", tmp_path / "run", ["echo"]).start()
     prefix = srv.state.shm_prefix
     assert srv.is_ready()
-    pids, regions = srv.leftovers(prefix)
+    pids, regions = leftovers(prefix)
     assert pids and regions, "a running python model has a stub process and shm regions"
     srv.stop()
     assert not srv.is_ready()
-    assert srv.leftovers(prefix) == ([], [])
+    assert leftovers(prefix) == ([], [])
     assert not (tmp_path / "run" / "server.json").exists()
     srv.stop()  # idempotent
     ports = (srv.http_port, srv.grpc_port, srv.metrics_port)
@@ -80,7 +81,7 @@ def test_a_server_that_exits_is_started_again_on_its_ports_and_callers_are_told_
         assert [r.split(" after")[0] for r in srv.restarts()] == ["Triton exited (signal 9 (SIGKILL))"]
     finally:
         srv.stop()
-    assert srv.leftovers(prefix) == ([], [])
+    assert leftovers(prefix) == ([], [])
 
 
 def _answer(client, x):
@@ -104,7 +105,7 @@ def test_broken_model_is_a_clear_error_and_cleans_up(tmp_path):
     # Triton exits but leaves the stub of the model that did load: stop() must have killed it.
     assert srv.state is None
     assert _pids_running_in(repo) == []
-    assert srv.leftovers(prefixes[0]) == ([], [])
+    assert leftovers(prefixes[0]) == ([], [])
 
 
 def test_a_start_whose_load_hangs_is_tried_again_and_a_load_that_always_hangs_is_named(tmp_path):
@@ -137,7 +138,7 @@ def test_a_start_whose_load_hangs_is_tried_again_and_a_load_that_always_hangs_is
     assert time.monotonic() - started < 30  # not the start's whole timeout
     assert str(exc.value) == ("Triton exited during start (code 1): Triton's start hung again "
                               "(the load of 'stuck' was idle for 3 s): giving up")
-    assert srv.leftovers(prefixes[0]) == ([], [])
+    assert leftovers(prefixes[0]) == ([], [])
 
 
 def test_a_fork_that_never_became_a_step_is_a_hung_load():

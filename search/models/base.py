@@ -178,10 +178,6 @@ class Family:
         """The embedding width the export recorded for the built model."""
         return int(json.loads(self.manifest_path(repo).read_text())["dim"])
 
-    def vector_dims(self, repo: Path) -> dict[str, int | None]:
-        """Store vector name -> width (None: sparse), resolving built-model widths from ``repo``."""
-        return {name: v.dim if v.dim or v.kind == "sparse" else self.dim(repo) for name, v in self.vectors.items()}
-
     def source(self, settings) -> str:
         """The configured weight source."""
         return getattr(settings, self.source_setting)

@@ -92,15 +92,6 @@ class TritonClient(Healing):
         this before it hands ``model_ready`` to a thread)."""
         return _fresh(self._ready_at, name, max_age_s)
 
-    def ensure_ready(self, name: str) -> None:
-        if not self.is_live():
-            raise self._unreachable(ConnectionError("no answer"))
-        if not self.model_ready(name):
-            raise ModelNotReady(
-                f"model '{name}' is not loaded in Triton: build it with `search models build`, "
-                "then restart the server (`search triton down && search triton up`)"
-            )
-
     def model_config(self, name: str) -> dict:
         """The configuration Triton loaded for ``name``, as JSON (e.g. its TensorRT precision)."""
         try:

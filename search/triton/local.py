@@ -25,7 +25,7 @@ from search.process import alive
 from search.triton.client import TritonClient
 from search.triton.ports import free_port, free_ports, port_in_use
 from search.triton.startlog import failure_summary
-from search.triton.supervise import HUNG_AFTER_S, READY_LINE, clean, pids_with_arg
+from search.triton.supervise import HUNG_AFTER_S, READY_LINE, clean
 from search.triton.wheel import prepare_backends, pytriton_dir, server_env
 
 # Callers import these from here, where the server's code lived in one module.
@@ -264,10 +264,6 @@ class LocalTriton:
         clean(st.shm_prefix)
         self.state_file.unlink(missing_ok=True)
         self.state = None
-
-    def leftovers(self, shm_prefix: str) -> tuple[list[int], list[Path]]:
-        """Processes and shm regions still carrying ``shm_prefix`` (for tests and status)."""
-        return pids_with_arg(shm_prefix), list(Path("/dev/shm").glob(f"{shm_prefix}*"))
 
     def __enter__(self) -> LocalTriton:
         return self.start() if self.state is None else self
