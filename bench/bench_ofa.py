@@ -124,7 +124,7 @@ def main() -> None:
             client = TritonClient(f"127.0.0.1:{server.grpc_port}", 600)
             local = in_process(repo)
             batch_imgs, batch_txt = images[:BATCH], texts[:BATCH]
-            served_probs = np.array([[e.probs[k] for k in ofa.LABELS] for e in ofa.entail(client, batch_imgs, batch_txt)])
+            served_probs = np.array([[e["probs"][k] for k in ofa.LABELS] for e in ofa.entail(client, batch_imgs, batch_txt)])
             local_probs = local(batch_imgs, batch_txt)
             res["served_vs_in_process_max_abs_diff"] = float(np.abs(served_probs - local_probs).max())
             served_t, local_t = [], []

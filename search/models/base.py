@@ -252,8 +252,8 @@ class Family:
         that ``reads_text``."""
         raise NotImplementedError(f"{self.family} reads no text")
 
-    def entail(self, client, images: list[bytes], hypotheses: list[str], premises: list[str | None] | None = None) -> list:
-        """One verdict (label, probs, truncated) per (image, hypothesis[, premise]): a family that claims
+    def entail(self, client, images: list[bytes], hypotheses: list[str], premises: list[str | None] | None = None) -> list[dict]:
+        """One verdict {"label", "probs", "truncated"} (the services' Verdict) per (image, hypothesis[, premise]): a family that claims
         the "entail" mode. A request holding a bad image fails whole: callers retry one by one."""
         raise NotImplementedError(f"{self.family} serves no entailment")
 

@@ -4,7 +4,6 @@ are OFA's SNLI-VE evaluation rule, are in ``search.models.export.ofa``)."""
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import numpy as np
@@ -20,16 +19,6 @@ ANSWERS = ("no", "yes", "maybe")  # OFA's snli_ve ans2label order: the ONNX grap
 RELATION = {"yes": "entailment", "no": "contradiction", "maybe": "neutral"}
 LABELS = ("entailment", "neutral", "contradiction")  # the served PROBS / LOGITS order
 HUB_ID = "iic/ofa_visual-entailment_snli-ve_large_en"
-
-
-@dataclass(frozen=True)
-class Entailment:
-    label: str  # entailment | neutral | contradiction
-    probs: dict[str, float]  # the three, summing to 1
-    truncated: bool = False  # the hypothesis (or premise) was cut to the model's length
-
-    def as_dict(self) -> dict:
-        return asdict(self)
 
 
 class OFA(Family):
@@ -56,7 +45,7 @@ class OFA(Family):
                 repo / "ofa_ve_onnx/1/model.onnx", repo / "ofa_ve_post/1/post.json", self.manifest_path(repo)]
 
     def entail(self, client: TritonClient, images: list[bytes], hypotheses: list[str],
-               premises: list[str | None] | None = None) -> list[Entailment]:
+               premises: list[str | None] | None = None) -> list[dict]:
         return entail(client, images, hypotheses, premises)
 
     def served_golden(self, client: TritonClient, gold) -> dict[str, np.ndarray]:
@@ -71,19 +60,21 @@ class OFA(Family):
 
 
 def entail(client: TritonClient, images: list[bytes], hypotheses: list[str],
-           premises: list[str | None] | None = None) -> list[Entailment]:
-    """One verdict per (image, hypothesis[, premise]) from ``ofa_ve``. A request holding a bad
+           premises: list[str | None] | None = None) -> list[dict]:
+    """One verdict per (image, hypothesis[, premise]) from ``ofa_ve``: {"label": entailment | neutral |
+    contradiction, "probs": the three, summing to 1, "truncated": the text was cut to the model's length}
+    (the services' ``Verdict``). A request holding a bad
     image or an empty hypothesis fails whole (INVALID_ARGUMENT naming it): callers retry one by one."""
     premises = premises or [None] * len(images)
     if not (len(images) == len(hypotheses) == len(premises)):
         raise ValueError("images, hypotheses and premises must have the same length")
-    out: list[Entailment] = []
+    out: list[dict] = []
     for start in range(0, len(images), PAIRS_PER_REQUEST):
         sl = slice(start, start + PAIRS_PER_REQUEST)
         res = client.infer("ofa_ve", {"IMAGE": image_tensor(images[sl]), "HYPOTHESIS": text_tensor(hypotheses[sl]),
                                       "PREMISE": text_tensor([p or "" for p in premises[sl]])},
                            ["PROBS", "LABEL", "TRUNCATED"])
         for probs, label, truncated in zip(res["PROBS"], res["LABEL"].reshape(-1), res["TRUNCATED"].reshape(-1)):
-            out.append(Entailment(label=label.decode() if isinstance(label, bytes) else str(label),
-                                  probs={k: float(v) for k, v in zip(LABELS, probs)}, truncated=bool(truncated)))
+            out.append({"label": label.decode() if isinstance(label, bytes) else str(label),
+                        "probs": {k: float(v) for k, v in zip(LABELS, probs)}, "truncated": bool(truncated)})
     return out

@@ -15,7 +15,7 @@ from search.services.results import Verdict
 ENTAIL = for_mode("entail")  # the family that answers entailment
 
 
-class Entailment(ServiceBase):
+class PhotoEntailment(ServiceBase):
     def entail(self, image: Path | str | bytes, hypothesis: str, premise: str | None = None) -> Verdict:
         """Does the photo (a path or its bytes) support ``hypothesis``, optionally given a text
         ``premise``? The label, the three probabilities, and whether the text was truncated."""
@@ -26,8 +26,7 @@ class Entailment(ServiceBase):
         data = self._image_bytes(image)
         self._require(ENTAIL.ensembles[0], ENTAIL.display)
         try:
-            e = ENTAIL.entail(self.triton, [data], [hypothesis], [premise])[0]
-            return Verdict(e.label, e.probs, e.truncated)
+            return Verdict(**ENTAIL.entail(self.triton, [data], [hypothesis], [premise])[0])
         except InferenceServerException as exc:
             if "INVALID_ARG" not in str(exc.status() or ""):
                 raise
@@ -37,13 +36,13 @@ class Entailment(ServiceBase):
                     raise BadRequest(f"{tensor.lower()}: {msg[len(tensor) + 2:]}") from None
             raise BadRequest(f"image: {msg}") from None
 
-    def _entail_many(self, images: list[bytes], text: str) -> list:
+    def _entail_many(self, images: list[bytes], text: str) -> list[Verdict | None]:
         """Verdicts for many photos (one request each, as the family sends them), None for a photo the
         model refuses (undecodable), so one bad file cannot sink the others."""
         out = []
         for data in images:
             try:
-                out.append(ENTAIL.entail(self.triton, [data], [text])[0])
+                out.append(Verdict(**ENTAIL.entail(self.triton, [data], [text])[0]))
             except InferenceServerException as exc:
                 if "INVALID_ARG" not in str(exc.status() or ""):
                     raise

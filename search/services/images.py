@@ -16,7 +16,7 @@ from search.media.files import Outside, Refused, read_regular
 from search.media.photos import BadImage, decode_photo, open_photo
 from search.models import for_kind, for_mode
 from search.services.base import served
-from search.services.entailment import Entailment
+from search.services.entailment import PhotoEntailment
 from search.services.filters import content_condition, image_filter
 from search.services.options import SORTS, ImageFilters, check_top_k
 from search.services.photo_text import PhotoText
@@ -28,7 +28,7 @@ PHOTOS, ENTAIL = for_kind(IMAGES)[0], for_mode("entail")  # the photos' family, 
 NOT_INDEXED = "not a photo of the index (give its id or indexed path, or send the photo as image_base64)"
 
 
-class ImageSearch(Entailment, Relevance, PhotoText):
+class ImageSearch(PhotoEntailment, Relevance, PhotoText):
     def search_images(self, text: str | None = None, *, like: Path | bytes | None = None, top_k: int = 12,
                       min_score: float | None = None, filters: ImageFilters = ImageFilters(),
                       sort: str = "score", verify: bool = False, min_entailment: float | None = None,
