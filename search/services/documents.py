@@ -43,7 +43,7 @@ class DocumentSearch(Relevance):
         limit = check_max_chars(max_chars, full_text)
         check_page(top_k, offset)
         check_min_relevance(min_relevance)
-        found = self._find_documents(query, Page(top_k, offset), min_score=min_score, folder=folder, mode=mode,
+        found = self._find_documents(query, ResultPage(top_k, offset), min_score=min_score, folder=folder, mode=mode,
                                      suffixes=suffixes, kb=kb, min_relevance=min_relevance, encoded=encoded)
         return found.rewrap([h.bounded(limit).marked(query) for h in found])
 
@@ -59,11 +59,11 @@ class DocumentSearch(Relevance):
         limit = check_max_chars(max_chars, full_text)
         check_page(top_k, offset)
         check_group_size(group_size)
-        groups = self._find_documents(query, Page(top_k, offset, group_size), min_score=min_score, folder=folder,
+        groups = self._find_documents(query, ResultPage(top_k, offset, group_size), min_score=min_score, folder=folder,
                                       mode=mode, suffixes=suffixes, kb=kb, encoded=encoded)
         return [DocumentGroup([h.bounded(limit).marked(query) for h in g.hits], g.more) for g in groups]
 
-    def _find_documents(self, query: str, page: Page, *, min_score: float | None, folder: str | None,
+    def _find_documents(self, query: str, page: ResultPage, *, min_score: float | None, folder: str | None,
                         mode: str | None, suffixes: tuple[str, ...] | list[str], kb: str | None,
                         min_relevance: float | None = None, encoded: EncodedQuery | None = None) -> list:
         if encoded is None:
@@ -163,7 +163,7 @@ class DocumentSearch(Relevance):
             return found  # groups carry no relevance
         best = None
         if run.page.offset and found:  # a later page: a hit is rated against the ranking's best, not the page's
-            first = replace(run, page=Page(1))
+            first = replace(run, page=ResultPage(1))
             best = max((h.score for h in first.hits(encoded.mode, ranking.vector, query, None, prefetch=prefetch,
                                                     scale=ranking.scale)), default=None)
         space = replace(DOCUMENT_SPACES[ranking.vector], collection=run.collection)
@@ -249,7 +249,8 @@ class Target:
 
 
 @dataclass(frozen=True)
-class Page:
+class ResultPage:
+    """Which hits of a ranking a search returns: top_k after skipping offset."""
     top_k: int
     offset: int = 0
     group_size: int | None = None  # grouped by document when set
@@ -265,7 +266,7 @@ class _Run:
 
     store: Store
     collection: str
-    page: Page
+    page: ResultPage
     flt: models.Filter | None
 
     def hits(self, mode: str, using: str, vector, min_score: float | None, *,

@@ -33,7 +33,7 @@ MODELS: tuple[EmbeddingModel, ...] = tuple(sorted((m for f in FAMILIES for m in 
 
 
 @dataclass
-class Embedded:
+class EmbeddedInputs:
     model: EmbeddingModel
     vectors: np.ndarray  # [n, D] float32, unit length
     tokens: list[int]  # per input: tokens the model saw (0 for images)
@@ -57,7 +57,7 @@ class Embeddings(ServiceBase):
                         "aliases": list(m.aliases), "description": m.description})
         return out
 
-    def embed(self, model: str, inputs: str | list[str], *, dimensions: int | None = None) -> Embedded:
+    def embed(self, model: str, inputs: str | list[str], *, dimensions: int | None = None) -> EmbeddedInputs:
         """Unit vectors for ``inputs`` (texts; base64 images for an image model), one per input in
         order, from the served model ``model``. ``dimensions``: only the model's own width (no
         model here is trained to be cut shorter), anything else is refused. One text shares a request
@@ -70,12 +70,12 @@ class Embeddings(ServiceBase):
             if m.input == "image":
                 images = [self._image(m, item, i if not isinstance(inputs, str) else None) for i, item in enumerate(items)]
                 vectors = fam.image_vectors(self.triton, images)
-                return Embedded(m, vectors, [0] * len(items))
+                return EmbeddedInputs(m, vectors, [0] * len(items))
             if len(items) == 1:
                 return _one(m, fam, self.resources.batchers[fam.query_model](fam.embedding_query(items[0])))
             return _vectors(m, fam.text_vectors(self.triton, items))
 
-    async def aembed(self, model: str, inputs: str | list[str], *, dimensions: int | None = None) -> Embedded:
+    async def aembed(self, model: str, inputs: str | list[str], *, dimensions: int | None = None) -> EmbeddedInputs:
         """``embed`` for an event loop: a request of one text awaits its family's batcher (which sends
         from threads of its own, with concurrent searches); any other runs ``embed`` in a worker thread."""
         m = embedding_model(model)
@@ -139,12 +139,12 @@ class Embeddings(ServiceBase):
             raise BadRequest(f"{where}: {str(exc).removeprefix('like: the uploaded image: ')}", "input") from None
 
 
-def _one(m: EmbeddingModel, fam: Family, out) -> Embedded:
+def _one(m: EmbeddingModel, fam: Family, out) -> EmbeddedInputs:
     """A one-text request's answer, from its family's query batcher."""
     vector = fam.query_text_vector(out)
-    return Embedded(m, vector.vector[None], [vector.n_tokens])
+    return EmbeddedInputs(m, vector.vector[None], [vector.n_tokens])
 
 
-def _vectors(m: EmbeddingModel, outs: list[TextVector]) -> Embedded:
+def _vectors(m: EmbeddingModel, outs: list[TextVector]) -> EmbeddedInputs:
     """A text model's vectors and token counts, one per text."""
-    return Embedded(m, np.stack([o.vector for o in outs]), [o.n_tokens for o in outs])
+    return EmbeddedInputs(m, np.stack([o.vector for o in outs]), [o.n_tokens for o in outs])
