@@ -41,7 +41,7 @@ from indexer.ray_workers import (
     write_new,
 )
 from indexer.report import FileOutcome, IngestReport
-from indexer.stages import Job, embed_units
+from indexer.stages import FileJob, embed_units
 from search.config import Settings
 from search.errors import ModelNotReady
 from search.store import Store, kb_thumbnails
@@ -106,7 +106,7 @@ def _run(ray, store, kinds, roots, by_kind, confine, done, report: IngestReport,
             t.mkdir(parents=True, exist_ok=True)
         check_nodes(ray, roots, thumbs)
         plan = make_plan(settings, ingestors, urls, confine_to=confine, kb=kb, write=write)
-        parts: dict[str, Job | None] = {}  # long files arriving in parts: path -> its job (None: not admitted)
+        parts: dict[str, FileJob | None] = {}  # long files arriving in parts: path -> its job (None: not admitted)
         for rec in _stream(ray, plan, files, settings):
             if stop is not None and stop():
                 report.cancelled = True
@@ -164,7 +164,7 @@ def _stream(ray, plan: Plan, files: list[tuple[Path, str]], settings: Settings):
             yield pickle.loads(raw)
 
 
-def _apply(rec: _Rec, ing: Ingestor, report: IngestReport, emit, stages: dict, parts: dict[str, Job | None],
+def _apply(rec: _Rec, ing: Ingestor, report: IngestReport, emit, stages: dict, parts: dict[str, FileJob | None],
            rules: str = "write") -> None:
     """The driver's part: the rules and the writes (those the workers did not do), through the same
     engine as a local run. ``parts``: the jobs of long files arriving in parts (the embedded store),
@@ -201,7 +201,7 @@ def _apply(rec: _Rec, ing: Ingestor, report: IngestReport, emit, stages: dict, p
     stages[rules]["items"] += start == 0  # a file, not each of its parts
 
 
-def _arrived(ing: Ingestor, job: Job | None, rec: _Rec, start: int, n: int, parts: dict) -> list[FileOutcome]:
+def _arrived(ing: Ingestor, job: FileJob | None, rec: _Rec, start: int, n: int, parts: dict) -> list[FileOutcome]:
     """Units of ``job`` embedded on a worker: a whole file, or one part of a long one (parts in order;
     a part the model rejected is the last that comes)."""
     if job is None:
@@ -226,13 +226,13 @@ def _written_by_worker(ing: Ingestor, rec: _Rec) -> list[FileOutcome]:
         return [admitted]
     if admitted is None:
         return []
-    job = Job(rec.read.path, rec.read.sha256, rec.read.size, rec.read.mtime, [], ing.status_of(rec.read.path))
+    job = FileJob(rec.read.path, rec.read.sha256, rec.read.size, rec.read.mtime, [], ing.status_of(rec.read.path))
     return ing.stored(job, ing.paths_for(job), rec.chunks, written=rec.written)
 
 
 def _here(ing: Ingestor, path: Path) -> list[FileOutcome]:
     job = ing.start(path)
-    if not isinstance(job, Job):
+    if not isinstance(job, FileJob):
         return [replace(job, kind=ing.kind.name)] if job is not None else []
     embedded = embed_units(ing.kind, [u.item for u in job.units], ing.batch_size)
     return ing.arrived(job, range(len(job.units)), embedded.vectors, next(iter(embedded.errors.values()), ""))

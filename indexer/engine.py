@@ -20,7 +20,7 @@ from indexer.kinds import Kind, Unit
 from indexer.ledger import Ledger
 from indexer.local import run_local
 from indexer.report import FAILED, FileOutcome, IngestReport
-from indexer.stages import Job, Read, read_file, split
+from indexer.stages import FileJob, Read, read_file, split
 from indexer.writer import Writer
 from search.errors import ModelNotReady
 from search.store import Store
@@ -65,7 +65,7 @@ class Ingestor(Ledger):
                 return  # the model failed before the collection was opened: nothing to write
         self.finish(roots, files, report, emit, prune=prune, optimize=optimize)
 
-    def start(self, path: Path) -> Job | FileOutcome | None:
+    def start(self, path: Path) -> FileJob | FileOutcome | None:
         """Read, admit and split one file here: a job to embed, an outcome, or None (a copy of content
         in flight, which joins it)."""
         got = read_file(path, self.kind, self.confine, self.known)
@@ -76,13 +76,13 @@ class Ingestor(Ledger):
             units = split(got, self.kind)
         return units if not isinstance(units, list) else self.begin(got, units)
 
-    def begin(self, got: Read, units: list[Unit | None]) -> Job:
+    def begin(self, got: Read, units: list[Unit | None]) -> FileJob:
         """New content admitted, its units to embed (placeholders for those still to come)."""
-        job = Job.of(got, list(units), self.status_of(got.path))
+        job = FileJob.of(got, list(units), self.status_of(got.path))
         self.inflight[job.sha256] = job
         return job
 
-    def arrived(self, job: Job, units: Sequence[int], vectors: list, error: str = "") -> list[FileOutcome]:
+    def arrived(self, job: FileJob, units: Sequence[int], vectors: list, error: str = "") -> list[FileOutcome]:
         """``units`` of ``job`` were embedded (``error``: the model rejected one). The file's other units
         are written once they hold the writer's budget; the file completes with its last unit."""
         for i, v in zip(units, vectors, strict=True):
@@ -95,7 +95,7 @@ class Ingestor(Ledger):
             self.writer.stream(job, self.paths_for(job))
         return []
 
-    def complete(self, job: Job) -> list[FileOutcome]:
+    def complete(self, job: FileJob) -> list[FileOutcome]:
         """Write a file whose units were all embedded, or fail it (and what was written of it)."""
         if job.error:
             self.writer.discard(job)

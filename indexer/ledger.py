@@ -25,7 +25,7 @@ from qdrant_client import models
 
 from indexer.kinds import Kind
 from indexer.report import INDEXED, PRUNED, UNCHANGED, UPDATED, FileOutcome
-from indexer.stages import LOOKUP_BATCH, Job, Read, content_paths, existing, suffix
+from indexer.stages import LOOKUP_BATCH, FileJob, Read, content_paths, existing, suffix
 from search.paths import from_stored, stored
 from search.store import Store, StoredFile, match
 
@@ -49,7 +49,7 @@ class Ledger:
         # Paths listed on more than one stored content (an interrupted run) -> those contents; by_path
         # holds one of them. Such a path is never unchanged (``known``).
         self.stale: dict[str, set[str]] = {}
-        self.inflight: dict[str, Job] = {}  # new content being embedded now
+        self.inflight: dict[str, FileJob] = {}  # new content being embedded now
         self.written: dict[str, str] = {}  # content written in this run -> the path it was written for
         self._looked: set[str] = set()  # paths whose every stored content is in the view
         self._absent: set[str] = set()  # contents looked up and not stored
@@ -190,11 +190,11 @@ class Ledger:
             return FileOutcome(key, status, chunks=same.chunks, kind=kind.name)
         return got
 
-    def paths_for(self, job: Job) -> list[str]:
+    def paths_for(self, job: FileJob) -> list[str]:
         """The paths ``job``'s content is written with (``content_paths``)."""
         return content_paths(job, self._content(job.sha256))
 
-    def stored(self, job: Job, paths: list[str], n: int, written: tuple[str, ...] | None = None) -> list[FileOutcome]:
+    def stored(self, job: FileJob, paths: list[str], n: int, written: tuple[str, ...] | None = None) -> list[FileOutcome]:
         """New content was written (by this run's writer, or with ``written`` paths by a worker that
         planned with the store's view at the run's start): the rules' bookkeeping."""
         kind = self.kind
@@ -222,7 +222,7 @@ class Ledger:
             self._flush()
             self._set_paths(sha, list(f.paths), size=f.size, mtime=f.mtime, suffix=suffix(self.written[sha]))
 
-    def forget(self, job: Job, *, rejected: bool = False) -> None:
+    def forget(self, job: FileJob, *, rejected: bool = False) -> None:
         """New content that will not be written (``rejected``: its model refused it, whatever else is
         stored of it)."""
         self.inflight.pop(job.sha256, None)

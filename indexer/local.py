@@ -10,15 +10,15 @@ from dataclasses import replace
 from pathlib import Path
 
 from indexer.report import FileOutcome, IngestReport
-from indexer.stages import LOOKUP_BATCH, SORT_WINDOW, Job, last_requests, requests
+from indexer.stages import LOOKUP_BATCH, SORT_WINDOW, FileJob, last_requests, requests
 
 
 def run_local(ing, files: list[Path], report: IngestReport, done: Callable[[FileOutcome], None]) -> None:
     """``ing``: the engine of the files' kind (indexer/engine.py ``Ingestor``), opened. Exceptions
     the model raises (ModelNotReady, TritonUnavailable) come out of here as they were raised."""
     kind = ing.kind
-    pending: deque[tuple[Future, list[tuple[Job, int]]]] = deque()
-    batch: list[tuple[Job, int]] = []
+    pending: deque[tuple[Future, list[tuple[FileJob, int]]]] = deque()
+    batch: list[tuple[FileJob, int]] = []
     sent = 0  # requests submitted
     with ThreadPoolExecutor(max_workers=ing.concurrency) as pool:
 
@@ -49,7 +49,7 @@ def run_local(ing, files: list[Path], report: IngestReport, done: Callable[[File
                 job = ing.start(path)
                 if isinstance(job, FileOutcome):
                     done(replace(job, kind=kind.name))
-                if not isinstance(job, Job):
+                if not isinstance(job, FileJob):
                     continue
                 for i in range(len(job.units)):
                     batch.append((job, i))

@@ -21,7 +21,7 @@ import numpy as np
 from indexer.confine import Confinement
 from indexer.kinds import Kind, Unit, make_kind
 from indexer.report import FileOutcome
-from indexer.stages import Job, Read, bounded_runs, content_paths, embed_units, read_file, split
+from indexer.stages import FileJob, Read, bounded_runs, content_paths, embed_units, read_file, split
 from indexer.writer import WRITE_BATCH, Writer
 from search.config import Settings
 from search.errors import ModelNotReady, ServiceError, TritonUnavailable
@@ -180,7 +180,7 @@ def write_new(store: Store, plan: Plan, kinds: dict[str, Kind], recs: list[_Rec]
         t0 = time.perf_counter()
         writer = Writer(store, kind, batch=WRITE_BATCH)
         for r in todo:
-            job = Job.of(r.read, r.units)
+            job = FileJob.of(r.read, r.units)
             job.vectors = r.vectors
             paths = content_paths(job, stored[name].get(job.sha256))  # found: stored with other settings
             writer.add(job, paths)
@@ -236,7 +236,7 @@ class Embedder:
         last). A part the model rejects, a model that stops or no replica left: what was written of
         the file is deleted."""
         kind = self._kinds()[rec.kind]  # its collection and signature: the same on every replica
-        job, writer = Job.of(rec.read, rec.units), Writer(self._store(), kind)
+        job, writer = FileJob.of(rec.read, rec.units), Writer(self._store(), kind)
         paths = content_paths(job, _stored(self.plan)[rec.kind].get(job.sha256))
         embed_s = write_s = 0.0
         for piece in self._embed_in_parts(rec):

@@ -39,7 +39,7 @@ class Read:
 
 
 @dataclass
-class Job:
+class FileJob:
     """New content on its way to the store: its units, and their vectors as they are embedded."""
     path: str
     sha256: str
@@ -58,7 +58,7 @@ class Job:
     streamed: bool = False
 
     @classmethod
-    def of(cls, got: Read, units: list[Unit], status: str = "") -> Job:
+    def of(cls, got: Read, units: list[Unit], status: str = "") -> FileJob:
         return cls(got.path, got.sha256, got.size, got.mtime, units, status, [None] * len(units), len(units))
 
 
@@ -125,13 +125,13 @@ def embed_units(kind: Kind, items: list, batch_size: int) -> Embedded:
     return out
 
 
-def content_paths(job: Job, previous: StoredFile | None) -> list[str]:
+def content_paths(job: FileJob, previous: StoredFile | None) -> list[str]:
     """The paths new content is written with: its file's, those of copies met while it was embedded,
     and those of the same content stored with other settings (``previous``) that still exist."""
     return list(dict.fromkeys([job.path, *(p for p, _ in job.copies), *existing(previous.paths if previous else ())]))
 
 
-def build_points(job: Job, paths: list[str], signature: str,
+def build_points(job: FileJob, paths: list[str], signature: str,
                  units: Iterable[int] | None = None) -> list[models.PointStruct]:
     """Stage 4: the points of new content, one per unit (``units``: those units only), in the order
     given (all: unit order, unit 0 first). Ids come from the content, the signature and the unit

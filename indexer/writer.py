@@ -12,7 +12,7 @@ import time
 from qdrant_client import models
 
 from indexer.kinds import Kind
-from indexer.stages import Job, bounded_runs, build_points, values
+from indexer.stages import FileJob, bounded_runs, build_points, values
 from search.paths import stored
 from search.store import PARTIAL, Store
 
@@ -32,7 +32,7 @@ class Writer:
         self._rest: list[models.PointStruct] = []
         self._heads: list[models.PointStruct] = []
 
-    def add(self, job: Job, paths: list[str]) -> None:
+    def add(self, job: FileJob, paths: list[str]) -> None:
         """A file whose units are all embedded: its points (those not streamed yet), buffered."""
         points = build_points(job, paths, self.kind.signature, [i for i, v in enumerate(job.vectors) if v is not None])
         self._rest += points[1:]
@@ -43,7 +43,7 @@ class Writer:
         elif len(self._rest) + len(self._heads) >= self.batch:
             self.flush()
 
-    def embedded(self, job: Job, units: range | list[int]) -> bool:
+    def embedded(self, job: FileJob, units: range | list[int]) -> bool:
         """``units`` of an unfinished file were embedded; whether its embedded other units now hold
         the budget's vector values (``stream`` them)."""
         for i in units:
@@ -52,7 +52,7 @@ class Writer:
                 job.ready_values += values(job.vectors[i])
         return job.ready_values >= WRITE_VALUES
 
-    def stream(self, job: Job, paths: list[str]) -> None:
+    def stream(self, job: FileJob, paths: list[str]) -> None:
         """Write an unfinished file's embedded units (not unit 0) now, and let go of their vectors;
         ``add`` completes the file."""
         write_marked(self.store, self.kind.schema.name, build_points(job, paths, self.kind.signature, job.ready), [])
@@ -60,7 +60,7 @@ class Writer:
             job.vectors[i] = None
         job.ready, job.ready_values, job.streamed = [], 0, True
 
-    def discard(self, job: Job) -> None:
+    def discard(self, job: FileJob) -> None:
         """A file that will not complete: what was streamed of it goes now, not at the next sweep."""
         if job.streamed:
             self.store.delete_chunking(self.kind.schema.name, job.sha256, self.kind.signature)
