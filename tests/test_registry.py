@@ -5,14 +5,16 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
+from typing import get_args
 
 import numpy as np
 from tritonclient.utils import InferenceServerException
 
 from indexer.kinds import Photos
-from search.models import FAMILIES, for_kind, for_mode
+from search.api.schemas import DocumentQuery
+from search.models import FAMILIES, for_mode
 from search.models.base import Encoded, Family, Vector
-from search.services.embeddings import MODELS
+from search.services.embeddings import MODELS, embedding_model
 from search.services.options import MODES
 
 
@@ -38,9 +40,19 @@ def test_every_family_on_a_kind_adds_its_vectors(tmp_path):
 
 
 def test_the_faces_lists_come_from_the_registry():
-    assert MODES == ("auto", *(m for f in for_kind("documents") for m in f.modes))
-    assert {m.name for m in MODELS} == {m.name for f in FAMILIES for m in f.embedding_models}
-    assert all(for_mode(m) is not None for m in MODES[1:])
+    """The document modes are "auto" then every mode of every family that embeds documents, once
+    each, the required family's first; the REST body offers exactly those; every embeddings model
+    of every family is listed once and found by its name."""
+    documents = [f for f in FAMILIES if "documents" in f.kinds]
+    required = [f for f in documents if not f.optional]
+    assert len(required) == 1 and MODES[:2] == ("auto", next(iter(required[0].modes)))
+    assert sorted(MODES[1:]) == sorted(m for f in documents for m in f.modes)  # each family's, none twice
+    assert all(for_mode(m) in documents for m in MODES[1:])
+    rest_modes = {a for t in get_args(DocumentQuery.model_fields["mode"].annotation) for a in get_args(t)}
+    assert rest_modes == set(MODES)
+    offered = [m for f in FAMILIES for m in f.embedding_models]
+    assert offered and sorted(m.name for m in MODELS) == sorted(m.name for m in offered)
+    assert all(embedding_model(m.name) is m for m in offered)
 
 
 def _owners(path: Path) -> set[str]:
