@@ -107,3 +107,12 @@ class SearchServer:
             except subprocess.TimeoutExpired:
                 os.killpg(self.proc.pid, signal.SIGKILL)
                 self.proc.wait()
+
+
+def api(server: SearchServer, method: str, path: str, body: dict | None = None) -> dict:
+    """A request with the owner's local token, as the CLI sends it."""
+    token = server.record()["token"]
+    req = urllib.request.Request(server.url + path, method=method, data=json.dumps(body).encode() if body else None,
+                                 headers={"X-API-Key": token, "Content-Type": "application/json"})
+    with urllib.request.urlopen(req, timeout=60) as r:
+        return json.loads(r.read())

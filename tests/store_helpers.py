@@ -55,3 +55,22 @@ def fill(store):
             "minilm": MINILM[i].tolist(), "bge_dense": DENSE[i].tolist(), "bge_colbert": COLBERT[i].tolist(),
             "bge_sparse": models.SparseVector(indices=SPARSE[i], values=SPARSE_W[i])})
         for i in range(N)])
+
+
+# Clustered 512-d photo vectors in numbers that make the engine build HNSW (tests/test_store_upkeep.py,
+# tests/test_store_quantization.py)
+DIM, INDEXED = 512, 6000  # enough 512-d points for the engine to build HNSW (its threshold is in KB)
+
+
+def clustered(n: int, seed: int) -> np.ndarray:
+    """Unit vectors around 50 centres, as embeddings are (HNSW builds fast on them)."""
+    rng = np.random.default_rng(seed)
+    centres = np.random.default_rng(0).normal(size=(50, DIM))
+    x = centres[rng.integers(0, 50, n)] + 0.4 * rng.normal(size=(n, DIM))
+    return (x / np.linalg.norm(x, axis=1, keepdims=True)).astype(np.float32)
+
+
+def points(vectors: np.ndarray, first: int) -> list[models.PointStruct]:
+    return [models.PointStruct(id=first + i, vector={"clip": v.tolist()},
+                               payload={"path": f"/photos/{first + i}.jpg", "folders": ["/photos"]})
+            for i, v in enumerate(vectors)]

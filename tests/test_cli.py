@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 import typer
+from cli_helpers import one_line_error, run
 from ingest_helper import long_passage
 
 from indexer.cli import app as indexer_app
@@ -24,18 +25,6 @@ from search.errors import StoreUnavailable
 from search.rest_client import RestClient
 from search.services import HIT_CHARS, SearchService
 from search.triton.local import free_port
-
-
-def run(env, *args, module="search") -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", module, *args], env=env, capture_output=True, text=True, timeout=300)
-
-
-def one_line_error(proc: subprocess.CompletedProcess, *words: str) -> None:
-    assert proc.returncode != 0
-    assert "Traceback" not in proc.stderr
-    lines = [ln for ln in proc.stderr.strip().splitlines() if ln.strip()]
-    text = " ".join(lines)
-    assert lines[0].startswith("error:") and all(w in text for w in words), proc.stderr
 
 
 def test_ingest_then_search_from_the_command_line(env, docs):
@@ -176,7 +165,7 @@ def test_a_face_waits_for_a_live_owner_that_is_still_starting(tmp_path):
 
 
 def test_photo_search_from_the_command_line(env, tmp_path):
-    from tests.test_photos import photo
+    from image_helpers import photo
 
     album = tmp_path / "album"
     photo(album / "beach.jpg", 1, taken="2021:07:14 09:30:00", make="Canon", model="EOS 5D", gps=(50.8225, -0.1372))

@@ -10,13 +10,12 @@ import struct
 import subprocess
 import sys
 import warnings
-import zlib
 from datetime import UTC, datetime
 from pathlib import Path
 
 import numpy as np
 import pytest
-from image_helpers import HAS_HEIF, RNG, encode, full_exif, noise, reason, write
+from image_helpers import HAS_HEIF, RNG, bomb_png, encode, full_exif, noise, reason, write
 from PIL import Image
 
 from search.media.photos import IMAGE_SUFFIXES, BadImage, decode_photo, open_photo
@@ -217,20 +216,6 @@ def test_header_cut_short_is_not_an_image(tmp_path):
     # Pillow cannot identify a file whose header is incomplete, so this one reads as "not an image".
     data = encode(noise((100, 100)), "GIF")
     assert reason(write(tmp_path, "h.gif", data[:12])) == "not an image (unrecognised format)"
-
-
-def bomb_png(path: Path, width: int, height: int) -> Path:
-    """A valid 1-bit PNG of all zeros, written row by row: tiny on disk, huge when decoded.
-    (Image.new("1", (20000, 20000)) would itself take 400 MB in this process.)"""
-    def chunk(kind: bytes, body: bytes) -> bytes:
-        return struct.pack(">I", len(body)) + kind + body + struct.pack(">I", zlib.crc32(kind + body))
-
-    z = zlib.compressobj(9)
-    row = bytes(1 + (width + 7) // 8)
-    idat = b"".join(z.compress(row) for _ in range(height)) + z.flush()
-    path.write_bytes(b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", struct.pack(">IIBBBBB", width, height, 1, 0, 0, 0, 0))
-                     + chunk(b"IDAT", idat) + chunk(b"IEND", b""))
-    return path
 
 
 def test_bomb_is_rejected_from_its_header(tmp_path):

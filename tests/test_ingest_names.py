@@ -12,8 +12,8 @@ import time
 from pathlib import Path
 
 from fastapi.testclient import TestClient
+from image_helpers import photo
 from ingest_helper import ingest
-from test_photos import photo
 
 from search.api import create_app
 from search.store import DOCUMENTS

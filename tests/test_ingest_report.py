@@ -10,15 +10,15 @@ import re
 import subprocess
 import sys
 
+from image_helpers import bomb_png
 from ingest_helper import ingest
 from python_models import python_model
-from test_images import bomb_png
-from test_triton_lifecycle import server
 
 from indexer.discover import discover
 from indexer.loaders import DOCUMENT_SUFFIXES
 from search.services import SearchService
 from search.store import open_store
+from search.triton.local import LocalTriton
 
 SOME_FAILED = 7
 
@@ -149,7 +149,7 @@ def test_status_while_another_process_holds_the_store(env, settings):
 def test_triton_status_finds_a_server_of_another_data_dir(tmp_path):
     repo = tmp_path / "repo"
     python_model(repo, "echo")
-    other = server(repo, tmp_path / "a" / "triton", ["echo"]).start()  # <data dir a>/triton, as `triton up` does
+    other = LocalTriton(repo, tmp_path / "a" / "triton", models=["echo"]).start()  # <data dir a>/triton, as `triton up` does
     try:
         env = {**os.environ, "SEARCH_DATA_DIR": str(tmp_path / "b")}
         env.pop("SEARCH_TRITON_URL", None)

@@ -10,8 +10,8 @@ import subprocess
 import sys
 import time
 
-from processes import SearchServer, env_for, run_cli
-from test_owner import api, many_docs
+from document_helpers import many_docs
+from processes import SearchServer, api, env_for, run_cli
 
 from search.config import PROJECT_ROOT
 

@@ -7,6 +7,7 @@ import time
 from pathlib import Path
 
 import pytest
+from document_helpers import long_doc
 from qdrant_client import models
 from stored_points import run, stored
 
@@ -17,14 +18,6 @@ from search.store import DOCUMENTS, PARTIAL, open_store, point_id
 from search.store.edge import EdgeStore
 
 LIMIT = 600_000  # vector values per streamed write: a few chunks (BGE-M3's ColBERT rows: ~200-300 x 1,024 values)
-
-
-def long_doc(folder: Path, parts: int = 12) -> Path:
-    folder.mkdir(exist_ok=True)
-    doc = folder / "long.md"
-    doc.write_text("\n\n".join(f"Part {i}: " + " ".join(f"term{(i * 7 + k) % 97}" for k in range(150))
-                               for i in range(parts)))
-    return doc
 
 
 def payloads(settings) -> list[dict]:

@@ -12,8 +12,9 @@ import urllib.request
 from pathlib import Path
 
 import pytest
+from document_helpers import many_docs
 from ingest_helper import ingest
-from processes import SearchServer, env_for, run_cli
+from processes import SearchServer, api, env_for, run_cli
 
 from search.config import PROJECT_ROOT
 from search.owner import Owner
@@ -30,15 +31,6 @@ BROWSER_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-backgr
 WAIT_MS = 60_000
 
 
-def api(server: SearchServer, method: str, path: str, body: dict | None = None) -> dict:
-    """A request with the owner's local token, as the CLI sends it."""
-    token = server.record()["token"]
-    req = urllib.request.Request(server.url + path, method=method, data=json.dumps(body).encode() if body else None,
-                                 headers={"X-API-Key": token, "Content-Type": "application/json"})
-    with urllib.request.urlopen(req, timeout=60) as r:
-        return json.loads(r.read())
-
-
 def stored_points(settings) -> dict[str, str]:
     """Point id -> path, read with the store opened in this process (no server running)."""
     svc = SearchService(settings)
@@ -47,16 +39,6 @@ def stored_points(settings) -> dict[str, str]:
         return {str(p.id): p.payload["path"] for p in points}
     finally:
         svc.close()
-
-
-def many_docs(root: Path, n: int) -> Path:
-    """``n`` short, distinct help-desk notes: enough files for a job that runs a few seconds."""
-    root.mkdir(parents=True)
-    for i in range(n):
-        (root / f"note-{i:04d}.txt").write_text(
-            f"Note {i}. Ticket {i * 7919 % 10007} was about printer queue {i % 13} on floor {i % 9}. "
-            f"The fix was to restart spooler number {i} and clear job {i * 31}.\n")
-    return root
 
 
 @pytest.mark.skipif(not Path(CHROMIUM).exists(), reason="Debian's chromium is not installed (scripts/test.sh installs it)")

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from image_helpers import photo
 from ingest_helper import ingest
 from PIL import Image
 
@@ -20,35 +21,6 @@ from search.services import ImageFilters, SearchService, parse_date, parse_near
 from search.triton.local import LocalTriton
 
 RNG = np.random.default_rng(3)
-
-
-def photo(path: Path, seed: int, *, taken: str | None = None, make: str | None = None, model: str | None = None,
-          gps: tuple[float, float] | None = None, size=(320, 240)) -> Path:
-    """A distinct picture (blocks of colour from the seed) with the EXIF asked for."""
-    rng = np.random.default_rng(seed)
-    blocks = rng.integers(0, 256, (6, 8, 3), dtype=np.uint8)
-    img = Image.fromarray(blocks).resize(size, Image.NEAREST)
-    exif = Image.Exif()
-    if make:
-        exif[0x010F] = make
-    if model:
-        exif[0x0110] = model
-    if taken:
-        exif.get_ifd(0x8769)[0x9003] = taken
-    if gps:
-        lat, lon = gps
-        g = exif.get_ifd(0x8825)
-        g[1], g[2] = ("N" if lat >= 0 else "S"), _dms(abs(lat))
-        g[3], g[4] = ("E" if lon >= 0 else "W"), _dms(abs(lon))
-    path.parent.mkdir(parents=True, exist_ok=True)
-    img.save(path, "JPEG", exif=exif.tobytes(), quality=92)
-    return path
-
-
-def _dms(x: float) -> tuple[float, float, float]:
-    d = int(x)
-    m = int((x - d) * 60)
-    return (float(d), float(m), round(((x - d) * 60 - m) * 60, 4))
 
 
 @pytest.fixture

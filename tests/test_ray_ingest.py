@@ -17,10 +17,10 @@ from search.config import PROJECT_ROOT, Settings
 from search.store import DOCUMENTS, open_store
 
 ray = pytest.importorskip("ray")
+from document_helpers import long_doc  # noqa: E402
 from processes import env_for, run_cli  # noqa: E402
 from ray.cluster_utils import Cluster  # noqa: E402
 from stored_points import assert_same_points, mixed_folder, run, stored  # noqa: E402
-from test_long_files import long_doc  # noqa: E402
 
 from indexer.distributed import UNITS_PER_EMBED_SLICE  # noqa: E402
 from indexer.ray_cluster import LOOPBACK, loopback  # noqa: E402

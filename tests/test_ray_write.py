@@ -22,9 +22,9 @@ from types import SimpleNamespace
 
 import numpy as np
 import pytest
+from document_helpers import long_doc
 from qdrant_client import models
 from stored_points import assert_same_points, mixed_folder, photo, points_of, run, stored
-from test_long_files import long_doc
 
 from indexer import distributed, ray_workers, writer
 from indexer.distributed import Embedder, _pack, _Rec, make_plan, read_and_split, write_new

@@ -13,9 +13,9 @@ import textwrap
 import time
 
 import pytest
+from cli_helpers import run
+from document_helpers import long_doc
 from qdrant_client import models
-from test_cli import run
-from test_long_files import long_doc
 
 from search.config import PROJECT_ROOT
 from search.store import DOCUMENTS, open_location

@@ -7,9 +7,9 @@ import json
 
 import numpy as np
 import pytest
+from cli_helpers import one_line_error, run
 from qdrant_client import models
 from store_helpers import IDS, MINILM, SPARSE, N, fill, unit
-from test_cli import one_line_error, run
 
 from search.store import DOCUMENTS, images_schema, migrate, open_location, point_id
 

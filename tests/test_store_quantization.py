@@ -11,12 +11,12 @@ from dataclasses import replace
 import numpy as np
 import pytest
 from qdrant_client import models
+from store_helpers import DIM, INDEXED, clustered, points
 
 from search.store import DOCUMENTS, images_schema, open_location
 from search.store.base import EXACT_POINTS, OVERSAMPLING, QUANTIZATION
 from search.store.edge import CONFIG_FILE
 from search.store.edge_translate import edge_quantization
-from tests.test_store_upkeep import DIM, INDEXED, clustered, points
 
 QUANTIZED = {
     "scalar": models.ScalarQuantization(scalar=models.ScalarQuantizationConfig(type=models.ScalarType.INT8)),

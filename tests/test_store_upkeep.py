@@ -7,26 +7,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import numpy as np
-from qdrant_client import models
+from store_helpers import DIM, INDEXED, clustered, points
 
 from search.store import images_schema, open_location
-
-DIM, INDEXED = 512, 6000  # enough 512-d points for the engine to build HNSW (its threshold is in KB)
-
-
-def clustered(n: int, seed: int) -> np.ndarray:
-    """Unit vectors around 50 centres, as embeddings are (HNSW builds fast on them)."""
-    rng = np.random.default_rng(seed)
-    centres = np.random.default_rng(0).normal(size=(50, DIM))
-    x = centres[rng.integers(0, 50, n)] + 0.4 * rng.normal(size=(n, DIM))
-    return (x / np.linalg.norm(x, axis=1, keepdims=True)).astype(np.float32)
-
-
-def points(vectors: np.ndarray, first: int) -> list[models.PointStruct]:
-    return [models.PointStruct(id=first + i, vector={"clip": v.tolist()},
-                               payload={"path": f"/photos/{first + i}.jpg", "folders": ["/photos"]})
-            for i, v in enumerate(vectors)]
 
 
 def segment_dirs(root: Path) -> set[str]:
