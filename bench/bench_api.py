@@ -279,7 +279,7 @@ def paired_ratios(rounds: list[list[dict]], what: str, clients: int, http_path: 
     return out
 
 
-def main() -> None:
+def parse_args() -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--quick", action="store_true", help="few requests (a smoke run)")
     ap.add_argument("--repo", type=Path, help="Triton model repository [default: the setting triton_repo]")
@@ -297,7 +297,11 @@ def main() -> None:
                     help="wrk's own CPUs (e.g. 4): each HTTP row is measured with wrk on the server's CPUs and apart")
     ap.add_argument("--what", nargs="+", choices=list(WORKLOADS), default=list(WORKLOADS),
                     help="the workloads: document search (MiniLM, top_k 5) and /v1/embeddings (MiniLM, one text)")
-    args = ap.parse_args()
+    return ap.parse_args()
+
+
+def main() -> None:
+    args = parse_args()
     load_before = load()
     if args.load_cpus and args.client != "wrk":
         sys.exit("--load-cpus places wrk: it needs --client wrk")

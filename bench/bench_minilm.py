@@ -160,16 +160,7 @@ def main() -> None:
         for per_req, clients in ((1, 1), (1, 8), (1, 32), (32, 1), (32, 8)):
             paths[("Triton minilm fp32 (gRPC)", per_req, clients)] = (fp32, clients, servers[0].state.pid)
         if not args.no_int8:
-            int8_repo = tmp / "int8" / "triton_repo"
-            shutil.copytree(repo, int8_repo, ignore=shutil.ignore_patterns("clip*", "bge_m3*", "ofa*"))
-            built = MiniLM().build(int8_repo, "package", precision="int8", force=True)
-            print(f"int8 build: {built.status}: {built.detail}", flush=True)
-            paths[("in-process onnxruntime, int8 model.cpu.onnx", 32, 1)] = \
-                (ort_embedder(int8_repo, "model.cpu.onnx"), 1, None)
-            servers.append(serve(int8_repo, tmp / "run-int8", MiniLM()))
-            int8 = served_embedder(f"127.0.0.1:{servers[-1].grpc_port}")
-            for clients in (1, 8):
-                paths[("Triton minilm int8 (gRPC)", 32, clients)] = (int8, clients, servers[-1].state.pid)
+            add_int8_paths(repo, tmp, paths, servers)
         results["served_graph"] = served_graph
         batches = {1: chunks(sentences[:n1], 1), 32: chunks(sentences, 32)}
         for (_, per_req, _), (fn, _, _) in paths.items():
@@ -190,11 +181,7 @@ def main() -> None:
                             "stages": stats_delta(before, triton_stats(url)),
                             "ort": {k: ort.spent[k] - ort_before[k] for k in ort.spent}}
         print(f"  paired passes done, load average {fmt_load(os.getloadavg())}", flush=True)
-        for (name, per_req, clients), runs in got.items():
-            results["rows"].append({"path": name, "per_request": per_req, "clients": clients,
-                                    "sentences_per_s": round(statistics.median(x[0] for x in runs), 1),
-                                    "cpu_ms_per_sentence": round(statistics.median(x[1] for x in runs), 3),
-                                    "rounds": [round(x[0], 1) for x in runs]})
+        results["rows"] += [median_row(key, runs) for key, runs in got.items()]
         if not args.no_ingest:
             url = f"127.0.0.1:{servers[0].grpc_port}"
             results["ingest"] = measure_ingest(settings, url, quick=args.quick,
@@ -210,6 +197,29 @@ def main() -> None:
         args.json.write_text(json.dumps(results, indent=2))
     record("bench_minilm", {**results, "rows": keyed(results["rows"], "path", "per_request", "clients")},
            load_before=load_before, quick=args.quick)
+
+
+def median_row(key: tuple[str, int, int], runs: list[tuple[float, float]]) -> dict:
+    """A path's row: its rounds' (sentences/s, CPU ms per sentence), medians and the rounds themselves."""
+    name, per_req, clients = key
+    return {"path": name, "per_request": per_req, "clients": clients,
+            "sentences_per_s": round(statistics.median(x[0] for x in runs), 1),
+            "cpu_ms_per_sentence": round(statistics.median(x[1] for x in runs), 3),
+            "rounds": [round(x[0], 1) for x in runs]}
+
+
+def add_int8_paths(repo: Path, tmp: Path, paths: dict, servers: list) -> None:
+    """An int8 build of the model in a copy of ``repo``: its graph in-process and served (the server
+    joins ``servers``), as more rows of ``paths``."""
+    int8_repo = tmp / "int8" / "triton_repo"
+    shutil.copytree(repo, int8_repo, ignore=shutil.ignore_patterns("clip*", "bge_m3*", "ofa*"))
+    built = MiniLM().build(int8_repo, "package", precision="int8", force=True)
+    print(f"int8 build: {built.status}: {built.detail}", flush=True)
+    paths[("in-process onnxruntime, int8 model.cpu.onnx", 32, 1)] = (ort_embedder(int8_repo, "model.cpu.onnx"), 1, None)
+    servers.append(serve(int8_repo, tmp / "run-int8", MiniLM()))
+    int8 = served_embedder(f"127.0.0.1:{servers[-1].grpc_port}")
+    for clients in (1, 8):
+        paths[("Triton minilm int8 (gRPC)", 32, clients)] = (int8, clients, servers[-1].state.pid)
 
 
 def measure_ingest(settings: Settings, url: str, quick: bool, ort_embed) -> dict:

@@ -144,30 +144,39 @@ def main() -> None:
                 local(images[2 * r:2 * r + 2], texts[2 * r:2 * r + 2])
             res["in_process_batch2_pairs_s"] = 2 * max(1, rounds // 2) / (time.perf_counter() - t)
 
-            # --verify on the top 20 through the service layer
-            album = tmp / "album"
-            album.mkdir()
-            for i, data in enumerate(images):
-                (album / f"{i:03d}.jpg").write_bytes(data)
-            settings = Settings(data_dir=tmp / "data", triton_repo=repo, triton_url=f"127.0.0.1:{server.grpc_port}",
-                                qdrant_path=":memory:", triton_timeout_s=600)
-            svc = SearchService(settings)
-            IngestService(svc.settings, svc.resources).ingest([album])
-            plain, verified = [], []
-            for q in texts[:queries]:
-                t = time.perf_counter()
-                svc.search_images(q, top_k=20)
-                plain.append(time.perf_counter() - t)
-                t = time.perf_counter()
-                hits = svc.search_images(q, top_k=20, verify=True)
-                verified.append(time.perf_counter() - t)
-                assert len(hits) == 20 and all(h.entailment is not None for h in hits)
-            svc.close()
-            res["search_top20_median_s"] = statistics.median(plain)
-            res["search_top20_verify_median_s"] = statistics.median(verified)
+            res |= verify_top20(tmp, repo, server, images, texts[:queries])
         finally:
             server.stop()
     res["loadavg_end"] = os.getloadavg()
+    summary(res, rounds, queries)
+    record("bench_ofa", {**res, "rounds": rounds, "queries": queries}, load_before=load_before, quick=args.quick)
+
+
+def verify_top20(tmp: Path, repo: Path, server: LocalTriton, images: list[bytes], queries: list[str]) -> dict:
+    """--verify on the top 20 through the service layer: the photos ingested, each query searched
+    without and with verification."""
+    album = tmp / "album"
+    album.mkdir()
+    for i, data in enumerate(images):
+        (album / f"{i:03d}.jpg").write_bytes(data)
+    settings = Settings(data_dir=tmp / "data", triton_repo=repo, triton_url=f"127.0.0.1:{server.grpc_port}",
+                        qdrant_path=":memory:", triton_timeout_s=600)
+    svc = SearchService(settings)
+    IngestService(svc.settings, svc.resources).ingest([album])
+    plain, verified = [], []
+    for q in queries:
+        t = time.perf_counter()
+        svc.search_images(q, top_k=20)
+        plain.append(time.perf_counter() - t)
+        t = time.perf_counter()
+        hits = svc.search_images(q, top_k=20, verify=True)
+        verified.append(time.perf_counter() - t)
+        assert len(hits) == 20 and all(h.entailment is not None for h in hits)
+    svc.close()
+    return {"search_top20_median_s": statistics.median(plain), "search_top20_verify_median_s": statistics.median(verified)}
+
+
+def summary(res: dict, rounds: int, queries: int) -> None:
     print(json.dumps({k: (round(v, 4) if isinstance(v, float) else v) for k, v in res.items()}, indent=1))
     print(f"\nentailment pairs/s: served (Triton ensemble) {res['served_pairs_s']:.2f}, in-process onnxruntime "
           f"{res['in_process_pairs_s']:.2f} -> served/in-process {res['served_pairs_s'] / res['in_process_pairs_s']:.2f} "
@@ -178,7 +187,6 @@ def main() -> None:
           f"{res['search_top20_verify_median_s']:.2f} s -> added {added:.2f} s ({added / 20 * 1000:.0f} ms per hit), "
           f"median of {queries} queries")
     print(f"load average at end {tuple(round(x, 2) for x in res['loadavg_end'])}")
-    record("bench_ofa", {**res, "rounds": rounds, "queries": queries}, load_before=load_before, quick=args.quick)
 
 
 if __name__ == "__main__":

@@ -126,6 +126,11 @@ def ingest(
         print(to_json(d))
     else:
         _print_summary(d, verbose)
+    _exit_status(d)
+
+
+def _exit_status(d: dict) -> None:
+    """Exit with the status the report calls for (ingest's docstring lists them); return when all went well."""
     failed = d["failed"]
     if failed and failed == sum(d[k] for k in ("indexed", "updated", "unchanged", "failed", "pruned")):
         raise typer.Exit(EXIT_ALL_FAILED)

@@ -42,6 +42,40 @@ def ve(model_repo) -> dict:
     return json.loads((model_repo / "ofa_ve_preprocess/1/ve.json").read_text())
 
 
+def pre_caption(caption: str, max_len: int) -> str:  # modelscope/preprocessors/ofa/base.py
+    caption = caption.lower().lstrip(",.!?*#:;~").replace("-", " ").replace("/", " ").replace("<person>", "person")
+    caption = re.sub(r"\s{2,}", " ", caption).rstrip("\n").strip(" ")
+    words = caption.split(" ")
+    return " ".join(words[:max_len]) if len(words) > max_len else caption
+
+
+def collate(seqs, fill):
+    """Token lists -> one long tensor, padded with ``fill``."""
+    import torch
+
+    out = torch.full((len(seqs), max(map(len, seqs))), fill, dtype=torch.long)
+    for i, s in enumerate(seqs):
+        out[i, :len(s)] = torch.as_tensor(s)
+    return out
+
+
+def answer_trie(sequences: list[list[int]]):
+    """modelscope's Trie over the answers' token sequences: ``allowed(prefix)``, the tokens that may follow."""
+    trie: dict = {}
+    for seq in sequences:
+        node = trie
+        for t in seq:
+            node = node.setdefault(t, {})
+
+    def allowed(prefix):
+        node = trie
+        for t in prefix:
+            node = node[t]
+        return list(node)
+
+    return allowed
+
+
 @pytest.fixture(scope="module")
 def reference(weights):
     """modelscope's path: OFATokenizer (= BartTokenizer + the <code_i>/<bin_i> tokens), the
@@ -62,15 +96,10 @@ def reference(weights):
     tok.add_tokens([f"<bin_{i}>" for i in range(1000)])
     bos, pad, eos = tok.bos_token_id, tok.pad_token_id, tok.eos_token_id
 
-    def pre_caption(caption: str) -> str:  # modelscope/preprocessors/ofa/base.py
-        caption = caption.lower().lstrip(",.!?*#:;~").replace("-", " ").replace("/", " ").replace("<person>", "person")
-        caption = re.sub(r"\s{2,}", " ", caption).rstrip("\n").strip(" ")
-        words = caption.split(" ")
-        return " ".join(words[:max_len]) if len(words) > max_len else caption
-
     def source(hypothesis: str, premise: str | None) -> list[int]:  # visual_entailment.py
-        text = (f' does the image describe " {pre_caption(hypothesis)} "?' if premise is None else
-                f' can image and text1 " {pre_caption(premise)} " imply text2 " {pre_caption(hypothesis)} "?')
+        hyp = pre_caption(hypothesis, max_len)
+        text = (f' does the image describe " {hyp} "?' if premise is None else
+                f' can image and text1 " {pre_caption(premise, max_len)} " imply text2 " {hyp} "?')
         ids = tok(text, max_length=max_len, add_special_tokens=False, truncation=True)["input_ids"]
         return [bos, *ids, eos]
 
@@ -78,12 +107,6 @@ def reference(weights):
         img = ImageOps.exif_transpose(Image.open(io.BytesIO(data))).convert("RGB").convert("RGB")
         x = torch.from_numpy(np.array(img.resize((size, size), Image.BICUBIC))).permute(2, 0, 1).float().div(255)
         return (x - 0.5) / 0.5
-
-    def collate(seqs, fill):
-        out = torch.full((len(seqs), max(map(len, seqs))), fill, dtype=torch.long)
-        for i, s in enumerate(seqs):
-            out[i, :len(s)] = torch.as_tensor(s)
-        return out
 
     answers = [tok(" " + a, add_special_tokens=False)["input_ids"] for a in ANSWERS]
 
@@ -93,18 +116,8 @@ def reference(weights):
         kind = kind or prompt_type
         srcs = [source(h, p) for _, h, p in items]
         prompts = [s[:-1] if kind == "prev_output" else [bos] for s in srcs]
-        trie = {}  # modelscope's Trie over [bos] + answer + [eos]
-        for a in answers:
-            node = trie
-            for t in [bos, *a, eos]:
-                node = node.setdefault(t, {})
+        allowed = answer_trie([[bos, *a, eos] for a in answers])
         n_vocab = model.config.vocab_size
-
-        def allowed(prefix):
-            node = trie
-            for t in prefix:
-                node = node[t]
-            return list(node)
 
         with torch.no_grad():
             enc = model.encoder(input_ids=collate(srcs, pad), patch_images=torch.stack([image(d) for d, _, _ in items]),
