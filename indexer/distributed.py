@@ -85,7 +85,7 @@ def _run(ray, store, kinds, roots, by_kind, confine, done, report: IngestReport,
         ing = Ingestor(store, kind, batch_size=settings.embed_batch_size, confine=confine, whole=True)
         try:
             ing.open()
-            kind.signature  # noqa: B018  (probed here, once, for every worker)
+            kind.signature, kind.read_signature  # noqa: B018  (probed here, once, for every worker)
         except ModelNotReady as exc:
             ing.stopped(len(by_kind[kind.name]), report, exc)
             continue
@@ -134,7 +134,8 @@ def make_plan(settings: Settings, ingestors: dict[str, Ingestor], urls: list[str
     """The plan the workers get, from the opened ``ingestors`` (kind name -> Ingestor)."""
     return Plan(
         token=uuid.uuid4().hex, settings=settings,
-        kinds={name: (tuple(_families(ing.kind)), ing.kind.signature) for name, ing in ingestors.items()},
+        kinds={name: (tuple(_families(ing.kind)), ing.kind.signature, ing.kind.read_signature)
+               for name, ing in ingestors.items()},
         known={name: {p: f for p in ing.by_path if (f := ing.known(p)) is not None} for name, ing in ingestors.items()},
         current={name: ing.current() for name, ing in ingestors.items()},
         urls=tuple(urls), batch_size=settings.embed_batch_size,
@@ -226,7 +227,8 @@ def _written_by_worker(ing: Ingestor, rec: _Rec) -> list[FileOutcome]:
         return [admitted]
     if admitted is None:
         return []
-    job = FileJob(rec.read.path, rec.read.sha256, rec.read.size, rec.read.mtime, [], ing.status_of(rec.read.path))
+    job = FileJob(rec.read.path, rec.read.sha256, rec.read.size, rec.read.mtime, [], ing.status_of(rec.read.path),
+                  signature=rec.signature)
     return ing.stored(job, ing.paths_for(job), rec.chunks, written=rec.written)
 
 

@@ -25,7 +25,7 @@ from indexer.loaders import DOCUMENT_SUFFIXES, SCAN_SUFFIXES, BadDocument, Budge
 from indexer.loaders.scans import MAX_FRAME_PIXELS
 from search.config import Settings
 from search.media.photos import IMAGE_SUFFIXES, BadImage, decode_photo, save_thumbnail
-from search.models import Family, for_kind
+from search.models import Family, for_kind, golden
 from search.store import DOCUMENTS, CollectionSchema, documents_schema, images_schema, in_kb, kb_thumbnails
 from search.terms import words
 from search.triton.client import TritonClient
@@ -43,6 +43,7 @@ _HEADING = re.compile(r"^#{1,6}[ \t]+(.+)$", re.M)  # the loaders write headings
 class Unit:
     item: Any  # what the model takes: a chunk's text, a photo's bytes
     payload: dict = field(default_factory=dict)  # stored with the unit's vector
+    read: bool = False  # its document's text was read by OCR (some of it): stored under the kind's read_signature
 
 
 @dataclass
@@ -57,6 +58,7 @@ class Kind(Protocol):
     schema: CollectionSchema
     suffixes: frozenset[str]
     signature: str  # model + unit settings: part of every point id, so a change re-embeds
+    read_signature: str | None  # a document read by OCR: the signature with the reader's weights (None: no reader)
     max_bytes: int
     errors: tuple[type[Exception], ...]
 
@@ -96,11 +98,20 @@ class Documents:
         embedders = "+".join(self.models) + "".join(f":{probe(self.triton, f)}" for f in self.families if f.optional)
         return f"{embedders}/v{self.chunker.VERSION}/{self.chunker.max_tokens}/{self.chunker.overlap}"
 
+    @cached_property
+    def read_signature(self) -> str | None:
+        # A document whose text OCR read (some of it) is stored under this one: the reader and its weights
+        # join the signature, so new OCR weights read those again, and no other document is embedded anew.
+        if not self.readers:
+            return None
+        return f"{self.signature}/read:{self.readers[0].family}:{probe_reader(self.triton, self.readers[0])}"
+
     def units(self, path: Path, data: bytes, sha256: str) -> list[Unit]:
         # One budget for reading and splitting: the split of a heading-only markdown is as costly as any parse.
         budget = Budget(**self.limits)
         doc = load_document(path.suffix.lower(), data, budget=budget, scans=bool(self.readers))
         units, section = [], None
+        scanned = any(p.scan is not None for p in doc.pages)
         for page in doc.pages:
             read = {}
             if page.scan is not None:
@@ -115,7 +126,8 @@ class Documents:
                 k = bisect.bisect_right(starts, c.start)
                 units.append(Unit(c.text, {
                     "text": c.text, "start": c.start, "end": c.end, "page": page.number, "title": doc.title,
-                    "section": names[k - 1] if k else section, "models": self.models, "encoding": doc.encoding, **read}))
+                    "section": names[k - 1] if k else section, "models": self.models, "encoding": doc.encoding, **read},
+                    read=scanned))
             if names:
                 section = names[-1]
         if not units and doc.pages and all(p.scan is not None for p in doc.pages):
@@ -124,7 +136,7 @@ class Documents:
             # A photo without text: a passage without vectors (no search finds it) marks it read, so
             # the next run does not read it again.
             units.append(Unit(None, {"text": "", "start": 0, "end": 0, "page": None, "title": doc.title, "section": None,
-                                     "models": self.models, "encoding": None, "blank": True}))
+                                     "models": self.models, "encoding": None, "blank": True}, read=True))
         if path.suffix.lower() in SCAN_SUFFIXES:
             thumb = self._thumbnail(data, sha256)
             for u in units:  # photo search finds an image by these words (search.services.photo_text)
@@ -186,6 +198,7 @@ class Photos:
     EXIF metadata and a thumbnail."""
     name, suffixes = "images", IMAGE_SUFFIXES
     errors = (BadDocument, BadImage)
+    read_signature = None  # nothing read by OCR here
 
     def __init__(self, triton: TritonClient, thumbs: Path, families: list[Family], *, max_bytes: int, max_pixels: int,
                  kb: str | None = None) -> None:
@@ -305,6 +318,13 @@ def probe(triton: TritonClient, family: Family) -> str:
     """A short hash of the family's first vector for a fixed text: identifies the served weights."""
     first = next(iter(family.encode(triton, ["probe"]).vectors[0].values()))
     return _digest(np.asarray(first))
+
+
+def probe_reader(triton: TritonClient, reader: Family) -> str:
+    """A short hash of what the text reader reads in a fixed image with text (the golden set's first
+    scan), its words and confidences: identifies the served weights and dictionary."""
+    lines = reader.read_text(triton, [golden.inputs().scans[0].data])[0]
+    return hashlib.sha1(repr([(line.text, round(line.score, 3)) for line in lines]).encode()).hexdigest()[:12]
 
 
 def probe_image(triton: TritonClient, family: Family) -> np.ndarray:

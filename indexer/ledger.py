@@ -25,7 +25,7 @@ from qdrant_client import models
 
 from indexer.kinds import Kind
 from indexer.report import INDEXED, PRUNED, UNCHANGED, UPDATED, FileOutcome
-from indexer.stages import LOOKUP_BATCH, FileJob, Read, content_paths, existing, suffix
+from indexer.stages import LOOKUP_BATCH, FileJob, Read, content_paths, current, existing, signature_of, suffix
 from search.paths import from_stored, stored
 from search.store import Store, StoredFile, match
 
@@ -116,13 +116,13 @@ class Ledger:
             seen = got.get(f.sha256)
             if seen is not None and seen.chunker != f.chunker:
                 doubled.add(f.sha256)
-                if seen.chunker == self.kind.signature:
+                if current(self.kind, seen.chunker):
                     continue
             got[f.sha256] = f
         for sha in doubled:
-            if got[sha].chunker == self.kind.signature:
+            if current(self.kind, got[sha].chunker):
                 self._flush()
-                self.store.delete_content(self.kind.schema.name, sha, keep_chunker=self.kind.signature)
+                self.store.delete_content(self.kind.schema.name, sha, keep_chunker=got[sha].chunker)
         for sha, f in got.items():
             f = self.by_sha.setdefault(sha, f)  # the view is kept in step with the run's writes
             self._absent.discard(sha)
@@ -157,7 +157,7 @@ class Ledger:
     def current(self) -> frozenset[str]:
         """The content stored with the kind's current settings (the whole view)."""
         assert self.whole, "current() is the whole view's"
-        return frozenset(s for s, f in self.by_sha.items() if f.chunker == self.kind.signature)
+        return frozenset(s for s, f in self.by_sha.items() if current(self.kind, f.chunker))
 
     def status_of(self, path: str) -> str:
         return UPDATED if self._path(path) is not None else INDEXED
@@ -172,7 +172,7 @@ class Ledger:
             self.inflight[sha].copies.append((key, status))
             return None
         same = self._content(sha)
-        if same and same.chunker == kind.signature:
+        if same and current(kind, same.chunker):
             # Known content (a copy, a move, or a touched file): reuse its vectors. The path leaves the
             # content it held first: _repoint lists it on this one, after which _leave_old would find
             # nothing to take it off (and a run stopped in between leaves it on none, not on two).
@@ -204,8 +204,8 @@ class Ledger:
             self._set_paths(job.sha256, paths)
         if previous is not None:
             self._flush()
-            self.store.delete_content(kind.schema.name, job.sha256, keep_chunker=kind.signature)
-        self.by_sha[job.sha256] = StoredFile(job.sha256, tuple(paths), job.size, job.mtime, kind.signature, n)
+            self.store.delete_content(kind.schema.name, job.sha256, keep_chunker=signature_of(kind, job))
+        self.by_sha[job.sha256] = StoredFile(job.sha256, tuple(paths), job.size, job.mtime, signature_of(kind, job), n)
         self._absent.discard(job.sha256)
         self.inflight.pop(job.sha256, None)
         self.written[job.sha256] = job.path
@@ -262,7 +262,7 @@ class Ledger:
             self._set_paths(sha, remaining)
             self.by_sha[sha] = replace(self.by_sha[sha], paths=tuple(remaining))
         elif sha in self.inflight:  # being embedded anew (other settings), maybe partly written: keep that
-            self.store.delete_content(self.kind.schema.name, sha, keep_chunker=self.kind.signature)
+            self.store.delete_content(self.kind.schema.name, sha, keep_chunker=signature_of(self.kind, self.inflight[sha]))
             del self.by_sha[sha]
         else:
             self.store.delete_content(self.kind.schema.name, sha)

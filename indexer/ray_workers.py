@@ -21,7 +21,7 @@ import numpy as np
 from indexer.confine import Confinement
 from indexer.kinds import Kind, Unit, make_kind
 from indexer.report import FileOutcome
-from indexer.stages import FileJob, Read, bounded_runs, content_paths, embed_units, read_file, split
+from indexer.stages import FileJob, Read, bounded_runs, content_paths, embed_units, read_file, signature_of, split
 from indexer.writer import WRITE_BATCH, Writer
 from search.config import Settings
 from search.errors import ModelNotReady, ServiceError, TritonUnavailable
@@ -44,7 +44,7 @@ class Plan:
     signature the driver probed (so every worker writes the same ids), and the store's view."""
     token: str
     settings: Settings
-    kinds: dict[str, tuple[tuple[str, ...], str]]  # kind -> (family names, signature)
+    kinds: dict[str, tuple[tuple[str, ...], str, str | None]]  # kind -> (family names, signature, read_signature)
     known: dict[str, dict[str, StoredFile]]  # kind -> path -> what is stored (the unchanged check)
     current: dict[str, frozenset[str]]  # kind -> content stored with the current signature
     urls: tuple[str, ...]  # Triton replicas
@@ -72,6 +72,7 @@ class _Rec:
     chunks: int = 0  # its units, once written (units and vectors are dropped then)
     times: dict[str, float] = field(default_factory=dict)
     part: tuple[int, int] | None = None  # a long file sent in parts: (its first unit here, the file's units)
+    signature: str = ""  # what a worker wrote its points under (indexer/stages.py ``signature_of``)
 
     def count(self) -> int:
         return len(self.units) if self.units else self.chunks
@@ -127,9 +128,10 @@ def _kinds(plan: Plan, url: str) -> dict[str, Kind]:
     if url not in by_url:
         triton = TritonClient(url, plan.settings.triton_timeout_s)
         kinds = {}
-        for name, (families, signature) in plan.kinds.items():
+        for name, (families, signature, read_signature) in plan.kinds.items():
             kind = make_kind(plan.settings, triton, name, [family(f) for f in families], plan.kb)
             kind.__dict__["signature"] = signature  # the driver's probe, not each worker's
+            kind.__dict__["read_signature"] = read_signature
             kinds[name] = kind
         by_url[url] = kinds
     return by_url[url]
@@ -184,7 +186,7 @@ def write_new(store: Store, plan: Plan, kinds: dict[str, Kind], recs: list[_Rec]
             job.vectors = r.vectors
             paths = content_paths(job, stored[name].get(job.sha256))  # found: stored with other settings
             writer.add(job, paths)
-            r.written = tuple(paths)
+            r.written, r.signature = tuple(paths), signature_of(kind, job)
         writer.flush()
         seconds, n = time.perf_counter() - t0, sum(len(r.units) for r in todo)
         for r in todo:
@@ -256,7 +258,8 @@ class Embedder:
             t1 = time.perf_counter()
             writer.add(job, paths)
             writer.flush()
-            rec.written, rec.chunks, rec.units = tuple(paths), len(job.units), None
+            rec.written, rec.chunks, rec.signature = tuple(paths), len(job.units), signature_of(kind, job)
+            rec.units = None
             write_s += time.perf_counter() - t1
         rec.times["embed"], rec.times["write"] = embed_s, write_s
 

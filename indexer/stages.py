@@ -56,10 +56,27 @@ class FileJob:
     ready: list[int] = field(default_factory=list)
     ready_values: int = 0
     streamed: bool = False
+    signature: str = ""  # what its points were written under, when its units are not here (``signature_of``)
 
     @classmethod
     def of(cls, got: Read, units: list[Unit], status: str = "") -> FileJob:
         return cls(got.path, got.sha256, got.size, got.mtime, units, status, [None] * len(units), len(units))
+
+
+def current(kind: Kind, chunker: str) -> bool:
+    """Whether content stored under ``chunker`` is what ``kind`` makes now: its signature, or for a
+    document whose text OCR read, its read_signature (which extends it with the reader's weights:
+    only such a chunker has the reader asked who it is)."""
+    return chunker == kind.signature or (chunker.startswith(kind.signature) and chunker == kind.read_signature)
+
+
+def signature_of(kind: Kind, job: FileJob) -> str:
+    """The signature ``job``'s points are written under: the read_signature for a document OCR read,
+    else the kind's."""
+    if job.signature:
+        return job.signature
+    read = next((u.read for u in job.units if u is not None), False)
+    return kind.read_signature if read and kind.read_signature else kind.signature
 
 
 def read_file(path: Path, kind: Kind, confine: Confinement | None,
@@ -76,7 +93,7 @@ def read_file(path: Path, kind: Kind, confine: Confinement | None,
     if not stat.S_ISREG(st.st_mode):
         return FileOutcome(key, FAILED, "not a regular file")
     seen = known(key)
-    if seen and seen.size == st.st_size and seen.mtime == st.st_mtime and seen.chunker == kind.signature:
+    if seen and seen.size == st.st_size and seen.mtime == st.st_mtime and current(kind, seen.chunker):
         return FileOutcome(key, UNCHANGED, chunks=seen.chunks)
     try:  # confined: the opened file is checked again, so a symlink swapped in since cannot lead out
         data = confine.read(path, kind.max_bytes) if confine else read_bytes(path, kind.max_bytes)

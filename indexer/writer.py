@@ -12,7 +12,7 @@ import time
 from qdrant_client import models
 
 from indexer.kinds import Kind
-from indexer.stages import FileJob, bounded_runs, build_points, values
+from indexer.stages import FileJob, bounded_runs, build_points, signature_of, values
 from search.paths import stored
 from search.store import PARTIAL, Store
 
@@ -34,12 +34,12 @@ class Writer:
 
     def add(self, job: FileJob, paths: list[str]) -> None:
         """A file whose units are all embedded: its points (those not streamed yet), buffered."""
-        points = build_points(job, paths, self.kind.signature, [i for i, v in enumerate(job.vectors) if v is not None])
+        points = build_points(job, paths, signature_of(self.kind, job), [i for i, v in enumerate(job.vectors) if v is not None])
         self._rest += points[1:]
         self._heads += points[:1]
         if job.streamed:  # its other points went earlier, with the paths known then: complete them
             self.flush()
-            self.store.mark_complete(self.kind.schema.name, job.sha256, self.kind.signature, [stored(p) for p in paths])
+            self.store.mark_complete(self.kind.schema.name, job.sha256, signature_of(self.kind, job), [stored(p) for p in paths])
         elif len(self._rest) + len(self._heads) >= self.batch:
             self.flush()
 
@@ -55,7 +55,7 @@ class Writer:
     def stream(self, job: FileJob, paths: list[str]) -> None:
         """Write an unfinished file's embedded units (not unit 0) now, and let go of their vectors;
         ``add`` completes the file."""
-        write_marked(self.store, self.kind.schema.name, build_points(job, paths, self.kind.signature, job.ready), [])
+        write_marked(self.store, self.kind.schema.name, build_points(job, paths, signature_of(self.kind, job), job.ready), [])
         for i in job.ready:
             job.vectors[i] = None
         job.ready, job.ready_values, job.streamed = [], 0, True
@@ -63,7 +63,7 @@ class Writer:
     def discard(self, job: FileJob) -> None:
         """A file that will not complete: what was streamed of it goes now, not at the next sweep."""
         if job.streamed:
-            self.store.delete_chunking(self.kind.schema.name, job.sha256, self.kind.signature)
+            self.store.delete_chunking(self.kind.schema.name, job.sha256, signature_of(self.kind, job))
 
     def flush(self) -> None:
         """Write buffered points: all later units first, then the unit-0 points that mark their
