@@ -115,8 +115,9 @@ class Settings(BaseSettings):
     # which must then exist, else <data_dir>/api-keys.json when it exists.
     api_keys_file: Path | None = None
     # Requests without a key pass, with every right, even where keys are required (an API key or a
-    # keys file, even an empty one). Only this explicit setting opens such a server; it is logged as a
-    # WARNING at start. Without an API key and a keys file a server is open anyway.
+    # keys file, even an empty one). Only this explicit setting opens such a server, and only as "true"
+    # (any case; 1, yes, on are refused at start); it is logged as a WARNING at start. Without an API
+    # key and a keys file a server is open anyway.
     open_access: bool = False
     # Folders the API may ingest from (server-side paths); empty = none, uploads only.
     api_roots: list[Path] = []
@@ -141,6 +142,17 @@ class Settings(BaseSettings):
     @classmethod
     def _upper(cls, value: object) -> object:
         return value.upper() if isinstance(value, str) else value
+
+    @field_validator("open_access", mode="before")
+    @classmethod
+    def _exactly_true(cls, value: object) -> object:
+        """Only "true" (any case) opens a server, not pydantic's 1, yes, on: a value written for
+        something else never opens it by chance; anything but true or false is refused."""
+        if isinstance(value, bool):
+            return value
+        if isinstance(value, str) and value.strip().lower() in ("true", "false"):
+            return value.strip().lower() == "true"
+        raise ValueError(f"must be true or false (true opens the server to requests without a key), got {value!r}")
 
     @property
     def triton_run_dir(self) -> Path:
@@ -181,7 +193,7 @@ def load_settings(**overrides) -> Settings:
     try:
         return Settings(**overrides)
     except ValidationError as exc:
-        raise ValueError("; ".join(f"{_env_name(e['loc'])}: {e['msg']}" for e in exc.errors())) from None
+        raise ValueError("; ".join(f"{_env_name(e['loc'])}: {e['msg'].removeprefix('Value error, ')}" for e in exc.errors())) from None
 
 
 def _env_name(loc: tuple) -> str:

@@ -4,6 +4,7 @@ and, when the server dies mid-job, a message that says the job resumes. Real pro
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 import subprocess
@@ -52,8 +53,13 @@ def test_a_name_that_is_not_utf8_is_ingested_through_the_server(settings, tmp_pa
         assert json.loads(again.stdout)["unchanged"] == 1, again.stdout  # the very same file
         listed = run_cli("indexer", "jobs", settings=settings)
         assert listed.returncode == 0 and "caf\\xff.md" in listed.stdout, listed
+        through = run_cli("search", "espresso machine descaled", "-k", "1", "--json", settings=settings)  # the server owns the store
     finally:
         server.stop()
+    alone = run_cli("search", "espresso machine descaled", "-k", "1", "--json", settings=settings)  # no server
+    hits = [json.loads(proc.stdout)["hits"][0] for proc in (through, alone)]
+    assert base64.b64decode(hits[0]["path_bytes"]) == os.fsencode(odd), hits[0]  # was null through the server
+    assert hits[0] == hits[1]
 
 
 def test_an_attached_ingest_says_its_job_resumes_when_the_server_dies(settings, tmp_path):

@@ -18,6 +18,7 @@ from mcp.client.streamable_http import streamable_http_client
 from mcp.shared._httpx_utils import create_mcp_http_client
 from processes import PROJECT_ROOT, SearchServer, env_for, run_cli
 
+from search.config import load_settings
 from search.errors import BadRequest, NotFound
 from search.keys import KEYS_FILE, KeyFile, KeysFileError
 from search.services import SearchService
@@ -137,6 +138,25 @@ def write_docs(folder, topic):
     for i in range(3):
         (folder / f"{topic}-{i}.md").write_text(f"# {topic} {i}\n\nThe {topic} handbook, section {i}: holidays and deploys.\n")
     return folder
+
+
+@pytest.mark.parametrize("value", ["1", "yes", "on"])
+def test_only_true_opens_the_server(settings, tmp_path, value):
+    """SEARCH_OPEN_ACCESS=1 / yes / on (true to pydantic) stop `search serve` at start with one line
+    naming the setting; it never starts open (before: it served every request without a key)."""
+    make_key(settings, "bot", "default", "read")
+    port = free_port()
+    proc = subprocess.run([sys.executable, "-m", "search", "serve", "--port", str(port)], cwd=PROJECT_ROOT,
+                          env=env_for(settings, SEARCH_OPEN_ACCESS=value), capture_output=True, text=True, timeout=120)
+    lines = [line for line in proc.stderr.splitlines() if line.strip()]
+    assert proc.returncode != 0 and len(lines) == 1 and "SEARCH_OPEN_ACCESS: must be true or false" in lines[0], proc.stderr
+    assert not (settings.data_dir / "server.json").exists()
+
+
+def test_open_access_is_true_in_any_case(monkeypatch):
+    for value, opened in (("TRUE", True), (" True ", True), ("false", False), ("FALSE", False)):
+        monkeypatch.setenv("SEARCH_OPEN_ACCESS", value)
+        assert load_settings().open_access is opened
 
 
 def make_key(settings, name, kb, right) -> str:

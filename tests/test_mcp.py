@@ -152,3 +152,19 @@ def test_in_process(settings, indexed):
         anyio.run(main)
     finally:
         svc.close()
+
+
+def test_an_empty_image_is_an_error_not_an_absent_one():
+    """image_base64 "" (or a data: URL without data) says the image is empty, in one line; it is
+    not taken as no image ("photo: give a photo's path or id")."""
+    def connect():
+        raise AssertionError("an empty image reached the services")
+
+    async def main():
+        async with Client(build(connect)) as client:
+            for tool, args in (("search_images", {}), ("entail", {"hypothesis": "a dog"}), ("read_text", {})):
+                for empty in ("", "  ", "data:image/png;base64,"):
+                    result = await client.call_tool(tool, {**args, "image_base64": empty})
+                    text = result.content[0].text
+                    assert result.is_error and "image_base64: the image is empty" in text and "\n" not in text, (tool, text)
+    anyio.run(main)

@@ -19,7 +19,7 @@ from search import owner
 from search.api.backend import Backend
 from search.api.errors import add_error_handlers
 from search.api.hot import HotRoutes, hot_routes
-from search.api.limits import LimitRequestSize
+from search.api.limits import CollectAfterBodies, LimitRequestSize
 from search.api.responses import FastJSON
 from search.api.routes import embeddings, health, ingest, kb, search, watches
 from search.api.schemas import errors
@@ -69,7 +69,8 @@ def create_app(settings: Settings) -> FastAPI:
     app.router.routes.append(mcp_route)
     # Innermost first: the fast way for the hot routes sits inside the size limit, the key gate and the observer
     app.add_middleware(HotRoutes, backend=backend, routes=hot_routes((search.router, embeddings.router)))
-    app.add_middleware(LimitRequestSize, limit=settings.max_request_bytes)
+    # Bodies that end up in reference cycles are collected after every 64 MB received (the GC settings of serve())
+    app.add_middleware(LimitRequestSize, limit=settings.max_request_bytes, bodies=CollectAfterBodies())
     # The key, before any body is read (the routers' routes as the app matches them, in order)
     app.add_middleware(KeyGate, backend=backend, routes=[*(r for router in routers for r in router.routes), mcp_route])
     app.add_middleware(RequestObserver, metrics=metrics)  # outermost: sees 413s and every error too

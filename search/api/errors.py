@@ -36,19 +36,36 @@ def http_error_response(path: str, exc: HTTPException) -> JSONResponse:
     return error_response(path, exc.status_code, str(exc.detail), headers=exc.headers)
 
 
+def forget_frames(exc: BaseException) -> None:
+    """Drop the tracebacks of an answered error and of the errors it was raised from. A traceback holds
+    the frames of the request's work, and a frame may hold the error (FastAPI's validation error is a
+    local of the frame it is raised from): a cycle that keeps the body, json's decoded copy and the
+    parsed input until a collection reaches it, which under gc.freeze() may be never."""
+    seen, todo = set(), [exc]
+    while todo:
+        exc = todo.pop()
+        if exc is not None and id(exc) not in seen:
+            seen.add(id(exc))
+            exc.__traceback__ = None
+            todo += (exc.__cause__, exc.__context__)
+
+
 def add_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(ServiceError)
     async def service_error(request: Request, exc: ServiceError) -> JSONResponse:
         note_error(request, exc)
+        forget_frames(exc)
         return service_error_response(request.url.path, exc)
 
     @app.exception_handler(HTTPException)
     async def http_error(request: Request, exc: HTTPException) -> JSONResponse:
+        forget_frames(exc)
         return http_error_response(request.url.path, exc)
 
     @app.exception_handler(RequestValidationError)
     async def invalid(request: Request, exc: RequestValidationError) -> JSONResponse:
         """One readable message that starts with the field, plus pydantic's list for programs."""
+        forget_frames(exc)
         messages, fields = [], []
         for e in exc.errors():
             loc = [str(p) for p in e["loc"][1:]] or [str(e["loc"][0])]  # drop 'body' / 'query' / 'path'

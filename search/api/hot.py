@@ -70,9 +70,8 @@ class HotRoutes:
             return await http_error_response(scope["path"], exc)(scope, receive, send)
         if body is None:  # the client went away
             return
-        try:
-            request = hot.model.model_validate(json.loads(body))  # as FastAPI reads and validates a body
-        except Exception:  # noqa: BLE001  (a bad body: FastAPI answers it, as for any other request)
+        request = _valid(hot.model, body)
+        if request is None:  # a bad body: FastAPI answers it, as for any other request
             return await self.app(scope, _replay(body, receive), send)
         scope["route"] = hot.route
         try:
@@ -95,15 +94,43 @@ def _media_type(headers: Headers) -> str:
 
 
 async def _read(receive) -> bytes | None:
-    """The whole body (None when the client disconnects first)."""
+    """The whole body (None when the client disconnects first), or only its start when that already
+    cannot be JSON: the rest is never read, and FastAPI answers the start as it would the whole."""
     chunks = []
     while True:
         message = await receive()
         if message["type"] == "http.disconnect":
             return None
-        chunks.append(message.get("body", b""))
+        chunk = message.get("body", b"")
+        if not chunks and (start := _not_json(chunk)) is not None:
+            return start
+        chunks.append(chunk)
         if not message.get("more_body", False):
             return b"".join(chunks)
+
+
+_JSON_STARTS = frozenset(b'{["-0123456789tfnNI')  # the bytes a JSON value may start with (Python's json: NaN, Infinity)
+
+
+def _not_json(chunk: bytes) -> bytes | None:
+    """The chunk up to its first byte after whitespace when that byte is ASCII and cannot start a JSON
+    value: json.loads fails on this start where it fails on the whole body, with the same message
+    ("Expecting value" at that byte). Other bytes (a byte-order mark, UTF-16) are left to the parser."""
+    rest = chunk.lstrip(b" \t\n\r")
+    if rest and 0x21 <= rest[0] <= 0x7E and rest[0] not in _JSON_STARTS:
+        return chunk[:len(chunk) - len(rest) + 1]
+    return None
+
+
+def _valid(model: type[BaseModel], body: bytes) -> BaseModel | None:
+    """The body as the route's model, as FastAPI reads and validates one; None when it is not.
+
+    The error is dropped here, not kept: its traceback holds the frames that hold the body (and
+    json's decoded copy of it), a cycle the collector may not get to for a long time."""
+    try:
+        return model.model_validate(json.loads(body))
+    except Exception:  # noqa: BLE001
+        return None
 
 
 def _replay(body: bytes, receive):

@@ -114,12 +114,18 @@ def photo(h: ImageHit) -> dict[str, Any]:
             **({"relevance": h.relevance} if h.relevance is not None else {})}
 
 
-def _decode(image_base64: str, name: str) -> bytes:
+def _decode(image_base64: str | None, name: str) -> bytes | None:
+    """The image sent (None: none sent). An empty one is an error, not the absence of one."""
+    if image_base64 is None:
+        return None
     text = image_base64.strip().split(",", 1)[-1] if image_base64.strip().startswith("data:") else image_base64.strip()
     try:
-        return base64.b64decode(text, validate=True)
+        data = base64.b64decode(text, validate=True)
     except (binascii.Error, ValueError):
         raise ToolError(f"{name}: not base64 (send the image's bytes base64-encoded, or a data: URL)") from None
+    if not data:
+        raise ToolError(f"{name}: the image is empty (send the image's bytes base64-encoded, or a data: URL)")
+    return data
 
 
 def _thumbnail(h: ImageHit) -> Image | None:
@@ -211,7 +217,7 @@ def build(connect: Connect, *, name: str = "multimodal-search", caller: Caller |
                       min_relevance: MinRelevance = None) -> list:
         """Photos that match a text or look like an example photo, with their metadata as JSON and,
         unless thumbnails is false, a thumbnail of each (in the same order)."""
-        like = _decode(image_base64, "image_base64") if image_base64 else None
+        like = _decode(image_base64, "image_base64")
 
         def run(svc):
             filters = ImageFilters.parse(after=after, before=before, camera=camera, near=near, folder=folder,
@@ -234,7 +240,7 @@ def build(connect: Connect, *, name: str = "multimodal-search", caller: Caller |
         contradiction) and the three probabilities."""
         if (photo is None) == (image_base64 is None):
             raise ToolError("photo: give a photo's path or id, or image_base64 (one of them)")
-        image = _decode(image_base64, "image_base64") if image_base64 else None
+        image = _decode(image_base64, "image_base64")
 
         def run(svc):
             data = image
@@ -251,7 +257,7 @@ def build(connect: Connect, *, name: str = "multimodal-search", caller: Caller |
         model's confidence (0..1) and its box in the image's pixels."""
         if (photo is None) == (image_base64 is None):
             raise ToolError("photo: give a photo's path or id, or image_base64 (one of them)")
-        image = _decode(image_base64, "image_base64") if image_base64 else None
+        image = _decode(image_base64, "image_base64")
 
         def run(svc):
             data = image

@@ -3,6 +3,8 @@ same methods, same hits, same errors as ``SearchService``, so a face does not ca
 
 from __future__ import annotations
 
+import base64
+import os
 from pathlib import Path
 from urllib.parse import quote, urlencode
 
@@ -124,8 +126,14 @@ def _hits(cls, answer: dict, min_relevance: float | None) -> HitList:
 
 
 def _hit(cls, data: dict):
+    """A hit from its JSON. A name that is not UTF-8 comes as its readable form and its bytes
+    (path_bytes): the hit holds the real name, as without a server, so that its JSON is the same."""
     names = cls.__dataclass_fields__
-    return cls(**{k: v for k, v in data.items() if k in names})
+    fields = {k: v for k, v in data.items() if k in names}
+    if "path" in names and data.get("path_bytes"):
+        fields["path"] = os.fsdecode(base64.b64decode(data["path_bytes"]))
+        fields["paths"] = [fields["path"] if p == data["path"] else p for p in data.get("paths", [])]
+    return cls(**fields)
 
 
 def _image(value: Path | str | bytes, field: str) -> tuple[str, bytes]:
