@@ -29,6 +29,11 @@ class Confinement:
         root = max((len(r) for r in self.roots if _under(real, r)), default=-1)
         return root >= 0 and root > max((len(e) for e in self.exclude if _under(real, e)), default=-1)
 
+    def excluded(self, path: Path | str) -> bool:
+        """Whether ``path`` is one of the folders never read (the data dir): a walk passes it over
+        in silence, so a job's report does not tell a scoped key where the server keeps its data."""
+        return os.path.realpath(path) in self.exclude
+
     def outside(self, path: Path | str) -> bool:
         """Whether ``path``, its symlinks followed now, leads out of the roots."""
         return not self.contains(os.path.realpath(path))

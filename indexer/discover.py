@@ -107,6 +107,8 @@ def _walk(root: Path, suffixes: frozenset[str], found: _Found, confine: Confinem
                 skip(full, "tool folder")
             elif os.path.islink(full):  # os.walk lists it but does not go in
                 skip(full, "link to a folder")
+            elif confine and confine.excluded(full):  # the server's data dir: passed over without naming it
+                continue
             else:
                 keep.append(d)
         dirnames[:] = keep

@@ -73,7 +73,7 @@ class Ingestor(Ledger):
             return got
         units = self.admit(got)
         if units is got:
-            units = split(got, self.kind)
+            units = split(got, self.kind, self.stop)
         return units if not isinstance(units, list) else self.begin(got, units)
 
     def begin(self, got: Read, units: list[Unit | None]) -> FileJob:

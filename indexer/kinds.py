@@ -9,6 +9,8 @@ import bisect
 import hashlib
 import io
 import re
+import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
@@ -22,8 +24,10 @@ from tritonclient.utils import InferenceServerException
 
 from indexer.chunking import Chunker
 from indexer.loaders import DOCUMENT_SUFFIXES, SCAN_SUFFIXES, BadDocument, Budget, Page, load_document
+from indexer.loaders.base import MAX_OCR_PAGE_SECONDS
 from indexer.loaders.scans import MAX_FRAME_PIXELS
 from search.config import Settings
+from search.errors import TritonUnavailable
 from search.media.photos import IMAGE_SUFFIXES, BadImage, decode_photo, save_thumbnail
 from search.models import Family, for_kind, golden
 from search.store import DOCUMENTS, CollectionSchema, documents_schema, images_schema, in_kb, kb_thumbnails
@@ -62,7 +66,7 @@ class Kind(Protocol):
     max_bytes: int
     errors: tuple[type[Exception], ...]
 
-    def units(self, path: Path, data: bytes, sha256: str) -> list[Unit]: ...
+    def units(self, path: Path, data: bytes, sha256: str, stop: Callable[[], bool] | None = None) -> list[Unit]: ...
     def embed(self, items: list) -> Embedded: ...
     def sort_key(self, item: Any) -> int: ...
     def forget(self, sha256: str) -> None: ...
@@ -83,7 +87,8 @@ class Documents:
         ``readers``: served families that read the text in images: with one, scanned PDF pages are
         read, and with ``photos`` image files are documents too (their lines are the text; their
         passages keep their words for photo search, and a thumbnail in ``thumbs``).
-        ``limits``: load_document's parse budget (max_seconds, max_elements, max_pages)."""
+        ``limits``: the file's Budget (max_seconds, max_elements, max_pages; max_ocr_seconds and
+        max_ocr_page_seconds for reading its scans)."""
         self.triton, self.chunker, self.max_bytes, self.families = triton, chunker, max_bytes, families
         self.readers, self.thumbs = list(readers), thumbs
         self.suffixes = DOCUMENT_SUFFIXES | (SCAN_SUFFIXES if self.readers and photos else frozenset())
@@ -106,16 +111,16 @@ class Documents:
             return None
         return f"{self.signature}/read:{self.readers[0].family}:{probe_reader(self.triton, self.readers[0])}"
 
-    def units(self, path: Path, data: bytes, sha256: str) -> list[Unit]:
-        # One budget for reading and splitting: the split of a heading-only markdown is as costly as any parse.
-        budget = Budget(**self.limits)
+    def units(self, path: Path, data: bytes, sha256: str, stop: Callable[[], bool] | None = None) -> list[Unit]:
+        # One budget for reading, OCR and splitting: the split of a heading-only markdown is as costly as any parse.
+        budget = Budget(**self.limits, stop=stop)
         doc = load_document(path.suffix.lower(), data, budget=budget, scans=bool(self.readers))
-        units, section = [], None
-        scanned = any(p.scan is not None for p in doc.pages)
+        scans = sum(p.scan is not None for p in doc.pages)
+        units, section, scanned = [], None, scans > 0
         for page in doc.pages:
             read = {}
             if page.scan is not None:
-                page, read = self._read(page, budget)
+                page, read = self._read(page, budget, scans)
             starts, names = [], []  # the page's headings, by offset (finditer gives them in order)
             for m in _HEADING.finditer(page.text):
                 starts.append(m.start())
@@ -159,16 +164,29 @@ class Documents:
         except (BadImage, OSError):
             return None
 
-    def _read(self, page: Page, budget: Budget) -> tuple[Page, dict]:
-        """A scanned page's text, as the first reader reads it, and what its passages record about that."""
+    @cached_property
+    def _reading(self) -> TritonClient:
+        """The client OCR requests go through: the page budget is their deadline (a page the model
+        takes longer on is given up, not waited for)."""
+        return TritonClient(self.triton.url, self.limits.get("max_ocr_page_seconds", MAX_OCR_PAGE_SECONDS),
+                            hint=self.triton.hint)
+
+    def _read(self, page: Page, budget: Budget, scans: int) -> tuple[Page, dict]:
+        """A scanned page's text, as the first reader reads it, and what its passages record about
+        that. ``scans``: the file's pages to read, for its OCR budget."""
         reader = self.readers[0]
         budget.check_time()
+        started = time.monotonic()
         try:
-            lines = reader.read_text(self.triton, [page.scan])[0]
+            lines = reader.read_text(self._reading, [page.scan])[0]
         except InferenceServerException as exc:
             where = f"page {page.number}" if page.number else "the image"
             raise BadDocument(f"could not read the text in {where}: {(exc.message() or str(exc)).splitlines()[0][:160]}") from None
-        budget.tick()
+        except TritonUnavailable:
+            if time.monotonic() - started >= budget.max_ocr_page_seconds:  # its deadline passed, Triton is there
+                raise budget.too_long(scans, page.number or 1) from None
+            raise
+        budget.ocr(time.monotonic() - started, scans)
         score = sum(line.score for line in lines) / len(lines) if lines else 0.0
         return Page(page.number, "\n".join(line.text for line in lines)), {"ocr": {"model": reader.display,
                                                                                  "score": round(score, 4)}}
@@ -223,7 +241,7 @@ class Photos:
     def thumbnail_path(self, sha256: str) -> Path:
         return thumbnail_path(self.thumbs, sha256)
 
-    def units(self, path: Path, data: bytes, sha256: str) -> list[Unit]:
+    def units(self, path: Path, data: bytes, sha256: str, stop: Callable[[], bool] | None = None) -> list[Unit]:
         photo, image = decode_photo(data, max_pixels=self.max_pixels, draft=THUMBNAIL_DRAFT)
         thumb = save_thumbnail(image, self.thumbnail_path(sha256), THUMBNAIL_SIZE)
         camera = " ".join(x for x in (photo.camera_make, photo.camera_model) if x) or None
@@ -279,8 +297,8 @@ def make_kind(settings: Settings, triton: TritonClient, name: str, families: lis
         chunker = Chunker(chunk_tokenizer(s), max_tokens=s.chunk_tokens, overlap=s.chunk_overlap)
         return Documents(triton, chunker, s.max_file_bytes, [f for f in families if name in f.kinds], kb,
                          [f for f in families if f.reads_text], photos=s.ocr_photos, thumbs=kb_thumbnails(s.data_dir, kb),
-                         max_seconds=s.max_parse_seconds,
-                         max_elements=s.max_parse_elements, max_pages=s.max_pdf_pages)
+                         max_seconds=s.max_parse_seconds, max_elements=s.max_parse_elements, max_pages=s.max_pdf_pages,
+                         max_ocr_seconds=s.max_ocr_seconds, max_ocr_page_seconds=s.max_ocr_page_seconds)
     return Photos(triton, kb_thumbnails(s.data_dir, kb), families, max_bytes=s.max_image_bytes,
                   max_pixels=s.max_image_pixels, kb=kb)
 

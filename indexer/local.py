@@ -9,6 +9,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import replace
 from pathlib import Path
 
+from indexer.loaders import Cancelled
 from indexer.report import FileOutcome, IngestReport
 from indexer.stages import LOOKUP_BATCH, SORT_WINDOW, FileJob, last_requests, requests
 
@@ -43,10 +44,14 @@ def run_local(ing, files: list[Path], report: IngestReport, done: Callable[[File
             for n, path in enumerate(files):
                 if n % LOOKUP_BATCH == 0:  # what the store holds for the next files, in one query
                     ing.look_up(str(p) for p in files[n:n + LOOKUP_BATCH])
-                if ing.stop is not None and ing.stop():
+                if stopped(ing):
                     report.cancelled = True
                     break
-                job = ing.start(path)
+                try:
+                    job = ing.start(path)
+                except Cancelled:  # asked while the file was read (a long scan): it is left for the next run
+                    report.cancelled = True
+                    break
                 if isinstance(job, FileOutcome):
                     done(replace(job, kind=kind.name))
                 if not isinstance(job, FileJob):
@@ -56,11 +61,22 @@ def run_local(ing, files: list[Path], report: IngestReport, done: Callable[[File
                     # A full sort window; at the run's start, each full request as it fills, so the model
                     # works while the first window is read
                     if len(batch) >= ing.batch_size * SORT_WINDOW or (len(batch) >= ing.batch_size and sent < ing.concurrency):
+                        if i and stopped(ing):  # asked between a long file's batches: no whole file to wait for
+                            raise Cancelled
                         submit()
                         drain(keep=ing.concurrency)
             submit(last=True)
             drain(keep=0)
+        except Cancelled:
+            for fut, _ in pending:
+                fut.cancel()
+            ing.abandon()  # what was written of the files in flight goes: the next run does them whole
+            report.cancelled = True
         except BaseException:
             for fut, _ in pending:  # queued requests would only meet the same dead model
                 fut.cancel()
             raise
+
+
+def stopped(ing) -> bool:
+    return ing.stop is not None and ing.stop()

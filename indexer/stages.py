@@ -102,10 +102,11 @@ def read_file(path: Path, kind: Kind, confine: Confinement | None,
     return Read(key, hashlib.sha256(data).hexdigest(), st.st_size, st.st_mtime, data)
 
 
-def split(got: Read, kind: Kind) -> list[Unit] | FileOutcome:
-    """Stage 2: decode, chunk or thumbnail a file's content into the units its model embeds."""
+def split(got: Read, kind: Kind, stop: Callable[[], bool] | None = None) -> list[Unit] | FileOutcome:
+    """Stage 2: decode, chunk or thumbnail a file's content into the units its model embeds.
+    ``stop``: asked as a long file is read (its scans' pages); Cancelled comes out when it says so."""
     try:
-        units = kind.units(Path(got.path), got.data, got.sha256)
+        units = kind.units(Path(got.path), got.data, got.sha256, stop=stop)
     except kind.errors as exc:
         return FileOutcome(got.path, FAILED, str(exc))
     if not units:

@@ -91,6 +91,12 @@ class Settings(BaseSettings):
     max_parse_seconds: float = Field(default=30.0, gt=0)
     max_parse_elements: int = Field(default=500_000, ge=1)  # DOCX XML elements, HTML elements, PDF objects
     max_pdf_pages: int = Field(default=2_000, ge=1)  # ~5M characters, the text limit, at ~2,500 a page
+    # What reading the text in one file's scans (OCR, in Triton) may take, wall time: the file, and
+    # any one page (its request's deadline). Past them, or once the pace of its first pages says the
+    # rest cannot fit, the file is "too long to read" and skipped. A scanned page takes ~1-5 s on CPU:
+    # 600 s is a few hundred pages, not a 2,000-page scan (an hour of the server's OCR).
+    max_ocr_seconds: float = Field(default=600.0, gt=0, le=86_400)
+    max_ocr_page_seconds: float = Field(default=60.0, gt=0, le=3_600)
     # Photos and image files are documents too, their text read by OCR (a model that reads text must be
     # served): off by default, since reading a photo costs several times its embedding (docs/ocr.md).
     ocr_photos: bool = False
@@ -121,6 +127,9 @@ class Settings(BaseSettings):
     open_access: bool = False
     # Folders the API may ingest from (server-side paths); empty = none, uploads only.
     api_roots: list[Path] = []
+    # Ingest jobs `search serve` runs at once, each of another knowledge base (a KB's own jobs run
+    # one after another): one KB's long job does not hold another's; each adds its load on Triton.
+    ingest_jobs: int = Field(default=2, ge=1, le=8)
     max_upload_bytes: PositiveInt = 50_000_000
     max_request_bytes: PositiveInt = 60_000_000
     # The largest body of a request that passes without a key where keys are required (reads with

@@ -5,6 +5,7 @@ the app through TestClient, keys from the real keys file."""
 
 from __future__ import annotations
 
+import json
 import time
 from pathlib import Path
 from types import SimpleNamespace
@@ -132,3 +133,14 @@ def test_uploads_of_the_old_layout_are_no_kbs_root(world):
         backend = c.app.state.backend
         assert not backend.inside_roots(legacy / "old.md", "ab" * 16)
         assert backend.inside_roots(hr_upload / "old.md", "hr")
+
+
+def test_a_job_over_a_root_that_holds_the_data_dir_does_not_name_it(world, tmp_path):
+    """A scoped key's job over a root that holds the data dir indexes the root's files and passes the
+    data dir over in silence: its report does not tell the key where the server keeps its data."""
+    settings, _hr, eng, shared = world
+    (shared / "deploys.md").write_bytes(DEPLOY)
+    with TestClient(create_app(settings)) as c:
+        job = wait(c, c.post("/ingest", headers={"X-API-Key": eng}, json={"paths": [str(tmp_path)], "kb": "eng"}), eng)
+    assert job["state"] == "done" and job["counts"] == {"indexed": 1} and job["failures"] == [], job
+    assert str(settings.data_dir.resolve()) not in json.dumps(job), job

@@ -14,6 +14,7 @@ from indexer.loaders.base import (
     MAX_TITLE_CHARS,
     BadDocument,
     Budget,
+    Cancelled,
     LoadedDocument,
     Page,
     _bounded,
@@ -29,7 +30,8 @@ SCAN_SUFFIXES = IMAGE_SUFFIXES  # documents too when a model reads the text in i
 
 __all__ = [
     "DOCUMENT_SUFFIXES", "MAX_CHARS", "MAX_DOCX_XML_BYTES", "MAX_PARSE_ELEMENTS", "MAX_PARSE_SECONDS", "MAX_PDF_PAGES",
-    "MAX_TITLE_CHARS", "SCAN_SUFFIXES", "TEXT_SUFFIXES", "BadDocument", "Budget", "LoadedDocument", "Page", "decode_text", "load_document",
+    "MAX_TITLE_CHARS", "SCAN_SUFFIXES", "TEXT_SUFFIXES", "BadDocument", "Budget", "Cancelled", "LoadedDocument", "Page",
+    "decode_text", "load_document",
     "load_text", "read_bytes",
 ]
 

@@ -4,11 +4,17 @@ from __future__ import annotations
 
 import re
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
 
 class BadDocument(Exception):
     """A file that cannot be indexed; str(exc) is a short human reason."""
+
+
+class Cancelled(Exception):  # noqa: N818  (a stop asked for, not an error)
+    """The run was asked to stop (a cancelled job, a server shutting down) while a file was read:
+    the file is left for the next run, not reported."""
 
 
 DOCUMENT_SUFFIXES: frozenset[str] = frozenset({".txt", ".md", ".markdown", ".html", ".htm", ".pdf", ".docx"})
@@ -18,6 +24,11 @@ MAX_CHARS = 5_000_000
 MAX_PARSE_SECONDS = 30.0  # CPU time of the loading thread
 MAX_PARSE_ELEMENTS = 500_000  # DOCX XML elements, HTML elements, PDF objects
 MAX_PDF_PAGES = 2_000
+# What reading the text in one file's images (OCR, in Triton) may take, wall time: the defaults of
+# SEARCH_MAX_OCR_SECONDS and SEARCH_MAX_OCR_PAGE_SECONDS (see search/config.py).
+MAX_OCR_SECONDS = 600.0
+MAX_OCR_PAGE_SECONDS = 60.0
+OCR_PACE_PAGES = 3  # pages read before their pace may tell that a file's scans cannot fit in the budget
 MAX_TITLE_CHARS = 120
 
 
@@ -38,14 +49,19 @@ class LoadedDocument:
 class Budget:
     """What one file may still cost. A thread cannot be stopped from outside, so the loaders
     call this inside their loops and give up themselves once a limit is passed. Documents.units
-    goes on spending the same one on the file's split into chunks."""
+    goes on spending the same one on the file's split into chunks, and on reading its scans (OCR).
+    ``stop``: asked with the clock, so a cancelled run leaves a long file within seconds (Cancelled)."""
 
     def __init__(self, max_seconds: float = MAX_PARSE_SECONDS, max_elements: int = MAX_PARSE_ELEMENTS,
-                 max_pages: int = MAX_PDF_PAGES) -> None:
+                 max_pages: int = MAX_PDF_PAGES, max_ocr_seconds: float = MAX_OCR_SECONDS,
+                 max_ocr_page_seconds: float = MAX_OCR_PAGE_SECONDS, stop: Callable[[], bool] | None = None) -> None:
         self.max_seconds, self.max_elements, self.max_pages = max_seconds, max_elements, max_pages
+        self.max_ocr_seconds, self.max_ocr_page_seconds, self.stop = max_ocr_seconds, max_ocr_page_seconds, stop
         # CPU time of this thread: other files' embedding in the pool threads does not count.
         self.deadline = time.thread_time() + max_seconds
         self.elements = 0
+        self.ocr_seconds = 0.0  # wall time spent reading this file's scans (Triton's, not this thread's CPU)
+        self.ocr_pages = 0
         self._ticks = 0
 
     def tick(self) -> None:
@@ -54,6 +70,8 @@ class Budget:
             self.check_time()
 
     def check_time(self) -> None:
+        if self.stop is not None and self.stop():
+            raise Cancelled
         if time.thread_time() > self.deadline:
             raise BadDocument(f"too complex: parsing took over {self.max_seconds:g} s of CPU time "
                               "(limit SEARCH_MAX_PARSE_SECONDS)")
@@ -67,6 +85,28 @@ class Budget:
     def pages(self, n: int) -> None:
         if n > self.max_pages:
             raise BadDocument(f"too complex: {n:,} pages > {self.max_pages:,} (limit SEARCH_MAX_PDF_PAGES)")
+
+    def ocr(self, seconds: float, scans: int) -> None:
+        """One more of the file's ``scans`` pages read in ``seconds``. Past the file's OCR budget, or
+        once the pace of its first pages says the rest cannot fit in it (a 2,000-page scan is refused
+        after a few pages, not after the whole budget), the file is too long to read."""
+        self.ocr_seconds += seconds
+        self.ocr_pages += 1
+        projected = self.ocr_seconds * scans / self.ocr_pages if self.ocr_pages >= OCR_PACE_PAGES else 0.0
+        if max(self.ocr_seconds, projected) > self.max_ocr_seconds:
+            raise self.too_long(scans)
+        self.check_time()
+
+    def too_long(self, scans: int, page: int | None = None) -> BadDocument:
+        if page is not None:
+            return BadDocument(f"too long to read: {_pages(scans)}, page {page} over {self.max_ocr_page_seconds:g} s "
+                               "(limit SEARCH_MAX_OCR_PAGE_SECONDS)")
+        return BadDocument(f"too long to read: {_pages(scans)}, budget {self.max_ocr_seconds:g} s "
+                           f"(read {self.ocr_pages:,} in {self.ocr_seconds:.1f} s; limit SEARCH_MAX_OCR_SECONDS)")
+
+
+def _pages(n: int) -> str:
+    return f"{n:,} page" + ("" if n == 1 else "s")
 
 
 def _first_line(text: str) -> str | None:

@@ -82,7 +82,7 @@ class Backend:
         self.keys = key_file(settings)
         self.keys.load()  # a missing (when configured), unreadable or altered keys file stops the start
         self.owner: Owner | None = None  # set by `search serve` when it owns the embedded store
-        self.jobs = Jobs(self._ingest, JobStore(settings.data_dir / JOBS_FILE), metrics)
+        self.jobs = Jobs(self._ingest, JobStore(settings.data_dir / JOBS_FILE), metrics, parallel=settings.ingest_jobs)
         self._pool = _query_threads()
         self.watches = Watches(self.jobs, self.jobs.store, ignore=[settings.data_dir], outside_link=self.outside_link,
                                optimize=lambda: self.indexer().optimize())
@@ -183,7 +183,7 @@ class Backend:
         return None
 
     def close(self) -> None:
-        """Stop the watches, finish the running job, then release the store. The app may start again
+        """Stop the watches and the running jobs (they resume at the next start), then release the store. The app may start again
         after this (test clients run the lifespan per request): the next call opens the store again."""
         self.watches.close()
         self.jobs.close()

@@ -1,12 +1,18 @@
-"""Ingest jobs of the REST API: recorded in the data dir (indexer/jobs.py), run one at a time in a
-background thread, resumed when the server starts again after stopping mid-job, cancelled on request.
-Folder watches (search/api/watches.py) submit their batches here too, and wait for each."""
+"""Ingest jobs of the REST API: recorded in the data dir (indexer/jobs.py), run in background
+threads, resumed when the server starts again after stopping mid-job, cancelled on request.
+Folder watches (search/api/watches.py) submit their batches here too, and wait for each.
+
+A knowledge base's jobs run one at a time, in order (two jobs never write one collection at once);
+the jobs of different KBs run side by side, up to ``parallel`` (SEARCH_INGEST_JOBS), KBs taking
+turns, so one KB's hour of OCR does not hold another's small upload. A job asked to stop (cancel,
+or the server shutting down) stops at its next file, batch or scanned page."""
 
 from __future__ import annotations
 
 import logging
 import threading
 import time
+from collections import deque
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -22,13 +28,16 @@ SAVE_EVERY_S = 0.5  # progress is written to the job table at most this often
 
 
 class Jobs:
-    """The job table and the one worker thread. ``ingest(paths, prune=, on_start=, on_file=, stop=, gone_ok=)``
-    does the work."""
+    """The job table and the worker threads. ``ingest(paths, prune=, on_start=, on_file=, stop=, gone_ok=)``
+    does the work; ``parallel``: jobs running at once (each of another KB)."""
 
-    def __init__(self, ingest: Callable, store: JobStore, metrics: ApiMetrics | None = None) -> None:
-        self._ingest, self.store, self.metrics = ingest, store, metrics
+    def __init__(self, ingest: Callable, store: JobStore, metrics: ApiMetrics | None = None, parallel: int = 2) -> None:
+        self._ingest, self.store, self.metrics, self.parallel = ingest, store, metrics, parallel
         self._lock = threading.Lock()
         self._cancel: set[str] = set()
+        self._queues: dict[str, deque[str]] = {}  # KB -> its waiting jobs' ids; the dict's order is the KBs' turns
+        self._busy: set[str] = set()  # KBs with a job running
+        self._closing = threading.Event()  # the server is stopping: running jobs stop, and stay unfinished
         self._ended = threading.Condition()  # notified when a job ends or is cancelled before it started
         self.pool: ThreadPoolExecutor | None = None  # started on first use
 
@@ -54,12 +63,18 @@ class Jobs:
     def resume(self) -> list[Job]:
         """Queue again the jobs a previous run of the server did not finish (a crash, kill -9):
         content-derived ids make the redo exact."""
-        jobs = self.store.unfinished()
-        for job in jobs:
+        jobs = []
+        for job in self.store.unfinished():
+            if job.cancel_requested:  # cancelled before the server stopped: it stays so
+                job.state, job.finished = CANCELLED, time.time()
+                self.store.save(job)
+                log.info("ingest job %s stays cancelled", job.id, extra={"job_id": job.id})
+                continue
             job.resumed += 1 if job.state == RUNNING else 0
             job.state = QUEUED
             self.store.save(job)
             self._start(job)
+            jobs.append(job)
             log.info("ingest job %s resumed", job.id, extra={"job_id": job.id})
         return jobs
 
@@ -77,44 +92,79 @@ class Jobs:
             self._ended.notify_all()
 
     def cancel(self, job_id_: str) -> Job | None:
-        """Ask a job to stop: a queued one never starts; a running one stops after the files in flight
-        are written, so what is in the store stays whole."""
-        job = self.store.get(job_id_)
-        if job is None or job.state in FINISHED:
-            return job
-        with self._lock:
+        """Ask a job to stop: a queued one never starts; a running one stops at its next file, write
+        batch or scanned page (seconds), each file in the store whole or not there at all. The request
+        is recorded: a job cancelled never runs again, even after a kill -9."""
+        with self._lock:  # with the running job's own saves (_save): none of them undoes the request
+            job = self.store.get(job_id_)
+            if job is None or job.state in FINISHED:
+                return job
             self._cancel.add(job.id)
-        job.cancel_requested = True
-        if job.state == QUEUED:
-            job.state, job.finished = CANCELLED, time.time()
-        self.store.save(job)
+            job.cancel_requested = True  # recorded: a server killed before the job stopped does not resume it
+            if job.state == QUEUED:
+                job.state, job.finished = CANCELLED, time.time()
+            self.store.save(job)
         self._notify_ended()
         return job
 
     def _start(self, job: Job) -> None:
         with self._lock:
+            self._queues.setdefault(job.kb, deque()).append(job.id)
+            self._dispatch()
+
+    def _dispatch(self) -> None:
+        """Start waiting jobs while fewer than ``parallel`` run: the next KB in turn without a running
+        job gives its oldest, then goes to the back of the line. Called holding ``_lock``."""
+        while not self._closing.is_set() and len(self._busy) < self.parallel:
+            kb = next((k for k, q in self._queues.items() if q and k not in self._busy), None)
+            if kb is None:
+                return
+            queue = self._queues.pop(kb)
+            job_id_ = queue.popleft()
+            if queue:
+                self._queues[kb] = queue
+            self._busy.add(kb)
             if self.pool is None:
-                self.pool = ThreadPoolExecutor(1, thread_name_prefix="ingest")
-            self.pool.submit(self._run, job.id)
+                self.pool = ThreadPoolExecutor(self.parallel, thread_name_prefix="ingest")
+            self.pool.submit(self._turn, kb, job_id_)
+
+    def _turn(self, kb: str, job_id_: str) -> None:
+        try:
+            self._run(job_id_)
+        finally:
+            with self._lock:
+                self._busy.discard(kb)
+                self._dispatch()
 
     def _cancelled(self, job: Job) -> bool:
         with self._lock:
             return job.id in self._cancel
 
+    def _stop(self, job: Job) -> bool:
+        return self._closing.is_set() or self._cancelled(job)
+
+    def _save(self, job: Job) -> None:
+        """A running job's progress, keeping a cancel asked meanwhile."""
+        with self._lock:
+            job.cancel_requested = job.cancel_requested or job.id in self._cancel
+            self.store.save(job)
+
     def _run(self, job_id_: str) -> None:
-        job = self.store.get(job_id_)
-        if job is None or job.state != QUEUED:  # cancelled while it waited
-            return
-        job.state, job.started = RUNNING, time.time()
-        job.done, job.counts, job.failures = 0, type(job.counts)(), []  # a resumed job counts afresh
-        self.store.save(job)
+        with self._lock:  # with cancel(): a job cancelled while it waited never starts
+            job = self.store.get(job_id_)
+            if job is None or job.state != QUEUED:
+                self._cancel.discard(job_id_)  # cancelled while it waited
+                return
+            job.state, job.started = RUNNING, time.time()
+            job.done, job.counts, job.failures = 0, type(job.counts)(), []  # a resumed job counts afresh
+            self.store.save(job)
         tokens = request_id.set(job.request_id), job_id.set(job.id)  # every log line of the job carries both
         log.info("ingest job %s started", job.id, extra={"paths": len(job.paths)})
         saved = time.monotonic()
 
         def on_start(total: int) -> None:
             job.total = total
-            self.store.save(job)
+            self._save(job)
 
         def on_file(outcome) -> None:
             nonlocal saved
@@ -124,12 +174,12 @@ class Jobs:
             if outcome.reason and outcome.status == "failed":
                 log.warning("ingest job %s: %s: %s", job.id, readable(outcome.path), outcome.reason)
             if time.monotonic() - saved > SAVE_EVERY_S:
-                self.store.save(job)
+                self._save(job)
                 saved = time.monotonic()
 
         try:
             report = self._ingest([Path(from_stored(p)) for p in job.paths], prune=job.prune, on_start=on_start, on_file=on_file,
-                                  stop=lambda: self._cancelled(job), local=job.local, gone_ok=job.gone_ok, kb=job.kb,
+                                  stop=lambda: self._stop(job), local=job.local, gone_ok=job.gone_ok, kb=job.kb,
                                   optimize=job.source != "watch")  # a watch optimizes once its folders are quiet
             job.report = report.as_dict()
             job.state = CANCELLED if report.cancelled else DONE
@@ -137,8 +187,24 @@ class Jobs:
             log.exception("ingest job %s failed", job.id)
             first = (str(exc).strip().splitlines() or [""])[0]  # the whole message is in the log
             job.error, job.state = first or type(exc).__name__, FAILED
+        try:
+            if job.state == CANCELLED and not self._cancelled(job):  # stopped by the server's shutdown
+                self._save_interrupted(job)
+            else:
+                self._finish(job)
+        finally:
+            request_id.reset(tokens[0])
+            job_id.reset(tokens[1])
+
+    def _save_interrupted(self, job: Job) -> None:
+        """A job the server's shutdown stopped stays running in the table: the next start runs it again."""
+        job.state, job.report = RUNNING, None
+        self._save(job)
+        log.info("ingest job %s stopped by the shutdown: it resumes when the server starts again", job.id)
+
+    def _finish(self, job: Job) -> None:
         job.finished = time.time()
-        self.store.save(job)
+        self._save(job)
         self.store.forget_finished(MAX_JOBS_KEPT)
         self._notify_ended()
         with self._lock:
@@ -147,12 +213,15 @@ class Jobs:
             self.metrics.ingest_jobs.labels(job.state).inc()
         log.info("ingest job %s %s in %.1f s", job.id, job.state, job.finished - (job.started or job.created),
                  extra={"state": job.state, "files": dict(job.counts)})
-        request_id.reset(tokens[0])
-        job_id.reset(tokens[1])
 
     def close(self) -> None:
-        """Finish the running job. Queued ones stay queued in the table: the next start runs them."""
-        if self.pool is not None:
-            with self._lock:
-                pool, self.pool = self.pool, None
+        """Stop the running jobs at their next file, batch or scanned page (seconds: SIGTERM is not
+        held by an hour of OCR), leaving them and the queued ones unfinished in the table: the next
+        start runs them."""
+        self._closing.set()
+        with self._lock:
+            pool, self.pool = self.pool, None
+            self._queues.clear()
+        if pool is not None:
             pool.shutdown(wait=True, cancel_futures=True)
+        self._closing.clear()  # an app that starts again (test clients do) runs jobs again
