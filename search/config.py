@@ -136,6 +136,11 @@ class Settings(BaseSettings):
     # api_key_scope "writes"): 4 MB holds any JSON query, /v1/embeddings' 500,000 characters included
     # (ASCII, or \u-escaped at 6 bytes each: 3 MB), not photos; a key lifts it to max_request_bytes.
     max_anonymous_request_bytes: PositiveInt = 4_000_000
+    # OCR requests (POST /ocr, MCP read_text) read at once per process: each holds its decoded image
+    # (up to ~0.7 GB for a 100 MP one) while Triton reads it. Up to ocr_queue more wait their turn;
+    # past that a request is answered 503 with Retry-After ("busy").
+    ocr_concurrency: int = Field(default=2, ge=1, le=16)
+    ocr_queue: int = Field(default=8, ge=0, le=1000)
     # /metrics (Prometheus) is open like /healthz, for a scraper on the internal network; true makes
     # it need the API key too (X-API-Key, or "Authorization: Bearer KEY" as Prometheus sends it).
     metrics_require_key: bool = False

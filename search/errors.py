@@ -37,6 +37,16 @@ class StoreInUse(StoreUnavailable):
         self.pid = pid
 
 
+class Busy(ServiceError):
+    """Too many requests of a kind waiting already: try again in ``retry_after`` seconds."""
+
+    exit_code = 3  # unavailable for now, as Triton down
+
+    def __init__(self, message: str, retry_after: int = 5) -> None:
+        super().__init__(message)
+        self.retry_after = retry_after
+
+
 class EmptyCollection(ServiceError):
     exit_code = 6
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import io
 import struct
 import zlib
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -210,12 +211,36 @@ def test_bad_input(data, message, cfg, infer):
         ocr.run(data, infer, cfg)
 
 
-def test_thin_tall_image_refused(cfg, infer):
-    """RapidOCR scales its short side up to 30 then 736: a 736×1380000 detector input. Refused before det runs."""
-    infer.calls.clear()
-    with pytest.raises(ocr.BadImage, match="max_det_pixels"):
-        ocr.run(encode(Image.new("RGB", (1, 2000), "white")), infer, cfg)
-    assert infer.calls == []
+def test_thin_tall_images_are_scaled_to_the_detector_budget(cfg, infer, engine):
+    """RapidOCR scales a 30×2000 strip's short side up to 736: a 736×49056 detector input, GBs of
+    activations. The step scales it down to det_pixels instead, and still reads it; a 1×2000 strip
+    (736×1380000 in RapidOCR) gives a detector input within the budget too."""
+    strip_ = Image.new("RGB", (30, 2000), "white")
+    for y in range(0, 2000, 100):
+        ImageDraw.Draw(strip_).text((4, y), "A", font=font(22), fill="black")
+    for image in (strip_, Image.new("RGB", (1, 2000), "white")):
+        infer.calls.clear()
+        ocr.run(encode(image), infer, cfg)
+        (model, shape), = [c for c in infer.calls if c[0] == "det"]
+        assert shape[2] * shape[3] <= cfg.det_pixels and shape[2] % 32 == shape[3] % 32 == 0, shape
+    assert cfg.det_pixels < 736 * 49056 // 8
+    assert [line.text for line in ocr.run(encode(strip_.rotate(90, expand=True)), infer, cfg)]  # ordinary: unchanged
+
+
+def test_ordinary_images_keep_rapidocr_detector_input(cfg, infer):
+    """Up to 7:1 and up to 2000×2000, the detector's input is RapidOCR's own size."""
+    for size in ((2000, 2000), (30, 210), (736 * 7, 736), (4032, 3024)):
+        img = np.zeros((size[1], size[0], 3), np.uint8)
+        h, w = ocr.det_input(ocr.letterbox(ocr.resize_whole(img, cfg)[0], cfg)[0], cfg).shape[2:]
+        full = replace(cfg, det_pixels=10**12)
+        assert (h, w) == ocr.det_input(ocr.letterbox(ocr.resize_whole(img, full)[0], full)[0], full).shape[2:], size
+
+
+def test_recogniser_batches_are_bounded_in_width(cfg):
+    """A 10×20000 crop (a 1×2000 image scaled up to a short side of 30 gives such boxes) would be a
+    [1, 3, 48, 96000] batch, GBs in the recogniser: squeezed to rec_max_ratio heights instead."""
+    assert ocr.rec_input([np.zeros((10, 20000, 3), np.uint8)], cfg).shape == (1, 3, 48, int(48 * cfg.rec_max_ratio))
+    assert ocr.rec_input([np.zeros((20, 3000, 3), np.uint8)], cfg).shape == (1, 3, 48, 7200)  # 150:1: as RapidOCR
 
 
 def test_small_max_pixels(cfg, infer):

@@ -11,11 +11,11 @@ from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException
 
 from search.api import openai
-from search.errors import BadRequest, EmptyCollection, ModelNotReady, NotFound, ServiceError, StoreUnavailable, TritonUnavailable
+from search.errors import BadRequest, Busy, EmptyCollection, ModelNotReady, NotFound, ServiceError, StoreUnavailable, TritonUnavailable
 from search.observability import note_error
 
 STATUS = {NotFound: 404, BadRequest: 400, EmptyCollection: 409, ModelNotReady: 503, TritonUnavailable: 503,
-          StoreUnavailable: 503}
+          StoreUnavailable: 503, Busy: 503}
 
 
 def error_response(path: str, status: int, message: str, *, param: str | None = None, kind: str | None = None,
@@ -29,7 +29,9 @@ def error_response(path: str, status: int, message: str, *, param: str | None = 
 
 def service_error_response(path: str, exc: ServiceError) -> JSONResponse:
     status = next((code for cls, code in STATUS.items() if isinstance(exc, cls)), 500)
-    return error_response(path, status, str(exc), param=getattr(exc, "param", None), kind=type(exc).__name__)
+    headers = {"Retry-After": str(exc.retry_after)} if isinstance(exc, Busy) else None
+    return error_response(path, status, str(exc), param=getattr(exc, "param", None), kind=type(exc).__name__,
+                          headers=headers)
 
 
 def http_error_response(path: str, exc: HTTPException) -> JSONResponse:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import io
 import json
+import warnings
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -64,15 +65,18 @@ def prepared(data: bytes) -> bytes:
     palette image as its palette indices and inverts an image with transparency. Such an image goes
     as RGB PNG with the orientation applied and transparency on white; any other goes unchanged."""
     try:
-        with Image.open(io.BytesIO(data)) as img:
-            turned = img.getexif().get(0x0112, 1) not in (0, 1)
-            if (img.mode in ("RGB", "L", "1") and not turned) or img.width * img.height > MAX_PREPARED_PIXELS:
-                return data
-            img = ImageOps.exif_transpose(img)
-            rgba = img.convert("RGBA")
-            flat = Image.new("RGB", rgba.size, (255, 255, 255))
-            flat.paste(rgba, mask=rgba.getchannel("A"))
-            buf = io.BytesIO()
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # Pillow's notes on odd files: the served step says what is wrong, in one line
+            with Image.open(io.BytesIO(data)) as img:
+                turned = img.getexif().get(0x0112, 1) not in (0, 1)
+                if (img.mode in ("RGB", "L", "1") and not turned) or img.width * img.height > MAX_PREPARED_PIXELS:
+                    return data
+                ImageOps.exif_transpose(img, in_place=True)  # in place: no copy of an upright image
+                rgba = img if img.mode == "RGBA" else img.convert("RGBA")
+                flat = Image.new("RGB", rgba.size, (255, 255, 255))
+                flat.paste(rgba, mask=rgba)  # its alpha band, without a copy of it
+                del rgba
+            buf = io.BytesIO()  # the decoded image is closed by now
             flat.save(buf, "PNG", compress_level=1)
             return buf.getvalue()
     except Exception:  # not an image Pillow reads: the served step says why

@@ -8,12 +8,13 @@ libraries and dtypes, so results are identical, quirks kept on purpose:
   all black (then 255 - alpha is added);
 - a max-side resize rounding the short side to 0 is an error (BadImage).
 Differences only where RapidOCR would run out of memory or time: the header size is checked
-against ``max_pixels`` before decoding; a detector input over ``max_det_pixels`` is refused (thin
-tall images are scaled up to a short side of 736); at most ``max_lines`` boxes are recognised, in
-reading order."""
+against ``max_pixels`` before decoding; a detector input over ``det_pixels`` (a thin tall image,
+whose short side RapidOCR scales up to 736) is scaled down to fit, since the detector's memory grows
+with its input's pixels; at most ``max_lines`` boxes are recognised, in reading order."""
 
 from __future__ import annotations
 
+import functools
 import io
 import math
 import warnings
@@ -60,7 +61,12 @@ class OcrConfig:
     rec_batch_num: int = 6
     max_pixels: int = 100_000_000
     max_lines: int = 1000
-    max_det_pixels: int = 40_000_000  # RapidOCR's inputs stay under 11 M pixels up to a 20:1 tall image
+    # The detector's input is scaled down to at most this many pixels: its activations take ~200
+    # bytes a pixel on the CPU. Every image up to 7:1 (up to 2000×2000) stays as RapidOCR reads it.
+    det_pixels: int = 4_194_304
+    # A recogniser batch is at most this many heights wide (a crop of 200:1 and longer is squeezed to
+    # it): its memory grows with the width (~0.3 GB for one crop 9,600 wide).
+    rec_max_ratio: float = 200.0
     # Fixed shapes for a GPU (configs/gpu.pbtxt; empty: RapidOCR's exact shapes): the detector's input
     # sides and the recogniser's batch width are padded up to the next of these (past the last, to a
     # multiple of it), so a GPU host sees a few shapes, not one per image and crop batch (docs/ocr.md).
@@ -97,7 +103,8 @@ def config_to_json(cfg: OcrConfig) -> dict:
 
 def config_from_json(d: dict) -> OcrConfig:
     tuples = {"mean", "std", "cls_image_shape", "label_list", "rec_img_shape", "det_buckets", "rec_widths"}
-    return OcrConfig(**{k: tuple(v) if k in tuples else v for k, v in d.items()})
+    legacy = {"max_det_pixels"}  # written by earlier builds: det_pixels (its default) bounds the detector now
+    return OcrConfig(**{k: tuple(v) if k in tuples else v for k, v in d.items() if k not in legacy})
 
 
 # --- image loading and whole-image resizing ---------------------------------------------------
@@ -211,7 +218,8 @@ def detect(tensor: np.ndarray, infer: Infer, cfg: OcrConfig) -> np.ndarray:
 
 
 def det_input(img: np.ndarray, cfg: OcrConfig) -> np.ndarray | None:
-    """[1, 3, H, W] float32 for the detector (sides multiples of 32), or None where a side rounds to 0."""
+    """[1, 3, H, W] float32 for the detector (sides multiples of 32), or None where a side rounds to 0.
+    RapidOCR's size, unless over ``det_pixels``: then scaled down to fit, sides rounded down."""
     h, w = img.shape[:2]
     if cfg.limit_type == "min":
         limit = cfg.limit_side_len
@@ -220,13 +228,26 @@ def det_input(img: np.ndarray, cfg: OcrConfig) -> np.ndarray | None:
         limit = 960 if max(h, w) < 960 else 1500 if max(h, w) < 1500 else 2000
         ratio = float(limit) / (h if h > w else w) if max(h, w) > limit else 1.0
     rh, rw = int(round(int(h * ratio) / 32) * 32), int(round(int(w * ratio) / 32) * 32)
+    if rh * rw > cfg.det_pixels:
+        scale = math.sqrt(cfg.det_pixels / (rh * rw))
+        rh, rw = int(rh * scale) // 32 * 32, int(rw * scale) // 32 * 32
     if rh <= 0 or rw <= 0:
         return None
-    if rh * rw > cfg.max_det_pixels:
-        raise BadImage(f"the image's shape needs a {rw}×{rh} detector input, over max_det_pixels ({cfg.max_det_pixels})")
     resized = cv2.resize(img, (rw, rh))
-    norm = (resized.astype("float32") * (1 / 255.0) - np.array(cfg.mean)) / np.array(cfg.std)  # float64, as RapidOCR
-    return np.expand_dims(norm.transpose((2, 0, 1)), axis=0).astype(np.float32)
+    table = _normalise_table(tuple(cfg.mean), tuple(cfg.std))
+    out = np.empty((1, 3, rh, rw), np.float32)
+    for c in range(3):  # a lookup per channel: RapidOCR's float64 arithmetic would take ~60 bytes a pixel
+        np.take(table[c], resized[..., c], out=out[0, c])
+    return out
+
+
+@functools.lru_cache(maxsize=4)
+def _normalise_table(mean: tuple[float, ...], std: tuple[float, ...]) -> np.ndarray:
+    """[3, 256] float32: each 8-bit value of each channel normalised with RapidOCR's own expression,
+    so looking values up gives its bits exactly."""
+    levels = np.repeat(np.arange(256, dtype=np.uint8)[None, :, None], 3, axis=2)  # a 1×256 "image"
+    norm = (levels.astype("float32") * (1 / 255.0) - np.array(mean)) / np.array(std)
+    return np.ascontiguousarray(norm[0].T.astype(np.float32))
 
 
 # --- crops, classifier, recogniser ------------------------------------------------------------
@@ -274,9 +295,9 @@ def apply_cls(imgs: list[np.ndarray], probs: np.ndarray, cfg: OcrConfig) -> list
 
 
 def rec_input(imgs: list[np.ndarray], cfg: OcrConfig) -> np.ndarray:
-    """One recogniser batch: [n, 3, 48, W], W from the batch's widest ratio (at least 320/48)."""
+    """One recogniser batch: [n, 3, 48, W], W from the batch's widest ratio (at least 320/48, at most rec_max_ratio)."""
     c, h, w = cfg.rec_img_shape
-    max_ratio = max([w / h] + [img.shape[1] * 1.0 / img.shape[0] for img in imgs])
+    max_ratio = min(max([w / h] + [img.shape[1] * 1.0 / img.shape[0] for img in imgs]), cfg.rec_max_ratio)
     batch = np.stack([_resize_norm(img, cfg.rec_img_shape, int(h * max_ratio)) for img in imgs]).astype(np.float32)
     return padded(batch, h, bucket(batch.shape[3], cfg.rec_widths))
 
