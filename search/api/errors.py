@@ -11,11 +11,23 @@ from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException
 
 from search.api import openai
-from search.errors import BadRequest, EmptyCollection, ModelNotReady, NotFound, ServiceError, StoreUnavailable, TritonUnavailable
+from search.errors import (
+    BadRequest,
+    EmptyCollection,
+    ModelNotReady,
+    NotFound,
+    ServiceError,
+    StoreUnavailable,
+    TritonTimeout,
+    TritonUnavailable,
+)
 from search.observability import note_error
 
-STATUS = {NotFound: 404, BadRequest: 400, EmptyCollection: 409, ModelNotReady: 503, TritonUnavailable: 503,
-          StoreUnavailable: 503}
+# First match wins: a subclass comes before its base. A Triton that timed out is there but busy: 504
+# (the gateway's upstream was slow), without Retry-After; one that is down is a 503 with it.
+STATUS = {NotFound: 404, BadRequest: 400, EmptyCollection: 409, ModelNotReady: 503, TritonTimeout: 504,
+          TritonUnavailable: 503, StoreUnavailable: 503}
+RETRY_AFTER_S = 5  # a Triton that is down: the supervisor starts a crashed local one again in seconds
 
 
 def error_response(path: str, status: int, message: str, *, param: str | None = None, kind: str | None = None,
@@ -29,7 +41,9 @@ def error_response(path: str, status: int, message: str, *, param: str | None = 
 
 def service_error_response(path: str, exc: ServiceError) -> JSONResponse:
     status = next((code for cls, code in STATUS.items() if isinstance(exc, cls)), 500)
-    return error_response(path, status, str(exc), param=getattr(exc, "param", None), kind=type(exc).__name__)
+    down = isinstance(exc, TritonUnavailable) and not isinstance(exc, TritonTimeout)
+    return error_response(path, status, str(exc), param=getattr(exc, "param", None), kind=type(exc).__name__,
+                          headers={"Retry-After": str(RETRY_AFTER_S)} if down else None)
 
 
 def http_error_response(path: str, exc: HTTPException) -> JSONResponse:
