@@ -27,7 +27,7 @@ from search.config import Settings
 from search.errors import ModelNotReady, ServiceError, TritonUnavailable
 from search.models import family
 from search.store import Store, StoredFile, open_store
-from search.triton.client import TritonClient
+from search.triton.client import TritonClient, client_options
 
 FILES_PER_READ_BATCH = 8  # files a read+split task takes at once
 FILES_PER_EMBED_BATCH = 32  # files whose units one embed call gets (sorted by size, sent in requests of embed_batch_size)
@@ -126,7 +126,7 @@ def workers_write(settings: Settings) -> bool:
 def _kinds(plan: Plan, url: str) -> dict[str, Kind]:
     by_url = _recent(_KINDS, plan.token, dict)
     if url not in by_url:
-        triton = TritonClient(url, plan.settings.triton_timeout_s)
+        triton = TritonClient(url, **client_options(plan.settings))
         kinds = {}
         for name, (families, signature, read_signature) in plan.kinds.items():
             kind = make_kind(plan.settings, triton, name, [family(f) for f in families], plan.kb)

@@ -41,7 +41,14 @@ class Settings(BaseSettings):
     # gRPC addresses ("t1:8001,t2:8001"): spread across the embed actors, and a request that fails
     # on one is retried on another. Unset: the one address above.
     triton_urls: str | None = None
-    triton_timeout_s: float = 30.0
+    # A call's deadline grows with its batch: this base, plus so much a row and a MiB of input (a batch
+    # of 16 long chunks, a large scan). A call that misses it, is refused while Triton is there, or loses
+    # its stream is tried again (exponential backoff with jitter) while the batch's retry budget lasts;
+    # a query tries twice within its base deadline. Triton down (nothing listens) fails at once.
+    triton_timeout_s: float = Field(default=30.0, gt=0, le=3600)
+    triton_timeout_per_row_s: float = Field(default=0.5, ge=0, le=600)
+    triton_timeout_per_mib_s: float = Field(default=1.0, ge=0, le=600)
+    triton_retry_budget_s: float = Field(default=120.0, ge=0, le=3600)  # 0: no retries
     triton_start_timeout_s: float = 120.0
 
     # Qdrant: a server when QDRANT_URL is set, else the embedded store under data_dir.
@@ -52,6 +59,10 @@ class Settings(BaseSettings):
         default=None,
         validation_alias=AliasChoices("SEARCH_QDRANT_API_KEY", "QDRANT_API_KEY", "qdrant_api_key"),
     )
+    # A Qdrant server's idempotent calls (reads, upserts by id, deletes and payloads by filter) that fail
+    # for a moment (connection lost or refused, a timeout, 429/502/503/504) are tried again with
+    # backoff for so long; 0: never.
+    store_retry_budget_s: float = Field(default=30.0, ge=0, le=3600)
     # The embedded store when no QDRANT_URL is set (env SEARCH_STORE): "edge" = Qdrant's own engine
     # in-process (HNSW, payload indexes, WAL) in <data_dir>/store-edge; "local" = qdrant-client's
     # local mode (exact search in Python, for small stores) in <data_dir>/qdrant.

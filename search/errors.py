@@ -8,7 +8,17 @@ class ServiceError(Exception):
 
 
 class TritonUnavailable(ServiceError):
+    """Triton does not answer: down (nothing listens at its address), or, as ``TritonTimeout``, too slow."""
+
     exit_code = 3
+
+
+class TritonTimeout(TritonUnavailable):
+    """Triton is there (its port answers) but a call missed its deadline on every try its retry budget
+    allowed: busy or stopped, not down. Try again later; nothing needs starting. A TritonUnavailable, so
+    whatever waits for a Triton that is down waits for this one too."""
+
+    exit_code = 9
 
 
 class TritonError(ServiceError):

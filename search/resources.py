@@ -13,7 +13,7 @@ from search.datadir import private
 from search.flight import SingleFlight
 from search.models import FAMILIES, Family
 from search.store import Store, open_store
-from search.triton.client import START_HINT, TritonClient
+from search.triton.client import QUERY, START_HINT, TritonClient, client_options
 from search.triton.coalesce import Coalescer
 from search.triton.local import LocalTriton
 
@@ -30,7 +30,7 @@ class Resources:
 
     @cached_property
     def triton(self) -> TritonClient:
-        return TritonClient(self.triton_url(), self.settings.triton_timeout_s, hint=self.triton_hint)
+        return TritonClient(self.triton_url(), hint=self.triton_hint, **client_options(self.settings))
 
     @cached_property
     def batchers(self) -> dict[str, Coalescer]:
@@ -45,7 +45,7 @@ class Resources:
     def _query_sender(self, fam: Family) -> Callable[[list], list]:
         """``fam``'s send, bound here (a lambda in the comprehension would see the last family), asking
         for ``triton`` at each send as the properties it replaces did."""
-        return lambda queries: fam.encode_queries(self.triton, queries)
+        return lambda queries: fam.encode_queries(self.triton.with_retry(QUERY), queries)
 
     @cached_property
     def verify_runs(self) -> SingleFlight[dict]:

@@ -86,7 +86,7 @@ def _kinds(cls: type) -> dict[str, type]:
 
 _KINDS = _kinds(errors.ServiceError)
 _BY_STATUS = {400: errors.BadRequest, 404: errors.BadRequest, 409: errors.EmptyCollection, 413: errors.BadRequest,
-              422: errors.BadRequest, 503: errors.TritonUnavailable}
+              422: errors.BadRequest, 503: errors.TritonUnavailable, 504: errors.TritonTimeout}
 
 
 def _error(status: int, raw: bytes) -> errors.ServiceError:

@@ -11,11 +11,25 @@ from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException
 
 from search.api import openai
-from search.errors import BadRequest, Busy, EmptyCollection, ModelNotReady, NotFound, ServiceError, StoreUnavailable, TritonUnavailable
+from search.errors import (
+    BadRequest,
+    Busy,
+    EmptyCollection,
+    ModelNotReady,
+    NotFound,
+    ServiceError,
+    StoreUnavailable,
+    TritonTimeout,
+    TritonUnavailable,
+)
 from search.observability import note_error
 
-STATUS = {NotFound: 404, BadRequest: 400, EmptyCollection: 409, ModelNotReady: 503, TritonUnavailable: 503,
-          StoreUnavailable: 503, Busy: 503}
+# First match wins: a subclass comes before its base. A Triton that timed out is there but busy: 504
+# (the gateway's upstream was slow), without Retry-After; one that is down is a 503 with it, and so is
+# a full queue (Busy, with its own Retry-After).
+STATUS = {NotFound: 404, BadRequest: 400, EmptyCollection: 409, ModelNotReady: 503, TritonTimeout: 504,
+          TritonUnavailable: 503, StoreUnavailable: 503, Busy: 503}
+RETRY_AFTER_S = 5  # a Triton that is down: the supervisor starts a crashed local one again in seconds
 
 
 def error_response(path: str, status: int, message: str, *, param: str | None = None, kind: str | None = None,
@@ -29,7 +43,11 @@ def error_response(path: str, status: int, message: str, *, param: str | None = 
 
 def service_error_response(path: str, exc: ServiceError) -> JSONResponse:
     status = next((code for cls, code in STATUS.items() if isinstance(exc, cls)), 500)
-    headers = {"Retry-After": str(exc.retry_after)} if isinstance(exc, Busy) else None
+    headers = None
+    if isinstance(exc, Busy):
+        headers = {"Retry-After": str(exc.retry_after)}
+    elif isinstance(exc, TritonUnavailable) and not isinstance(exc, TritonTimeout):  # down, not slow
+        headers = {"Retry-After": str(RETRY_AFTER_S)}
     return error_response(path, status, str(exc), param=getattr(exc, "param", None), kind=type(exc).__name__,
                           headers=headers)
 

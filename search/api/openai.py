@@ -16,7 +16,8 @@ PREFIX = "/v1/"
 _KINDS = {400: ("invalid_request_error", None), 401: ("invalid_request_error", "invalid_api_key"),
           403: ("invalid_request_error", "forbidden"), 404: ("invalid_request_error", "model_not_found"),
           409: ("invalid_request_error", None), 413: ("invalid_request_error", "request_too_large"),
-          422: ("invalid_request_error", None), 503: ("server_error", "model_not_ready")}
+          422: ("invalid_request_error", None), 503: ("server_error", "model_not_ready"),
+          504: ("server_error", "timeout")}
 
 
 def is_openai(path: str) -> bool:
@@ -46,7 +47,8 @@ _ERRORS = {
     404: "No such model",
     413: "The request body is over the server's size limit",
     500: "An unexpected error; the server log has the details",
-    503: "The model is not served now, or Triton is not reachable",
+    503: "The model is not served now, or Triton is not reachable (with Retry-After)",
+    504: "Triton is there but did not answer in time, retries included (busy): try again later",
     "4XX": "Any other client error (a request that does not match this schema is a 400 here, never a 422)",
 }
 _AUTH_HEADER = {"WWW-Authenticate": {"description": "the scheme to authenticate with", "required": True,
@@ -55,6 +57,7 @@ _AUTH_HEADER = {"WWW-Authenticate": {"description": "the scheme to authenticate 
 
 def errors(*codes: int | str) -> dict[int | str, dict]:
     """The ``responses=`` of a /v1 route: these statuses, each with OpenAI's error body."""
+    codes = (*codes, 504) if 503 in codes else codes  # where Triton may be down, it may be busy
     return {code: {"model": OpenAIError, "description": _ERRORS[code],
                    **({"headers": _AUTH_HEADER} if code == 401 else {})} for code in codes}
 

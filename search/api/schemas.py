@@ -171,7 +171,8 @@ _ERRORS = {
     413: "The request body, or one uploaded file, is over the server's size limit",
     422: "The request does not match this schema; `detail` names each field, `errors` lists pydantic's findings",
     500: "An unexpected error; the server log has the details",
-    503: "Triton, a model or the store is not available (or the API keys file became unreadable)",
+    503: "Triton, a model or the store is not available (or the API keys file became unreadable); Retry-After when Triton is down",
+    504: "Triton is there but did not answer in time, retries included (busy): try again later",
 }
 _AUTH_HEADER = {"WWW-Authenticate": {"description": "the scheme to authenticate with", "required": True,
                                      "schema": {"type": "string"}}}
@@ -179,6 +180,7 @@ _AUTH_HEADER = {"WWW-Authenticate": {"description": "the scheme to authenticate 
 
 def errors(*codes: int) -> dict[int | str, dict]:
     """The ``responses=`` of a route or router: these statuses, each with the project's error body."""
+    codes = (*codes, 504) if 503 in codes else codes  # where Triton may be down, it may be busy
     return {code: {"model": ValidationErrorBody if code == 422 else ErrorBody, "description": _ERRORS[code],
                    **({"headers": _AUTH_HEADER} if code == 401 else {})} for code in codes}
 

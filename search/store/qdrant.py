@@ -3,22 +3,35 @@
 
 from __future__ import annotations
 
+import logging
+import time
 import warnings
 from pathlib import Path
 
 from qdrant_client import QdrantClient, models
+from qdrant_client.http.exceptions import ResponseHandlingException, UnexpectedResponse
 
+from search.backoff import backoff_s
 from search.errors import StoreUnavailable
 from search.store.base import CollectionStats, Store
 from search.store.schema import CollectionSchema
 from search.store.util import disk_usage, plain_points
 
+log = logging.getLogger("search.store")
+# The calls that may be asked again after an answer that was lost: reads, and writes whose second
+# time changes nothing (points by id, deletes and payloads by filter, an index that exists).
+IDEMPOTENT = frozenset({"collection_exists", "get_collection", "get_collections", "count", "scroll", "query_points",
+                        "retrieve", "upsert", "delete", "set_payload", "create_payload_index"})
+TRANSIENT_STATUS = frozenset({429, 502, 503, 504})  # busy, or a proxy in front of a restarting server
+
 
 class QdrantStore(Store):
     def __init__(self, location: str, *, api_key: str | None = None, prefix: str = "",
-                 shards: int | None = None, replicas: int | None = None, quantization: str | None = None) -> None:
+                 shards: int | None = None, replicas: int | None = None, quantization: str | None = None,
+                 retry_budget_s: float = 0.0) -> None:
         super().__init__(prefix, quantization)
         self.location = location
+        self.retry_budget_s = retry_budget_s
         # New collections on a Qdrant cluster: shards spread over the nodes, copies of each shard
         # (None: the server's defaults; local mode ignores both).
         self.sharding = {k: v for k, v in (("shard_number", shards), ("replication_factor", replicas)) if v}
@@ -40,14 +53,25 @@ class QdrantStore(Store):
         self.client.close()
 
     def _call(self, fn, *args, **kwargs):
-        try:
-            return fn(*args, **kwargs)
-        except (ValueError, KeyError):
-            raise
-        except Exception as exc:
-            if "Not found" in str(exc) or "not found" in str(exc):
+        """``fn`` of the client, its failures as StoreUnavailable; a server's idempotent call that failed
+        for a moment (``transient``) is tried again with backoff while ``retry_budget_s`` lasts."""
+        started, attempt = time.monotonic(), 0
+        while True:
+            attempt += 1
+            try:
+                return fn(*args, **kwargs)
+            except (ValueError, KeyError):
                 raise
-            raise StoreUnavailable(f"Qdrant at {self.location} is not reachable: {str(exc).splitlines()[0][:200]}") from exc
+            except Exception as exc:
+                if "Not found" in str(exc) or "not found" in str(exc):
+                    raise
+                wait = backoff_s(attempt)
+                if (self.backend != "server" or getattr(fn, "__name__", "") not in IDEMPOTENT or not transient(exc)
+                        or time.monotonic() - started + wait >= self.retry_budget_s):
+                    raise StoreUnavailable(f"Qdrant at {self.location} is not reachable: {_first_line(exc)}") from exc
+                log.warning("Qdrant %s failed (%s); trying again in %.1f s (try %d)", fn.__name__, _first_line(exc),
+                            wait, attempt + 1)
+                time.sleep(wait)
 
     # -- schema
     def ensure(self, schema: CollectionSchema) -> None:
@@ -151,3 +175,15 @@ class QdrantStore(Store):
             status=("exact search (local mode has no indexes)" if self.backend == "local"
                     else status.get(str(info.status.value), str(info.status.value))),
             payload_indexes=sorted(info.payload_schema or {}), disk_bytes=disk)
+
+
+def transient(exc: Exception) -> bool:
+    """A failure that another try may not meet: the connection (refused, lost, timed out), or a server
+    that says it is busy or restarting; not a request the server refused."""
+    if isinstance(exc, UnexpectedResponse):
+        return exc.status_code in TRANSIENT_STATUS
+    return isinstance(exc, (ResponseHandlingException, ConnectionError, TimeoutError))
+
+
+def _first_line(exc: Exception) -> str:
+    return (str(exc).splitlines() or [type(exc).__name__])[0][:200]

@@ -9,11 +9,18 @@ reloading the step (``heal``) and retrying once; ``probe`` tells such a model fr
 Triton 2.51 says the same of a stub that merely stalled (a suspended machine), then hands its late
 answers to later requests: a step that sees another request's outputs fails with ``MIXED_UP``, and
 an answer without one row per input row is refused; both are reloaded as a death
-(docs/reliability.md). A request out while a step was dead, stalled or reloading is asked again."""
+(docs/reliability.md). A request out while a step was dead, stalled or reloading is asked again.
+
+A busy machine is not a dead server: a call that misses its deadline, is refused while Triton is
+there, or loses its stream is tried again within its budget (``search.triton.retry``), and fails as
+``TritonTimeout`` ("timed out after N s"); only a Triton whose health probe is refused is "not
+reachable" (``down``)."""
 
 from __future__ import annotations
 
+import logging
 import re
+import socket
 import threading
 import time
 from collections.abc import Callable
@@ -22,11 +29,14 @@ import numpy as np
 import tritonclient.grpc as grpcclient
 from tritonclient.utils import InferenceServerException, np_to_triton_dtype
 
-from search.errors import ModelNotReady, TritonUnavailable
+from search.errors import ModelNotReady, TritonTimeout, TritonUnavailable
 from search.triton.heal import RESTART_HINT, Healing, Health, _fresh, _short, _StubDied
+from search.triton.retry import QUERY, Deadline, Retry, Tries
 from search.triton.steps.requests import MIXED_UP
 
-__all__ = ["RESTART_HINT", "START_HINT", "Health", "TritonClient", "text_tensor"]
+__all__ = ["QUERY", "RESTART_HINT", "START_HINT", "Deadline", "Health", "Retry", "TritonClient", "text_tensor"]
+
+log = logging.getLogger("search.triton.client")
 
 START_HINT = "start it with `search triton up`"
 # tritonclient's own message limits, and gRPC's reconnect backoff cut from 1 s (growing 1.6x per failed
@@ -42,16 +52,22 @@ _ENSEMBLE = re.compile(r"in ensemble '([^']+)'")
 # A step inside an ensemble refused the inputs the ensemble gave it: only another request's outputs
 # do that (the caller's inputs were checked at the ensemble), as after a stalled step.
 _STEP_MISFIT = re.compile(r"in ensemble '[^']+'.*(?:batch size does not match other inputs|expected number of inputs)", re.S)
-
+_CONNECT_TIMED_OUT = re.compile(r"timed out|Deadline Exceeded", re.I)  # a port that takes the connection, then nothing
+_STREAM_LOST = re.compile(r"Stream removed|Socket closed|Connection reset", re.I)  # gRPC's UNKNOWN for a dropped stream
 
 
 class TritonClient(Healing):
     def __init__(self, url: str, timeout_s: float = 30.0, *, heal: bool = True, heal_timeout_s: float = 180.0,
-                 hint: Callable[[], str] | None = None) -> None:
-        """``hint``: what to do when Triton is not reachable (default: start it), asked then."""
+                 hint: Callable[[], str] | None = None, per_row_s: float = 0.0, per_mib_s: float = 0.0,
+                 retry: Retry | None = None) -> None:
+        """``hint``: what to do when Triton is not reachable (default: start it), asked then.
+        ``timeout_s``, ``per_row_s``, ``per_mib_s``: a call's ``Deadline``; ``retry``: how each call
+        rides out a busy Triton (default: no second try)."""
         self.url = url
         self.hint = hint or (lambda: START_HINT)
         self.timeout_s = timeout_s
+        self.deadline = Deadline(timeout_s, per_row_s, per_mib_s)
+        self.retry = retry or Retry()
         self._init_healing(heal, heal_timeout_s)
         self._local = threading.local()  # one channel per thread: ingest embeds from a pool, batchers send from theirs
         self._ready_at: dict[str, float] = {}  # model -> monotonic time it last answered ready
@@ -66,11 +82,30 @@ class TritonClient(Healing):
     def _unreachable(self, exc: Exception) -> TritonUnavailable:
         return TritonUnavailable(f"Triton is not reachable at {self.url} ({_short(exc)}): {self.hint()}")
 
+    def _timed_out(self, model: str, exc: Exception, tries: Tries) -> TritonTimeout:
+        budget = "within its deadline" if tries.retry.tries else "(SEARCH_TRITON_RETRY_BUDGET_S)"
+        retried = f", {tries.count} tries in {tries.elapsed():.0f} s {budget}" if tries.count > 1 else ""
+        if isinstance(exc, TritonTimeout):  # a call's deadline, or a connection's (gRPC's own)
+            what = f"timed out after {tries.timeout:.3g} s (SEARCH_TRITON_TIMEOUT_S){retried}"
+        else:
+            what = f"kept failing ({_short(exc.__cause__ or exc)}){retried}"
+        return TritonTimeout(f"Triton at {self.url} did not answer '{model}' in time: {what}; it is there but busy "
+                             "or stopped: try again later, or give its calls more time")
+
     def is_live(self) -> bool:
         try:
             return self._client.is_server_live(client_timeout=2)
         except Exception:
             return False
+
+    def down(self) -> bool:
+        """Whether Triton is down by its health probe: it says it is not live, or it does not answer and
+        nothing listens at its address. A server whose port still takes connections (stopped, swamped,
+        its gRPC channel given up by a keepalive) is not down: it comes back by itself."""
+        try:
+            return not self._client.is_server_live(client_timeout=2)
+        except InferenceServerException:
+            return not _listening(self.url)
 
     def model_ready(self, name: str, *, max_age_s: float = 0.0) -> bool:
         """Whether Triton serves ``name``. ``max_age_s``: a "ready" younger than that is reused (a
@@ -80,6 +115,9 @@ class TritonClient(Healing):
         try:
             ready = self._client.is_model_ready(name, client_timeout=5)
         except InferenceServerException as exc:
+            if "DEADLINE" in str(exc.status() or "") and not self.down():
+                raise TritonTimeout(f"Triton at {self.url} did not say whether '{name}' is loaded: timed out after 5 s; "
+                                    "it is there but busy or stopped: try again later") from exc
             raise self._unreachable(exc) from exc
         if ready:
             self._ready_at[name] = time.monotonic()
@@ -101,23 +139,48 @@ class TritonClient(Healing):
                 raise self._unreachable(exc) from exc
             raise ModelNotReady(f"model '{name}' is not available in Triton ({_short(exc)})") from exc
 
-    def infer(self, model: str, inputs: dict[str, np.ndarray], outputs: list[str]) -> dict[str, np.ndarray]:
-        """``outputs`` of ``model`` for ``inputs`` (batched: [batch, ...] each). A step found dead or
-        mixed up is reloaded (``heal``) and the request asked once more; so is an answer that came while
-        a step was in such trouble."""
+    def infer(self, model: str, inputs: dict[str, np.ndarray], outputs: list[str], *,
+              retry: Retry | None = None) -> dict[str, np.ndarray]:
+        """``outputs`` of ``model`` for ``inputs`` (batched: [batch, ...] each), within the batch's
+        deadline. A call that timed out, was refused or lost its stream while Triton is there is tried
+        again under ``retry`` (default: the client's); a Triton found down fails at once."""
+        tries = Tries(retry or self.retry, self.deadline.of(inputs))
+        while True:
+            timeout = tries.next_timeout()
+            try:
+                return self._healed(model, inputs, outputs, timeout)
+            except TritonUnavailable as exc:
+                if self.down():
+                    raise (exc if type(exc) is TritonUnavailable else self._unreachable(exc.__cause__ or exc)) from exc.__cause__
+                wait = tries.backoff()
+                if wait is None:
+                    raise self._timed_out(model, exc, tries) from exc.__cause__
+                log.warning("Triton call to '%s' failed (%s: %s), Triton is there; trying again in %.1f s (try %d)", model,
+                            "timed out" if isinstance(exc, TritonTimeout) else "refused", _short(exc.__cause__ or exc),
+                            wait, tries.count + 1)
+                time.sleep(wait)
+
+    def _healed(self, model: str, inputs: dict[str, np.ndarray], outputs: list[str], timeout: float) -> dict[str, np.ndarray]:
+        """One try of ``infer``. A step found dead or mixed up is reloaded (``heal``) and the request asked
+        once more; so is an answer that came while a step was in such trouble."""
         started = time.monotonic()
         try:
-            got = self._infer(model, inputs, outputs, self.timeout_s)
+            got = self._infer(model, inputs, outputs, timeout)
             if not self._in_trouble(started):
                 return got
             self._after_trouble(model)
         except _StubDied as dead:
             self._after_death(model, dead, started)
         try:  # once: a step that dies on every request must not loop
-            return self._infer(model, inputs, outputs, self.timeout_s)
+            return self._infer(model, inputs, outputs, timeout)
         except _StubDied as again:
             self._trouble_at = self._settled_at = time.monotonic()
             raise self._died_again(model, again) from None
+
+    def with_retry(self, retry: Retry) -> TritonClient:
+        """This client (its channels, its healing state: steps are shared) whose calls default to ``retry``:
+        a query's two tries within its deadline (``QUERY``) where the client's own are an ingest batch's."""
+        return _WithRetry(self, retry)  # type: ignore[return-value]  - a TritonClient by its methods
 
     async def aclose(self) -> None:
         """Nothing to close: the channels are per thread, blocking, and go with their threads. Kept
@@ -129,15 +192,23 @@ class TritonClient(Healing):
         try:
             result = self._client.infer(model, _tensors(inputs), outputs=_requested(outputs), client_timeout=timeout)
         except InferenceServerException as exc:
-            if (error := self._error(model, exc)) is None:
+            if (error := self._error(model, exc, timeout)) is None:
                 raise
             raise error from exc
         return _outputs(result, outputs, _rows(inputs) if batched else None)
 
-    def _error(self, model: str, exc: InferenceServerException) -> Exception | None:
-        """A failed inference as this project's errors (None: none applies)."""
+    def _error(self, model: str, exc: InferenceServerException, timeout: float | None = None) -> Exception | None:
+        """A failed inference as this project's errors (None: none applies). A deadline missed is a
+        ``TritonTimeout``, a refusal or a lost stream "not reachable": ``infer`` asks the health probe
+        whether either is worth another try."""
         status = str(exc.status() or "")
-        if "UNAVAILABLE" in status or "DEADLINE" in status:
+        if "DEADLINE" in status:
+            return TritonTimeout(f"Triton at {self.url} did not answer '{model}' in time: timed out after "
+                                 f"{timeout or self.timeout_s:.3g} s (SEARCH_TRITON_TIMEOUT_S)")
+        if "UNAVAILABLE" in status and _CONNECT_TIMED_OUT.search(exc.message() or ""):
+            return TritonTimeout(f"Triton at {self.url} did not answer '{model}' in time: its connection timed out "
+                                 f"({_short(exc)})")
+        if "UNAVAILABLE" in status or _STREAM_LOST.search(exc.message() or ""):
             return self._unreachable(exc)
         if "NOT_FOUND" in status or "unknown model" in str(exc) or "not ready" in str(exc):
             self._ready_at.pop(model, None)
@@ -149,6 +220,39 @@ class TritonClient(Healing):
         if MIXED_UP in message or _STEP_MISFIT.search(message):  # any step's late answer may be the cause
             return _StubDied(None, ens.group(1) if ens else None, exc, mixed_up=True)
         return None
+
+
+class _WithRetry:
+    """A ``TritonClient`` whose ``infer`` defaults to another ``Retry``; everything else is the client's."""
+
+    def __init__(self, base: TritonClient, retry: Retry) -> None:
+        self._base, self._retry = base, retry
+
+    def infer(self, model: str, inputs: dict[str, np.ndarray], outputs: list[str], *,
+              retry: Retry | None = None) -> dict[str, np.ndarray]:
+        return self._base.infer(model, inputs, outputs, retry=retry or self._retry)
+
+    def __getattr__(self, name: str):
+        return getattr(self._base, name)
+
+
+def _listening(url: str, timeout: float = 2.0) -> bool:
+    """Whether something takes TCP connections at ``url`` ("host:port"); a connect that times out counts
+    as listening (a full backlog), a refusal does not."""
+    host, _, port = url.rpartition(":")
+    try:
+        with socket.create_connection((host.strip("[]") or "127.0.0.1", int(port)), timeout=timeout):
+            return True
+    except TimeoutError:
+        return True
+    except (OSError, ValueError):
+        return False
+
+
+def client_options(settings) -> dict:
+    """``TritonClient``'s deadline and retry keywords from ``search.config.Settings``."""
+    return {"timeout_s": settings.triton_timeout_s, "per_row_s": settings.triton_timeout_per_row_s,
+            "per_mib_s": settings.triton_timeout_per_mib_s, "retry": Retry(settings.triton_retry_budget_s)}
 
 
 def _requested(outputs: list[str] | None) -> list | None:

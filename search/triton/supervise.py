@@ -10,16 +10,22 @@ in WINDOW_S; one that never got ready is not restarted, its exit status becomes 
 Triton waits for ever on a hung Python-backend process during a load: when a loading model's
 processes stay idle (under IDLE_CPU) for ``--hung-after`` seconds, the supervisor names it and
 restarts Triton (same budget); a load hanging every try ends it with an error. It also stops
-stubs left idle after a stalled step's reload (``Replaced``)."""
+stubs left idle after a stalled step's reload (``Replaced``).
+
+The server's shared memory carries queries, documents and OCR text: Triton runs under umask 077, and
+since its Python backend creates each region 0644 whatever the umask (boost.interprocess sets the
+mode after creating it), the supervisor makes them 0600 as they appear (``private_shm``)."""
 
 from __future__ import annotations
 
 import argparse
+import ctypes
 import os
 import re
 import signal
 import subprocess
 import sys
+import threading
 import time
 import urllib.request
 from pathlib import Path
@@ -31,6 +37,7 @@ IDLE_CPU = 0.01  # under 1 % of a core: idle
 TICKS_PER_S = os.sysconf("SC_CLK_TCK")
 REPLACED_IDLE_S = 120.0  # a stub that a newer one of its instance replaced, idle this long: let go of
 LOAD_ENDED = re.compile(r"(?:successfully loaded|failed to load) '([^']+)'")  # Triton's log: a model's load is over
+IN_ATTRIB, IN_CREATE = 0x4, 0x100  # inotify events: a file's mode changed, a file was created
 READY_LINE = "[supervise] Triton is ready"  # LocalTriton.start waits for it: a crash after it is restarted
 
 
@@ -62,6 +69,38 @@ def clean(shm_prefix: str) -> None:
         _kill(pid)
     for region in Path("/dev/shm").glob(f"{shm_prefix}*"):
         region.unlink(missing_ok=True)
+
+
+def private_shm(shm_prefix: str) -> None:
+    """Make the server's shared-memory regions readable by their owner only."""
+    for region in Path("/dev/shm").glob(f"{shm_prefix}*"):
+        try:
+            if region.stat().st_mode & 0o077:
+                region.chmod(0o600)
+        except OSError:  # gone meanwhile
+            continue
+
+
+def watch_shm(shm_prefix: str) -> None:
+    """``private_shm`` at each region created or chmodded in /dev/shm (inotify, in a thread), so that a
+    region is 0644 for as short a time as can be; without inotify, the main loop's sweep does it."""
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        fd = libc.inotify_init1(os.O_CLOEXEC)
+        if fd < 0 or libc.inotify_add_watch(fd, b"/dev/shm", IN_CREATE | IN_ATTRIB) < 0:
+            return
+    except (OSError, AttributeError):
+        return
+
+    def run() -> None:
+        while True:
+            try:
+                os.read(fd, 64 * 1024)
+            except OSError:
+                return
+            private_shm(shm_prefix)
+
+    threading.Thread(target=run, name="private-shm", daemon=True).start()
 
 
 class Idleness:
@@ -215,6 +254,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("command", nargs=argparse.REMAINDER)
     args = parser.parse_args(argv)
     command = args.command[1:] if args.command[:1] == ["--"] else args.command
+    os.umask(0o077)  # what Triton and its steps write is the user's alone
+    watch_shm(args.shm_prefix)
     stopping = False
     child: subprocess.Popen | None = None
 
@@ -236,6 +277,7 @@ def main(argv: list[str] | None = None) -> int:
         was_ready, hung, watch = False, None, LoadWatch(child.pid, args.log, args.hung_after)
         replaced, next_look = Replaced(child.pid, args.replaced_idle), 0.0
         while (code := child.poll()) is None:
+            private_shm(args.shm_prefix)
             if not was_ready and (was_ready := _ready(args.ready_url)):
                 print(READY_LINE, flush=True)
             if not was_ready and not stopping and (hung := watch.hung()):
