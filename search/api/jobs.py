@@ -111,6 +111,7 @@ class Jobs:
         tokens = request_id.set(job.request_id), job_id.set(job.id)  # every log line of the job carries both
         log.info("ingest job %s started", job.id, extra={"paths": len(job.paths)})
         saved = time.monotonic()
+        guard = threading.Lock()  # the job is noted from the run's thread and, while it waits, from its model's
 
         def on_start(total: int) -> None:
             job.total = total
@@ -118,26 +119,36 @@ class Jobs:
 
         def on_file(outcome) -> None:
             nonlocal saved
-            job.note_file(outcome.status, outcome.path, outcome.reason)
+            with guard:
+                job.note_file(outcome.status, outcome.path, outcome.reason)
+                if time.monotonic() - saved > SAVE_EVERY_S:
+                    self.store.save(job)
+                    saved = time.monotonic()
             if self.metrics:
                 self.metrics.ingest_files.labels(outcome.status).inc()
             if outcome.reason and outcome.status == "failed":
                 log.warning("ingest job %s: %s: %s", job.id, readable(outcome.path), outcome.reason)
-            if time.monotonic() - saved > SAVE_EVERY_S:
+
+        def on_wait(why: str | None) -> None:
+            with guard:
+                job.waiting = why
                 self.store.save(job)
-                saved = time.monotonic()
+            if why:
+                log.warning("ingest job %s: %s", job.id, why)
+            else:
+                log.info("ingest job %s: Triton answers again: going on", job.id)
 
         try:
             report = self._ingest([Path(from_stored(p)) for p in job.paths], prune=job.prune, on_start=on_start, on_file=on_file,
                                   stop=lambda: self._cancelled(job), local=job.local, gone_ok=job.gone_ok, kb=job.kb,
-                                  optimize=job.source != "watch")  # a watch optimizes once its folders are quiet
+                                  optimize=job.source != "watch", on_wait=on_wait)  # a watch optimizes once its folders are quiet
             job.report = report.as_dict()
             job.state = CANCELLED if report.cancelled else DONE
         except Exception as exc:  # the job's status is the only place left to report it
             log.exception("ingest job %s failed", job.id)
             first = (str(exc).strip().splitlines() or [""])[0]  # the whole message is in the log
             job.error, job.state = first or type(exc).__name__, FAILED
-        job.finished = time.time()
+        job.finished, job.waiting = time.time(), None
         self.store.save(job)
         self.store.forget_finished(MAX_JOBS_KEPT)
         self._notify_ended()
