@@ -15,6 +15,11 @@ from pathlib import Path
 from search.config import PROJECT_ROOT
 from search.triton.local import LocalTriton, free_port
 
+sys.path.insert(0, str(PROJECT_ROOT))
+from bench.common import busy  # noqa: E402  (the benches' CPU burners: a test that must pass on a loaded machine loads it)
+
+__all__ = ["SearchServer", "busy", "env_for", "run_cli", "serving", "stubs"]
+
 
 def stubs(server: LocalTriton, model: str) -> list[int]:
     """Live Python-backend stub processes serving ``model``: argv[1] is <repo>/<model>/<version>/<file>."""
