@@ -18,6 +18,7 @@ import pytest
 from indexed import settings_for
 
 from indexer.jobs import DONE, FAILED, JobStore
+from indexer.patience import GaveUp
 from indexer.service import IngestService
 from search.api.jobs import Jobs
 from search.models import MiniLM
@@ -103,4 +104,28 @@ def test_a_job_waits_out_a_stopped_then_killed_triton_and_indexes_every_file_onc
     store = svc.resources.store
     per_file = Counter(p.payload["path"] for p in store.all_points(DOCUMENTS.name))
     assert per_file == Counter({str(f): 1 for f in files})  # each file once: nothing lost, nothing twice
+    svc.close()
+
+
+def test_past_the_wait_a_run_ends_in_one_line_and_keeps_the_files_it_completed(server, tmp_path):
+    """A Triton killed and not started again: the run waits SEARCH_INGEST_TRITON_WAIT_S, then ends
+    with that one line; every file reported indexed before is in the store, whole, once."""
+    srv, _ = server
+    settings = settings_for(tmp_path / "data", srv.repo, srv.grpc_port).model_copy(
+        update={"triton_timeout_s": 5.0, "embed_batch_size": 2, "ingest_triton_wait_s": 3.0})
+    notes(tmp_path / "notes")
+    svc = IngestService(settings)
+    indexed: list[str] = []
+
+    def on_file(outcome):
+        indexed.append(outcome.path)
+        if len(indexed) == 30:
+            os.killpg(srv.state.pid, signal.SIGKILL)
+
+    with pytest.raises(GaveUp) as exc:
+        svc.ingest([tmp_path / "notes"], on_file=on_file)
+    message = str(exc.value)
+    assert "\n" not in message and message.startswith("Triton did not answer for 3 s (SEARCH_INGEST_TRITON_WAIT_S)")
+    per_file = Counter(p.payload["path"] for p in svc.resources.store.all_points(DOCUMENTS.name))
+    assert len(indexed) >= 30 and all(per_file[p] == 1 for p in indexed) and set(per_file) <= {str(p) for p in indexed}
     svc.close()

@@ -106,7 +106,7 @@ class Jobs:
         if job is None or job.state != QUEUED:  # cancelled while it waited
             return
         job.state, job.started = RUNNING, time.time()
-        job.done, job.counts, job.failures = 0, type(job.counts)(), []  # a resumed job counts afresh
+        job.done, job.counts, job.failures, job.waiting = 0, type(job.counts)(), [], None  # a resumed job counts afresh
         self.store.save(job)
         tokens = request_id.set(job.request_id), job_id.set(job.id)  # every log line of the job carries both
         log.info("ingest job %s started", job.id, extra={"paths": len(job.paths)})
