@@ -227,7 +227,8 @@ def jobs(ctx: typer.Context, as_json: bool = typer.Option(False, "--json", help=
         done = f"{j['files_done']}/{j['files_total']}" if j["files_total"] is not None else str(j["files_done"])
         paths = ", ".join(readable(p) for p in j["paths"])
         paths = paths if len(paths) <= 80 else "…" + paths[-79:]  # the end: the names, not a long common prefix
-        say("{}  {}  {} files  {}  {}", j["id"][:12], j["state"], done, paths,
+        state = j["state"] + (" (waiting for Triton)" if j.get("waiting") else "")
+        say("{}  {}  {} files  {}  {}", j["id"][:12], state, done, paths,
             time.strftime("%Y-%m-%d %H:%M", time.localtime(j["created"])))
 
 
