@@ -8,8 +8,10 @@ from __future__ import annotations
 import threading
 
 import pytest
+from rich.progress import Progress, TextColumn
 
 from indexer import ray_cluster
+from indexer.cli import _waiting
 from indexer.pacing import Pacer
 from indexer.patience import GaveUp, Patience
 from indexer.ray_cluster import RayUnavailable, gcs_wait_s
@@ -163,3 +165,16 @@ def test_a_local_ray_start_that_times_out_is_tried_once_more_then_named_in_one_l
     assert "\n" not in message and message.startswith("could not start or join a Ray cluster locally: Timed out waiting for file")
     assert "tried twice, waiting up to 300 s; load 10.0 on 2 cores" in message
     assert "waiting up to 150 s" in caplog.text and ray_cluster.GCS_WAIT_VAR not in ray_cluster.os.environ
+
+
+def test_the_cli_says_when_a_run_waits_for_triton_and_when_it_goes_on(capsys):
+    progress = Progress(TextColumn("{task.fields[current]}"), disable=True)
+    task = progress.add_task("files", total=None, current="")
+    on_wait = _waiting(progress, task)
+    on_wait("waiting for Triton: Triton is not reachable at 127.0.0.1:8001 (DEADLINE_EXCEEDED)")
+    assert progress.tasks[0].fields["current"].startswith("waiting for Triton: ")  # the progress line
+    on_wait("waiting for Triton: Triton is not reachable at 127.0.0.1:8001 (DEADLINE_EXCEEDED)")  # a job polled again
+    on_wait(None)
+    said = capsys.readouterr().err
+    assert said.count("waiting for Triton") == 1 and "Triton answers again: going on" in said
+    assert progress.tasks[0].fields["current"] == ""
