@@ -61,7 +61,7 @@ class Patience:
             else:
                 self._answered()
                 return got
-            delay = self._wait(failure, delay)
+            delay = self.wait(failure, delay)
 
     def _coming_back(self) -> bool:
         with self._lock:
@@ -75,9 +75,9 @@ class Patience:
         if was is not None and self.on_wait:
             self.on_wait(None)
 
-    def _wait(self, failure: Exception, delay: float) -> float:
-        """Until the probe says Triton answers (then the caller asks again: the next delay is
-        returned), or raise ``GaveUp``."""
+    def wait(self, failure: Exception, delay: float = FIRST_POLL_S) -> float:
+        """After ``failure``: until the probe says Triton answers (then the caller asks again: the
+        next delay is returned), or raise ``GaveUp``."""
         why = (str(failure).strip().splitlines() or [type(failure).__name__])[0]
         with self._lock:
             first = self._since is None

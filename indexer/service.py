@@ -14,7 +14,7 @@ from indexer.kinds import Documents, Kind, Photos, chunk_tokenizer, make_kind
 from indexer.patience import Patience, PatientTriton
 from indexer.report import FileOutcome, IngestReport
 from search.config import Settings
-from search.errors import BadRequest, not_served
+from search.errors import BadRequest, TritonUnavailable, not_served
 from search.models import for_kind, ingest_kinds, text_readers
 from search.resources import Resources
 from search.store import COLLECTIONS, DOCUMENTS, check_kb, kb_collection
@@ -49,9 +49,8 @@ class IngestService:
             check_kb(kb)
         except ValueError as exc:
             raise BadRequest(str(exc)) from None
-        # Triton down at the start is this call's error (start it); once the run is going, it waits
         patience = Patience(self.resources.triton.is_live, limit_s=s.ingest_triton_wait_s, on_wait=on_wait, stop=stop)
-        kinds, unavailable = self.kinds(kb, PatientTriton(self.resources.triton, patience))
+        kinds, unavailable = self._served_kinds(kb, patience)
         memory = FailureMemory(s.data_dir / FAILURES_FILE)
 
         def outcome(o: FileOutcome) -> None:
@@ -72,6 +71,18 @@ class IngestService:
                                      confine_to=confine_to, optimize=optimize)
         memory.update(report)
         return report
+
+    def _served_kinds(self, kb: str | None, patience: Patience):
+        """``kinds``, embedding patiently. A Triton that is not running is this call's error (start it);
+        one that is live but too busy to answer whether its models are ready is waited for."""
+        triton = PatientTriton(self.resources.triton, patience)
+        try:
+            return self.kinds(kb, triton)
+        except TritonUnavailable as exc:
+            if not self.resources.triton.is_live():
+                raise
+            patience.wait(exc)
+        return patience.call(self.kinds, kb, triton)
 
     def kinds(self, kb: str | None = None, triton=None) -> tuple[list[Kind], dict[str, tuple[frozenset[str], str]]]:
         """The kinds that can be ingested into ``kb`` now (their model is served), and those that

@@ -21,6 +21,7 @@ from indexer.jobs import DONE, FAILED, JobStore
 from indexer.patience import GaveUp
 from indexer.service import IngestService
 from search.api.jobs import Jobs
+from search.errors import TritonUnavailable
 from search.models import MiniLM
 from search.store import DOCUMENTS
 from search.triton.local import LocalTriton
@@ -128,4 +129,26 @@ def test_past_the_wait_a_run_ends_in_one_line_and_keeps_the_files_it_completed(s
     assert "\n" not in message and message.startswith("Triton did not answer for 3 s (SEARCH_INGEST_TRITON_WAIT_S)")
     per_file = Counter(p.payload["path"] for p in svc.resources.store.all_points(DOCUMENTS.name))
     assert len(indexed) >= 30 and all(per_file[p] == 1 for p in indexed) and set(per_file) <= {str(p) for p in indexed}
+    svc.close()
+
+
+def test_a_live_triton_too_busy_to_say_its_models_are_ready_is_waited_for_at_the_start(settings, docs, monkeypatch):
+    """Seen at a load of 150 on 2 cores: the start's "is the model ready?" missed its 5 s deadline
+    while Triton was live, and the run failed before it began. The session's Triton is live here; its
+    first readiness answer is made to miss."""
+    svc = IngestService(settings)
+    client = svc.resources.triton
+    ready, missed = client.model_ready, []
+
+    def busy_once(name, **kw):
+        if not missed:
+            missed.append(name)
+            raise TritonUnavailable(f"Triton is not reachable at {settings.triton_url} (Deadline Exceeded)")
+        return ready(name, **kw)
+
+    monkeypatch.setattr(client, "model_ready", busy_once)
+    waits: list = []
+    report = svc.ingest([docs], on_wait=waits.append)
+    assert missed and report.counts["indexed"] == len(list(docs.iterdir())) and not report.failures
+    assert waits == [f"waiting for Triton: Triton is not reachable at {settings.triton_url} (Deadline Exceeded)", None]
     svc.close()
