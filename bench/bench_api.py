@@ -55,7 +55,7 @@ import numpy as np  # noqa: E402
 import tritonclient.grpc as grpcclient  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from bench.common import fmt_load, keyed, load, machine_line, record, slug  # noqa: E402
+from bench.common import fmt_load, keyed, load, machine_line, record, slug, start_api  # noqa: E402
 from bench.timing import cpu_list, cpu_seconds, machine_ticks, session_cpu, steal_pct  # noqa: E402
 from search.api import create_app  # noqa: E402
 from search.config import PROJECT_ROOT, Settings  # noqa: E402
@@ -201,30 +201,6 @@ def over_wrk(base: str, seconds: float, clients: int, what: str, pid: int, scrip
             "cpu_ms_per_request": round(cpu * 1000 / requests, 2),
             "triton_cpu_ms_per_request": round(triton * 1000 / requests, 2), "encoder_batch": batch, "steal_pct": steal,
             "client": "wrk"}
-
-
-def start_api(settings: Settings, port: int, log: Path) -> subprocess.Popen:
-    """`search serve`'s app on ``port``, its stderr (a log line per request) going to the file ``log``:
-    a pipe nobody reads fills after a few hundred requests and blocks the server on its next log write."""
-    env = {**os.environ, "SEARCH_DATA_DIR": str(settings.data_dir), "SEARCH_TRITON_REPO": str(settings.triton_repo),
-           "SEARCH_TRITON_URL": settings.triton_url, "SEARCH_SEARCH_MODE": "semantic"}
-    env.pop("QDRANT_URL", None)
-    env.pop("SEARCH_QDRANT_URL", None)
-    code = f"from search.api import serve; from search.config import Settings; serve(Settings(), '127.0.0.1', {port})"
-    with log.open("ab") as err:
-        proc = subprocess.Popen([sys.executable, "-c", code], env=env, cwd=PROJECT_ROOT,
-                                stdout=subprocess.DEVNULL, stderr=err)
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            sys.exit(f"the API exited: {log.read_text(errors='replace')[-2000:]}")
-        try:
-            if httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=1).status_code == 200:
-                return proc
-        except httpx.HTTPError:
-            time.sleep(0.2)
-    proc.kill()
-    sys.exit("the API did not answer /healthz within 60 s")
 
 
 def in_process_rows(settings: Settings, n: int, clients: list[int], whats: list[str]) -> list[dict]:

@@ -154,6 +154,50 @@ def served_family(fam, source: str, timeout: float = 300, *, also=()) -> Iterato
         shutil.rmtree(work, ignore_errors=True)
 
 
+def start_api(settings, port: int, log: Path, **env: str) -> subprocess.Popen:
+    """`search serve`'s app on ``port`` for ``settings`` (and ``env``, more SEARCH_ variables), its
+    stderr (a log line per request) going to the file ``log``: a pipe nobody reads fills after a few
+    hundred requests and blocks the server on its next log write."""
+    import httpx  # noqa: PLC0415  (only the benches that serve need it)
+
+    from search.config import PROJECT_ROOT  # noqa: PLC0415
+
+    env = {**os.environ, "SEARCH_DATA_DIR": str(settings.data_dir), "SEARCH_TRITON_REPO": str(settings.triton_repo),
+           "SEARCH_TRITON_URL": settings.triton_url, "SEARCH_SEARCH_MODE": "semantic", **env}
+    env.pop("QDRANT_URL", None)
+    env.pop("SEARCH_QDRANT_URL", None)
+    code = f"from search.api import serve; from search.config import Settings; serve(Settings(), '127.0.0.1', {port})"
+    with log.open("ab") as err:
+        proc = subprocess.Popen([sys.executable, "-c", code], env=env, cwd=PROJECT_ROOT,
+                                stdout=subprocess.DEVNULL, stderr=err)
+    deadline = time.monotonic() + 180
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            sys.exit(f"the API exited: {log.read_text(errors='replace')[-2000:]}")
+        try:
+            if httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=1).status_code == 200:
+                return proc
+        except httpx.HTTPError:
+            time.sleep(0.2)
+    proc.kill()
+    sys.exit("the API did not answer /healthz within 180 s")
+
+
+@contextmanager
+def busy(processes: int) -> Iterator[list[int]]:
+    """``processes`` CPU burners (Python loops) beside what runs inside, as on a machine also running
+    other work (a build, a browser): yields their pids; they are killed on the way out."""
+    procs = [subprocess.Popen([sys.executable, "-c", "while True: pass"], stdin=subprocess.DEVNULL)
+             for _ in range(processes)]
+    try:
+        yield [p.pid for p in procs]
+    finally:
+        for p in procs:
+            p.kill()
+        for p in procs:
+            p.wait()
+
+
 def serve(repo: Path, run_dir: Path, fam, timeout: float = 180):
     """A local Triton serving ``fam``'s models of the built repository ``repo`` on free ports."""
     from search.triton.local import LocalTriton  # noqa: PLC0415

@@ -64,6 +64,12 @@ GOALS: dict[tuple[str, str], tuple[str, float]] = {
     # "no good match" at the default threshold on each corpus (issue "Answers a bot can trust")
     ("bench_relevance", "corpora.*.on_topic_keep_a_relevant_hit"): (">=", 0.95),
     ("bench_relevance", "corpora.*.off_topic.everyday.refused"): (">=", 0.95),
+    # an ingest job and 32 query clients with 8 CPU burners on the cores (issue 69): slower, never lost
+    ("bench_overload", "loaded.jobs_failed"): ("<=", 0),
+    ("bench_overload", "loaded.files_missing"): ("<=", 0),
+    ("bench_overload", "loaded.points_missing"): ("<=", 0),
+    ("bench_overload", "loaded.points_duplicated"): ("<=", 0),
+    ("bench_overload", "loaded.queries_failed"): ("<=", 0),
     # GPU configs against the CPU baseline's outputs: min cosine (TensorRT FP16 included)
     ("bench_gpu", "fidelity.minilm*"): (">=", 0.999),
     ("bench_gpu", "fidelity.clip_*"): (">=", 0.999),

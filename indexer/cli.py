@@ -6,6 +6,7 @@ import shlex
 import signal
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import typer
@@ -98,9 +99,14 @@ def ingest(
                  f"stop it ({running.describe()}) to ingest with others", 2)
         if ray is not None:
             fail(f"--ray: the search server ({running.describe()}) owns the store; stop it to ingest on a Ray cluster", 2)
+        waiting = _waiting(progress, task)
+
+        def followed(job: dict) -> None:
+            progress.update(task, completed=job["files_done"], total=job["files_total"])
+            waiting(job.get("waiting"))
+
         with progress:
-            job = _through_server(running, paths, prune, lambda done, total: progress.update(task, completed=done, total=total),
-                                  kb)
+            job = _through_server(running, paths, prune, followed, kb)
         if job["report"] is None:
             fail(f"the server's ingest job {job['id']} {job['state']}: {job.get('error') or 'no report'}", 1)
         d = job["report"]
@@ -114,6 +120,7 @@ def ingest(
                     on_start=lambda n: progress.update(task, total=n),
                     on_file=lambda o: progress.update(task, advance=0 if o.status == "pruned" else 1,
                                                       current=printable(display_path(o.path))[-50:]),
+                    on_wait=_waiting(progress, task),
                 )
         except ValueError as exc:  # chunker arguments
             raise typer.BadParameter(str(exc)) from exc
@@ -146,7 +153,22 @@ def _through_server(running, paths: list[Path], prune: bool, progress, kb: str |
     client = RemoteIngest(running)
     job_id = client.submit(paths, prune=prune, kb=kb)
     err.print(f"ingesting through the search server ({running.describe()}), job {job_id}", highlight=False)
-    return client.follow(job_id, lambda job: progress(job["files_done"], job["files_total"]))
+    return client.follow(job_id, progress)
+
+
+def _waiting(progress: Progress, task) -> Callable[[str | None], None]:
+    """What a run that pauses for Triton shows: its progress line says so, and a line (also where
+    there is no bar) when it starts and ends waiting."""
+    last: list[str | None] = [None]
+
+    def on_wait(why: str | None) -> None:
+        if why == last[0]:
+            return
+        last[0] = why
+        progress.update(task, current=printable(why or "")[:80])
+        say("{}  {}", time.strftime("%H:%M:%S"), why or "Triton answers again: going on", console=err)
+
+    return on_wait
 
 
 def _print_summary(d: dict, verbose: bool) -> None:
@@ -210,7 +232,8 @@ def jobs(ctx: typer.Context, as_json: bool = typer.Option(False, "--json", help=
         done = f"{j['files_done']}/{j['files_total']}" if j["files_total"] is not None else str(j["files_done"])
         paths = ", ".join(readable(p) for p in j["paths"])
         paths = paths if len(paths) <= 80 else "…" + paths[-79:]  # the end: the names, not a long common prefix
-        say("{}  {}  {} files  {}  {}", j["id"][:12], j["state"], done, paths,
+        state = j["state"] + (" (waiting for Triton)" if j.get("waiting") else "")
+        say("{}  {}  {} files  {}  {}", j["id"][:12], state, done, paths,
             time.strftime("%Y-%m-%d %H:%M", time.localtime(j["created"])))
 
 

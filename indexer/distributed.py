@@ -43,7 +43,7 @@ from indexer.ray_workers import (
 from indexer.report import FileOutcome, IngestReport
 from indexer.stages import FileJob, embed_units
 from search.config import Settings
-from search.errors import ModelNotReady
+from search.errors import ModelNotReady, TritonUnavailable
 from search.store import Store, kb_thumbnails
 
 # Importable from here, as before the executor's worker side and cluster had modules of their own.
@@ -120,6 +120,11 @@ def _run(ray, store, kinds, roots, by_kind, confine, done, report: IngestReport,
                 _apply(rec, ing, report, emit, stages, parts, rules)
             except ModelNotReady as exc:  # as a local run stops the kind
                 ing.stopped(sum(str(f) not in seen for f in by_kind[rec.kind]), report, exc)
+            except TritonUnavailable:  # no replica answered within the wait: the files completed stay, as locally
+                for each in ingestors.values():
+                    each.abandon()
+                    each.writer.flush()
+                raise
     t0 = time.perf_counter()
     for name, ing in ingestors.items():
         if name not in report.stopped:

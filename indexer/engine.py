@@ -22,7 +22,7 @@ from indexer.local import run_local
 from indexer.report import FAILED, FileOutcome, IngestReport
 from indexer.stages import FileJob, Read, read_file, split
 from indexer.writer import Writer
-from search.errors import ModelNotReady
+from search.errors import ModelNotReady, TritonUnavailable
 from search.store import Store
 
 
@@ -48,7 +48,9 @@ class Ingestor(Ledger):
             *, prune: bool = False, optimize: bool = True) -> None:
         """Ingest ``files`` on threads. A model that fails as a whole (ModelNotReady: not loaded, or its
         process died and could not be reloaded) stops this kind: its remaining files are reported as
-        not indexed with the reason, not each as failed, and the files already written stay."""
+        not indexed with the reason, not each as failed, and the files already written stay. A Triton
+        that does not answer pauses the run (indexer/patience.py); past its limit the run ends with
+        that error, the files completed so far written."""
         emitted = 0  # a file's outcome comes once: a count, not a set of every path, tells what is left
 
         def emit(outcome: FileOutcome) -> None:
@@ -63,6 +65,12 @@ class Ingestor(Ledger):
             self.stopped(len(files) - emitted, report, exc)
             if not self._opened:
                 return  # the model failed before the collection was opened: nothing to write
+        except TritonUnavailable:  # not answered within the run's wait (indexer/patience.py), or cancelled meanwhile
+            self.abandon()
+            self._flush()  # the files completed so far stay indexed
+            if not (self.stop is not None and self.stop()):
+                raise
+            report.cancelled = True
         self.finish(roots, files, report, emit, prune=prune, optimize=optimize)
 
     def start(self, path: Path) -> FileJob | FileOutcome | None:

@@ -47,6 +47,7 @@ class Job:
     cancel_requested: bool = False
     request_id: str | None = None  # the request that submitted it, for the logs
     kb: str = "default"  # the knowledge base it writes
+    waiting: str | None = None  # while running: "waiting for Triton: why" (indexer/patience.py)
 
     @classmethod
     def new(cls, paths: list[str], *, prune: bool = False, source: str = "rest", local: bool = False,
@@ -60,7 +61,7 @@ class Job:
                 "files_done": self.done, "files_total": self.total, "counts": dict(self.counts),
                 "failures": list(self.failures), "report": self.report, "error": self.error,
                 "created": self.created, "started": self.started, "finished": self.finished,
-                "resumed": self.resumed, "cancel_requested": self.cancel_requested}
+                "resumed": self.resumed, "cancel_requested": self.cancel_requested, "waiting": self.waiting}
 
     def note_file(self, status: str, path: str, reason: str | None) -> None:
         """One file's outcome (``path`` as the OS gives it)."""

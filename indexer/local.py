@@ -1,5 +1,6 @@
 """The local executor: one kind's files through the engine on this machine, the model's requests
-in flight on threads (``concurrency`` of them) while the next files are read and split."""
+in flight on threads (``concurrency`` of them at most) while the next files are read and split.
+How many are in flight and how large they are follow Triton's latency (indexer/pacing.py)."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from indexer.loaders import Cancelled
+from indexer.pacing import Pacer
 from indexer.report import FileOutcome, IngestReport
 from indexer.stages import LOOKUP_BATCH, SORT_WINDOW, FileJob, last_requests, requests
 
@@ -18,6 +20,8 @@ def run_local(ing, files: list[Path], report: IngestReport, done: Callable[[File
     """``ing``: the engine of the files' kind (indexer/engine.py ``Ingestor``), opened. Exceptions
     the model raises (ModelNotReady, TritonUnavailable) come out of here as they were raised."""
     kind = ing.kind
+    # the deadline of one model request: the one the kind's client sends with
+    pacer = Pacer(ing.concurrency, ing.batch_size, getattr(getattr(kind, "triton", None), "timeout_s", 30.0))
     pending: deque[tuple[Future, list[tuple[FileJob, int]]]] = deque()
     batch: list[tuple[FileJob, int]] = []
     sent = 0  # requests submitted
@@ -25,9 +29,9 @@ def run_local(ing, files: list[Path], report: IngestReport, done: Callable[[File
 
         def submit(last: bool = False) -> None:
             nonlocal batch, sent
-            size = last_requests(len(batch), ing.batch_size, ing.concurrency) if last else ing.batch_size
+            size = last_requests(len(batch), pacer.batch, pacer.window) if last else pacer.batch
             for members in requests(batch, lambda m: m[0].units[m[1]].item, kind, size):
-                pending.append((pool.submit(kind.embed, [job.units[i].item for job, i in members]), members))
+                pending.append((pool.submit(pacer.run, kind.embed, [job.units[i].item for job, i in members]), members))
                 sent += 1
             batch = []
 

@@ -11,6 +11,8 @@ from pathlib import Path
 
 from search.errors import ServiceError
 
+log = logging.getLogger("indexer.ray")
+
 
 class RayUnavailable(ServiceError):
     exit_code = 1
@@ -33,25 +35,66 @@ def connect(address: str | None):
         _reachable(address)  # ray.init would retry an address nobody listens on for minutes
     logging.getLogger("ray").setLevel(logging.WARNING)
     for attempt in (1, 2):
+        wait_s = gcs_wait_s(attempt)
         try:
-            if address and _on_loopback(address):
-                with loopback():  # a cluster started on 127.0.0.1: this driver's node IP must be that too
-                    ray.init(address=address, _node_ip_address=LOOPBACK, log_to_driver=False, logging_level=logging.WARNING)
-            elif address:
-                ray.init(address=address, log_to_driver=False, logging_level=logging.WARNING)
-            else:
-                with loopback():
+            if not address:
+                with loopback(), _gcs_wait(wait_s):
                     # "local": a new cluster, never one ray.init finds recorded under /tmp/ray
                     ray.init(address="local", _node_ip_address=LOOPBACK, log_to_driver=False, logging_level=logging.WARNING,
                              include_dashboard=False)
+            elif _on_loopback(address):
+                with loopback():  # a cluster started on 127.0.0.1: this driver's node IP must be that too
+                    ray.init(address=address, _node_ip_address=LOOPBACK, log_to_driver=False, logging_level=logging.WARNING)
+            else:
+                ray.init(address=address, log_to_driver=False, logging_level=logging.WARNING)
             return ray, True
         except (ConnectionError, RuntimeError, ValueError) as exc:
             if not address and attempt == 1 and _overloaded(exc):
-                ray.shutdown()  # a start that timed out under load: once more, from scratch
+                ray.shutdown()  # a start that timed out under load: once more, from scratch, waiting longer
+                log.warning("the local Ray cluster did not start in %d s (%s): trying once more, waiting up to %d s",
+                            wait_s, str(exc).splitlines()[0][:120], gcs_wait_s(2))
                 continue
             where = f"at {address}" if address else "locally"
-            raise RayUnavailable(f"could not start or join a Ray cluster {where}: {str(exc).splitlines()[0]}") from None
+            tried = f" (tried twice, waiting up to {wait_s} s; {_load()})" if not address and attempt == 2 else ""
+            raise RayUnavailable(f"could not start or join a Ray cluster {where}: {str(exc).splitlines()[0]}{tried}") from None
     raise AssertionError("unreachable")
+
+
+GCS_WAIT_S = 30  # Ray's own wait for its GCS server's port file on a quiet machine
+GCS_WAIT_MAX_S = 600
+GCS_WAIT_VAR = "RAY_gcs_server_port_wait_time_s"
+
+
+def gcs_wait_s(attempt: int, load: float | None = None, cores: int | None = None) -> int:
+    """How long a local start waits for Ray's GCS server to write its port file: Ray's 30 s on a
+    quiet machine, longer by the load per core (a busy machine starts it slowly: "Timed out waiting
+    for file .../gcs_server_port_..." under a load of 10 on 2 cores), doubled for the second try.
+    A wait the user set (RAY_gcs_server_port_wait_time_s) is theirs."""
+    if (given := os.environ.get(GCS_WAIT_VAR, "")).isdigit():
+        return int(given)
+    load = os.getloadavg()[0] if load is None else load
+    cores = cores or os.cpu_count() or 1
+    return int(min(GCS_WAIT_MAX_S, GCS_WAIT_S * max(1.0, load / cores) * attempt))
+
+
+@contextlib.contextmanager
+def _gcs_wait(wait_s: int):
+    """Ray's start waits ``wait_s`` for its GCS server; said when that is longer than on a quiet machine."""
+    if wait_s > GCS_WAIT_S and not os.environ.get(GCS_WAIT_VAR):
+        log.warning("starting a local Ray cluster on a busy machine (%s): waiting up to %d s for it", _load(), wait_s)
+    before = os.environ.get(GCS_WAIT_VAR)
+    os.environ[GCS_WAIT_VAR] = str(wait_s)
+    try:
+        yield
+    finally:
+        if before is None:
+            os.environ.pop(GCS_WAIT_VAR, None)
+        else:
+            os.environ[GCS_WAIT_VAR] = before
+
+
+def _load() -> str:
+    return f"load {os.getloadavg()[0]:.1f} on {os.cpu_count() or 1} cores"
 
 
 LOOPBACK = "127.0.0.1"
@@ -63,7 +106,8 @@ def _on_loopback(address: str) -> bool:
 
 
 def _overloaded(exc: BaseException) -> bool:
-    return "failed to startup" in str(exc) or "overloaded" in str(exc)
+    """A local start that timed out, as on a busy machine (not a setting that can never work)."""
+    return any(s in str(exc) for s in ("failed to startup", "overloaded", "Timed out waiting for file"))
 
 
 @contextlib.contextmanager

@@ -20,6 +20,7 @@ import numpy as np
 
 from indexer.confine import Confinement
 from indexer.kinds import Kind, Unit, make_kind
+from indexer.patience import Patience
 from indexer.report import FileOutcome
 from indexer.stages import FileJob, Read, bounded_runs, content_paths, embed_units, read_file, signature_of, split
 from indexer.writer import WRITE_BATCH, Writer
@@ -308,6 +309,15 @@ class Embedder:
         return None
 
     def _embed(self, name: str, items: list):
+        """``items`` embedded on a replica that answers: while none does, the actor waits (as a local
+        run does: indexer/patience.py), up to SEARCH_INGEST_TRITON_WAIT_S."""
+        patience = Patience(self._any_live, limit_s=self.plan.settings.ingest_triton_wait_s)
+        return patience.call(self._embed_once, name, items)
+
+    def _any_live(self) -> bool:
+        return any(next(iter(_kinds(self.plan, url).values())).triton.is_live() for url in self.plan.urls)
+
+    def _embed_once(self, name: str, items: list):
         urls = self.plan.urls
         for tried in range(len(urls)):
             try:

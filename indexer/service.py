@@ -11,10 +11,11 @@ from tokenizers import Tokenizer
 from indexer import distributed, pipeline
 from indexer.failures import FailureMemory
 from indexer.kinds import Documents, Kind, Photos, chunk_tokenizer, make_kind
+from indexer.patience import Patience, PatientTriton
 from indexer.report import FileOutcome, IngestReport
 from search.config import Settings
-from search.errors import BadRequest, not_served
-from search.models import Family, for_kind, ingest_kinds, text_readers
+from search.errors import BadRequest, TritonUnavailable, not_served
+from search.models import for_kind, ingest_kinds, text_readers
 from search.resources import Resources
 from search.store import COLLECTIONS, DOCUMENTS, check_kb, kb_collection
 
@@ -35,19 +36,21 @@ class IngestService:
                on_file: Callable[[FileOutcome], None] | None = None,
                stop: Callable[[], bool] | None = None, gone_ok: bool = False,
                confine_to: list[Path] | None = None, kb: str | None = None, optimize: bool = True,
-               ray: str | None = None) -> IngestReport:
+               ray: str | None = None, on_wait: Callable[[str | None], None] | None = None) -> IngestReport:
         """Documents and photos under ``paths``, each into its collection. A kind whose model is not
         served is reported while the others are indexed; repeated failures of unchanged files are
         ``still_failing``. ``confine_to``: only files inside those folders when opened
         are read. ``kb``: the knowledge base written (None: default; a new name creates it).
         ``optimize=False``: skip the store's optimize afterwards. ``ray``: run as a Ray Data pipeline (an
-        address, "auto", or "" for SEARCH_RAY_ADDRESS else a local Ray)."""
+        address, "auto", or "" for SEARCH_RAY_ADDRESS else a local Ray). ``on_wait(why)``: the run pauses
+        waiting for Triton (``why``) or goes on (None): indexer/patience.py."""
         s = self.settings
         try:
             check_kb(kb)
         except ValueError as exc:
             raise BadRequest(str(exc)) from None
-        kinds, unavailable = self.kinds(kb)
+        patience = Patience(self.resources.triton.is_live, limit_s=s.ingest_triton_wait_s, on_wait=on_wait, stop=stop)
+        kinds, unavailable = self._served_kinds(kb, patience)
         memory = FailureMemory(s.data_dir / FAILURES_FILE)
 
         def outcome(o: FileOutcome) -> None:
@@ -69,10 +72,23 @@ class IngestService:
         memory.update(report)
         return report
 
-    def kinds(self, kb: str | None = None) -> tuple[list[Kind], dict[str, tuple[frozenset[str], str]]]:
+    def _served_kinds(self, kb: str | None, patience: Patience):
+        """``kinds``, embedding patiently. A Triton that is not running is this call's error (start it);
+        one that is live but too busy to answer whether its models are ready is waited for."""
+        triton = PatientTriton(self.resources.triton, patience)
+        try:
+            return self.kinds(kb, triton)
+        except TritonUnavailable as exc:
+            if not self.resources.triton.is_live():
+                raise
+            patience.wait(exc)
+        return patience.call(self.kinds, kb, triton)
+
+    def kinds(self, kb: str | None = None, triton=None) -> tuple[list[Kind], dict[str, tuple[frozenset[str], str]]]:
         """The kinds that can be ingested into ``kb`` now (their model is served), and those that
-        cannot: name -> (their suffixes, why)."""
-        triton = self.resources.triton
+        cannot: name -> (their suffixes, why). ``triton``: the client they embed through (default: the
+        resources' own)."""
+        triton = triton or self.resources.triton
         kinds, unavailable = [], {}
         readers = [f for f in text_readers() if triton.model_ready(f.ensembles[0])]
         for name in ingest_kinds():
@@ -81,7 +97,7 @@ class IngestService:
                 unavailable[name] = (SUFFIXES[name], not_served(needed.kinds[name], needed.display))
                 continue
             served = [needed, *(f for f in optional if triton.model_ready(f.kinds[name]))]
-            kinds.append(self._kind(name, served + (readers if name == DOCUMENTS.name else []), kb))
+            kinds.append(make_kind(self.settings, triton, name, served + (readers if name == DOCUMENTS.name else []), kb))
         return kinds, unavailable
 
     def optimize(self, kb: str | None = None) -> None:
@@ -89,9 +105,6 @@ class IngestService:
         store = self.resources.store
         for name in COLLECTIONS:
             store.optimize(kb_collection(kb, name))
-
-    def _kind(self, name: str, families: list[Family], kb: str | None = None) -> Kind:
-        return make_kind(self.settings, self.resources.triton, name, families, kb)
 
     def chunk_tokenizer(self) -> Tokenizer:
         return chunk_tokenizer(self.settings)

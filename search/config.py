@@ -92,6 +92,10 @@ class Settings(BaseSettings):
     chunk_overlap: int = Field(default=40, ge=0)
     embed_batch_size: PositiveInt = 16  # the ingest's best batch on 2 CPU cores
     embed_concurrency: PositiveInt = 2
+    # How long an ingest waits for a Triton that does not answer (down, stopped, or too busy to meet
+    # its deadline) before it stops; it pauses "waiting for Triton" meanwhile and goes on by itself
+    # when Triton answers. What it wrote stays. 0: stop at once.
+    ingest_triton_wait_s: float = Field(default=600.0, ge=0)
     max_file_bytes: PositiveInt = 20_000_000
     max_image_bytes: PositiveInt = MAX_IMAGE_BYTES
     # Pillow's decompression-bomb guard stays on; this is its limit (the indexer and the server's step).

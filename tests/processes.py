@@ -21,6 +21,11 @@ def leftovers(shm_prefix: str) -> tuple[list[int], list[Path]]:
     """Processes and shm regions still carrying a server's ``shm_prefix``: none once it has stopped."""
     return pids_with_arg(shm_prefix), list(Path("/dev/shm").glob(f"{shm_prefix}*"))
 
+sys.path.insert(0, str(PROJECT_ROOT))
+from bench.common import busy  # noqa: E402  (the benches' CPU burners: a test that must pass on a loaded machine loads it)
+
+__all__ = ["SearchServer", "busy", "env_for", "run_cli", "serving", "stubs"]
+
 
 def stubs(server: LocalTriton, model: str) -> list[int]:
     """Live Python-backend stub processes serving ``model``: argv[1] is <repo>/<model>/<version>/<file>."""

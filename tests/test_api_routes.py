@@ -72,8 +72,11 @@ def test_document_hits_carry_bounded_text(settings, tmp_path):
 
 
 def test_searches_are_answered_while_an_ingest_job_runs(settings, docs):
+    """On a loaded machine too: a Triton call that missed its deadline failed the first job (nothing
+    indexed, so every search was a 409); the job now waits for Triton instead."""
     with make_client(settings, api_roots=[docs]) as c:
-        wait(c, c.post("/ingest", json={"paths": [str(docs)]}))
+        first = wait(c, c.post("/ingest", json={"paths": [str(docs)]}), timeout=600)
+        assert first["state"] == "done", first
         for i, f in enumerate(sorted(docs.iterdir())):  # every file changes: the next job re-embeds all
             f.write_text(f.read_text() + f"\n\nRevision note {i}.\n")
         running = c.post("/ingest", json={"paths": [str(docs)]})

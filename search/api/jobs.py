@@ -156,11 +156,12 @@ class Jobs:
                 self._cancel.discard(job_id_)  # cancelled while it waited
                 return
             job.state, job.started = RUNNING, time.time()
-            job.done, job.counts, job.failures = 0, type(job.counts)(), []  # a resumed job counts afresh
+            job.done, job.counts, job.failures, job.waiting = 0, type(job.counts)(), [], None  # a resumed job counts afresh
             self.store.save(job)
         tokens = request_id.set(job.request_id), job_id.set(job.id)  # every log line of the job carries both
         log.info("ingest job %s started", job.id, extra={"paths": len(job.paths)})
         saved = time.monotonic()
+        guard = threading.Lock()  # the job is noted from the run's thread and, while it waits, from its model's
 
         def on_start(total: int) -> None:
             job.total = total
@@ -168,19 +169,29 @@ class Jobs:
 
         def on_file(outcome) -> None:
             nonlocal saved
-            job.note_file(outcome.status, outcome.path, outcome.reason)
+            with guard:
+                job.note_file(outcome.status, outcome.path, outcome.reason)
+                if time.monotonic() - saved > SAVE_EVERY_S:
+                    self._save(job)
+                    saved = time.monotonic()
             if self.metrics:
                 self.metrics.ingest_files.labels(outcome.status).inc()
             if outcome.reason and outcome.status == "failed":
                 log.warning("ingest job %s: %s: %s", job.id, readable(outcome.path), outcome.reason)
-            if time.monotonic() - saved > SAVE_EVERY_S:
+
+        def on_wait(why: str | None) -> None:
+            with guard:
+                job.waiting = why
                 self._save(job)
-                saved = time.monotonic()
+            if why:
+                log.warning("ingest job %s: %s", job.id, why)
+            else:
+                log.info("ingest job %s: Triton answers again: going on", job.id)
 
         try:
             report = self._ingest([Path(from_stored(p)) for p in job.paths], prune=job.prune, on_start=on_start, on_file=on_file,
                                   stop=lambda: self._stop(job), local=job.local, gone_ok=job.gone_ok, kb=job.kb,
-                                  optimize=job.source != "watch")  # a watch optimizes once its folders are quiet
+                                  optimize=job.source != "watch", on_wait=on_wait)  # a watch optimizes once its folders are quiet
             job.report = report.as_dict()
             job.state = CANCELLED if report.cancelled else DONE
         except Exception as exc:  # the job's status is the only place left to report it
@@ -203,7 +214,7 @@ class Jobs:
         log.info("ingest job %s stopped by the shutdown: it resumes when the server starts again", job.id)
 
     def _finish(self, job: Job) -> None:
-        job.finished = time.time()
+        job.finished, job.waiting = time.time(), None
         self._save(job)
         self.store.forget_finished(MAX_JOBS_KEPT)
         self._notify_ended()
