@@ -99,8 +99,10 @@ def ingest(
         if ray is not None:
             fail(f"--ray: the search server ({running.describe()}) owns the store; stop it to ingest on a Ray cluster", 2)
         with progress:
+            # --ocr-photos or SEARCH_OCR_PHOTOS here travel with the job; neither: the server's own setting
+            asked = ctx.obj.ocr_photos if "ocr_photos" in ctx.obj.model_fields_set else None
             job = _through_server(running, paths, prune, lambda done, total: progress.update(task, completed=done, total=total),
-                                  kb)
+                                  kb, ocr_photos=asked)
         if job["report"] is None:
             fail(f"the server's ingest job {job['id']} {job['state']}: {job.get('error') or 'no report'}", 1)
         d = job["report"]
@@ -137,9 +139,10 @@ def ingest(
         raise typer.Exit(EXIT_SOME_FAILED)
 
 
-def _through_server(running, paths: list[Path], prune: bool, progress, kb: str | None = None) -> dict:
+def _through_server(running, paths: list[Path], prune: bool, progress, kb: str | None = None,
+                    ocr_photos: bool | None = None) -> dict:
     client = RemoteIngest(running)
-    job_id = client.submit(paths, prune=prune, kb=kb)
+    job_id = client.submit(paths, prune=prune, kb=kb, ocr_photos=ocr_photos)
     err.print(f"ingesting through the search server ({running.describe()}), job {job_id}", highlight=False)
     return client.follow(job_id, lambda job: progress(job["files_done"], job["files_total"]))
 
