@@ -269,3 +269,26 @@ def test_search_ocr_writes_a_searchable_pdf_with_the_words_where_they_stand(sett
 def _rendered(pdf: Path, number: int) -> bytes:
     """The page as OCR saw it (search.media.pages renders it)."""
     return next(p.image for p in scan_pages(pdf.read_bytes(), max_pages=10, max_pixels=10**8) if p.number == number)
+
+
+def test_a_scanned_invoice_is_found_by_its_number_and_by_its_total(reading, tmp_path):
+    """Numbers and codes are matched exactly as well as by meaning: the page of a scanned PDF that
+    holds "TD01167104" (or the total "9.00") comes first, marked exact, whatever the dense vectors
+    make of a string of digits; the other hits follow in their usual order."""
+    folder = tmp_path / "receipts"
+    folder.mkdir()
+    pages = [["Invoice", "TD01167104", "Coffee beans 2 kg", "Total", "9.00"],
+             ["Invoice", "TD01167377", "Printer paper", "Total", "19.90"],
+             ["Invoice", "AB55012", "Desk lamp", "Total", "42.50"],
+             ["Invoice", "TD01167001", "Tea", "Total", "90.00"]]
+    (folder / "receipts.pdf").write_bytes(scanned_pdf(pages))
+    (folder / "notes.md").write_text("# Notes\n\nThe coffee machine is descaled on Fridays; invoices go to accounting.\n")
+    ingest(reading, [folder])
+    for query, page in (("TD01167104", 1), ("9.00", 1), ("invoice TD01167377", 2), ("total 42.50", 3), ("90.00", 4)):
+        hits = reading.search_documents(query, top_k=3, mode="semantic", min_relevance=0.9)
+        assert hits and hits[0].page == page and hits[0].exact and hits[0].relevance == 1.0, (query, hits[:1])
+        assert sum(h.exact for h in hits) == 1, (query, hits)
+    paged = [h.page for k in range(3) for h in reading.search_documents("TD01167104", top_k=1, offset=k, mode="semantic")]
+    whole = [h.page for h in reading.search_documents("TD01167104", top_k=3, mode="semantic")]
+    assert paged == whole and whole[0] == 1  # pages concatenate to one ranking
+    assert not any(h.exact for h in reading.search_documents("coffee", top_k=5, mode="semantic"))

@@ -58,6 +58,7 @@ class DocumentHit(_Paths):
     truncated: bool = False
     ocr: dict | None = None  # text read in an image (a scanned page, a photo): {"model", "score": mean confidence}
     thumbnail: str | None = None  # a passage read in a photo: the photo's thumbnail
+    exact: bool = False  # it holds every number and code of the query as typed (ranked first: search.terms.codes)
     # The query's content words in text, as (start, end) character spans (search.terms.highlight_spans)
     highlights: list[tuple[int, int]] = field(default_factory=list)
 
