@@ -106,7 +106,9 @@ def ingest(
             waiting(job.get("waiting"))
 
         with progress:
-            job = _through_server(running, paths, prune, followed, kb)
+            # --ocr-photos or SEARCH_OCR_PHOTOS here travel with the job; neither: the server's own setting
+            asked = ctx.obj.ocr_photos if "ocr_photos" in ctx.obj.model_fields_set else None
+            job = _through_server(running, paths, prune, followed, kb, ocr_photos=asked)
         if job["report"] is None:
             fail(f"the server's ingest job {job['id']} {job['state']}: {job.get('error') or 'no report'}", 1)
         d = job["report"]
@@ -149,9 +151,10 @@ def _exit_status(d: dict) -> None:
         raise typer.Exit(EXIT_SOME_FAILED)
 
 
-def _through_server(running, paths: list[Path], prune: bool, progress, kb: str | None = None) -> dict:
+def _through_server(running, paths: list[Path], prune: bool, progress, kb: str | None = None,
+                    ocr_photos: bool | None = None) -> dict:
     client = RemoteIngest(running)
-    job_id = client.submit(paths, prune=prune, kb=kb)
+    job_id = client.submit(paths, prune=prune, kb=kb, ocr_photos=ocr_photos)
     err.print(f"ingesting through the search server ({running.describe()}), job {job_id}", highlight=False)
     return client.follow(job_id, progress)
 

@@ -48,16 +48,18 @@ class Job:
     request_id: str | None = None  # the request that submitted it, for the logs
     kb: str = "default"  # the knowledge base it writes
     waiting: str | None = None  # while running: "waiting for Triton: why" (indexer/patience.py)
+    ocr_photos: bool | None = None  # read the text in photos too; None: the server's setting (SEARCH_OCR_PHOTOS)
 
     @classmethod
     def new(cls, paths: list[str], *, prune: bool = False, source: str = "rest", local: bool = False,
-            gone_ok: bool = False, request_id: str | None = None, kb: str = "default") -> Job:
+            gone_ok: bool = False, request_id: str | None = None, kb: str = "default",
+            ocr_photos: bool | None = None) -> Job:
         return cls(uuid.uuid4().hex, [str(p) for p in paths], prune=prune, source=source, local=local, gone_ok=gone_ok,
-                   request_id=request_id, kb=kb)
+                   request_id=request_id, kb=kb, ocr_photos=ocr_photos)
 
     def as_dict(self) -> dict:
         return {"id": self.id, "state": self.state, "kb": self.kb, "paths": self.paths, "prune": self.prune, "source": self.source,
-                "gone_ok": self.gone_ok,
+                "gone_ok": self.gone_ok, "ocr_photos": self.ocr_photos,
                 "files_done": self.done, "files_total": self.total, "counts": dict(self.counts),
                 "failures": list(self.failures), "report": self.report, "error": self.error,
                 "created": self.created, "started": self.started, "finished": self.finished,

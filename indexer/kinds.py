@@ -31,7 +31,7 @@ from search.errors import TritonUnavailable
 from search.media.photos import IMAGE_SUFFIXES, BadImage, decode_photo, save_thumbnail
 from search.models import Family, for_kind, golden
 from search.store import DOCUMENTS, CollectionSchema, documents_schema, images_schema, in_kb, kb_thumbnails
-from search.terms import words
+from search.terms import codes, words
 from search.triton.client import TritonClient
 
 THUMBNAIL_SIZE = 320
@@ -131,7 +131,8 @@ class Documents:
                 k = bisect.bisect_right(starts, c.start)
                 units.append(Unit(c.text, {
                     "text": c.text, "start": c.start, "end": c.end, "page": page.number, "title": doc.title,
-                    "section": names[k - 1] if k else section, "models": self.models, "encoding": doc.encoding, **read},
+                    "section": names[k - 1] if k else section, "models": self.models, "encoding": doc.encoding,
+                    "codes": codes(c.text), **read},  # codes: exact strings a search matches (search.services.documents)
                     read=scanned))
             if names:
                 section = names[-1]

@@ -22,8 +22,11 @@ def _sent(paths: list[Path]) -> list[str]:
 
 
 class RemoteIngest(RestClient):
-    def submit(self, paths: list[Path], *, prune: bool = False, kb: str | None = None) -> str:
-        return self.call("POST", "/ingest", {"paths": _sent(paths), "prune": prune, "kb": kb})["job_id"]
+    def submit(self, paths: list[Path], *, prune: bool = False, kb: str | None = None,
+               ocr_photos: bool | None = None) -> str:
+        """``ocr_photos``: None leaves it to the server's setting."""
+        body = {"paths": _sent(paths), "prune": prune, "kb": kb, "ocr_photos": ocr_photos}
+        return self.call("POST", "/ingest", body)["job_id"]
 
     def job(self, job_id: str) -> dict:
         return self.call("GET", f"/ingest/jobs/{job_id}")

@@ -21,6 +21,7 @@ MAX_CHUNK_TOKENS = 254
 
 
 MAX_IMAGE_BYTES = 100_000_000  # the default; a client reading a photo for a server bounds it so too
+MAX_IMAGE_PIXELS = 100_000_000  # the default (max_image_pixels)
 
 
 class Settings(BaseSettings):
@@ -99,12 +100,13 @@ class Settings(BaseSettings):
     max_file_bytes: PositiveInt = 20_000_000
     max_image_bytes: PositiveInt = MAX_IMAGE_BYTES
     # Pillow's decompression-bomb guard stays on; this is its limit (the indexer and the server's step).
-    max_image_pixels: PositiveInt = 100_000_000
+    max_image_pixels: PositiveInt = MAX_IMAGE_PIXELS
     # What parsing one document may cost; past it the file is "too complex" and skipped. The counts
     # stop bombs early; the CPU seconds are the backstop, well above what real files take. Elements:
     # a Word file at the 5M-character text limit has ~250-500k.
     max_parse_seconds: float = Field(default=30.0, gt=0)
     max_parse_elements: int = Field(default=500_000, ge=1)  # DOCX XML elements, HTML elements, PDF objects
+    max_read_pages: int = Field(default=100, ge=1)  # pages one `search ocr` / POST /ocr reads (a PDF, a TIFF's frames)
     max_pdf_pages: int = Field(default=2_000, ge=1)  # ~5M characters, the text limit, at ~2,500 a page
     # What reading the text in one file's scans (OCR, in Triton) may take, wall time: the file, and
     # any one page (its request's deadline). Past them, or once the pace of its first pages says the

@@ -29,6 +29,26 @@ def words(text: str) -> list[str]:
     return [w.lower() for w in _WORD.findall(text)]
 
 
+_TOKEN = re.compile(r"\S+")
+_EDGES = "'\"()[]{}<>.,;:!?*$€£¥%#&+=|~`^"  # stripped off a code's ends: "$9.00." is 9.00
+_INNER = re.compile(r"[-/:#_()\[\]]")  # a code's parts: "DocumentNo:TD01167104" holds td01167104
+MAX_CODES = 256  # per passage
+
+
+def codes(text: str) -> list[str]:
+    """The exact strings of ``text`` a user types to find it: its tokens that hold a digit (invoice
+    and document numbers, amounts, codes), lower-cased, whole ("re16-2041", "9.00") and by their parts
+    between dashes, slashes and colons ("re16", "2041"); at least two characters; each once, in order."""
+    seen: dict[str, None] = {}
+    for token in _TOKEN.findall(text):
+        token = token.strip(_EDGES).lower()
+        for part in (token, *_INNER.split(token)):
+            part = part.strip(_EDGES)
+            if len(part) >= 2 and any(ch.isdigit() for ch in part):
+                seen.setdefault(part)
+    return list(seen)[:MAX_CODES]
+
+
 def content_words(text: str) -> list[str]:
     """The words of a query that say what it is about, each once, in order: no function words, no
     single letters (a single digit stays: "room 5")."""

@@ -7,6 +7,7 @@ from __future__ import annotations
 import base64
 import json
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -80,3 +81,30 @@ def test_an_attached_ingest_says_its_job_resumes_when_the_server_dies(settings, 
             cli.kill()
     assert cli.returncode == 5 and "Traceback" not in err, err
     assert "resumes when the server starts again" in err and "wait until it has started" not in err, err
+
+
+def test_reading_photos_travels_with_the_job_to_the_server(settings, tmp_path):
+    """`--ocr-photos` (or SEARCH_OCR_PHOTOS in the CLI's environment) reaches the server's job: the
+    whiteboard photo's words are indexed as a document, as they are without a server; without either,
+    the server's own setting (off) applies."""
+    board = tmp_path / "photos"
+    board.mkdir()
+    shutil.copy(PROJECT_ROOT / "samples" / "scans" / "whiteboard-wifi.jpg", board)
+    server = SearchServer(settings, tmp_path / "serve.log")  # the server's setting: photos are not read
+    try:
+        plain = run_cli("indexer", "ingest", str(board), "--json", settings=settings)
+        assert plain.returncode == 0 and "documents" not in json.loads(plain.stdout)["by_kind"], plain.stdout
+        asked = run_cli("indexer", "ingest", str(board), "--ocr-photos", "--json", settings=settings)
+        assert asked.returncode == 0, asked.stderr
+        assert json.loads(asked.stdout)["by_kind"].get("documents") == 1, asked.stdout
+        hits = api(server, "POST", "/search/documents", {"query": "guest wifi password", "top_k": 1})["hits"]
+        assert hits and hits[0]["path"].endswith("whiteboard-wifi.jpg"), hits
+        jobs = api(server, "GET", "/ingest/jobs")["jobs"]
+        assert [j["ocr_photos"] for j in jobs[:2]] == [True, None], jobs
+        by_env = subprocess.run([sys.executable, "-m", "indexer", "ingest", str(board), "--json"],
+                                env=env_for(settings, SEARCH_OCR_PHOTOS="true"), cwd=PROJECT_ROOT,
+                                capture_output=True, text=True, timeout=300)
+        assert by_env.returncode == 0, by_env.stderr
+        assert api(server, "GET", "/ingest/jobs")["jobs"][0]["ocr_photos"] is True
+    finally:
+        server.stop()

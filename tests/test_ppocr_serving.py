@@ -11,7 +11,10 @@ import shutil
 from pathlib import Path
 
 import numpy as np
+import pypdfium2 as pdfium
 import pytest
+from api_helpers import make_client
+from fpdf import FPDF
 from ingest_helper import ingest
 from PIL import Image, ImageDraw, ImageFont
 from processes import run_cli
@@ -19,6 +22,7 @@ from tritonclient.utils import InferenceServerException
 
 from search.config import PROJECT_ROOT
 from search.errors import BadRequest
+from search.media.pages import scan_pages
 from search.models import golden
 from search.models.export.ppocr import find_models
 from search.models.export.ppocr_golden import read as reference_read
@@ -176,3 +180,115 @@ def test_photo_search_finds_a_photo_by_its_words_with_or_without_the_image_model
     assert service.search_images("a dog on a beach") == []
     with pytest.raises(BadRequest):
         service.search_images("RE16", like=b"x")
+
+
+def multi_page_tiff(pages: list[list[str]]) -> bytes:
+    frames = [lines(texts) for texts in pages]
+    buf = io.BytesIO()
+    frames[0].save(buf, "TIFF", save_all=True, append_images=frames[1:])
+    return buf.getvalue()
+
+
+def scanned_pdf(pages: list[list[str]]) -> bytes:
+    """A PDF whose pages are pictures of text only (no text layer), one per list of lines."""
+    pdf = FPDF(unit="pt")
+    for texts in pages:
+        image = lines(texts)
+        pdf.add_page(format=(image.width * 0.36, image.height * 0.36))  # as scanned at 200 dpi
+        pdf.image(image, x=0, y=0, w=image.width * 0.36, h=image.height * 0.36)
+    return bytes(pdf.output())
+
+
+def squeeze(text: str) -> str:
+    """The text without its spaces (what this test checks is pages, not the spaces between words)."""
+    return text.replace(" ", "")
+
+
+INVOICES = [["Invoice TD01167104", "Total 9.00"], ["Invoice RE16-2041", "Total 42.50"], ["Receipt 5531", "Paid cash"]]
+
+
+def test_every_frame_of_a_tiff_and_every_page_of_a_pdf_is_read(service, settings, tmp_path):
+    """`search ocr`, the service and POST /ocr read a multi-page TIFF's frames and a PDF's pages,
+    each line with its page (they read the first frame only, and refused a PDF)."""
+    tiff = tmp_path / "scan.tiff"
+    tiff.write_bytes(multi_page_tiff(INVOICES))
+    got = service.read_text(tiff)
+    assert got.pages == 3 and [line["page"] for line in got.lines] == [1, 1, 2, 2, 3, 3], got.lines
+    assert [squeeze(line["text"]) for line in got.lines if line["page"] == 2] == ["InvoiceRE16-2041", "Total42.50"]
+    pdf = tmp_path / "scan.pdf"
+    pdf.write_bytes(scanned_pdf(INVOICES))
+    proc = run_cli("search", "ocr", str(pdf), "--json", settings=settings)
+    assert proc.returncode == 0, proc.stderr
+    answer = json.loads(proc.stdout)
+    assert answer["pages"] == 3 and {line["page"] for line in answer["lines"]} == {1, 2, 3}
+    assert "Receipt5531" in [squeeze(line["text"]) for line in answer["lines"] if line["page"] == 3], answer["lines"]
+    plain = run_cli("search", "ocr", str(tiff), settings=settings)
+    assert plain.returncode == 0 and "— page 3 —" in plain.stdout, plain
+    with make_client(settings) as api:
+        r = api.post("/ocr", files={"image": ("scan.pdf", pdf.read_bytes(), "application/pdf")})
+    assert r.status_code == 200, r.text
+    assert r.json()["pages"] == 3 and "Total9.00" in squeeze(r.json()["text"].split("\n\n")[0])
+
+
+def test_too_many_pages_is_a_clear_refusal(service, tmp_path):
+    capped = SearchService(service.settings.model_copy(update={"max_read_pages": 2}))
+    try:
+        with pytest.raises(BadRequest, match="too many pages: 3"):
+            capped.read_text(multi_page_tiff(INVOICES))
+        with pytest.raises(BadRequest, match="too many pages: 3"):
+            capped.read_text(scanned_pdf(INVOICES))
+    finally:
+        capped.close()
+
+
+def test_search_ocr_writes_a_searchable_pdf_with_the_words_where_they_stand(settings, tmp_path):
+    """`search ocr scan.pdf --pdf out.pdf`: the output opens in PDFium, its text is extractable, and
+    each line read is found on its page inside its box (the words lie over the picture of them)."""
+    source = tmp_path / "scan.pdf"
+    source.write_bytes(scanned_pdf(INVOICES))
+    out = tmp_path / "searchable.pdf"
+    proc = run_cli("search", "ocr", str(source), "--pdf", str(out), "--json", settings=settings)
+    assert proc.returncode == 0, proc.stderr
+    answer = json.loads(proc.stdout)
+    doc = pdfium.PdfDocument(out.read_bytes())
+    try:
+        assert len(doc) == 3
+        for line in answer["lines"]:
+            page = doc[line["page"] - 1]
+            width, height = page.get_size()
+            scale = width / Image.open(io.BytesIO(_rendered(source, line["page"]))).width  # page pixels -> points
+            xs, ys = [p[0] * scale for p in line["box"]], [p[1] * scale for p in line["box"]]
+            inside = page.get_textpage().get_text_bounded(left=min(xs) - 2, bottom=height - max(ys) - 2,
+                                                          right=max(xs) + 2, top=height - min(ys) + 2)
+            assert " ".join(inside.split()) == line["text"], (line, inside)
+        assert "TD01167104" in doc[0].get_textpage().get_text_range()
+    finally:
+        doc.close()
+
+
+def _rendered(pdf: Path, number: int) -> bytes:
+    """The page as OCR saw it (search.media.pages renders it)."""
+    return next(p.image for p in scan_pages(pdf.read_bytes(), max_pages=10, max_pixels=10**8) if p.number == number)
+
+
+def test_a_scanned_invoice_is_found_by_its_number_and_by_its_total(reading, tmp_path):
+    """Numbers and codes are matched exactly as well as by meaning: the page of a scanned PDF that
+    holds "TD01167104" (or the total "9.00") comes first, marked exact, whatever the dense vectors
+    make of a string of digits; the other hits follow in their usual order."""
+    folder = tmp_path / "receipts"
+    folder.mkdir()
+    pages = [["Invoice", "TD01167104", "Coffee beans 2 kg", "Total", "9.00"],
+             ["Invoice", "TD01167377", "Printer paper", "Total", "19.90"],
+             ["Invoice", "AB55012", "Desk lamp", "Total", "42.50"],
+             ["Invoice", "TD01167001", "Tea", "Total", "90.00"]]
+    (folder / "receipts.pdf").write_bytes(scanned_pdf(pages))
+    (folder / "notes.md").write_text("# Notes\n\nThe coffee machine is descaled on Fridays; invoices go to accounting.\n")
+    ingest(reading, [folder])
+    for query, page in (("TD01167104", 1), ("9.00", 1), ("invoice TD01167377", 2), ("total 42.50", 3), ("90.00", 4)):
+        hits = reading.search_documents(query, top_k=3, mode="semantic", min_relevance=0.9)
+        assert hits and hits[0].page == page and hits[0].exact and hits[0].relevance == 1.0, (query, hits[:1])
+        assert sum(h.exact for h in hits) == 1, (query, hits)
+    paged = [h.page for k in range(3) for h in reading.search_documents("TD01167104", top_k=1, offset=k, mode="semantic")]
+    whole = [h.page for h in reading.search_documents("TD01167104", top_k=3, mode="semantic")]
+    assert paged == whole and whole[0] == 1  # pages concatenate to one ranking
+    assert not any(h.exact for h in reading.search_documents("coffee", top_k=5, mode="semantic"))

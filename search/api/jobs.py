@@ -48,13 +48,14 @@ class Jobs:
         return self.store.newest_first(MAX_JOBS_KEPT)
 
     def submit(self, paths: list[Path], prune: bool, source: str = "rest", local: bool = False,
-               gone_ok: bool = False, kb: str = "default") -> Job:
+               gone_ok: bool = False, kb: str = "default", ocr_photos: bool | None = None) -> Job:
         """Queue a job. ``local``: asked by the owner's user on this machine (any path it can read).
         ``gone_ok``: paths that no longer exist are not failures (with ``prune``, what was indexed
-        under them is removed): a watch's batches carry the paths of deleted files."""
+        under them is removed): a watch's batches carry the paths of deleted files. ``ocr_photos``: read
+        the text in photos too (None: the server's setting)."""
         # stored form: a name that is not UTF-8 (a surrogate-escaped str) cannot go into SQLite as it is
         job = Job.new([stored(str(p)) for p in paths], prune=prune, source=source, local=local, gone_ok=gone_ok,
-                      request_id=request_id.get(), kb=kb)
+                      request_id=request_id.get(), kb=kb, ocr_photos=ocr_photos)
         self.store.save(job)
         self._start(job)
         log.info("ingest job %s queued", job.id, extra={"job_id": job.id, "paths": len(paths)})
@@ -191,6 +192,7 @@ class Jobs:
         try:
             report = self._ingest([Path(from_stored(p)) for p in job.paths], prune=job.prune, on_start=on_start, on_file=on_file,
                                   stop=lambda: self._stop(job), local=job.local, gone_ok=job.gone_ok, kb=job.kb,
+                                  ocr_photos=job.ocr_photos,
                                   optimize=job.source != "watch", on_wait=on_wait)  # a watch optimizes once its folders are quiet
             job.report = report.as_dict()
             job.state = CANCELLED if report.cancelled else DONE

@@ -115,6 +115,8 @@ class IngestPaths(BaseModel):
                                           "NUL + two hex digits (\u0000ff)")
     prune: bool = Field(False, description="also remove indexed files under these paths that are gone from disk")
     kb: KbName | None = None
+    ocr_photos: bool | None = Field(None, description="also read the text in photos and image files (OCR), so a search "
+                                                      "finds them by their words; null: the server's setting")
 
 
 # -- answers other than a route's success

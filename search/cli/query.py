@@ -186,22 +186,33 @@ def entail(
 @guarded
 def ocr(
     ctx: typer.Context,
-    image: Path = typer.Argument(..., help="The photo or scanned page (JPEG, PNG, WebP, TIFF, ...)."),
+    image: Path = typer.Argument(..., help="The photo or scan: an image (JPEG, PNG, WebP, TIFF, ...; every frame of a "
+                                 "multi-page TIFF) or a PDF (every page)."),
     min_score: float = typer.Option(0.0, "--min-score", min=0.0, max=1.0, help="Hide lines read with less confidence."),
-    as_json: bool = typer.Option(False, "--json", help="Print machine-readable JSON (each line's text, confidence, box)."),
+    pdf: Path = typer.Option(None, "--pdf", help="Also write a searchable PDF here: the pages with the text read laid "
+                             "over them, invisible, so a PDF viewer finds and selects the words (as OCRmyPDF does)."),
+    as_json: bool = typer.Option(False, "--json", help="Print machine-readable JSON (each line's text, confidence, box "
+                                 "and page)."),
 ) -> None:
-    """Read the text in IMAGE (OCR): its lines in reading order, each with the model's confidence."""
+    """Read the text in IMAGE (OCR): its lines in reading order, page by page, each with the model's confidence."""
     with query_service(ctx) as svc:
-        read = svc.read_text(image)
+        read = svc.read_text(image, pdf=pdf)
     lines = [line for line in read.lines if line["score"] >= min_score]
     if as_json:
-        print(to_json({"image": str(image), "model": read.model, "text": "\n".join(line["text"] for line in lines),
-                       "lines": lines}))
+        print(to_json({"image": str(image), "model": read.model, "pages": read.pages,
+                       "text": "\n".join(line["text"] for line in lines), "lines": lines,
+                       **({"pdf": str(pdf)} if pdf else {})}))
         return
+    if pdf:
+        err.print(f"searchable PDF written: {pdf} ({read.pages} page{'s' if read.pages > 1 else ''})", highlight=False)
     if not lines:
         err.print(f"no text found in {image}")
         raise typer.Exit(NOTHING_MATCHED)
+    page = None
     for line in lines:
+        if read.pages > 1 and line.get("page") != page:
+            page = line.get("page")
+            say("[bold]— page {} —[/]", page)
         say("[green]{:.3f}[/]  {}", line["score"], line["text"])
 
 

@@ -15,6 +15,7 @@ from search.services.options import HIT_CHARS_LIMIT, MODES, check_group_size, ch
 from search.services.relevance import DOCUMENT_SPACES, Relevance, check_min_relevance
 from search.services.results import DocumentGroup, DocumentHit, HitList
 from search.store import DEFAULT_KB, DOCUMENTS, Store
+from search.terms import codes
 
 BASE = for_kind(DOCUMENTS.name)[0]  # the required family: documents are always indexed with it
 _FAMILY = {mode: f for f in for_kind(DOCUMENTS.name) for mode in f.modes}  # mode -> the family that runs it
@@ -22,6 +23,7 @@ _FAMILY = {mode: f for f in for_kind(DOCUMENTS.name) for mode in f.modes}  # mod
 FUSED_DEPTHS = (50, 200, 1_000, 10_000)
 # The store vector a mode's hits are ranked and calibrated by (_hits, needs_sampling)
 MODE_VECTORS = {mode: vector for f in for_kind(DOCUMENTS.name) for mode, vector in f.modes.items()}
+EXACT_DEPTH = 50  # passages holding a query's numbers and codes that come first, at most
 DOCUMENT_CHARS = 20_000  # a document's text unless the caller asks for more (up to HIT_CHARS_LIMIT)
 # Auto mode reuses an optional family's "served" this long: asking Triton on every query costs a
 # gRPC round trip of the serving process's CPU
@@ -152,23 +154,51 @@ class DocumentSearch(Relevance):
         ranking = _FAMILY[encoded.mode].ranking(encoded.mode, encoded.value)
         if ranking is None:
             return HitList()  # e.g. nothing but special tokens for a lexical mode: no evidence
+        if run.page.group_size is None and (wanted := codes(encoded.text)):
+            return self._exact_first(run, encoded, ranking, wanted, min_score, min_relevance)
+        return self._ranked(run, encoded, ranking, min_score, min_relevance)
+
+    def _exact_first(self, run: _Run, encoded: EncodedQuery, ranking, wanted: list[str], min_score: float | None,
+                     min_relevance: float | None) -> list:
+        """The passages that hold every number and code of the query as typed (an invoice number, an
+        amount: what dense vectors rank poorly), by their score, then the ranking of the others: one
+        ranking, paged as any. An exact passage is relevant by what it holds (relevance 1.0)."""
+        held = models.Filter(must=[models.FieldCondition(key="codes", match=models.MatchValue(value=c)) for c in wanted])
+        exact = self._found(replace(run, page=ResultPage(EXACT_DEPTH), flt=_both(run.flt, held)), encoded, ranking, min_score)
+        if not exact:
+            return self._ranked(run, encoded, ranking, min_score, min_relevance)
+        exact = [replace(h, relevance=1.0, exact=True) for h in exact]
+        shown, wanted_more = exact[run.page.offset:run.page.end], run.page.top_k
+        wanted_more -= len(shown)
+        others = HitList()
+        if wanted_more > 0:
+            rest = replace(run, page=ResultPage(wanted_more, max(0, run.page.offset - len(exact))),
+                           flt=_both(run.flt, models.Filter(must_not=[held])))
+            others = self._ranked(rest, encoded, ranking, min_score, min_relevance)
+        return HitList([*shown, *others], note=others.note, min_relevance=min_relevance, best=1.0)
+
+    def _ranked(self, run: _Run, encoded: EncodedQuery, ranking, min_score: float | None,
+                min_relevance: float | None) -> list:
+        found = self._found(run, encoded, ranking, min_score)
+        if run.page.group_size is not None:
+            return found  # groups carry no relevance
+        best = None
+        if run.page.offset and found:  # a later page: a hit is rated against the ranking's best, not the page's
+            best = max((h.score for h in self._found(replace(run, page=ResultPage(1)), encoded, ranking, None)), default=None)
+        space = replace(DOCUMENT_SPACES[ranking.vector], collection=run.collection)
+        return self._calibrated(found, space, _query(ranking.query), flt=run.flt, factor=ranking.scale,
+                                min_relevance=min_relevance, best=best)
+
+    @staticmethod
+    def _found(run: _Run, encoded: EncodedQuery, ranking, min_score: float | None) -> list:
+        """The run's page of the ranking (a fused ranking's candidates under the run's filter too)."""
         prefetch = None
         if ranking.fused:  # the candidate depth comes in steps, so the pages of one ranking see the same candidates
             depth = next((d for d in FUSED_DEPTHS if d >= run.page.end), run.page.end)
             candidates = [models.Prefetch(query=_query(q), using=using, limit=depth, filter=run.flt) for using, q in ranking.fused]
             prefetch = [models.Prefetch(prefetch=candidates, query=models.FusionQuery(fusion=models.Fusion.RRF), limit=depth)]
-        query = _query(ranking.query)
-        found = run.hits(encoded.mode, ranking.vector, query, min_score, prefetch=prefetch, scale=ranking.scale)
-        if run.page.group_size is not None:
-            return found  # groups carry no relevance
-        best = None
-        if run.page.offset and found:  # a later page: a hit is rated against the ranking's best, not the page's
-            first = replace(run, page=ResultPage(1))
-            best = max((h.score for h in first.hits(encoded.mode, ranking.vector, query, None, prefetch=prefetch,
-                                                    scale=ranking.scale)), default=None)
-        space = replace(DOCUMENT_SPACES[ranking.vector], collection=run.collection)
-        return self._calibrated(found, space, query, flt=run.flt, factor=ranking.scale, min_relevance=min_relevance,
-                                best=best)
+        return run.hits(encoded.mode, ranking.vector, _query(ranking.query), min_score, prefetch=prefetch,
+                        scale=ranking.scale)
 
     # -- by id: what a bot fetches after a search (a passage's neighbours, a whole document)
     def get_passage(self, passage_id: str | None = None, *, path: str | None = None, chunk: int | None = None,
@@ -303,6 +333,10 @@ def _optional(mode: str) -> list:
     if mode == "auto":
         return [f for f in for_kind(DOCUMENTS.name) if f.optional and f.best_mode]
     return [_FAMILY[mode]] if _FAMILY[mode].optional else []
+
+
+def _both(flt: models.Filter | None, more: models.Filter) -> models.Filter:
+    return more if flt is None else models.Filter(must=[flt, more])
 
 
 def _query(value):

@@ -9,7 +9,7 @@ from pathlib import Path
 from urllib.parse import quote, urlencode
 
 from search import errors
-from search.config import MAX_IMAGE_BYTES
+from search.config import MAX_IMAGE_BYTES, MAX_IMAGE_PIXELS
 from search.media.files import Refused, photo_reason, read_regular
 from search.rest_client import RestClient
 from search.services.options import ImageFilters
@@ -60,9 +60,17 @@ class RemoteService(RestClient):
         form = {"hypothesis": hypothesis, "premise": premise}
         return _hit(Verdict, self.call("POST", "/entail", form=form, upload=("image", _image(image, "image"))))
 
-    def read_text(self, image: Path | str | bytes) -> TextRead:
-        answer = self.call("POST", "/ocr", form={}, upload=("image", _image(image, "image")))
-        return TextRead(answer["lines"], answer["model"])
+    def read_text(self, image: Path | str | bytes, *, pdf: Path | None = None) -> TextRead:
+        name, data = _image(image, "image")
+        answer = self.call("POST", "/ocr", form={}, upload=(name, data))
+        read = TextRead(answer["lines"], answer["model"], answer.get("pages", 1))
+        if pdf is not None:  # the pages again here (the server checked their count and size): no second reading
+            from search.media.pages import scan_pages  # noqa: PLC0415  (Pillow, PDFium, fpdf2: only a PDF written needs them)
+            from search.media.searchable_pdf import write_pages  # noqa: PLC0415
+
+            pages = list(scan_pages(data, max_pages=read.pages, max_pixels=MAX_IMAGE_PIXELS))
+            write_pages(pages, read.lines, pdf)
+        return read
 
     def get_passage(self, passage_id: str | None = None, *, path: str | None = None, chunk: int | None = None,
                     max_chars: int | None = None, full_text: bool = False, kb: str | None = None) -> DocumentHit:

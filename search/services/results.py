@@ -58,6 +58,7 @@ class DocumentHit(_Paths):
     truncated: bool = False
     ocr: dict | None = None  # text read in an image (a scanned page, a photo): {"model", "score": mean confidence}
     thumbnail: str | None = None  # a passage read in a photo: the photo's thumbnail
+    exact: bool = False  # it holds every number and code of the query as typed (ranked first: search.terms.codes)
     # The query's content words in text, as (start, end) character spans (search.terms.highlight_spans)
     highlights: list[tuple[int, int]] = field(default_factory=list)
 
@@ -195,17 +196,20 @@ class Verdict:
 
 @dataclass(frozen=True)
 class TextRead:
-    """The text lines read in one image, in reading order."""
+    """The text lines read in an image or a scan, page by page, each page's in reading order."""
 
-    lines: list[dict]  # {"text", "score" (0..1), "box" (four x, y corners in the image's pixels)}
+    lines: list[dict]  # {"text", "score" (0..1), "box" (four x, y corners in its page's pixels), "page" (1-based)}
     model: str  # the model that read them
+    pages: int = 1  # a multi-page TIFF's frames, a PDF's pages
 
     @property
     def text(self) -> str:
-        return "\n".join(line["text"] for line in self.lines)
+        """The lines, a blank line between pages."""
+        return "\n\n".join("\n".join(line["text"] for line in self.lines if line.get("page", 1) == n)
+                           for n in range(1, self.pages + 1))
 
     def as_dict(self) -> dict:
-        return {"model": self.model, "text": self.text, "lines": self.lines}
+        return {"model": self.model, "pages": self.pages, "text": self.text, "lines": self.lines}
 
 
 def prompt_context(hits: list[DocumentHit]) -> str:

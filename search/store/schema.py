@@ -51,7 +51,8 @@ _COMMON_INDEXES = {
 _PAYLOAD_INDEXES = {
     DOCUMENTS_NAME: {**_COMMON_INDEXES, "mtime": models.PayloadSchemaType.FLOAT,
                      "models": models.PayloadSchemaType.KEYWORD, "page": models.PayloadSchemaType.INTEGER,
-                     "words": models.PayloadSchemaType.KEYWORD},  # an image's passages: its recognised words
+                     "words": models.PayloadSchemaType.KEYWORD,  # an image's passages: its recognised words
+                     "codes": models.PayloadSchemaType.KEYWORD},  # numbers and codes, matched exactly (search.terms.codes)
     IMAGES: {**_COMMON_INDEXES, "taken_at": models.PayloadSchemaType.FLOAT,
              "camera_terms": models.PayloadSchemaType.KEYWORD, "location": models.PayloadSchemaType.GEO},
 }

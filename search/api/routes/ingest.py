@@ -26,7 +26,8 @@ def ingest_paths(body: IngestPaths, request: Request, backend: Backend = Depends
     kb = need_kb(request, body.kb, "write")
     local = request.state.local  # a face of the owner's user on this machine: any path it can read
     paths = [allowed_path(backend, raw, f"paths[{i}]", local=local, kb=kb) for i, raw in enumerate(body.paths)]
-    return _accepted(request, backend.jobs.submit(paths, body.prune, source="cli" if local else "rest", local=local, kb=kb))
+    return _accepted(request, backend.jobs.submit(paths, body.prune, source="cli" if local else "rest", local=local, kb=kb,
+                                                     ocr_photos=body.ocr_photos))
 
 
 @router.post("/ingest/upload", status_code=202, summary="Upload documents or photos and index them", responses=errors(400, 422))

@@ -83,9 +83,10 @@ async def entail(hypothesis: Annotated[str, Form(min_length=1, max_length=20000,
     return {"image": image.filename, "hypothesis": hypothesis, "premise": premise, **verdict.as_dict()}
 
 
-@router.post("/ocr", summary="The text lines in the uploaded photo or scan (OCR), each with its confidence and box",
+@router.post("/ocr", summary="The text lines in the uploaded photo, scan or PDF (OCR), each with its confidence, box and page",
              responses=errors(413))
-async def ocr(image: UploadFile = File(description="the photo or scanned page"),
+async def ocr(image: UploadFile = File(description="the photo or scan: an image (every frame of a multi-page TIFF) or a "
+                                                   "PDF (every page, up to the server's max_read_pages)"),
               backend: Backend = Depends(get_backend)) -> dict:
     data = await read_limited(image, "image", backend.settings.max_upload_bytes)
     read = await backend.run(lambda: backend.service().read_text(data))
