@@ -6,12 +6,12 @@ import shlex
 import signal
 import sys
 import time
-from collections.abc import Callable
 from pathlib import Path
 
 import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
+from indexer.cli_run import exit_status, print_summary, through_server, waiting
 from indexer.jobs import JOBS_FILE, JobStore
 from indexer.remote import RemoteIngest
 from search import owner
@@ -46,9 +46,6 @@ def main_options(ctx: typer.Context, data_dir: Path = DataDir, triton_url: str =
 
 # Exit status of `indexer ingest` (also in the README): a script can tell "some files failed" apart
 # from "nothing worked" and from the errors every command shares (2 usage, 3 Triton, 4 model, 5 store).
-EXIT_ALL_FAILED = 1
-EXIT_MODEL_STOPPED = 4  # a model failed mid-run: the kind it embeds was stopped, the others indexed
-EXIT_SOME_FAILED = 7
 
 
 @app.command()
@@ -99,19 +96,9 @@ def ingest(
                  f"stop it ({running.describe()}) to ingest with others", 2)
         if ray is not None:
             fail(f"--ray: the search server ({running.describe()}) owns the store; stop it to ingest on a Ray cluster", 2)
-        waiting = _waiting(progress, task)
-
-        def followed(job: dict) -> None:
-            progress.update(task, completed=job["files_done"], total=job["files_total"])
-            waiting(job.get("waiting"))
-
-        with progress:
-            # --ocr-photos or SEARCH_OCR_PHOTOS here travel with the job; neither: the server's own setting
-            asked = ctx.obj.ocr_photos if "ocr_photos" in ctx.obj.model_fields_set else None
-            job = _through_server(running, paths, prune, followed, kb, ocr_photos=asked)
-        if job["report"] is None:
-            fail(f"the server's ingest job {job['id']} {job['state']}: {job.get('error') or 'no report'}", 1)
-        d = job["report"]
+        # --ocr-photos or SEARCH_OCR_PHOTOS here travel with the job; neither: the server's own setting
+        asked = ctx.obj.ocr_photos if "ocr_photos" in ctx.obj.model_fields_set else None
+        d = through_server(running, paths, prune, progress, task, kb, ocr_photos=asked)
     else:
         from indexer.service import IngestService  # noqa: PLC0415  (qdrant-client and the loaders are slow to import: only a run without a server needs them)
 
@@ -122,7 +109,7 @@ def ingest(
                     on_start=lambda n: progress.update(task, total=n),
                     on_file=lambda o: progress.update(task, advance=0 if o.status == "pruned" else 1,
                                                       current=printable(display_path(o.path))[-50:]),
-                    on_wait=_waiting(progress, task),
+                    on_wait=waiting(progress, task),
                 )
         except ValueError as exc:  # chunker arguments
             raise typer.BadParameter(str(exc)) from exc
@@ -134,81 +121,8 @@ def ingest(
     if as_json:
         print(to_json(d))
     else:
-        _print_summary(d, verbose)
-    _exit_status(d)
-
-
-def _exit_status(d: dict) -> None:
-    """Exit with the status the report calls for (ingest's docstring lists them); return when all went well."""
-    failed = d["failed"]
-    if failed and failed == sum(d[k] for k in ("indexed", "updated", "unchanged", "failed", "pruned")):
-        raise typer.Exit(EXIT_ALL_FAILED)
-    if d.get("stopped"):  # a model failed mid-run: its kind was stopped (reason printed above)
-        raise typer.Exit(EXIT_MODEL_STOPPED)
-    if d.get("cancelled"):
-        raise typer.Exit(130)
-    if failed:
-        raise typer.Exit(EXIT_SOME_FAILED)
-
-
-def _through_server(running, paths: list[Path], prune: bool, progress, kb: str | None = None,
-                    ocr_photos: bool | None = None) -> dict:
-    client = RemoteIngest(running)
-    job_id = client.submit(paths, prune=prune, kb=kb, ocr_photos=ocr_photos)
-    err.print(f"ingesting through the search server ({running.describe()}), job {job_id}", highlight=False)
-    return client.follow(job_id, progress)
-
-
-def _waiting(progress: Progress, task) -> Callable[[str | None], None]:
-    """What a run that pauses for Triton shows: its progress line says so, and a line (also where
-    there is no bar) when it starts and ends waiting."""
-    last: list[str | None] = [None]
-
-    def on_wait(why: str | None) -> None:
-        if why == last[0]:
-            return
-        last[0] = why
-        progress.update(task, current=printable(why or "")[:80])
-        say("{}  {}", time.strftime("%H:%M:%S"), why or "Triton answers again: going on", console=err)
-
-    return on_wait
-
-
-def _print_summary(d: dict, verbose: bool) -> None:
-    skipped = ", ".join(f"{why}: {n}" for why, n in d["skipped_by_reason"].items())
-    out.print(
-        f"[bold]{d['indexed']}[/] indexed, [bold]{d['updated']}[/] updated, {d['unchanged']} unchanged, "
-        f"[{'red' if d['failed'] else 'default'}]{d['failed']} failed[/]"
-        + (f", {d['pruned']} pruned" if d["pruned"] else "")
-        + (f", {d['skipped']} skipped ({skipped})" if d["skipped"] else "")
-        + (" (" + ", ".join(f"{n} {k}" for k, n in sorted(d["by_kind"].items())) + ")" if len(d["by_kind"]) > 1 else "")
-        + f" — {d['embedded_chunks']} chunks embedded in {d['seconds']:.1f} s"
-        + (f" ({d['truncated_chunks']} truncated to the model's 256 tokens)" if d["truncated_chunks"] else ""),
-        highlight=False,
-    )
-    if d.get("stages"):
-        units = {"embed": "units"}
-        say("  stages, per worker: {}", ", ".join(
-            f"{k} {v['per_second']:,.0f} {units.get(k, 'files')}/s ({v['seconds']:.1f} s)" for k, v in d["stages"].items()
-            if v["per_second"] is not None))
-    if d.get("cancelled"):
-        say("  [yellow]cancelled[/]: the files written so far stay indexed; run the same command to finish")
-    for kind, info in d["unavailable"].items():
-        say("  [yellow]not indexed[/] {} {}: {}", info["files"], kind, info["reason"])
-    for f in d["failures"]:
-        if not f.get("still_failing"):
-            say("  [red]failed[/] {}: {}", display_path(f["path"]), f["reason"])
-    if d["still_failing"]:
-        n = d["still_failing"]
-        say("  [red]{} file{} still failing[/] (unchanged since last run" + ("" if verbose else "; --verbose lists them") + ")",
-            n, "s" if n > 1 else "")
-        if verbose:
-            for f in d["failures"]:
-                if f.get("still_failing"):
-                    say("  [red]still failing[/] {}: {}", display_path(f["path"]), f["reason"])
-    if verbose:
-        for f in d.get("skipped_files", []):
-            say("  [dim]skipped[/] {} ({})", display_path(f["path"]), f["reason"])
+        print_summary(d, verbose)
+    exit_status(d)
 
 
 @app.command()

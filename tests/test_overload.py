@@ -11,7 +11,7 @@ import pytest
 from rich.progress import Progress, TextColumn
 
 from indexer import ray_cluster
-from indexer.cli import _waiting
+from indexer.cli_run import waiting as _waiting
 from indexer.pacing import Pacer
 from indexer.patience import GaveUp, Patience
 from indexer.ray_cluster import RayUnavailable, gcs_wait_s

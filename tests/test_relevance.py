@@ -21,7 +21,7 @@ from ingest_helper import ingest
 from PIL import Image
 from processes import SearchServer
 
-from indexer.cli import EXIT_ALL_FAILED, EXIT_MODEL_STOPPED, EXIT_SOME_FAILED
+from indexer.cli_run import EXIT_ALL_FAILED, EXIT_MODEL_STOPPED, EXIT_SOME_FAILED
 from search.api import create_app
 from search.cli.query import NO_GOOD_MATCH, NOTHING_MATCHED
 from search.config import PROJECT_ROOT
