@@ -52,7 +52,9 @@ def notes(folder: Path) -> list[Path]:
 def test_a_job_waits_out_a_stopped_then_killed_triton_and_indexes_every_file_once(server, tmp_path):
     srv, prefixes = server
     settings = settings_for(tmp_path / "data", srv.repo, srv.grpc_port).model_copy(
-        update={"triton_timeout_s": 5.0, "embed_batch_size": 2})  # small requests: many of them, some always in flight
+        # small requests: many of them, some always in flight; a batch's retries (10 s) end well inside the
+        # 40 s stop, so the run itself must wait it out
+        update={"triton_timeout_s": 5.0, "embed_batch_size": 2, "triton_retry_budget_s": 10.0})
     files = notes(tmp_path / "notes")
     svc = IngestService(settings)
     done, reached, go_on = [0], {k: threading.Event() for k in ("stop", "kill")}, {k: threading.Event() for k in ("stop", "kill")}
@@ -113,7 +115,7 @@ def test_past_the_wait_a_run_ends_in_one_line_and_keeps_the_files_it_completed(s
     with that one line; every file reported indexed before is in the store, whole, once."""
     srv, _ = server
     settings = settings_for(tmp_path / "data", srv.repo, srv.grpc_port).model_copy(
-        update={"triton_timeout_s": 5.0, "embed_batch_size": 2, "ingest_triton_wait_s": 3.0})
+        update={"triton_timeout_s": 5.0, "embed_batch_size": 2, "ingest_triton_wait_s": 3.0, "triton_retry_budget_s": 2.0})
     notes(tmp_path / "notes")
     svc = IngestService(settings)
     indexed: list[str] = []
