@@ -1,7 +1,9 @@
 """The embedded store (Qdrant's engine, qdrant-edge) against qdrant-client's local mode, both
 through the project's Store class with the real schemas: photos (512-d CLIP-sized vectors, EXIF-like
 payload) or documents (--kind documents: 384-d MiniLM-sized vectors, passages of ~700 characters;
-the collection as an ingest with MiniLM alone creates it, without BGE-M3's vectors).
+the collection as an ingest with MiniLM alone creates it, without BGE-M3's vectors), or --kind real:
+the documents collection with real MiniLM vectors of real sentences (bench/store_data.py), where
+recall@10 is what the product's search parameters (its HNSW beam for the collection's size) keep.
 
 Data shaped like real embeddings: 200 clusters, each a 32-dimensional manifold around its centre,
 all offset along one shared direction (a cone, as CLIP's are), plus isotropic noise, normalised;
@@ -27,6 +29,7 @@ candidates rescored (oversampling).
 
     python bench/bench_store.py --sizes 10000,100000 --backends edge,local [--workdir DIR] [--json FILE]
     python bench/bench_store.py --sizes 300000 --backends edge,edge+scalar,edge+binary   # quantization
+    SEARCH_TEST_MODELS=DIR python bench/bench_store.py --sizes 100000 --backends edge --kind real --workdir W
     python bench/bench_store.py --report FILE          # print the table of recorded results
 
 Run it under the exclusive CPU lock (flock -x /tmp/cpu.lock ...). Local mode is slow at 300k
@@ -52,62 +55,15 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from qdrant_client import models  # noqa: E402
 
-from bench.common import DIM, SEED, payload, pid, sample  # noqa: E402
+from bench.common import DIM, SEED, pid, sample  # noqa: E402
+from bench.store_data import CHUNK, KINDS, OVERSAMPLING, dataset, filters, point, query_vectors, unit  # noqa: E402
+from bench.store_report import report  # noqa: E402
 from search import owner  # noqa: E402
-from search.store import DOCUMENTS, documents_schema, images_schema, open_location  # noqa: E402
+from search.store import documents_schema, images_schema, open_location  # noqa: E402
 from search.store.util import disk_usage  # noqa: E402
 from search.triton.local import free_port  # noqa: E402
 
-CHUNK, BATCH = 10_000, 256
-
-
-# kind -> (collection, vector, width)
-KINDS = {"photos": ("images", "clip", DIM), "documents": (DOCUMENTS.name, "minilm", 384)}
-WORDS = ("printer queue badge reader password reset vpn laptop docking station monitor invoice budget "
-         "meeting room schedule backup restore release policy travel expense contract review").split()
-
-
-def unit(x: np.ndarray) -> np.ndarray:
-    return (x / np.linalg.norm(x, axis=1, keepdims=True)).astype(np.float32)
-
-
-def dataset(n: int, kind: str = "photos") -> np.ndarray:
-    """The first n points (the same points at every size): fixed 10k chunks, each with its own seed;
-    documents' 384-d vectors are the first 384 coordinates, renormalised (the clusters stay)."""
-    width = KINDS[kind][2]
-    return np.concatenate([unit(sample(CHUNK, SEED + 1 + k)[:, :width]) for k in range(n // CHUNK)])
-
-
-def doc_payload(i: int) -> dict:
-    """A passage's payload as the indexer writes it: 8 passages a file, ~700 characters of text."""
-    f, year = i // 8, 2010 + (i // 8) % 15
-    path = f"/srv/wiki/{year}/{f % 97:02d}/page-{f:07d}.md"
-    text = " ".join(WORDS[(i * 7 + k * 13) % len(WORDS)] for k in range(100))
-    return {"path": path, "paths": [path], "folders": [f"/srv/wiki/{year}/{f % 97:02d}", f"/srv/wiki/{year}", "/srv/wiki",
-                                                     "/srv", "/"], "suffix": ".md", "sha256": f"{f:064x}", "chunk": i % 8,
-            "n_chunks": 8, "chunker": "minilm-bench", "mtime": 1.3e9 + i * 3000.0, "size": 40_000 + f, "title": f"Page {f}",
-            "models": ["minilm"], "partial": 0.0, "text": text, "start": (i % 8) * 700, "end": (i % 8) * 700 + len(text)}
-
-
-def point(i: int, v: np.ndarray, kind: str) -> models.PointStruct:
-    _, vector, _ = KINDS[kind]
-    return models.PointStruct(id=pid(i), vector={vector: v.tolist()}, payload=payload(i) if kind == "photos" else doc_payload(i))
-
-
-def filters(kind: str, n: int) -> dict[str, tuple[models.Filter, np.ndarray]]:
-    """name -> (filter, which of the n points it keeps)."""
-    i = np.arange(n)
-    year = (2010 + i % 15) if kind == "photos" else (2010 + (i // 8) % 15)
-    top = "/home/me/Pictures/2015" if kind == "photos" else "/srv/wiki/2015"
-    lo, hi = 1.3e9 + int(n * 0.45) * 3000.0, 1.3e9 + int(n * 0.55) * 3000.0  # dates: 10 % of the points
-    date_key = "taken_at" if kind == "photos" else "mtime"
-    out = {"folder": (models.Filter(must=[models.FieldCondition(key="folders", match=models.MatchValue(value=top))]), year == 2015),
-           "date": (models.Filter(must=[models.FieldCondition(key=date_key, range=models.Range(gte=lo, lt=hi))]),
-                    (1.3e9 + i * 3000.0 >= lo) & (1.3e9 + i * 3000.0 < hi))}
-    if kind == "photos":
-        out["camera"] = (models.Filter(must=[models.FieldCondition(key="camera_terms", match=models.MatchValue(value="cam3"))]),
-                         i % 10 == 3)
-    return out
+BATCH = 256
 
 
 def rss_mb(field: str = "VmRSS") -> float:
@@ -148,8 +104,6 @@ def store_dir(workdir: Path, backend: str, n: int, kind: str = "photos") -> Path
 BINARY = models.BinaryQuantization(binary=models.BinaryQuantizationConfig())
 
 
-OVERSAMPLING = (2.0, 4.0)
-
 
 def open_store(backend: str, path: Path):
     """``backend`` is edge, local or edge+<quantization>; edge+scalar is SEARCH_STORE_QUANTIZATION=scalar
@@ -181,7 +135,7 @@ def disk_parts(path: Path) -> dict[str, float]:
 def build(backend: str, n: int, workdir: Path, kind: str = "photos") -> dict:
     path = store_dir(workdir, backend, n, kind)
     shutil.rmtree(path, ignore_errors=True)
-    data = dataset(n, kind)
+    data = dataset(n, kind, workdir)
     collection = KINDS[kind][0]
     store = open_store(backend, path)
     ensure(store, kind, backend)
@@ -235,15 +189,16 @@ def latencies(store, collection: str, vector: str, queries: np.ndarray, flt=None
 def query(backend: str, n: int, workdir: Path, n_queries: int, kind: str = "photos") -> dict:
     path = store_dir(workdir, backend, n, kind)
     collection, vector, width = KINDS[kind]
-    data = dataset(n, kind)
-    queries = unit(sample(n_queries, SEED + 999)[:, :width])
+    data = dataset(n, kind, workdir)
+    queries = query_vectors(n_queries, kind, n, workdir)
     ids = {pid(i): i for i in range(n)}
     before, before_anon = rss_mb(), rss_mb("RssAnon")
     t = time.perf_counter()
     store = open_store(backend, path)
     store.search(collection, vector, queries[0].tolist(), limit=10)
     reopen = time.perf_counter() - t
-    result = {"reopen_s": reopen, "points": store.count(collection)}
+    result = {"reopen_s": reopen, "points": store.count(collection),
+              "hnsw_ef": store.search_params(collection, 10, None).hnsw_ef}
     plain = latencies(store, collection, vector, queries, None, exact_top(data, queries, None), ids)
     result["top10_p50_ms"], result["top10_p99_ms"], result["recall"] = plain["p50_ms"], plain["p99_ms"], plain["recall"]
     if "+" in backend:  # quantized: the rescored candidates oversampled, as a caller would have to ask
@@ -257,7 +212,7 @@ def query(backend: str, n: int, workdir: Path, n_queries: int, kind: str = "phot
         got = latencies(store, collection, vector, queries, flt, exact_top(data, queries, keep), ids)
         prefix = "filtered" if name == "camera" else f"{name}_filtered"  # "filtered": the camera filter, as before
         result[f"{prefix}_p50_ms"], result[f"{prefix}_p99_ms"], result[f"{prefix}_recall"] = got["p50_ms"], got["p99_ms"], got["recall"]
-    if kind == "documents":  # per-document results (8 passages a file): the first page, and past the first 100
+    if kind != "photos":  # per-document results (8 passages a file): the first page, and past the first 100
         for offset in (0, 100):
             lat = []
             for q in queries[:100]:
@@ -425,36 +380,6 @@ def main() -> None:
         keys = ("backend", "n") if args.kind == "photos" else ("backend", "kind", "n")
         record("bench_store", {"phases": args.phases, "kind": args.kind, "queries": args.queries,
                                "local_queries": args.local_queries, **keyed(rows, *keys)}, load_before=load_before)
-
-
-def report(rows: list[dict]) -> None:
-    def f(x, spec):
-        return format(x, spec) if isinstance(x, int | float) else "-"
-
-    if rows:
-        print(f"machine: {rows[0].get('machine')}")
-    print("| backend | points | upsert pts/s | + index build s | top-10 p50 / p99 ms | recall@10 | filtered p50 / p99 ms "
-          "| filtered recall@10 | reopen s | RSS MB | disk MB | queries | load |")
-    print("| --- " * 13 + "|")
-    for r in sorted(rows, key=lambda r: (r["n"], r["backend"])):
-        print(f"| {r['backend']} | {r['n']:,} | {f(r.get('upsert_pts_s'), ',.0f')} | {f(r.get('optimize_s'), '.1f')} "
-              f"| {f(r.get('top10_p50_ms'), '.1f')} / {f(r.get('top10_p99_ms'), '.1f')} | {f(r.get('recall'), '.3f')} "
-              f"| {f(r.get('filtered_p50_ms'), '.1f')} / {f(r.get('filtered_p99_ms'), '.1f')} | {f(r.get('filtered_recall'), '.3f')} "
-              f"| {f(r.get('reopen_s'), '.2f')} | {f(r.get('rss_mb'), ',.0f')} | {f(r.get('disk_mb'), ',.0f')} "
-              f"| {r.get('queries', '-')} | {r.get('load_start')} → {r.get('load_end')} |")
-    for n in sorted({r["n"] for r in rows}):
-        e = next((r for r in rows if r["n"] == n and r["backend"] == "edge"), None)
-        for q in (r for r in rows if r["n"] == n and r["backend"].startswith("edge+") and e and "top10_p50_ms" in r):
-            over = ", ".join(f"oversampling {o:g}: recall {q[f'oversampling{o:g}_recall']:.3f}, p50 ×"
-                             f"{e['top10_p50_ms'] / q[f'oversampling{o:g}_top10_p50_ms']:.2f} faster" for o in OVERSAMPLING)
-            print(f"{n:,}: {q['backend']} vs edge — index build ×{e['optimize_s'] / q['optimize_s']:.2f} faster, top-10 p50 "
-                  f"×{e['top10_p50_ms'] / q['top10_p50_ms']:.2f} faster, recall {q['recall']:.3f} vs {e['recall']:.3f} ({over}), "
-                  f"RSS {q['rss_mb']:,.0f} vs {e['rss_mb']:,.0f} MB, disk {q['disk_mb']:,.0f} vs {e['disk_mb']:,.0f} MB")
-        lo = next((r for r in rows if r["n"] == n and r["backend"] == "local"), None)
-        if e and lo and "top10_p50_ms" in e and "top10_p50_ms" in lo:
-            print(f"{n:,}: edge vs local mode — upsert ×{e['upsert_pts_s'] / lo['upsert_pts_s']:.0f}, top-10 p50 "
-                  f"×{lo['top10_p50_ms'] / e['top10_p50_ms']:.0f} faster, filtered ×{lo['filtered_p50_ms'] / e['filtered_p50_ms']:.0f}, "
-                  f"reopen ×{lo['reopen_s'] / e['reopen_s']:.0f}")
 
 
 if __name__ == "__main__":

@@ -2,7 +2,8 @@
 
 Tokens are Qdrant's default word tokenizer's (runs of letters and digits, lower-cased), so a code
 such as "RE16" in "RE16-A" is the word "re16" on both sides. A query's content words leave out
-English function words ("the", "is", "of"): they would match almost every text."""
+English function words ("the", "is", "of") and their inflections ("others"): they would match
+almost every text."""
 
 from __future__ import annotations
 
@@ -22,6 +23,12 @@ or other our ours ourselves out over own same she should so some such than that 
 then there these they this those through to too under until up very was we were what when where which while who
 whom why will with would you your yours yourself yourselves
 """.split())
+
+
+# Snowball's irregular forms whose stem does not start like the word ("dying" -> "die"): the text is
+# also searched for these heads. Every other word starts with the first len(stem) - 1 letters of its
+# stem (checked over the vocabulary of the installed packages' sources, 185k words).
+_IRREGULAR_HEADS = {"die": "dy", "lie": "ly", "tie": "ty"}
 
 
 def words(text: str) -> list[str]:
@@ -65,11 +72,20 @@ def stem(word: str) -> str:
     return _STEMMER.stemWord(word)
 
 
+# Stems of the function words: a word with one of them ("others" -> "other") is a function word too
+_STOP_STEMS = frozenset(stem(w) for w in STOP_WORDS)
+
+
+def query_stems(query: str) -> set[str]:
+    """The stems of the query's content words, without those that are a function word's stem."""
+    return {s for s in map(stem, content_words(query)) if s not in _STOP_STEMS}
+
+
 def highlight_spans(text: str, query: str) -> list[tuple[int, int]]:
-    """Character spans (start, end) of the words of ``text`` that are the query's content words,
-    whole or by stem ("jammed" for "jam"); never function words or mere prefixes ("the" marks
-    neither "the" nor "them")."""
-    stems = {stem(w) for w in content_words(query)}
+    """Character spans (start, end) of the words of ``text`` that have the stem of one of the query's
+    content words ("using" for "use", "jammed" for "jam"); never function words or mere prefixes
+    ("the" marks neither "the" nor "them", "others" marks nothing)."""
+    stems = query_stems(query)
     if not stems:
         return []
     low = text.lower()
@@ -78,7 +94,7 @@ def highlight_spans(text: str, query: str) -> list[tuple[int, int]]:
     # Only words that start like a stem are looked at, found with str.find: a regex over every word
     # of every hit cost more than the rest of a search's Python work.
     found = set()
-    for head in {s[:3] for s in stems}:
+    for head in _heads(stems):
         i = low.find(head)
         while i != -1:
             if i == 0 or not _word_char(low[i - 1]):
@@ -89,6 +105,15 @@ def highlight_spans(text: str, query: str) -> list[tuple[int, int]]:
                     found.add((i, j))
             i = low.find(head, i + 1)
     return sorted(found)
+
+
+def _heads(stems: set[str]) -> set[str]:
+    """What every word with one of ``stems`` starts with: the stem less its last letter (Snowball
+    changes the end: "use" <- "using", "happi" <- "happy"), at most three letters, and the heads of
+    the irregular forms. Nested heads are searched once ("us" covers "use")."""
+    heads = {s[: max(1, min(3, len(s) - 1))] for s in stems}
+    heads |= {_IRREGULAR_HEADS[s] for s in stems if s in _IRREGULAR_HEADS}
+    return {h for h in heads if not any(o != h and h.startswith(o) for o in heads)}
 
 
 def _word_char(ch: str) -> bool:

@@ -136,6 +136,9 @@ class Family:
     # quantize it. Whether int8 counts as measured is int8_quality's to say (precision_status).
     precisions: tuple[str, ...] = ("fp32",)
     int8_quality: Int8Quality | None = None  # measured int8 quality for specific weights, if any
+    # The weight products an int8 build keeps float (fragments of their names, quantize_per_token);
+    # empty: the first that narrows
+    int8_float: tuple[str, ...] = ()
     # The published checkpoints (hub ids) whose publishers' examples `search models verify` checks,
     # weight files known by sha256 -> checkpoint, and organisations whose bare ORG/NAME download
     # folders identify a checkpoint (search.models.published.identify).

@@ -161,7 +161,7 @@ class Fusion:
 
 def cpu_graph(exported: Path, fusion: Fusion | None, checks: list[dict], family: str, precision: str = "fp32",
               timing: list[dict] | None = None, pack: Callable[[Path], object] | None = None,
-              text: list[dict] | None = None) -> dict:
+              text: list[dict] | None = None, keep_float: tuple[str, ...] = ()) -> dict:
     """Write ``model.cpu.onnx`` beside ``exported``, the graph the CPU configs serve, and return
     what the manifest records about it.
 
@@ -173,7 +173,8 @@ def cpu_graph(exported: Path, fusion: Fusion | None, checks: list[dict], family:
        core kernels beat the contrib ops), so the build machine decides.
     3. ``precision`` "int8": the chosen graph quantized per token (``search.models.export.int8``),
        held against fp32 on ``text`` (real text's batches, default ``checks``): INT8_MIN_COSINE on
-       every row, and each row run alone must give its in-batch vector (MIN_COSINE). One that misses
+       every row, and each row run alone must give its in-batch vector (MIN_COSINE); the products
+       ``keep_float`` names stay float. One that misses
        gives way to the next-fastest candidate's; when none meets both this raises Int8Rejected."""
     import numpy as np  # noqa: PLC0415
 
@@ -231,7 +232,7 @@ def cpu_graph(exported: Path, fusion: Fusion | None, checks: list[dict], family:
             for kind in order:  # the fastest first; the next only when it falls short
                 quantized = work / f"int8-{kind}" / CPU_GRAPH
                 quantized.parent.mkdir()
-                quantize_per_token(chosen if kind == served else candidates[kind], quantized, big)
+                quantize_per_token(chosen if kind == served else candidates[kind], quantized, big, keep_float)
                 cos = agreement(text_ref, run_graph(quantized, text or checks))
                 inv = batch_invariance(quantized, text or checks)
                 tried[kind] = (cos if np.isfinite(cos) else -1.0, inv if np.isfinite(inv) else -1.0, quantized)

@@ -7,7 +7,11 @@ down to 0.98), and static quantization (fixed, calibrated scales) cannot hold th
 outputs' outlier channels (far below the 0.98 bound against fp32). Integer products are exact, so
 per-token rows are batch-invariant up to float rounding. Weights on 7 bits: without VNNI (AVX2 only,
 e.g. AMD Zen 3) onnxruntime's u8 x s8 kernels add pairs of products in saturating 16-bit lanes;
-255 x 64 x 2 stays below 2^15."""
+255 x 64 x 2 stays below 2^15.
+
+A few products stay float: by default the first that narrows (see quantize_per_token); a family
+whose short texts need more names them (``Family.int8_float``), found by quantizing one product at
+a time and measuring short conversational sentences against fp32."""
 
 from __future__ import annotations
 
@@ -19,11 +23,14 @@ ZERO_POINT = 128  # activations: round(x / scale) + 128, in [1, 255]
 WEIGHT_MAX = 63  # weights: [-63, 63] (7 bits, see the module docstring)
 
 
-def quantize_per_token(src: Path, dest: Path, big: bool = False) -> int:
+def quantize_per_token(src: Path, dest: Path, big: bool = False, keep_float: tuple[str, ...] = ()) -> int:
     """Write ``src`` with every Gemm/MatMul whose second input is a constant 2-D weight replaced by its
-    per-token int8 form, but the first one that narrows (the first layer's feed-forward output, whose
-    input carries the widest outlier channels: quantized, it alone takes a few sentences below the
-    0.98 bound); returns how many were replaced."""
+    per-token int8 form, but those kept float; returns how many were replaced.
+
+    Kept float: without ``keep_float``, the first product that narrows (the first layer's
+    feed-forward output, whose input carries the widest outlier channels: quantized, it alone takes
+    a few sentences below the 0.98 bound); with it, each product whose node or weight name, with "/"
+    read as ".", contains one of its fragments (e.g. "layer.4.attention.self.value")."""
     import onnx  # noqa: PLC0415
     from onnx import helper, numpy_helper  # noqa: PLC0415
 
@@ -49,7 +56,8 @@ def quantize_per_token(src: Path, dest: Path, big: bool = False) -> int:
         w = numpy_helper.to_array(w_init).astype(np.float32)
         if node.op_type == "Gemm" and attrs.get("transB", 0):
             w = w.T  # [in, out]
-        if w.shape[0] > w.shape[1] and not narrowed:
+        named = f"{node.name} {w_init.name}".replace("/", ".")
+        if any(f in named for f in keep_float) if keep_float else (w.shape[0] > w.shape[1] and not narrowed):
             narrowed = True
             nodes.append(node)
             continue

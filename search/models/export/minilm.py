@@ -3,7 +3,7 @@
 Two graphs: ``model.onnx`` as exported (checked against PyTorch; the GPU configs serve it) and
 ``model.cpu.onnx`` (config.pbtxt serves it): onnxruntime's BERT fusions, checked against the
 exported graph, and with ``precision="int8"`` quantized per token (``search.models.export.int8``;
-checked on the sentences of samples/docs, its quality figures: ``MiniLM.int8_quality``, measured by
+checked on the sentences of samples/docs and short everyday ones, its quality figures: ``MiniLM.int8_quality``, measured by
 bench/quality_minilm.py)."""
 
 from __future__ import annotations
@@ -46,7 +46,8 @@ def build(fam: MiniLM, repo: Path, source: str, precision: str = "fp32", allow_u
     # a configuration the packed encoder does not reproduce is served as exported or fused
     pack = (lambda dest: export_onnx(weights, dest, packed=True)) if supports(config) else None
     text = text_inputs(weights) if precision == "int8" else None
-    cpu = cpu_graph(onnx_path, fusion, check_inputs(), fam.family, precision, timing=timing_inputs(), pack=pack, text=text)
+    cpu = cpu_graph(onnx_path, fusion, check_inputs(), fam.family, precision, timing=timing_inputs(), pack=pack, text=text,
+                    keep_float=fam.int8_float)
     save_tokenizer(weights, fam.tokenizer_path(repo))
     link_query_copy(repo)
     recorded = minilm_golden.record(fam, repo, weights, source, MAX_TOKENS)  # for `search models verify`
@@ -92,8 +93,9 @@ SAMPLES = Path(__file__).resolve().parents[3] / "samples"  # the repository's sa
 
 def sentences() -> list[str]:
     """Real text the repository ships: every sentence (heading, list item) of samples/docs, the
-    sample queries and the golden texts."""
+    sample queries, the golden texts and short everyday sentences (SHORT_TEXTS)."""
     from search.models import golden  # noqa: PLC0415
+    from search.models.export.short_texts import SHORT_TEXTS  # noqa: PLC0415
 
     out = []
     for path in sorted((SAMPLES / "docs").glob("*")):
@@ -103,7 +105,7 @@ def sentences() -> list[str]:
     queries = SAMPLES / "queries.json"
     if queries.is_file():
         out += [q["query"] for q in json.loads(queries.read_text(encoding="utf-8"))]
-    return out + [t.text for t in golden.inputs().texts]
+    return out + [t.text for t in golden.inputs().texts] + list(SHORT_TEXTS)
 
 
 def text_inputs(weights: Path, batch: int = 64) -> list[dict]:
