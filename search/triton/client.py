@@ -164,9 +164,9 @@ class TritonClient(Healing):
                 wait = tries.backoff()
                 if wait is None:
                     raise self._timed_out(model, exc, tries) from exc.__cause__
-                log.warning("Triton call to '%s' failed (%s: %s), Triton is there; trying again in %.1f s (try %d)", model,
-                            "timed out" if isinstance(exc, TritonTimeout) else "refused", _short(exc.__cause__ or exc),
-                            wait, tries.count + 1)
+                log.info("Triton call to '%s' failed (%s: %s), Triton is there; trying again in %.1f s (try %d)", model,
+                         "timed out" if isinstance(exc, TritonTimeout) else "refused", _short(exc.__cause__ or exc),
+                         wait, tries.count + 1)
                 time.sleep(wait)
 
     def _healed(self, model: str, inputs: dict[str, np.ndarray], outputs: list[str], timeout: float) -> dict[str, np.ndarray]:
