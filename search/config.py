@@ -61,8 +61,8 @@ class Settings(BaseSettings):
         validation_alias=AliasChoices("SEARCH_QDRANT_API_KEY", "QDRANT_API_KEY", "qdrant_api_key"),
     )
     # A Qdrant server's idempotent calls (reads, upserts by id, deletes and payloads by filter) that fail
-    # for a moment (connection lost or refused, a timeout, 429/502/503/504) are tried again with
-    # backoff for so long; 0: never.
+    # for a moment (a timeout, a connection dropped mid-call, 429/502/503/504) are tried again with
+    # backoff for so long; 0: never. A refused connection (nothing listens) fails at once.
     store_retry_budget_s: float = Field(default=30.0, ge=0, le=3600)
     # The embedded store when no QDRANT_URL is set (env SEARCH_STORE): "edge" = Qdrant's own engine
     # in-process (HNSW, payload indexes, WAL) in <data_dir>/store-edge; "local" = qdrant-client's

@@ -1,5 +1,5 @@
-"""A Qdrant server's idempotent calls ride out a moment of trouble (refused, 503, a restart) with
-backoff; the others fail at once. No Qdrant server runs here: the real qdrant-client talks HTTP to a
+"""A Qdrant server's idempotent calls ride out a moment of trouble (503, a connection dropped
+mid-call) with backoff; the others, and a refused connection, fail at once. No Qdrant server runs here: the real qdrant-client talks HTTP to a
 stand-in that answers the two routes these tests ask (GET /collections, PUT /collections/NAME) as
 Qdrant does, failing as told first."""
 
@@ -8,7 +8,6 @@ from __future__ import annotations
 import json
 import logging
 import threading
-import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
@@ -23,8 +22,8 @@ pytestmark = pytest.mark.filterwarnings("ignore:Failed to obtain server version"
 class StandIn(ThreadingHTTPServer):
     """Answers ``fail`` requests with 503, then as Qdrant does; counts the requests by route."""
 
-    def __init__(self, port: int, fail: int = 0) -> None:
-        self.fail, self.asked = fail, []
+    def __init__(self, port: int, fail: int = 0, drop: int = 0) -> None:
+        self.fail, self.drop, self.asked = fail, drop, []
         super().__init__(("127.0.0.1", port), _Handler)
         threading.Thread(target=self.serve_forever, daemon=True).start()
 
@@ -39,6 +38,10 @@ class _Handler(BaseHTTPRequestHandler):
         self.rfile.read(int(self.headers.get("Content-Length") or 0))
         if self.path != "/":  # the client's version check, asked when it likes
             server.asked.append(f"{self.command} {self.path.split('?')[0]}")
+        if server.drop > 0 and self.path != "/":  # the connection closed without an answer
+            server.drop -= 1
+            self.close_connection = True
+            return
         if server.fail > 0 and self.path != "/":
             server.fail -= 1
             status, result = 503, None
@@ -71,22 +74,26 @@ def test_a_read_is_tried_again_until_a_busy_server_answers():
         server.close()
 
 
-def test_a_read_waits_for_a_server_that_starts_meanwhile(caplog):
-    caplog.set_level(logging.WARNING, logger="search.store")
+def test_a_read_whose_connection_drops_is_tried_again(caplog):
+    caplog.set_level(logging.INFO, logger="search.store")
     port = free_port()
-    store = QdrantStore(f"http://127.0.0.1:{port}", retry_budget_s=300)
-    got: list = []
-    call = threading.Thread(target=lambda: got.append(store.collections()))
-    call.start()
-    deadline = time.monotonic() + 120
-    while not any("refused" in r.getMessage() for r in caplog.records) and time.monotonic() < deadline:
-        time.sleep(0.05)
-    server = StandIn(port)
+    server = StandIn(port, drop=2)
     try:
-        call.join(timeout=120)
-        assert got == [["docs"]]
+        store = QdrantStore(f"http://127.0.0.1:{port}", retry_budget_s=300)
+        server.asked.clear()
+        assert store.collections() == ["docs"]
+        assert server.asked == ["GET /collections"] * 3
+        assert sum("trying again" in r.getMessage() for r in caplog.records) == 2
     finally:
         server.close()
+
+
+def test_a_server_that_refuses_the_connection_is_unavailable_at_once(caplog):
+    caplog.set_level(logging.INFO, logger="search.store")
+    store = QdrantStore(f"http://127.0.0.1:{free_port()}", retry_budget_s=300)
+    with pytest.raises(StoreUnavailable, match="not reachable"):
+        store.collections()
+    assert not [r for r in caplog.records if "trying again" in r.getMessage()]  # nothing listens: down, no retry
 
 
 def test_a_call_that_is_not_idempotent_or_out_of_budget_fails_at_once():

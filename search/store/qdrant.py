@@ -8,6 +8,7 @@ import time
 import warnings
 from pathlib import Path
 
+import httpx
 from qdrant_client import QdrantClient, models
 from qdrant_client.http.exceptions import ResponseHandlingException, UnexpectedResponse
 
@@ -69,8 +70,8 @@ class QdrantStore(Store):
                 if (self.backend != "server" or getattr(fn, "__name__", "") not in IDEMPOTENT or not transient(exc)
                         or time.monotonic() - started + wait >= self.retry_budget_s):
                     raise StoreUnavailable(f"Qdrant at {self.location} is not reachable: {_first_line(exc)}") from exc
-                log.warning("Qdrant %s failed (%s); trying again in %.1f s (try %d)", fn.__name__, _first_line(exc),
-                            wait, attempt + 1)
+                log.info("Qdrant %s failed (%s); trying again in %.1f s (try %d)", fn.__name__, _first_line(exc),
+                         wait, attempt + 1)
                 time.sleep(wait)
 
     # -- schema
@@ -178,11 +179,15 @@ class QdrantStore(Store):
 
 
 def transient(exc: Exception) -> bool:
-    """A failure that another try may not meet: the connection (refused, lost, timed out), or a server
-    that says it is busy or restarting; not a request the server refused."""
+    """A failure that another try may not meet: a server that is there but timed out, dropped the
+    connection mid-call, or says it is busy or restarting. Not a refused connection (nothing listens:
+    down, said at once) nor a request the server refused."""
     if isinstance(exc, UnexpectedResponse):
         return exc.status_code in TRANSIENT_STATUS
-    return isinstance(exc, (ResponseHandlingException, ConnectionError, TimeoutError))
+    if isinstance(exc, ResponseHandlingException):
+        exc = exc.source
+    return isinstance(exc, (httpx.TimeoutException, httpx.ReadError, httpx.WriteError, httpx.RemoteProtocolError,
+                            TimeoutError, ConnectionResetError))
 
 
 def _first_line(exc: Exception) -> str:

@@ -103,9 +103,15 @@ class TritonClient(Healing):
         nothing listens at its address. A server whose port still takes connections (stopped, swamped,
         its gRPC channel given up by a keepalive) is not down: it comes back by itself."""
         try:
-            return not self._client.is_server_live(client_timeout=2)
-        except InferenceServerException:
-            return not _listening(self.url)
+            if self._client.is_server_live(client_timeout=2):
+                return False
+            log.info("Triton at %s is down: it says it is not live", self.url)
+            return True
+        except InferenceServerException as exc:
+            if _listening(self.url):
+                return False
+            log.info("Triton at %s is down: its health probe failed (%s) and nothing takes connections there", self.url, _short(exc))
+            return True
 
     def model_ready(self, name: str, *, max_age_s: float = 0.0) -> bool:
         """Whether Triton serves ``name``. ``max_age_s``: a "ready" younger than that is reused (a
@@ -155,9 +161,9 @@ class TritonClient(Healing):
                 wait = tries.backoff()
                 if wait is None:
                     raise self._timed_out(model, exc, tries) from exc.__cause__
-                log.warning("Triton call to '%s' failed (%s: %s), Triton is there; trying again in %.1f s (try %d)", model,
-                            "timed out" if isinstance(exc, TritonTimeout) else "refused", _short(exc.__cause__ or exc),
-                            wait, tries.count + 1)
+                log.info("Triton call to '%s' failed (%s: %s), Triton is there; trying again in %.1f s (try %d)", model,
+                         "timed out" if isinstance(exc, TritonTimeout) else "refused", _short(exc.__cause__ or exc),
+                         wait, tries.count + 1)
                 time.sleep(wait)
 
     def _healed(self, model: str, inputs: dict[str, np.ndarray], outputs: list[str], timeout: float) -> dict[str, np.ndarray]:
