@@ -236,6 +236,13 @@ def test_ordinary_images_keep_rapidocr_detector_input(cfg, infer):
         assert (h, w) == ocr.det_input(ocr.letterbox(ocr.resize_whole(img, full)[0], full)[0], full).shape[2:], size
 
 
+def test_recogniser_batches_are_bounded_in_width(cfg):
+    """A 10×20000 crop (a 1×2000 image scaled up to a short side of 30 gives such boxes) would be a
+    [1, 3, 48, 96000] batch, GBs in the recogniser: squeezed to rec_max_ratio heights instead."""
+    assert ocr.rec_input([np.zeros((10, 20000, 3), np.uint8)], cfg).shape == (1, 3, 48, int(48 * cfg.rec_max_ratio))
+    assert ocr.rec_input([np.zeros((20, 3000, 3), np.uint8)], cfg).shape == (1, 3, 48, 7200)  # 150:1: as RapidOCR
+
+
 def test_small_max_pixels(cfg, infer):
     small = ocr.config_from_json({**ocr.config_to_json(cfg), "max_pixels": 1000})
     with pytest.raises(ocr.BadImage, match="max_pixels"):

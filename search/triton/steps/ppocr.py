@@ -64,6 +64,9 @@ class OcrConfig:
     # The detector's input is scaled down to at most this many pixels: its activations take ~200
     # bytes a pixel on the CPU. Every image up to 7:1 (up to 2000×2000) stays as RapidOCR reads it.
     det_pixels: int = 4_194_304
+    # A recogniser batch is at most this many heights wide (a crop of 200:1 and longer is squeezed to
+    # it): its memory grows with the width (~0.3 GB for one crop 9,600 wide).
+    rec_max_ratio: float = 200.0
     # Fixed shapes for a GPU (configs/gpu.pbtxt; empty: RapidOCR's exact shapes): the detector's input
     # sides and the recogniser's batch width are padded up to the next of these (past the last, to a
     # multiple of it), so a GPU host sees a few shapes, not one per image and crop batch (docs/ocr.md).
@@ -292,9 +295,9 @@ def apply_cls(imgs: list[np.ndarray], probs: np.ndarray, cfg: OcrConfig) -> list
 
 
 def rec_input(imgs: list[np.ndarray], cfg: OcrConfig) -> np.ndarray:
-    """One recogniser batch: [n, 3, 48, W], W from the batch's widest ratio (at least 320/48)."""
+    """One recogniser batch: [n, 3, 48, W], W from the batch's widest ratio (at least 320/48, at most rec_max_ratio)."""
     c, h, w = cfg.rec_img_shape
-    max_ratio = max([w / h] + [img.shape[1] * 1.0 / img.shape[0] for img in imgs])
+    max_ratio = min(max([w / h] + [img.shape[1] * 1.0 / img.shape[0] for img in imgs]), cfg.rec_max_ratio)
     batch = np.stack([_resize_norm(img, cfg.rec_img_shape, int(h * max_ratio)) for img in imgs]).astype(np.float32)
     return padded(batch, h, bucket(batch.shape[3], cfg.rec_widths))
 
