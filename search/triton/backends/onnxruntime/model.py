@@ -9,6 +9,7 @@ run once along the batch axis and split back. It reads the real backend's sessio
 config.pbtxt: ``parameters`` intra_op_thread_count, inter_op_thread_count, execution_mode,
 enable_mem_arena, enable_mem_pattern and ``optimization { graph { level } }``."""
 
+import ctypes
 import json
 
 import numpy as np
@@ -17,6 +18,8 @@ import triton_python_backend_utils as pb_utils
 
 from search.triton.steps import backend
 from search.triton.steps.requests import attempt, split
+
+LARGE_INPUT_BYTES = 16 << 20  # after a run on inputs this large, its freed activations go back to the system
 
 
 class TritonPythonModel:
@@ -47,6 +50,8 @@ class TritonPythonModel:
             outcome = attempt(self._run, [arrays[i] for i in members])
             for j, i in enumerate(members):
                 responses[i] = backend.respond(outcome if isinstance(outcome, Exception) else outcome[j])
+        if sum(a.nbytes for feeds in arrays for a in feeds.values() if a is not None) > LARGE_INPUT_BYTES:
+            _trim()  # else glibc keeps the heap a large image grew (a detector's GB) for good
         return responses
 
     def _run(self, group: list[dict]) -> list[dict]:
@@ -77,3 +82,10 @@ def session_options(cfg: dict, params: dict) -> ort.SessionOptions:
                                      1: ort.GraphOptimizationLevel.ORT_ENABLE_EXTENDED,
                                      2: ort.GraphOptimizationLevel.ORT_DISABLE_ALL}.get(level, ort.GraphOptimizationLevel.ORT_ENABLE_ALL)
     return opts
+
+
+def _trim() -> None:
+    try:
+        ctypes.CDLL(None).malloc_trim(0)
+    except (OSError, AttributeError):  # not glibc
+        pass
