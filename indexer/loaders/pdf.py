@@ -19,10 +19,10 @@ from indexer.loaders.base import (
     _preview,
     _reason,
 )
+from indexer.loaders.scans import MAX_FRAME_PIXELS
+from search.media.pages import PageError, scan_pages
 
 MIN_TEXT_CHARS = 20  # a page with less text than this (none, or a few characters over a full-page image) is a scan
-SCAN_DPI = 200  # resolution a scanned page is rendered at for OCR ...
-SCAN_MAX_SIDE = 2_000  # ... at most this many pixels on its longer side (what the OCR reads at most)
 
 
 def _load_pdf(data: bytes, budget: Budget, scans: bool = False) -> LoadedDocument:
@@ -56,28 +56,12 @@ def _load_pdf(data: bytes, budget: Budget, scans: bool = False) -> LoadedDocumen
 
 
 def _render(data: bytes, numbers: list[int], budget: Budget) -> dict[int, bytes]:
-    """Pages (1-based numbers) as PNG images for OCR, by PDFium (pypdfium2)."""
-    import pypdfium2 as pdfium  # noqa: PLC0415  (only a scanned PDF needs it)
-
-    out = {}
+    """Pages (1-based numbers) as PNG images for OCR (search.media.pages, as `search ocr` renders them)."""
     try:
-        pdf = pdfium.PdfDocument(data)
-    except pdfium.PdfiumError as exc:
-        raise BadDocument(f"broken PDF: cannot render its scanned pages ({exc})") from None
-    try:
-        for n in numbers:
-            budget.check_time()
-            page = pdf[n - 1]
-            width, height = page.get_size()  # points: 1/72 inch
-            scale = min(SCAN_DPI / 72, SCAN_MAX_SIDE / max(width, height, 1))
-            image = page.render(scale=scale).to_pil()
-            buf = io.BytesIO()
-            image.save(buf, "PNG", compress_level=1)
-            out[n] = buf.getvalue()
-            page.close()
-    finally:
-        pdf.close()
-    return out
+        return {p.number: p.image for p in scan_pages(data, max_pixels=MAX_FRAME_PIXELS, count=budget.pages,
+                                                       numbers=numbers, tick=budget.check_time)}
+    except PageError as exc:
+        raise BadDocument(str(exc)) from None
 
 
 def _open_pdf(data: bytes, budget: Budget) -> tuple[PdfReader, int]:

@@ -10,7 +10,7 @@ from tritonclient.utils import InferenceServerException
 
 from search.errors import BadRequest, ModelNotReady
 from search.media import searchable_pdf
-from search.media.pages import PageError, ScanPage, scan_pages
+from search.media.pages import PageError, ScanPage, most, scan_pages
 from search.models import text_readers
 from search.services.base import ServiceBase
 from search.services.ocr_gate import gate
@@ -57,6 +57,6 @@ class TextReading(ServiceBase):
         """The pages of an image or a PDF, as images for OCR (bounded by max_read_pages and max_image_pixels)."""
         s = self.settings
         try:
-            return list(scan_pages(data, max_pages=s.max_read_pages, max_pixels=s.max_image_pixels))
+            return list(scan_pages(data, max_pixels=s.max_image_pixels, count=most(s.max_read_pages)))
         except PageError as exc:
             raise BadRequest(f"image: {exc}") from None

@@ -65,10 +65,10 @@ class RemoteService(RestClient):
         answer = self.call("POST", "/ocr", form={}, upload=(name, data))
         read = TextRead(answer["lines"], answer["model"], answer.get("pages", 1))
         if pdf is not None:  # the pages again here (the server checked their count and size): no second reading
-            from search.media.pages import scan_pages  # noqa: PLC0415  (Pillow, PDFium, fpdf2: only a PDF written needs them)
+            from search.media.pages import most, scan_pages  # noqa: PLC0415  (Pillow, PDFium, fpdf2: only a PDF written needs them)
             from search.media.searchable_pdf import write_pages  # noqa: PLC0415
 
-            pages = list(scan_pages(data, max_pages=read.pages, max_pixels=MAX_IMAGE_PIXELS))
+            pages = list(scan_pages(data, max_pixels=MAX_IMAGE_PIXELS, count=most(read.pages)))
             write_pages(pages, read.lines, pdf)
         return read
 
