@@ -36,14 +36,20 @@ class IngestService:
                on_file: Callable[[FileOutcome], None] | None = None,
                stop: Callable[[], bool] | None = None, gone_ok: bool = False,
                confine_to: list[Path] | None = None, kb: str | None = None, optimize: bool = True,
-               ray: str | None = None, on_wait: Callable[[str | None], None] | None = None) -> IngestReport:
+               ray: str | None = None, on_wait: Callable[[str | None], None] | None = None,
+               ocr_photos: bool | None = None) -> IngestReport:
         """Documents and photos under ``paths``, each into its collection. A kind whose model is not
         served is reported while the others are indexed; repeated failures of unchanged files are
         ``still_failing``. ``confine_to``: only files inside those folders when opened
         are read. ``kb``: the knowledge base written (None: default; a new name creates it).
         ``optimize=False``: skip the store's optimize afterwards. ``ray``: run as a Ray Data pipeline (an
         address, "auto", or "" for SEARCH_RAY_ADDRESS else a local Ray). ``on_wait(why)``: the run pauses
-        waiting for Triton (``why``) or goes on (None): indexer/patience.py."""
+        waiting for Triton (``why``) or goes on (None): indexer/patience.py. ``ocr_photos``: this run's
+        choice of reading the text in photos (None: the setting's)."""
+        if ocr_photos is not None and ocr_photos != self.settings.ocr_photos:  # the run on its own settings
+            run = IngestService(self.settings.model_copy(update={"ocr_photos": ocr_photos}), self.resources)
+            return run.ingest(paths, prune=prune, on_start=on_start, on_file=on_file, stop=stop, gone_ok=gone_ok,
+                              confine_to=confine_to, kb=kb, optimize=optimize, ray=ray, on_wait=on_wait)
         s = self.settings
         try:
             check_kb(kb)

@@ -60,7 +60,7 @@ def test_a_job_waits_out_a_stopped_then_killed_triton_and_indexes_every_file_onc
     done, reached, go_on = [0], {k: threading.Event() for k in ("stop", "kill")}, {k: threading.Event() for k in ("stop", "kill")}
     waiting: list[str | None] = []
 
-    def ingest(paths, *, local, on_file, on_wait, ocr_photos=None, **kw):  # as Backend._ingest takes a job (no photos here)
+    def ingest(paths, *, local, on_file, on_wait, **kw):
         def noted(outcome):
             on_file(outcome)
             done[0] += 1

@@ -100,15 +100,10 @@ class Backend:
         (a network wait) and local mode (a lock wait) keep their calls in the query threads."""
         return self._opened and self.resources.store.backend == "edge"
 
-    def _ingest(self, paths: list[Path], *, local: bool = False, kb: str = DEFAULT_KB, ocr_photos: bool | None = None,
-                **options):
+    def _ingest(self, paths: list[Path], *, local: bool = False, kb: str = DEFAULT_KB, **options):
         """A job's run. Its KB's roots are checked again as each file is opened (a path allowed when
-        the job was submitted may be a symlink out by then); the owner's local faces read any path.
-        ``ocr_photos``: the job's own choice of reading the text in photos (None: the server's setting)."""
-        indexer = self.indexer()
-        if ocr_photos is not None:
-            indexer.settings = indexer.settings.model_copy(update={"ocr_photos": ocr_photos})
-        return indexer.ingest(paths, confine_to=None if local else self.confinement(kb), kb=kb, **options)
+        the job was submitted may be a symlink out by then); the owner's local faces read any path."""
+        return self.indexer().ingest(paths, confine_to=None if local else self.confinement(kb), kb=kb, **options)
 
     def _open(self) -> None:
         """Open the store on first use, so a busy or absent store is a 503 for that request (and
