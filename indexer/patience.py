@@ -6,7 +6,9 @@ harmless (its points' ids come from the content). Only after ``limit_s`` without
 call raise ``GaveUp``: the engine keeps what it wrote and the run ends with that one line.
 
 A Triton started again (its supervisor, `search triton up`) is live before its models are loaded:
-a model "not ready" while Triton comes back is part of the same outage."""
+a model "not ready" while Triton comes back is part of the same outage. So is a step that failed again
+right after the client reloaded it (``ModelUnhealthy``) a few times in a row: on a swamped machine a
+stall follows a stall; one that fails on every request fails the run after ``UNHEALTHY_TRIES``."""
 
 from __future__ import annotations
 
@@ -16,13 +18,14 @@ import time
 from collections.abc import Callable
 from typing import TypeVar
 
-from search.errors import ModelNotReady, TritonUnavailable
+from search.errors import ModelNotReady, ModelUnhealthy, TritonUnavailable
 
 T = TypeVar("T")
 WAITING = "waiting for Triton"
 FIRST_POLL_S, MAX_POLL_S = 0.5, 10.0
 SETTLE_S = 180.0  # after Triton answers again, a model "not ready" for this long is one still loading
 LIMIT_SETTING = "SEARCH_INGEST_TRITON_WAIT_S"
+UNHEALTHY_TRIES = 3  # a call's tries after its step failed again right after a reload
 
 
 class GaveUp(TritonUnavailable):
@@ -47,6 +50,7 @@ class Patience:
     def call(self, fn: Callable[..., T], *args, **kwargs) -> T:
         """``fn(*args, **kwargs)``, asked again after each outage until it answers or the limit is spent."""
         delay = self.first_poll_s  # grows over the outage: a Triton too busy to answer is not asked at once again
+        unhealthy = 0
         while True:
             try:
                 got = fn(*args, **kwargs)
@@ -54,6 +58,11 @@ class Patience:
                 if isinstance(exc, GaveUp):
                     raise
                 failure: Exception = exc
+            except ModelUnhealthy as exc:
+                unhealthy += 1
+                if unhealthy >= UNHEALTHY_TRIES:
+                    raise
+                failure = exc
             except ModelNotReady as exc:
                 if not self._coming_back():
                     raise

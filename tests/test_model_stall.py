@@ -134,6 +134,22 @@ def test_a_step_handed_another_requests_outputs_fails_as_the_model_and_reloads_a
     assert error.startswith("model 'bge_m3' failed in Triton: a step was handed another request's outputs")
 
 
+@pytest.mark.parametrize("message", ["in ensemble 'bge_m3', Failed to process the requests.",
+                                     "Failed to process the requests."])
+def test_requests_a_stalled_step_dropped_are_that_steps_trouble_not_a_raw_error(message):
+    """Seen in a loaded suite run, right after another request found 'bge_m3_onnx' stalled and the
+    client reloaded it: the ensemble's requests failed with only this. It is the stall's (the client
+    waits for the reload under way, or reloads, and asks once more), never a raw gRPC error that
+    fails an ingest job."""
+    dropped = TritonClient("127.0.0.1:1")._error("bge_m3", InferenceServerException(message, "StatusCode.INTERNAL"))
+    assert dropped is not None and dropped.dropped and not dropped.mixed_up and dropped.instance is None
+    assert dropped.ensemble == ("bge_m3" if "ensemble" in message else None)
+    assert str(dropped.error("bge_m3", "restart Triton")) == ("model 'bge_m3' failed in Triton: a step dropped its "
+                                                              "requests (it stalled or died): restart Triton")
+    other = "Failed to process the request(s) for model 'x_0_0', message: ValueError: bad input"
+    assert TritonClient("127.0.0.1:1")._error("x", InferenceServerException(other, "StatusCode.INTERNAL")) is None
+
+
 def test_an_answer_without_a_row_per_input_is_refused_and_the_model_reloaded(tmp_path):
     """Triton hands a step's answer to the client unchecked (tried on 2.51: [4, 1] for a [3, 1]
     request). Texts zipped with such an answer would get other texts' vectors, or be dropped."""

@@ -15,7 +15,7 @@ from indexer.cli_run import waiting as _waiting
 from indexer.pacing import Pacer
 from indexer.patience import GaveUp, Patience
 from indexer.ray_cluster import RayUnavailable, gcs_wait_s
-from search.errors import ModelNotReady, TritonUnavailable
+from search.errors import ModelNotReady, ModelUnhealthy, TritonUnavailable
 
 
 class Clock:
@@ -88,6 +88,23 @@ def test_a_model_not_ready_is_an_outage_only_while_triton_comes_back():
     # Triton started again: live before its models are loaded
     call, calls = flaky(TritonUnavailable("down"), ModelNotReady("model 'm' is not available in Triton (not ready)"))
     assert p.call(call, 1) == 2 and len(calls) == 3
+
+
+def test_a_step_that_fails_again_after_its_reload_is_asked_a_few_times_not_forever():
+    """On a swamped machine one stall follows another: the client's reload and retry can both land
+    in one. The run asks again (a stall passes); a step that fails on every request still ends it."""
+    clock = Clock()
+    p, said = patience(clock)
+    unhealthy = ModelUnhealthy("model 'bge_m3' failed in Triton: a step dropped its requests (it stalled or died): "
+                               "again right after a reload")
+    call, calls = flaky(unhealthy, unhealthy)
+    assert p.call(call, 1) == 2 and len(calls) == 3
+    assert said[0].startswith("waiting for Triton: model 'bge_m3' failed in Triton") and said[-1] is None
+    p, _ = patience(Clock())  # (a run that just came back from an outage waits out its models a while longer)
+    call, calls = flaky(*[unhealthy] * 5)
+    with pytest.raises(ModelUnhealthy):
+        p.call(call, 1)
+    assert len(calls) == 3
 
 
 def test_no_wait_allowed_fails_at_once():

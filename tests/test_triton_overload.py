@@ -24,7 +24,7 @@ from search.errors import TritonTimeout, TritonUnavailable
 from search.models import built_triton_models
 from search.triton.client import QUERY, Retry, TritonClient, client_options
 from search.triton.local import LocalTriton, free_port
-from search.triton.retry import Deadline
+from search.triton.retry import Deadline, Tries
 
 X = np.arange(4, dtype=np.float32).reshape(-1, 1)
 
@@ -137,6 +137,20 @@ def test_a_deadline_grows_with_the_batch():
     assert deadline.of({"IMAGE": big}) == pytest.approx(10 + 0.5 + 8)
     client = TritonClient("127.0.0.1:1", **client_options(Settings(triton_timeout_s=7, triton_timeout_per_row_s=1)))
     assert client.deadline.of({"X": np.zeros((3, 1), np.float32)}) == pytest.approx(10, abs=1e-3)
+
+
+def test_a_query_counts_its_timeouts_not_the_tries_refused_or_cut_as_triton_comes_back():
+    """A query's second try failed at once with "Stream removed" as a stopped Triton came back (seen
+    in a loaded suite run): such a try used none of its share, so the query tries again within what
+    is left of its deadline; only a second timeout ends it."""
+    tries = Tries(QUERY, deadline=40)
+    assert tries.next_timeout() == pytest.approx(20, abs=0.1)  # the first try gets half
+    assert tries.backoff(timed_out=True) is not None
+    tries.next_timeout()
+    assert tries.backoff(timed_out=False) is not None  # its stream lost: not one of the two
+    assert tries.next_timeout() == pytest.approx(40 - tries.elapsed(), abs=0.5)  # the last try gets the rest
+    assert tries.backoff(timed_out=True) is None
+    assert tries.count == 3
 
 
 @pytest.mark.filterwarnings("ignore:Failed to obtain server version")

@@ -48,6 +48,9 @@ CHANNEL_ARGS = [("grpc.max_send_message_length", grpcclient.MAX_GRPC_MESSAGE_SIZ
                 ("grpc.max_receive_message_length", grpcclient.MAX_GRPC_MESSAGE_SIZE),
                 ("grpc.initial_reconnect_backoff_ms", 100), ("grpc.max_reconnect_backoff_ms", 1000)]
 _STUB_DEAD = re.compile(r"Stub process(?: '([^']+)')? is not healthy")
+# A step's process that stalled under load drops what it was given with only this, no instance
+# named (seen with its sibling's "not healthy" and the reloads that followed): the same trouble.
+_STEP_DROPPED = re.compile(r"^(?:in ensemble '[^']+', )?Failed to process the requests\.?$")
 _ENSEMBLE = re.compile(r"in ensemble '([^']+)'")
 # A step inside an ensemble refused the inputs the ensemble gave it: only another request's outputs
 # do that (the caller's inputs were checked at the ensemble), as after a stalled step.
@@ -158,7 +161,7 @@ class TritonClient(Healing):
             except TritonUnavailable as exc:
                 if self.down():
                     raise (exc if type(exc) is TritonUnavailable else self._unreachable(exc.__cause__ or exc)) from exc.__cause__
-                wait = tries.backoff()
+                wait = tries.backoff(timed_out=isinstance(exc, TritonTimeout))
                 if wait is None:
                     raise self._timed_out(model, exc, tries) from exc.__cause__
                 log.info("Triton call to '%s' failed (%s: %s), Triton is there; trying again in %.1f s (try %d)", model,
@@ -176,7 +179,10 @@ class TritonClient(Healing):
                 return got
             self._after_trouble(model)
         except _StubDied as dead:
-            self._after_death(model, dead, started)
+            if dead.dropped and self._in_trouble(started):
+                self._after_trouble(model)  # dropped in the stall another request found: its reload is enough
+            else:
+                self._after_death(model, dead, started)
         try:  # once: a step that dies on every request must not loop
             return self._infer(model, inputs, outputs, timeout)
         except _StubDied as again:
@@ -223,6 +229,8 @@ class TritonClient(Healing):
         ens = _ENSEMBLE.search(message)
         if m := _STUB_DEAD.search(message):
             return _StubDied(m.group(1), ens.group(1) if ens else None, exc)
+        if _STEP_DROPPED.match(message.strip()):
+            return _StubDied(None, ens.group(1) if ens else None, exc, dropped=True)
         if MIXED_UP in message or _STEP_MISFIT.search(message):  # any step's late answer may be the cause
             return _StubDied(None, ens.group(1) if ens else None, exc, mixed_up=True)
         return None

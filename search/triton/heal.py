@@ -172,9 +172,10 @@ class _StubDied(Exception):
     another request's outputs (``mixed_up``), which Triton 2.51 does after such a stall."""
 
     def __init__(self, instance: str | None, ensemble: str | None, cause: InferenceServerException,
-                 *, mixed_up: bool = False, rows: str = "") -> None:
+                 *, mixed_up: bool = False, rows: str = "", dropped: bool = False) -> None:
         super().__init__(cause.message())
         self.instance, self.ensemble, self.cause, self.mixed_up = instance, ensemble, cause, mixed_up
+        self.dropped = dropped  # "Failed to process the requests": a step dropped them, which one unsaid
         self.rows = rows  # why an answer that reached the client is not its request's
 
     @property
@@ -183,6 +184,8 @@ class _StubDied(Exception):
             return f"its answer was not this request's ({self.rows}; as after a step stalled)"
         if self.mixed_up:
             return "a step was handed another request's outputs (after a step stalled)"
+        if self.dropped:
+            return "a step dropped its requests (it stalled or died)"
         where = f"the process of its step '{re.sub(r'_[0-9]+_[0-9]+$', '', self.instance)}'" if self.instance else "its process"
         return f"{where} stopped answering (it died, or stalled for over a second)"
 

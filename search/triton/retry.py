@@ -49,23 +49,30 @@ class Tries:
         self.retry, self.deadline = retry, deadline
         self.started = time.monotonic()
         self.count = 0
+        self.free = 0  # tries that were refused or lost their stream: not among those the deadline is split for
         self.timeout = deadline
 
     def next_timeout(self) -> float:
         """The deadline of the try about to start (and count it)."""
         if self.retry.tries:
             left = max(self.deadline - self.elapsed(), 0.1)
-            self.timeout = left / max(self.retry.tries - self.count, 1)
+            self.timeout = left / max(self.retry.tries - self.counted(), 1)
         self.count += 1
         return self.timeout
 
     def elapsed(self) -> float:
         return time.monotonic() - self.started
 
-    def backoff(self) -> float | None:
+    def counted(self) -> int:
+        return self.count - self.free
+
+    def backoff(self, timed_out: bool = True) -> float | None:
         """Seconds to wait before the next try, or None when no try is left: exponential, with half of it
-        random so that the calls a stall failed together do not come back together."""
-        if self.retry.tries is not None and self.count >= self.retry.tries:
+        random so that the calls a stall failed together do not come back together. A try that did not
+        time out (refused, or its stream lost as a server comes back) does not count against ``tries``:
+        the deadline alone bounds those."""
+        self.free += not timed_out
+        if self.retry.tries is not None and self.counted() >= self.retry.tries:
             return None
         wait = backoff_s(self.count)
         limit = self.deadline if self.retry.tries else self.retry.budget_s
