@@ -79,8 +79,9 @@ def real_sentences(n: int) -> list[str]:
     marco = SHARED / "beir-msmarco-mini"
     for name in ("queries.jsonl", "corpus.jsonl"):
         if (marco / name).is_file():
-            for line in (marco / name).read_text(encoding="utf-8").splitlines():
-                seen.setdefault(" ".join(json.loads(line)["text"].split()))
+            for line in (marco / name).read_text(encoding="utf-8").split("\n"):  # not splitlines: passages hold U+2028
+                if line.strip():
+                    seen.setdefault(" ".join(json.loads(line)["text"].split()))
     if (SHARED / "stsb/dev.tsv").is_file():
         for line in (SHARED / "stsb/dev.tsv").read_text(encoding="utf-8").splitlines()[1:]:
             for s in line.split("\t")[-2:]:
