@@ -29,7 +29,7 @@ from indexer.loaders.scans import MAX_FRAME_PIXELS
 from search.config import Settings
 from search.errors import TritonUnavailable
 from search.media.photos import IMAGE_SUFFIXES, BadImage, decode_photo, save_thumbnail
-from search.models import Family, for_kind, golden
+from search.models import Family, golden, required
 from search.store import DOCUMENTS, CollectionSchema, documents_schema, images_schema, in_kb, kb_thumbnails
 from search.terms import codes, words
 from search.triton.client import TritonClient
@@ -310,7 +310,7 @@ def thumbnail_path(thumbs: Path, sha256: str) -> Path:
 
 def chunk_tokenizer(settings: Settings) -> Tokenizer:
     """The tokenizer the documents' required model uses, so chunk budgets are counted in its tokens."""
-    return Tokenizer.from_file(str(for_kind(DOCUMENTS.name)[0].chunk_tokenizer(settings.triton_repo)))
+    return Tokenizer.from_file(str(required(DOCUMENTS.name).chunk_tokenizer(settings.triton_repo)))
 
 
 def camera_terms(camera: str | None) -> list[str]:

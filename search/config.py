@@ -117,6 +117,8 @@ class Settings(BaseSettings):
     # Photos and image files are documents too, their text read by OCR (a model that reads text must be
     # served): off by default, since reading a photo costs several times its embedding (docs/ocr.md).
     ocr_photos: bool = False
+    # Which model reads text (scans, photos, `search ocr`) when several are registered; unset: the one there is.
+    text_reader: str | None = None
 
     # `indexer ingest --ray` without an address: "auto" joins the running Ray cluster (`ray start`),
     # "ray://head:10001" or "head:6379" a given one; unset, a local Ray is started for the run.

@@ -9,7 +9,7 @@ from dataclasses import dataclass, replace
 from qdrant_client import models
 
 from search.errors import BadRequest, EmptyCollection, ModelNotReady, ModelUnhealthy, NotFound, not_served
-from search.models import for_kind
+from search.models import for_kind, required
 from search.services.filters import content_condition, document_filter, path_condition
 from search.services.options import HIT_CHARS_LIMIT, MODES, check_group_size, check_max_chars, check_page
 from search.services.relevance import DOCUMENT_SPACES, Relevance, check_min_relevance
@@ -17,7 +17,7 @@ from search.services.results import DocumentGroup, DocumentHit, HitList
 from search.store import DEFAULT_KB, DOCUMENTS, Store
 from search.terms import codes
 
-BASE = for_kind(DOCUMENTS.name)[0]  # the required family: documents are always indexed with it
+BASE = required(DOCUMENTS.name)  # the required family: documents are always indexed with it
 _FAMILY = {mode: f for f in for_kind(DOCUMENTS.name) for mode in f.modes}  # mode -> the family that runs it
 # Candidates per fused search before fusion and the re-rank: the first step that reaches offset + top_k.
 FUSED_DEPTHS = (50, 200, 1_000, 10_000)

@@ -35,11 +35,11 @@ def __getattr__(name: str):
     descriptions give the photos' model and the entailment model."""
     if name not in ("MODES", "PHOTO_MODEL", "ENTAIL_MODEL"):  # e.g. dunder probes: no registry for those
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    from search.models import for_kind, for_mode  # noqa: PLC0415  (see above)
+    from search.models import for_kind, for_mode, required  # noqa: PLC0415  (see above)
     from search.store.schema import DOCUMENTS_NAME, IMAGES  # noqa: PLC0415
 
     values = {"MODES": lambda: ("auto", *(m for f in for_kind(DOCUMENTS_NAME) for m in f.modes)),
-              "PHOTO_MODEL": lambda: for_kind(IMAGES)[0].display, "ENTAIL_MODEL": lambda: for_mode("entail").display}
+              "PHOTO_MODEL": lambda: required(IMAGES).display, "ENTAIL_MODEL": lambda: for_mode("entail").display}
     globals()[name] = value = values[name]()
     return value
 

@@ -39,7 +39,7 @@ from qdrant_client import models
 from tritonclient.utils import InferenceServerException
 
 from search.errors import BadRequest, ServiceError
-from search.models import Family, for_kind, golden
+from search.models import Family, for_kind, golden, required
 from search.services import relevance_probes
 from search.services.base import ServiceBase
 from search.services.results import HitList
@@ -152,7 +152,7 @@ DOCUMENT_SPACES = {name: Space(DOCUMENTS.name, name, "text", f, sparse=v.kind ==
 
 
 def image_space(kind: str) -> Space:
-    return Space(IMAGES, image_vector(), kind, for_kind(IMAGES)[0])
+    return Space(IMAGES, image_vector(), kind, required(IMAGES))
 
 
 _CACHE: dict[tuple, Background] = {}

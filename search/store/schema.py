@@ -18,7 +18,7 @@ from pathlib import Path
 
 from qdrant_client import models
 
-from search.models import for_kind
+from search.models import for_kind, required
 
 ID_NAMESPACE = uuid.UUID("6f1c1f3e-3b7a-4c1e-9a57-4d0c2e8b9a11")
 # A long file's points are written while it is embedded, before its chunk 0 marks it complete: with
@@ -102,7 +102,7 @@ def images_schema(dim: int) -> CollectionSchema:
 
 def image_vector() -> str:
     """The name of the photos' vector."""
-    return next(iter(for_kind(IMAGES)[0].vectors))
+    return next(iter(required(IMAGES).vectors))
 
 
 COLLECTIONS = (DOCUMENTS_NAME, IMAGES)
