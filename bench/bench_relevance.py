@@ -142,6 +142,9 @@ def measure(svc: SearchService, docs: Path, corpus: dict) -> dict:
         "on_topic_keep_a_relevant_hit": round(float(np.mean([bool((kept(r, t) & np.asarray(r["good"])).any()) for r in on])), 3),
         "off_topic_refused": {name: round(float(np.mean([not kept(r, t).any() for r in runs])), 3) for name, runs in off.items()}}
         for t in THRESHOLDS}
+    report = svc.relevance_check()  # what `search relevance check` says of this collection
+    row["check"] = {"own_kept": report["own"]["kept"], "own_threshold_keeping": report["own"]["threshold_keeping"],
+                    "everyday_answered": report["everyday"]["answered"], "warnings": report["warnings"]}
     bg = rel._CACHE[svc._background_key(rel.DOCUMENT_SPACES["minilm"])]  # noqa: SLF001  (the bench looks inside)
     _, mu, beta = bg.fits["text"][0]
     row["fit"] = {"mu": round(mu, 4), "beta": round(beta, 4),
