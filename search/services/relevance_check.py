@@ -1,12 +1,12 @@
 """`search relevance check`: how well one collection tells a match from what unrelated questions find
 (docs/relevance.md).
 
-Two samples of questions, asked as a user would (the service's own search, top 10): the opening words
-of the collection's own documents (their title, else their first sentence), which their document
-answers, and everyday sentences never used in the fit (relevance_probes.HELD_OUT), unrelated to most
-collections. At
-the threshold: the share of the first that find a match (their own document or a near copy) and the
-share of the second that do. Either failing says one threshold cannot serve this collection, and what to do.
+Two samples of questions, asked as a user would (the service's own search): the opening words of the
+collection's own documents (their title, else their first sentence), which their document answers,
+and everyday sentences never used in the fit (relevance_probes.HELD_OUT), unrelated to most
+collections. At the threshold: the share of the first whose best hit passes (their own document or a
+near copy, which answers as well) and the share of the second. Either failing says one threshold
+cannot serve this collection, and what to do.
 """
 
 from __future__ import annotations
@@ -18,15 +18,15 @@ from dataclasses import replace
 
 import numpy as np
 
+from search.services import relevance_probes
 from search.services.documents import DocumentSearch
 from search.services.options import DEFAULT_MIN_RELEVANCE
-from search.services.relevance import DOCUMENT_SPACES, MIN_POINTS, check_min_relevance, fitted, relevance_probes
+from search.services.relevance import DOCUMENT_SPACES, MIN_POINTS, check_min_relevance, fitted
 from search.store import DOCUMENTS
 
 OWN_SAMPLE = 100  # documents whose opening words are asked
 SCANNED = 4096  # points looked at to find them (the store's order: no full scan of a large collection)
 OPENING_WORDS = 12  # a question's length, not a passage's
-TOP_K = 10
 KEEP = 0.95  # the share of answerable questions a threshold should keep
 # Opening words cut at OPENING_WORDS are vaguer than a user's question ("What to expect in terms of
 # service and how it relates to"): below this share of them kept, answerable questions are refused.
