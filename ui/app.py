@@ -80,6 +80,7 @@ def main() -> None:
         return
     opts = sidebar(status)
     verify_panel(svc)
+    relevance_panel(svc, opts["kb"])
     mode = st.radio("Mode", MODES, format_func=lambda m: m.label, horizontal=True)
     if opts["kb"] is not None:  # the counts that decide what the page can search: the chosen KB's
         status["store"]["collections"] = status["store"]["kbs"][opts["kb"]]
@@ -147,6 +148,25 @@ def verify_panel(svc: SearchService | RemoteService) -> None:
             st.caption(f"{'✓' if fam['status'] == 'pass' else '✗'} {fam['family']}"
                        + (f" ({fam['precision']})" if fam.get("precision") else "") + ": "
                        + ("; ".join(f"{c['check']} {c['measured']} {c['detail']}".strip() for c in misses) or done))
+
+
+def relevance_panel(svc: SearchService | RemoteService, kb: str | None) -> None:
+    """Under the status: can one relevance threshold serve this knowledge base? (`search relevance check`)"""
+    with st.sidebar:
+        if st.button("Check relevance", help="questions from the documents' own titles and everyday sentences: "
+                                             "does the threshold keep the first and refuse the second? (docs/relevance.md)"):
+            try:
+                st.session_state["relevance_check"] = svc.relevance_check(kb=kb)
+            except ServiceError as exc:
+                st.session_state["relevance_check"] = {"warnings": [str(exc)]}
+        report = st.session_state.get("relevance_check")
+        if report is None:
+            return
+        if report.get("own"):
+            st.caption(f"Relevance: {report['own']['kept']:.0%} of questions from its own documents kept, "
+                       f"{report['everyday']['answered']:.0%} of everyday ones answered at {report['min_relevance']}")
+        for line in report["warnings"] or ["✓ one threshold serves this knowledge base"]:
+            st.caption(line if line.startswith("✓") else f"⚠ {line}")
 
 
 def _date_range(dates) -> tuple[float | None, float | None]:

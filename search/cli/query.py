@@ -63,7 +63,7 @@ def query(
     min_relevance: float = typer.Option(None, "--min-relevance", min=0.0, max=1.0,
                                         help="Hide hits whose calibrated relevance is below this: the share of "
                                              "unrelated questions that find less in this collection "
-                                             f"({DEFAULT_MIN_RELEVANCE}: nine in ten; docs/relevance.md). "
+                                             f"({DEFAULT_MIN_RELEVANCE}: {DEFAULT_MIN_RELEVANCE:.0%} of them; docs/relevance.md). "
                                              f"When none is left: \"no good match\", exit status {NO_GOOD_MATCH}."),
     full_text: bool = typer.Option(False, "--full-text", help="Documents: each passage's whole text; without it a hit's text "
                                    f"stops near {HIT_CHARS:,} characters (JSON: truncated and length say so)."),

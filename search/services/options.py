@@ -23,7 +23,7 @@ GROUP_BY = ("document",)
 HIT_CHARS = 2_000
 HIT_CHARS_LIMIT = 100_000  # the most a request may ask for; the whole text is full_text
 SORTS = ("score", "newest", "oldest")
-DEFAULT_MIN_RELEVANCE = 0.9  # calibrated relevance: better than nine unrelated questions in ten find (docs/relevance.md)
+DEFAULT_MIN_RELEVANCE = 0.97  # calibrated relevance: better than 97 unrelated questions in 100 find (docs/relevance.md)
 
 
 def __getattr__(name: str):

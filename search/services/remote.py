@@ -105,6 +105,10 @@ class RemoteService(RestClient):
         except errors.ServiceError as exc:
             return {"passed": False, "error": str(exc), "families": []}
 
+    def relevance_check(self, kb: str | None = None, min_relevance: float | None = None) -> dict:
+        query = {k: v for k, v in {"kb": kb, "min_relevance": min_relevance}.items() if v is not None}
+        return self.call("GET", "/relevance/check" + (f"?{urlencode(query)}" if query else ""))
+
     def store_stats(self) -> dict:
         return self.call("GET", "/store/stats")
 

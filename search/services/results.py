@@ -237,4 +237,4 @@ class HitList(list):
         min_relevance: say "no good match"), relevance_note (why hits carry no relevance),
         best_relevance (the best hit's relevance before the cut-off)."""
         return {"no_match": self.no_match, "relevance_note": self.note,
-                "best_relevance": None if self.best is None else round(float(self.best), 6)}
+                "best_relevance": None if self.best is None else float(self.best)}
