@@ -7,7 +7,7 @@ from pathlib import Path
 import typer
 
 from search.cli.connect import query_service
-from search.cli.spec_options import build, flag, spec_options
+from search.cli.spec_options import build, flag, spec_options, was_given
 from search.cli.support import display_path, err, guarded, out, say, to_json
 from search.cli.verify_report import print_report
 from search.paths import readable
@@ -68,7 +68,7 @@ def query(
 def _only(options: dict, spec, other) -> dict:
     """The flags given that only ``spec``'s search has, by flag name."""
     return {flag(name): value for name, value in options.items()
-            if name in spec.model_fields and name not in other.model_fields and value is not None and value is not False}
+            if name in spec.model_fields and name not in other.model_fields and was_given(value)}
 
 
 def _print_hits(text: str | None, like: Path | None, hits, spec, as_json: bool) -> None:

@@ -65,10 +65,15 @@ def _search(spec_name: str) -> str:
     return {"DocumentQuery": "documents", "ImageQuery": "photos", "PhotoQuery": "photos"}.get(spec_name, spec_name)
 
 
+def was_given(value) -> bool:
+    """Whether a flag was given: not its "not given" None, an unset switch or an empty repeatable."""
+    return value is not None and value is not False and value != []
+
+
 def build(spec: type[BaseModel], given: dict, **values) -> BaseModel:
     """``spec`` from the flags given (those it has) and ``values``; a value it refuses is a BadRequest
     that names the flag."""
-    fields = {k: v for k, v in given.items() if k in spec.model_fields and v is not None and v is not False}
+    fields = {k: v for k, v in given.items() if k in spec.model_fields and was_given(v)}
     try:
         return spec(**fields, **values)
     except ValidationError as exc:  # named as flags, also in the message (a rule between two fields names both)

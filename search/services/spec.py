@@ -1,8 +1,8 @@
 """One query spec per search (documents, photos, entailment, OCR): a pydantic model that is the only
 place where an option's name, bounds, default and help text are written. The faces are made from
-it: the REST bodies are these models (OpenAPI is theirs), the CLI's flags and the MCP tools'
-parameters come from their fields (search/services/spec_faces.py), the page reads its widgets'
-bounds and labels from them and RemoteService sends their fields. tests/test_query_spec.py holds
+it: the REST bodies are these models (OpenAPI is theirs), the CLI's flags (search/cli/spec_options.py)
+and the MCP tools' parameters (``parameters`` below) come from their fields, the page reads its
+widgets' bounds, defaults and help from them and RemoteService sends their fields. tests/test_query_spec.py holds
 every face to them.
 
 No model registry at import (the CLI starts without it): the document modes are read on first use."""
