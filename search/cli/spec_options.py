@@ -45,8 +45,8 @@ def _type(field) -> type:
 def _option(name: str, found: list) -> typer.models.OptionInfo:
     field = found[0][1]
     bounds = [limits(f) for _, f in found]
-    low = min((b["ge"] for b in bounds if "ge" in b), default=None) if all("ge" in b for b in bounds) else None
-    high = max((b["le"] for b in bounds if "le" in b), default=None) if all("le" in b for b in bounds) else None
+    low = min(b["ge"] for b in bounds) if all("ge" in b for b in bounds) else None  # the widest: each spec checks its own
+    high = max(b["le"] for b in bounds) if all("le" in b for b in bounds) else None
     text = (field.description or "").rstrip(".")
     text = text[:1].upper() + text[1:] + "."
     if allowed := choices(field):

@@ -10,6 +10,7 @@ from qdrant_client import models
 
 from search.errors import BadRequest, EmptyCollection, ModelNotReady, ModelUnhealthy, NotFound, not_served
 from search.models import for_kind
+from search.models.base import Ranking
 from search.services.filters import content_condition, document_filter, path_condition
 from search.services.options import HIT_CHARS_LIMIT, MODES, check_group_size, check_max_chars, check_page
 from search.services.relevance import DOCUMENT_SPACES, Relevance, check_min_relevance
@@ -107,10 +108,10 @@ class DocumentSearch(Relevance):
         mode = self.document_mode(target.asked, target.kb, served=served)
         fam = _FAMILY[mode]
         try:
-            return target.encoded(mode, (yield Batched(fam.query_model, fam.mode_query(mode, target.text))))
+            return target.encoded(mode, (yield from _ranking(fam, mode, target.text)))
         except ModelNotReady as exc:
             _fall_back_or_raise(target, fam, exc)
-        return target.encoded(BASE.best_mode, (yield Batched(BASE.query_model, BASE.mode_query(BASE.best_mode, target.text))))
+        return target.encoded(BASE.best_mode, (yield from _ranking(BASE, BASE.best_mode, target.text)))
 
     def needs_sampling(self, encoded: EncodedQuery, *, grouped: bool = False) -> bool:
         """Whether the store half of ``encoded``'s search would first draw its relevance background (a
@@ -143,7 +144,7 @@ class DocumentSearch(Relevance):
         return BASE.best_mode if mode == "auto" else mode
 
     def _hits(self, run: _Run, encoded: EncodedQuery, min_score: float | None, min_relevance: float | None) -> list:
-        ranking = _FAMILY[encoded.mode].ranking(encoded.mode, encoded.value)
+        ranking = encoded.ranking
         if ranking is None:
             return HitList()  # e.g. nothing but special tokens for a lexical mode: no evidence
         if run.page.group_size is None and (wanted := codes(encoded.text)):
@@ -251,10 +252,10 @@ class EncodedQuery:
 
     text: str  # stripped
     asked: str  # the mode asked for (e.g. auto)
-    mode: str  # the mode it runs in; value: its family's query batcher's answer (Family.ranking reads it)
+    mode: str  # the mode it runs in
     kb: str | None
     collection: str
-    value: object
+    ranking: Ranking | None  # how it ranks the documents (None: nothing to rank by)
 
 
 @dataclass(frozen=True)
@@ -266,8 +267,8 @@ class Target:
     kb: str | None
     collection: str
 
-    def encoded(self, mode: str, value: object) -> EncodedQuery:
-        return EncodedQuery(self.text, self.asked, mode, self.kb, self.collection, value)
+    def encoded(self, mode: str, ranking: Ranking | None) -> EncodedQuery:
+        return EncodedQuery(self.text, self.asked, mode, self.kb, self.collection, ranking)
 
 
 @dataclass(frozen=True)
@@ -303,6 +304,12 @@ class _Run:
                                           query_filter=self.flt, score_threshold=threshold, prefetch=prefetch)
         return [DocumentGroup([DocumentHit.from_point(p, mode, scale) for p in g.hits], g.matched - len(g.hits))
                 for g in groups]
+
+
+def _ranking(fam, mode: str, text: str):
+    """The query's ranking in ``mode``: the family asked once (Family.search_query), its model's answer waited for."""
+    query = fam.search_query(mode, text)
+    return query.rank((yield Batched(query.model, query.item)))
 
 
 def _ready_ttl(mode: str) -> float:
