@@ -136,3 +136,5 @@ def test_a_rule_between_options_reads_in_each_face_s_names(tmp_path):
         cli_build(DocumentQuery, {"group_size": 2}, query="x")
     with pytest.raises(BadRequest, match="--top-k: Input should be less than or equal to 100"):
         cli_build(ImageQuery, {"top_k": 500}, text="x")
+    with pytest.raises(BadRequest, match="^hypothesis: String should have at least 1 character"):  # an argument, not a flag
+        cli_build(EntailQuery, {}, hypothesis="")

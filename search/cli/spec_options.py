@@ -77,5 +77,5 @@ def build(spec: type[BaseModel], given: dict, **values) -> BaseModel:
     try:
         return spec(**fields, **values)
     except ValidationError as exc:  # named as flags, also in the message (a rule between two fields names both)
-        words = re.compile(r"\b(" + "|".join(spec.model_fields) + r")\b")
+        words = re.compile(r"\b(" + "|".join(set(spec.model_fields) - set(values)) + r")\b")  # arguments keep their names
         raise BadRequest(words.sub(lambda m: flag(m[1]), problem(exc))) from None
