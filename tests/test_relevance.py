@@ -219,7 +219,7 @@ def test_the_fit_is_kept_and_made_again_when_the_collection_grows(kb, tmp_path):
 
 async def encode(svc: SearchService, query: str):
     try:
-        return await svc.aencode_query(query)
+        return await svc.encode_query(query)
     finally:
         await svc.triton.aclose()
 

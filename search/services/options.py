@@ -51,22 +51,22 @@ class ImageFilters:
     camera: str | None = None  # words that must all occur in "make model"
     near: tuple[float, float, float] | None = None  # latitude, longitude, radius in km
     folder: str | None = None
-    suffixes: tuple[str, ...] = ()  # file types, e.g. (".jpg", ".png"); empty = all
+    types: tuple[str, ...] = ()  # file types, e.g. (".jpg", ".png"); empty = all
 
     @classmethod
     def parse(cls, *, after: str | None = None, before: str | None = None, camera: str | None = None,
-              near: str | None = None, folder: str | None = None, suffixes=()) -> ImageFilters:
+              near: str | None = None, folder: str | None = None, types=()) -> ImageFilters:
         """Filters from the text the faces receive (flags, form fields, JSON)."""
         return cls(after=parse_date(after, "after") if after else None,
                    before=parse_date(before, "before") if before else None,
                    camera=camera or None, near=parse_near(near) if near else None,
-                   folder=str(folder) if folder else None, suffixes=tuple(suffixes or ()))
+                   folder=str(folder) if folder else None, types=tuple(types or ()))
 
     def as_fields(self) -> dict:
         """The filters as the REST API's fields take them."""
         return {"after": _iso(self.after), "before": _iso(self.before), "camera": self.camera,
                 "near": ",".join(map(str, self.near)) if self.near else None, "folder": self.folder,
-                "types": list(self.suffixes) or None}
+                "types": list(self.types) or None}
 
 
 def _iso(t: float | None) -> str | None:

@@ -211,6 +211,10 @@ class TextRead:
     def as_dict(self) -> dict:
         return {"model": self.model, "pages": self.pages, "text": self.text, "lines": self.lines}
 
+    def confident(self, min_score: float) -> TextRead:
+        """Only the lines read with at least this confidence (OcrQuery.min_score)."""
+        return replace(self, lines=[line for line in self.lines if line["score"] >= min_score])
+
 
 def prompt_context(hits: list[DocumentHit]) -> str:
     """Numbered passages with their citations, ready to paste into a bot's prompt (a cut passage ends in …)."""
