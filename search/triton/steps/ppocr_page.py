@@ -5,8 +5,9 @@ RapidOCR squeezes every crop into the direction classifier's 48×192 input: a lo
 wider than high on a scanned page) becomes a smear, the classifier is often sure it is upside down, and
 the recogniser then reads the turned line as noise (a score under text_score: the line is lost). Here
 each crop is cut into pieces of the classifier's own shape, each piece votes (when the classifier is
-sure of it), and the page is turned as a whole when most of its votes agree; on a page whose votes
-are split (a photo with a sign upside down), each crop follows its own pieces' votes."""
+sure of it), and the page is turned as a whole when most of its votes agree, except a crop of
+several pieces that all vote the other way (a line pasted upside down); on a page whose votes are
+split, each crop follows its own pieces' votes."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ from collections.abc import Callable
 import numpy as np
 
 AGREE = 2 / 3  # the share of votes that decides for the whole page
+OWN_VOTES = 2  # a crop with at least this many votes, all against the page's, keeps its own way
 
 
 def pieces(crop: np.ndarray, ratio: float) -> list[np.ndarray]:
@@ -38,10 +40,11 @@ def page_turns(crops: list[np.ndarray], classify: Callable[[list[np.ndarray]], n
     sure = probs.max(axis=1) > cfg.cls_thresh if len(probs) else np.zeros(0, bool)
     votes = np.where(sure, np.where(turned_label[best], 1, -1), 0)  # +1 turned, -1 upright, 0 unsure
     ends = np.cumsum([len(ps) for ps in cut])
-    per_crop = [int(v.sum()) for v in np.split(votes, ends[:-1])] if len(crops) else []
+    per_crop = np.split(votes, ends[:-1]) if len(crops) else []
     up, down = int((votes < 0).sum()), int((votes > 0).sum())
-    if down and down >= AGREE * (up + down):
-        return [True] * len(crops)
-    if up >= AGREE * (up + down):
-        return [False] * len(crops)
-    return [v > 0 for v in per_crop]
+    if (down and down >= AGREE * (up + down)) or up >= AGREE * (up + down):
+        page = down > up
+        against = -1 if page else 1
+        return [not page if (v == against).sum() >= OWN_VOTES and (v == -against).sum() == 0 else page
+                for v in per_crop]
+    return [int(v.sum()) > 0 for v in per_crop]
