@@ -113,7 +113,7 @@ WORKLOADS = {
     "grouped": (lambda svc, q: svc.search_document_groups(q, top_k=5, group_size=2, mode="semantic"),
                 "/search/documents", lambda q: {"query": q, "top_k": 5, "group_by": "document", "group_size": 2,
                                                 "mode": "semantic"}),
-    "embeddings": (lambda svc, q: svc.embed("minilm", [q]),
+    "embeddings": (lambda svc, q: svc.embed("minilm", [q]).run(),
                    "/v1/embeddings", lambda q: {"model": "minilm", "input": [q]}),
 }
 

@@ -58,7 +58,7 @@ class _Answers:
     def __init__(self, hits: int = 0) -> None:
         self.hits = HitList([_hit(i) for i in range(hits)])
 
-    async def aencode_query(self, query: str, **options) -> None:  # the event loop's half: Triton, here at once
+    async def encode_query(self, query: str, **options) -> None:  # awaited, the event loop's half: Triton, here at once
         return None
 
     def needs_sampling(self, encoded, **options) -> bool:

@@ -230,7 +230,7 @@ def worker_child(slice_units: int, docs: Path, write: bool) -> None:
     for part in Embedder(plan, store if write else None)(batch):  # a record at a time, as the driver takes them
         for raw in part["rec"]:
             rec = pickle.loads(raw)
-            assert (rec.written or not write) and not (rec.error or rec.stopped or rec.fatal), (rec.path, rec.error, rec.stopped)
+            assert (rec.written or not write) and not (rec.error or rec.failure), (rec.path, rec.error, rec.failure)
             sizes.append(len(raw))
             chunks += rec.chunks or len(rec.units or ())
     seconds = time.perf_counter() - start

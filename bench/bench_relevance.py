@@ -1,7 +1,7 @@
-"""Does "no good match" hold on corpora of different kinds? Three corpora, MiniLM's real weights,
+"""Does "no good match" hold on corpora of different kinds? Five corpora, MiniLM's real weights,
 the indexer's ingest, the embedded store, the service's own search (docs/relevance.md has the figures).
 
-    python bench/bench_relevance.py [--repo triton_repo] [--work DIR] [--json FILE]
+    python bench/bench_relevance.py [--repo triton_repo] [--work DIR] [--json FILE] [--data DIR] [--only NAME...]
 
 Corpora (each ingested once into its own store under --work, kept between runs):
   msmarco      ../shared/data/beir-msmarco-mini: 5,000 web passages, one file each; on-topic: the 43
@@ -12,6 +12,13 @@ Corpora (each ingested once into its own store under --work, kept between runs):
   stsb         ../shared/data/stsb/dev.tsv: its 1,467 distinct second sentences (captions, news,
                forums), one file each; on-topic: each first sentence of a pair scored >= 4 (whose
                second is its answer); off-topic: everyday sentences, and the MS MARCO queries.
+  encyclopedia  bench/relevance_encyclopedia.py: 50 short articles on subjects from every walk of
+               life; on-topic: one question per article; off-topic: everyday sentences (some are on
+               topic here), 300 STS-B captions, and each question with its article deleted.
+  python-reference  Python's own language reference (pydoc_data.topics, 79 topics): one subject;
+               on-topic: 40 questions with the topics that answer them; off-topic: everyday
+               sentences, 300 STS-B captions, the MS MARCO queries.
+(bench/relevance_corpora.py builds them.)
 Per corpus and off-topic set, at the default threshold: the share of on-topic queries that keep a
 relevant hit (top 10), the share of off-topic queries answered "no good match", the AUROC of the top
 hit's relevance and of its raw score (on- against off-topic), kept hits' precision and recall.
@@ -20,8 +27,6 @@ hit's relevance and of its raw score (on- against off-topic), kept hits' precisi
 from __future__ import annotations
 
 import argparse
-import collections
-import csv
 import json
 import os
 import sys
@@ -41,51 +46,16 @@ from qdrant_client import models  # noqa: E402
 
 from bench.common import load as load_average  # noqa: E402
 from bench.common import record  # noqa: E402
-from bench.relevance_data import OFF_TOPIC, SAMPLE_QUERIES  # noqa: E402
+from bench.relevance_corpora import DATA, all_corpora  # noqa: E402
 from indexer.service import IngestService  # noqa: E402
-from search.config import PROJECT_ROOT, Settings  # noqa: E402
+from search.config import Settings  # noqa: E402
 from search.models import MiniLM  # noqa: E402
 from search.services import DEFAULT_MIN_RELEVANCE, SearchService  # noqa: E402
 from search.services import relevance as rel  # noqa: E402
 from search.store import DOCUMENTS  # noqa: E402
 from search.triton.local import LocalTriton  # noqa: E402
 
-DATA = PROJECT_ROOT.parent / "shared" / "data"
 TOP_K = 10
-
-
-def jsonl(path: Path) -> list[dict]:  # split on "\n" only: the passages hold other line separators
-    return [json.loads(line) for line in path.read_text(encoding="utf-8").split("\n") if line.strip()]
-
-
-def msmarco() -> dict:
-    root = DATA / "beir-msmarco-mini"
-    corpus = {d["_id"]: d["text"] for d in jsonl(root / "corpus.jsonl")}
-    queries = {q["_id"]: q["text"] for q in jsonl(root / "queries.jsonl")}
-    qrels: dict[str, dict[str, int]] = collections.defaultdict(dict)
-    for line in (root / "qrels" / "test.tsv").read_text().splitlines()[1:]:
-        qid, pid, grade = line.split("\t")
-        qrels[qid][pid] = int(grade)
-    on = [(queries[q], {f"{p}.txt" for p, g in r.items() if g >= 2}, [f"{p}.txt" for p in r])
-          for q, r in qrels.items() if any(g >= 2 for g in r.values())]
-    return {"files": {f"{pid}.txt": text for pid, text in corpus.items()}, "on": on,
-            "off": {"everyday": list(OFF_TOPIC)}, "queries": list(queries.values())}
-
-
-def sample_docs() -> dict:
-    folder = PROJECT_ROOT / "samples" / "docs"
-    return {"files": {f.name: f.read_text(encoding="utf-8") for f in sorted(folder.iterdir())},
-            "on": [(q, {name}, None) for q, name in SAMPLE_QUERIES], "off": {"everyday": list(OFF_TOPIC)}}
-
-
-def stsb(ms_queries: list[str]) -> dict:
-    with open(DATA / "stsb" / "dev.tsv", encoding="utf-8") as f:
-        rows = list(csv.reader(f, delimiter="\t", quoting=csv.QUOTE_NONE))[1:]
-    seconds = sorted({r[7] for r in rows})
-    name = {s: f"s{i:04}.txt" for i, s in enumerate(seconds)}
-    on = [(r[6], {name[r[7]]}, None) for r in rows if float(r[5]) >= 4.0 and r[6] not in name]
-    return {"files": {name[s]: s for s in seconds}, "on": on,
-            "off": {"everyday": list(OFF_TOPIC), "msmarco queries": ms_queries}}
 
 
 def auroc(pos, neg) -> float:
@@ -157,7 +127,7 @@ def measure(svc: SearchService, docs: Path, corpus: dict) -> dict:
     good = np.concatenate([r["good"] for r in on])
     hits_kept = np.concatenate([kept(r) for r in on])
     tp = int((good & hits_kept).sum())
-    row = {"points": svc.store.count(DOCUMENTS.name), "on_topic_queries": len(on),
+    row = {"kind": corpus["kind"], "points": svc.store.count(DOCUMENTS.name), "on_topic_queries": len(on),
            "on_topic_keep_a_relevant_hit": round(float(np.mean([bool((kept(r) & np.asarray(r["good"])).any()) for r in on])), 3),
            "on_topic_relevant_in_top10": round(float(np.mean([any(r["good"]) for r in on])), 3),
            "kept_hits_precision": round(tp / max(int(hits_kept.sum()), 1), 3),
@@ -172,6 +142,9 @@ def measure(svc: SearchService, docs: Path, corpus: dict) -> dict:
         "on_topic_keep_a_relevant_hit": round(float(np.mean([bool((kept(r, t) & np.asarray(r["good"])).any()) for r in on])), 3),
         "off_topic_refused": {name: round(float(np.mean([not kept(r, t).any() for r in runs])), 3) for name, runs in off.items()}}
         for t in THRESHOLDS}
+    report = svc.relevance_check()  # what `search relevance check` says of this collection
+    row["check"] = {"own_kept": report["own"]["kept"], "own_threshold_keeping": report["own"]["threshold_keeping"],
+                    "everyday_answered": report["everyday"]["answered"], "warnings": report["warnings"]}
     bg = rel._CACHE[svc._background_key(rel.DOCUMENT_SPACES["minilm"])]  # noqa: SLF001  (the bench looks inside)
     _, mu, beta = bg.fits["text"][0]
     row["fit"] = {"mu": round(mu, 4), "beta": round(beta, 4),
@@ -185,12 +158,13 @@ def main() -> None:
     ap.add_argument("--work", type=Path, default=Path(tempfile.gettempdir()) / "bench-relevance",
                     help="where the corpus files and the stores live (kept between runs)")
     ap.add_argument("--json", type=Path, help="write the figures here")
+    ap.add_argument("--data", type=Path, default=DATA, help="the shared reference data (msmarco, stsb)")
+    ap.add_argument("--only", nargs="*", help="measure only these corpora")
     args = ap.parse_args()
     load_before = load_average()
     if not MiniLM().is_built(args.repo):
         sys.exit(f"MiniLM is not built in {args.repo}: search models build")
-    marco = msmarco()
-    corpora = {"msmarco": marco, "sample-docs": sample_docs(), "stsb": stsb(marco["queries"])}
+    corpora = {n: c for n, c in all_corpora(args.data).items() if not args.only or n in args.only}
     out = {"default_min_relevance": DEFAULT_MIN_RELEVANCE, "probes": len(rel.relevance_probes.TEXTS), "corpora": {}}
     with LocalTriton(args.repo, args.work / "triton", models=list(MiniLM().triton_models)) as server:
         for name, corpus in corpora.items():

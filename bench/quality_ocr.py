@@ -1,15 +1,19 @@
 """OCR quality of the served ``ppocr`` model: character error rate (CER) and line exact-match, on
 (1) a dev set drawn here (text lines in several fonts, sizes, rotations and backgrounds; the texts
 are written for this script, the fonts are DejaVu and Liberation (free licences) and Pillow's
-built-in Aileron (CC0)) and (2) the 500 scanned UW-III text lines of ../shared/data/ocr (measured,
-never committed), where present. Appends its run to bench/results/quality_ocr.jsonl.
+built-in Aileron (CC0)), (2) the 500 scanned UW-III text lines of ../shared/data/ocr (measured,
+never committed), where present, and (3) pages rendered here in German, French, Spanish (accents,
+ß, ñ, € amounts) and English, five lines each, in DejaVu where installed. Appends its run to
+bench/results/quality_ocr.jsonl.
 
-    python bench/quality_ocr.py [--lines 200] [--uw3 500] [--sources ppocrv4,ppocrv5] [--rec-only]
+    python bench/quality_ocr.py [--lines 200] [--uw3 500] [--pages 4] [--sources ppocrv4,ppocrv5] [--rec-only]
 
 For each weight source: "raw" is the served model's lines as it returns them (RapidOCR's order),
-joined by spaces; "as read" is what users get (``PPOCR.read_text``: rows joined left to right with
-spaces, thin images padded with their background). CER is reported with and without spaces
-(no_space_cer: both sides without spaces): PP-OCRv4 often drops the spaces inside a box.
+joined by spaces; "as read" is what users get (``PPOCR.read_text``: the served model's as-read mode,
+rows joined left to right with spaces, thin images padded with their background). CER is reported
+with and without spaces (no_space_cer: both sides without spaces): PP-OCRv4 often drops the spaces
+inside a box. --in-process: "raw" is RapidOCR in-process (which the served model equals), "as read"
+the served step's own code in-process on ONNX Runtime.
 """
 
 from __future__ import annotations
@@ -80,6 +84,35 @@ def drawn_set(n: int, seed: int = 7) -> list[tuple[str, bytes, str]]:
     return out
 
 
+PAGES = {
+    "de": ["Rechnung Nr. 2024-117 vom 3. März", "Schöne Grüße aus Köln, Straße 5", "Bürostühle und Tische: 1.249,90 €",
+           "Größe: übergroß, Farbe: grün", "Zahlbar bis Ende März: 19,00 €"],
+    "fr": ["Facture n° 88-421 du 12 février", "Château de Versailles, allée des Marronniers",
+           "Déjeuner à la crème brûlée : 24,50 €", "Reçu avec remerciements, garçon", "Total TTC : 312,00 €"],
+    "es": ["Factura número 5567, pagada mañana", "Señora Muñoz, calle de la Montaña 12", "Café con leche y churros: 4,75 €",
+           "¿Dónde está la estación? ¡Gracias!", "Total a pagar: 1.020,00 €"],
+    "en": ["Invoice 2024-117 dated 3 March", "Please reset the printer queue first", "Two office chairs: 1,249.90 €",
+           "Delivered on Monday to room 4B", "Total due within 30 days: 19.00 €"],
+}
+PAGE_FONTS = ["/usr/share/fonts/truetype/dejavu/DejaVuSans.ttf", "/usr/share/fonts/truetype/dejavu/DejaVuSerif.ttf"]
+
+
+def pages_set(language: str, n: int) -> list[tuple[str, bytes, str]]:
+    """(id, image, truth): ``n`` pages of PAGES[language], in turns of font and size (none without DejaVu)."""
+    fonts = [f for f in PAGE_FONTS if Path(f).exists()]
+    out = []
+    for k in range(n if fonts else 0):
+        font = ImageFont.truetype(fonts[k % len(fonts)], (30, 40, 24)[k % 3])
+        step = int(font.size * 1.8)
+        img = Image.new("RGB", (int(max(font.getlength(t) for t in PAGES[language])) + 80, 60 + step * 5), (255, 255, 255))
+        for row, text in enumerate(PAGES[language]):
+            ImageDraw.Draw(img).text((40, 30 + step * row), text, font=font, fill=(15, 15, 15))
+        buf = io.BytesIO()
+        img.save(buf, "PNG")
+        out.append((f"page-{language}-{k}", buf.getvalue(), " ".join(PAGES[language])))
+    return out
+
+
 def uw3_set(n: int, path: Path = UW3) -> list[tuple[str, bytes, str]]:
     if not path.exists():
         return []
@@ -115,21 +148,41 @@ def _readers(client, source: str, rec_only: bool) -> dict:
     readers = {"raw": lambda data: " ".join(line.text for line in read(client, data)),
                "as_read": lambda data: " ".join(line.text for line in fam.read_text(client, [data])[0])}
     if client is None:  # RapidOCR in-process, which the served model equals (`search models verify`)
-        engine = reference(*find_models(source))
+        engine, step = reference(*find_models(source)), _served_step(source)
         readers = {"raw": lambda data: " ".join(line.text for line in reference_read(engine, data)),
-                   "as_read": lambda data: " ".join(line.text for line in _in_process_as_read(engine, data))}
+                   "as_read": lambda data: " ".join(line.text for line in _in_process_as_read(step, data))}
     if rec_only:  # where the served pipeline loses more than this, the detector or the crop did
         engine = reference(*find_models(source))
         readers["recogniser_only"] = lambda data: " ".join(t for t, _ in (engine(data, use_det=False, use_cls=False)[0] or []))
     return readers
 
 
-def _in_process_as_read(engine, data: bytes) -> list:
-    """What ``PPOCR.read_text`` does around the served model, around RapidOCR in-process."""
+def _served_step(source: str):
+    """The served step's own code (``search.triton.steps.ppocr.run``) on ONNX Runtime in-process, in
+    its as-read mode: ``step(bytes)`` -> its lines."""
+    import onnxruntime  # noqa: PLC0415
+    import yaml  # noqa: PLC0415
+
+    from search.models.export.ppocr import _dictionary, characters_from_onnx  # noqa: PLC0415
+    from search.triton.steps import ppocr as steps  # noqa: PLC0415
+
+    models, dictionary, config_yaml = find_models(source)
+    characters = _dictionary(dictionary) if dictionary else characters_from_onnx(models["rec"])
+    cfg = steps.config_from_rapidocr(yaml.safe_load(config_yaml.read_text()), characters)
+    sessions = {role: onnxruntime.InferenceSession(str(path), providers=["CPUExecutionProvider"]) for role, path in models.items()}
+
+    def infer(role: str, x):
+        return sessions[role].run(None, {sessions[role].get_inputs()[0].name: x})[0]
+    return lambda data: [TextLine(line.text, line.score, line.box, turned=line.turned)
+                         for line in steps.run(data, infer, cfg, as_read=True)]
+
+
+def _in_process_as_read(step, data: bytes) -> list:
+    """What ``PPOCR.read_text`` does around the served model, around its step in-process."""
     sent, top, height = ppocr_reading.thin_padding(prepared(data))
-    raw = reference_read(engine, sent)
+    raw = step(sent)
     if top:
-        raw = [TextLine(t.text, t.score, ppocr_reading.unpadded(t.box, top, height)) for t in raw]
+        raw = [TextLine(t.text, t.score, ppocr_reading.unpadded(t.box, top, height), turned=t.turned) for t in raw]
     return as_read(raw)
 
 
@@ -149,13 +202,15 @@ def main() -> None:
     ap.add_argument("--lines", type=int, default=200, help="drawn lines")
     ap.add_argument("--uw3", type=int, default=500, help="UW-III lines (0: none)")
     ap.add_argument("--uw3-tgz", type=Path, default=UW3, help="where uw3-500.tgz is")
+    ap.add_argument("--pages", type=int, default=4, help="rendered pages per language (0: none)")
     ap.add_argument("--sources", default=",".join(SOURCES), help="weight sources to compare")
     ap.add_argument("--in-process", action="store_true", help="RapidOCR in-process instead of the served model "
                     "(its equal: quicker where Triton shares a busy machine)")
     ap.add_argument("--rec-only", action="store_true", help="also the recogniser alone (RapidOCR in-process, no detection)")
     args = ap.parse_args()
     load_before = load()
-    sets = {"drawn": drawn_set(args.lines), **({"uw3": uw3_set(args.uw3, args.uw3_tgz)} if args.uw3 else {})}
+    sets = {"drawn": drawn_set(args.lines), **({"uw3": uw3_set(args.uw3, args.uw3_tgz)} if args.uw3 else {}),
+            **{f"pages_{lang}": pages_set(lang, args.pages) for lang in PAGES}}
     figures: dict = {}
     for source in args.sources.split(","):
         if args.in_process:

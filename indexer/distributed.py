@@ -2,8 +2,9 @@
 over a Ray cluster (indexer/ray_workers.py); content rules and the remaining writes are applied here
 by the same engine as a local run (indexer/engine.py).
 
-    driver: listing ──► blocks of paths ──► read+split (map_batches tasks, CPU)
-            ──► embed (actor pool, one or more per Triton replica) [──► write new content: Qdrant server]
+    driver: listing ──► blocks of paths ──► read+split (map_batches tasks, CPU; scans left to read)
+            ──► read scans (OCR) + split them, embed (actor pool, one or more per Triton replica, failing
+                over between them) [──► write new content: Qdrant server]
             ──► driver: rules + store writes
 
 Files and the data dir must be at the same path on every node (checked first:
@@ -93,7 +94,7 @@ def _run(ray, store, kinds, roots, by_kind, confine, done, report: IngestReport,
     files = [(f, name) for name in ingestors for f in by_kind[name]]
     write = workers_write(settings)
     rules = "apply" if write else "write"  # the driver's stage: the rules, and the writes the workers do not do
-    stages = {s: {"items": 0, "seconds": 0.0} for s in ("read", "split", "embed", "write", "apply")}
+    stages = {s: {"items": 0, "seconds": 0.0} for s in ("read", "split", "ocr", "embed", "write", "apply")}
     seen: set[str] = set()
 
     def emit(outcome: FileOutcome) -> None:
@@ -141,8 +142,9 @@ def make_plan(settings: Settings, ingestors: dict[str, Ingestor], urls: list[str
         token=uuid.uuid4().hex, settings=settings,
         kinds={name: (tuple(_families(ing.kind)), ing.kind.signature, ing.kind.read_signature)
                for name, ing in ingestors.items()},
-        known={name: {p: f for p in ing.by_path if (f := ing.known(p)) is not None} for name, ing in ingestors.items()},
-        current={name: ing.current() for name, ing in ingestors.items()},
+        known={name: {p: f for p in ing.ledger.by_path if (f := ing.ledger.known(p)) is not None}
+               for name, ing in ingestors.items()},
+        current={name: ing.ledger.current() for name, ing in ingestors.items()},
         urls=tuple(urls), batch_size=settings.embed_batch_size,
         confine=confine_to if confine_to is None or isinstance(confine_to, Confinement) else Confinement(list(confine_to)),
         kb=kb, write=write)
@@ -175,7 +177,7 @@ def _apply(rec: _Rec, ing: Ingestor, report: IngestReport, emit, stages: dict, p
     """The driver's part: the rules and the writes (those the workers did not do), through the same
     engine as a local run. ``parts``: the jobs of long files arriving in parts (the embedded store),
     by path. ``rules``: the stage its time is counted in."""
-    for stage in ("read", "split", "embed", "write"):
+    for stage in ("read", "split", "ocr", "embed", "write"):
         if stage in rec.times:
             stages[stage]["seconds"] += rec.times[stage]
             stages[stage]["items"] += rec.count() if stage == "embed" else 1
@@ -192,7 +194,7 @@ def _apply(rec: _Rec, ing: Ingestor, report: IngestReport, emit, stages: dict, p
     elif rec.units and start:
         outcomes = _arrived(ing, parts.get(rec.read.path), rec, start, n, parts)
     else:
-        admitted = ing.admit(rec.read)
+        admitted = ing.ledger.admit(rec.read)
         if isinstance(admitted, FileOutcome):
             outcomes = [admitted]  # known content, or a copy of content written since this block was planned
         elif admitted is not None and rec.units:
@@ -214,27 +216,26 @@ def _arrived(ing: Ingestor, job: FileJob | None, rec: _Rec, start: int, n: int, 
         return []
     end = start + len(rec.units)
     job.units[start:end] = rec.units
-    parts[job.path] = job
-    outcomes = ing.arrived(job, range(start, end), rec.vectors or [None] * len(rec.units), rec.error)
-    if end == n or rec.error:
-        del parts[job.path]
-        if job.remaining:
-            outcomes = ing.complete(job)
-    return outcomes
+    last = end == n or bool(rec.error)
+    if last:
+        parts.pop(job.path, None)
+    else:
+        parts[job.path] = job
+    return ing.arrived(job, range(start, end), rec.vectors or [None] * len(rec.units), rec.error, last=last)
 
 
 def _written_by_worker(ing: Ingestor, rec: _Rec) -> list[FileOutcome]:
     """New content a worker wrote itself, with the paths of the store's view when the run was planned;
     known content or a copy met since is put back as the store held it."""
-    admitted = ing.admit(rec.read)
+    admitted = ing.ledger.admit(rec.read)
     if isinstance(admitted, FileOutcome):
-        ing.restore(rec.read.sha256)
+        ing.ledger.restore(rec.read.sha256)
         return [admitted]
     if admitted is None:
         return []
-    job = FileJob(rec.read.path, rec.read.sha256, rec.read.size, rec.read.mtime, [], ing.status_of(rec.read.path),
+    job = FileJob(rec.read.path, rec.read.sha256, rec.read.size, rec.read.mtime, [], ing.ledger.status_of(rec.read.path),
                   signature=rec.signature)
-    return ing.stored(job, ing.paths_for(job), rec.chunks, written=rec.written)
+    return ing.ledger.stored(job, ing.ledger.paths_for(job), rec.chunks, written=rec.written)
 
 
 def _here(ing: Ingestor, path: Path) -> list[FileOutcome]:

@@ -11,7 +11,7 @@ import io
 import re
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import cached_property
 from pathlib import Path
 from typing import Any, Protocol
@@ -23,13 +23,13 @@ from tokenizers import Tokenizer
 from tritonclient.utils import InferenceServerException
 
 from indexer.chunking import Chunker
-from indexer.loaders import DOCUMENT_SUFFIXES, SCAN_SUFFIXES, BadDocument, Budget, Page, load_document
+from indexer.loaders import DOCUMENT_SUFFIXES, SCAN_SUFFIXES, BadDocument, Budget, LoadedDocument, Page, load_document
 from indexer.loaders.base import MAX_OCR_PAGE_SECONDS
 from indexer.loaders.scans import MAX_FRAME_PIXELS
 from search.config import Settings
 from search.errors import TritonUnavailable
 from search.media.photos import IMAGE_SUFFIXES, BadImage, decode_photo, save_thumbnail
-from search.models import Family, for_kind, golden
+from search.models import Family, golden, required
 from search.store import DOCUMENTS, CollectionSchema, documents_schema, images_schema, in_kb, kb_thumbnails
 from search.terms import codes, words
 from search.triton.client import TritonClient
@@ -57,6 +57,24 @@ class Embedded:
     errors: dict[int, str] = field(default_factory=dict)  # item index -> reason
 
 
+@dataclass
+class Loaded:
+    """A file decoded by its kind (the CPU's work), with what a model must still read in it: the
+    stages between reading a file and embedding its units are load -> read (a model reads the text
+    in its scans: ``to_read``) -> units (indexer/stages.py), and an executor may run them apart."""
+    path: Path
+    sha256: str
+    data: bytes = b""  # what ``units`` still needs of the file's bytes
+    doc: LoadedDocument | None = None  # a document's title, encoding and pages (a scan page's text once read)
+    budget: Budget | None = None  # what the document may still cost: spent by reading its scans and splitting it
+    reads: dict[int, dict] = field(default_factory=dict)  # page index -> what its passages record of its reading
+
+    @property
+    def to_read(self) -> list[int]:
+        """The pages whose text a model must still read (their index)."""
+        return [i for i, p in enumerate(self.doc.pages) if p.scan is not None] if self.doc else []
+
+
 class Kind(Protocol):
     name: str
     schema: CollectionSchema
@@ -66,7 +84,9 @@ class Kind(Protocol):
     max_bytes: int
     errors: tuple[type[Exception], ...]
 
-    def units(self, path: Path, data: bytes, sha256: str, stop: Callable[[], bool] | None = None) -> list[Unit]: ...
+    def load(self, path: Path, data: bytes, sha256: str, stop: Callable[[], bool] | None = None) -> Loaded: ...
+    def read(self, loaded: Loaded) -> None: ...  # the text in ``loaded.to_read``, read by the kind's model
+    def units(self, loaded: Loaded) -> list[Unit]: ...
     def embed(self, items: list) -> Embedded: ...
     def sort_key(self, item: Any) -> int: ...
     def forget(self, sha256: str) -> None: ...
@@ -111,16 +131,27 @@ class Documents:
             return None
         return f"{self.signature}/read:{self.readers[0].family}:{probe_reader(self.triton, self.readers[0])}"
 
-    def units(self, path: Path, data: bytes, sha256: str, stop: Callable[[], bool] | None = None) -> list[Unit]:
+    def load(self, path: Path, data: bytes, sha256: str, stop: Callable[[], bool] | None = None) -> Loaded:
         # One budget for reading, OCR and splitting: the split of a heading-only markdown is as costly as any parse.
         budget = Budget(**self.limits, stop=stop)
         doc = load_document(path.suffix.lower(), data, budget=budget, scans=bool(self.readers))
-        scans = sum(p.scan is not None for p in doc.pages)
-        units, section, scanned = [], None, scans > 0
-        for page in doc.pages:
-            read = {}
-            if page.scan is not None:
-                page, read = self._read(page, budget, scans)
+        return Loaded(path, sha256, data if path.suffix.lower() in SCAN_SUFFIXES else b"", doc, budget)
+
+    def read(self, loaded: Loaded) -> None:
+        """The text of the scanned pages, read by the first reader: each page as it is read, so a read
+        asked again (on another replica) goes on where this one stopped."""
+        scans = sum(p.scan is not None or i in loaded.reads for i, p in enumerate(loaded.doc.pages))
+        pages = list(loaded.doc.pages)
+        try:
+            for i in loaded.to_read:
+                pages[i], loaded.reads[i] = self._read(pages[i], loaded.budget, scans)
+        finally:
+            loaded.doc = replace(loaded.doc, pages=pages)
+
+    def units(self, loaded: Loaded) -> list[Unit]:
+        doc, budget, path = loaded.doc, loaded.budget, loaded.path
+        units, section, scanned = [], None, bool(loaded.reads)
+        for n, page in enumerate(doc.pages):
             starts, names = [], []  # the page's headings, by offset (finditer gives them in order)
             for m in _HEADING.finditer(page.text):
                 starts.append(m.start())
@@ -132,11 +163,11 @@ class Documents:
                 units.append(Unit(c.text, {
                     "text": c.text, "start": c.start, "end": c.end, "page": page.number, "title": doc.title,
                     "section": names[k - 1] if k else section, "models": self.models, "encoding": doc.encoding,
-                    "codes": codes(c.text), **read},  # codes: exact strings a search matches (search.services.documents)
+                    "codes": codes(c.text), **loaded.reads.get(n, {})},  # codes: exact strings a search matches
                     read=scanned))
             if names:
                 section = names[-1]
-        if not units and doc.pages and all(p.scan is not None for p in doc.pages):
+        if not units and doc.pages and len(loaded.reads) == len(doc.pages):
             if path.suffix.lower() not in SCAN_SUFFIXES:
                 raise BadDocument(f"no text: its {len(doc.pages)} scanned page(s) were read by OCR and hold none")
             # A photo without text: a passage without vectors (no search finds it) marks it read, so
@@ -144,7 +175,7 @@ class Documents:
             units.append(Unit(None, {"text": "", "start": 0, "end": 0, "page": None, "title": doc.title, "section": None,
                                      "models": self.models, "encoding": None, "blank": True}, read=True))
         if path.suffix.lower() in SCAN_SUFFIXES:
-            thumb = self._thumbnail(data, sha256)
+            thumb = self._thumbnail(loaded.data, loaded.sha256)
             for u in units:  # photo search finds an image by these words (search.services.photo_text)
                 u.payload["words"] = sorted(set(words(u.payload["text"])))[:MAX_WORDS]
                 if thumb:
@@ -242,9 +273,15 @@ class Photos:
     def thumbnail_path(self, sha256: str) -> Path:
         return thumbnail_path(self.thumbs, sha256)
 
-    def units(self, path: Path, data: bytes, sha256: str, stop: Callable[[], bool] | None = None) -> list[Unit]:
-        photo, image = decode_photo(data, max_pixels=self.max_pixels, draft=THUMBNAIL_DRAFT)
-        thumb = save_thumbnail(image, self.thumbnail_path(sha256), THUMBNAIL_SIZE)
+    def load(self, path: Path, data: bytes, sha256: str, stop: Callable[[], bool] | None = None) -> Loaded:
+        return Loaded(path, sha256, data)  # decoded by ``units``: nothing in a photo is read before
+
+    def read(self, loaded: Loaded) -> None:
+        pass  # never asked: nothing to read (``Loaded.to_read``)
+
+    def units(self, loaded: Loaded) -> list[Unit]:
+        photo, image = decode_photo(loaded.data, max_pixels=self.max_pixels, draft=THUMBNAIL_DRAFT)
+        thumb = save_thumbnail(image, self.thumbnail_path(loaded.sha256), THUMBNAIL_SIZE)
         camera = " ".join(x for x in (photo.camera_make, photo.camera_model) if x) or None
         payload = {
             "width": photo.width, "height": photo.height, "format": photo.format, "frames": photo.frames,
@@ -310,7 +347,7 @@ def thumbnail_path(thumbs: Path, sha256: str) -> Path:
 
 def chunk_tokenizer(settings: Settings) -> Tokenizer:
     """The tokenizer the documents' required model uses, so chunk budgets are counted in its tokens."""
-    return Tokenizer.from_file(str(for_kind(DOCUMENTS.name)[0].chunk_tokenizer(settings.triton_repo)))
+    return Tokenizer.from_file(str(required(DOCUMENTS.name).chunk_tokenizer(settings.triton_repo)))
 
 
 def camera_terms(camera: str | None) -> list[str]:

@@ -17,7 +17,7 @@ workers plan with that view and write on their own, so the store is not the run'
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import replace
 from pathlib import Path
 
@@ -36,14 +36,14 @@ KEEP = 4096  # what the view keeps (contents and paths looked up) before it is t
 
 
 class Ledger:
-    """What one kind's collection holds, and the rules that change it. ``_flush`` writes what the
-    run has buffered: every store write here flushes first, so it sees those points.
+    """What one kind's collection holds, and the rules that change it. ``flush`` writes what the
+    run has buffered (the engine's writer): every store write here flushes first, so it sees those points.
 
     ``by_sha``/``by_path`` are the part of the store's view this run looked at (``whole``: all of it),
     kept in step with every write the rules make; ``look_up`` trims them back to what is in flight."""
 
-    def __init__(self, store: Store, kind: Kind, *, whole: bool = False) -> None:
-        self.store, self.kind, self.whole = store, kind, whole
+    def __init__(self, store: Store, kind: Kind, *, whole: bool = False, flush: Callable[[], None] = lambda: None) -> None:
+        self.store, self.kind, self.whole, self.flush = store, kind, whole, flush
         self.by_sha: dict[str, StoredFile] = {}
         self.by_path: dict[str, str] = {}
         # Paths listed on more than one stored content (an interrupted run) -> those contents; by_path
@@ -53,9 +53,6 @@ class Ledger:
         self.written: dict[str, str] = {}  # content written in this run -> the path it was written for
         self._looked: set[str] = set()  # paths whose every stored content is in the view
         self._absent: set[str] = set()  # contents looked up and not stored
-
-    def _flush(self) -> None:
-        """Write what the run buffered (the engine's writer)."""
 
     def open(self) -> None:
         """Open the kind's collection (``whole``: and load what it holds), and finish what a stopped
@@ -71,7 +68,7 @@ class Ledger:
         if self.whole:
             return
         if len(self.by_sha) + len(self._looked) > KEEP:
-            self._flush()  # the store then holds all the view held: what is dropped can be read again
+            self.flush()  # the store then holds all the view held: what is dropped can be read again
             self.by_sha = {s: f for s, f in self.by_sha.items() if s in self.inflight}
             self.by_path, self.stale, self.written = {}, {}, {}
             self._looked, self._absent = set(), set()
@@ -121,7 +118,7 @@ class Ledger:
             got[f.sha256] = f
         for sha in doubled:
             if current(self.kind, got[sha].chunker):
-                self._flush()
+                self.flush()
                 self.store.delete_content(self.kind.schema.name, sha, keep_chunker=got[sha].chunker)
         for sha, f in got.items():
             f = self.by_sha.setdefault(sha, f)  # the view is kept in step with the run's writes
@@ -183,7 +180,7 @@ class Ledger:
                 extra = {} if sha in self.written else {"size": got.size, "mtime": got.mtime}
                 self._repoint(sha, [*existing(same.paths), key], **extra)
             else:
-                self._flush()
+                self.flush()
                 self._set_paths(sha, list(same.paths), mtime=got.mtime)
                 self.by_sha[sha] = replace(same, mtime=got.mtime)
                 status = UNCHANGED
@@ -200,10 +197,10 @@ class Ledger:
         kind = self.kind
         previous = self._content(job.sha256)  # the same content, made with other settings or another model
         if written is not None and list(written) != paths:  # a path of the content it replaces moved since
-            self._flush()
+            self.flush()
             self._set_paths(job.sha256, paths)
         if previous is not None:
-            self._flush()
+            self.flush()
             self.store.delete_content(kind.schema.name, job.sha256, keep_chunker=signature_of(kind, job))
         self.by_sha[job.sha256] = StoredFile(job.sha256, tuple(paths), job.size, job.mtime, signature_of(kind, job), n)
         self._absent.discard(job.sha256)
@@ -219,7 +216,7 @@ class Ledger:
         know it was a copy: put back what the store held for it."""
         if sha in self.written:
             f = self.by_sha[sha]
-            self._flush()
+            self.flush()
             self._set_paths(sha, list(f.paths), size=f.size, mtime=f.mtime, suffix=suffix(self.written[sha]))
 
     def forget(self, job: FileJob, *, rejected: bool = False) -> None:
@@ -233,7 +230,7 @@ class Ledger:
         self.store.set_paths(self.kind.schema.name, sha, [stored(p) for p in paths], **extra)
 
     def _repoint(self, sha: str, paths: list[str], **extra) -> None:
-        self._flush()
+        self.flush()
         self._set_paths(sha, paths, **extra)
         for p in set(self.by_sha[sha].paths) - set(paths):
             self.by_path.pop(p, None)
@@ -257,7 +254,7 @@ class Ledger:
 
     def _drop_path(self, sha: str, path: str) -> None:
         remaining = [p for p in self.by_sha[sha].paths if p != path]
-        self._flush()
+        self.flush()
         if remaining:
             self._set_paths(sha, remaining)
             self.by_sha[sha] = replace(self.by_sha[sha], paths=tuple(remaining))
@@ -272,7 +269,7 @@ class Ledger:
     def prune(self, roots: list[Path], seen: set[str]) -> list[FileOutcome]:
         """Paths under ``roots`` gone from disk (not among ``seen``, the files this run listed) leave
         their content. The store is read under the roots as it comes; only the gone paths are kept."""
-        self._flush()
+        self.flush()
         under = {str(r) for r in roots}  # a set, not a scan of the roots: a watch's batch may name thousands of files
         gone: set[str] = set()
         names = sorted(stored(r) for r in under)

@@ -10,15 +10,17 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import replace
 from pathlib import Path
 
+from indexer.engine import Ingestor
 from indexer.loaders import Cancelled
 from indexer.pacing import Pacer
 from indexer.report import FileOutcome, IngestReport
 from indexer.stages import LOOKUP_BATCH, SORT_WINDOW, FileJob, last_requests, requests
 
 
-def run_local(ing, files: list[Path], report: IngestReport, done: Callable[[FileOutcome], None]) -> None:
-    """``ing``: the engine of the files' kind (indexer/engine.py ``Ingestor``), opened. Exceptions
-    the model raises (ModelNotReady, TritonUnavailable) come out of here as they were raised."""
+def run_local(ing: Ingestor, files: list[Path], report: IngestReport, done: Callable[[FileOutcome], None]) -> None:
+    """The executor of a local run (indexer/engine.py ``Executor``). ``ing``: the engine of the files'
+    kind, opened. Exceptions the model raises (ModelNotReady, TritonUnavailable) come out of here as
+    they were raised."""
     kind = ing.kind
     # the deadline of one model request: the one the kind's client sends with
     pacer = Pacer(ing.concurrency, ing.batch_size, getattr(getattr(kind, "triton", None), "timeout_s", 30.0))
@@ -47,7 +49,7 @@ def run_local(ing, files: list[Path], report: IngestReport, done: Callable[[File
         try:
             for n, path in enumerate(files):
                 if n % LOOKUP_BATCH == 0:  # what the store holds for the next files, in one query
-                    ing.look_up(str(p) for p in files[n:n + LOOKUP_BATCH])
+                    ing.ledger.look_up(str(p) for p in files[n:n + LOOKUP_BATCH])
                 if stopped(ing):
                     report.cancelled = True
                     break
@@ -82,5 +84,5 @@ def run_local(ing, files: list[Path], report: IngestReport, done: Callable[[File
             raise
 
 
-def stopped(ing) -> bool:
+def stopped(ing: Ingestor) -> bool:
     return ing.stop is not None and ing.stop()

@@ -19,11 +19,22 @@ from typing import TypeVar
 import numpy as np
 
 from indexer.confine import Confinement
-from indexer.kinds import Kind, Unit, make_kind
+from indexer.engine import Ingestor
+from indexer.kinds import Kind, Loaded, Unit, make_kind
 from indexer.patience import Patience
 from indexer.report import FileOutcome
-from indexer.stages import FileJob, Read, bounded_runs, content_paths, embed_units, read_file, signature_of, split
-from indexer.writer import WRITE_BATCH, Writer
+from indexer.stages import (
+    FileJob,
+    Read,
+    bounded_runs,
+    content_paths,
+    embed_units,
+    load,
+    read_file,
+    read_text,
+    signature_of,
+    units_of,
+)
 from search.config import Settings
 from search.errors import ModelNotReady, ServiceError, TritonUnavailable
 from search.models import family
@@ -62,7 +73,8 @@ class _Rec:
     kind: str
     outcome: FileOutcome | None = None  # decided in the read stage (failed, unchanged)
     read: Read | None = None  # without its bytes
-    units: list[Unit] | None = None  # None: known content, nothing to embed
+    units: list[Unit] | None = None  # None: known content, nothing to embed (or its text still to read)
+    loaded: Loaded | None = None  # new content whose text a model must read first (its scans), then split
     vectors: list | None = None
     error: str = ""  # the model rejected a unit
     # What the model raised (ModelNotReady: the kind's model failed as a whole; TritonUnavailable: no
@@ -160,38 +172,71 @@ def read_and_split(batch: dict, plan: Plan) -> dict:
             rec.read = replace(got, data=b"")  # known content: the driver reuses its vectors
         else:
             t1 = time.perf_counter()
-            units = split(got, kind)
-            rec.times["split"] = time.perf_counter() - t1
-            if isinstance(units, FileOutcome):
-                rec.outcome = units
+            loaded = load(got, kind)
+            if isinstance(loaded, FileOutcome):
+                rec.outcome = loaded
+            elif loaded.to_read:  # its text is read in the model actors (``Embedder``), then split there
+                rec.read, rec.loaded = replace(got, data=b""), loaded
             else:
-                rec.read, rec.units = replace(got, data=b""), units
+                units = units_of(loaded, kind)
+                if isinstance(units, FileOutcome):
+                    rec.outcome = units
+                else:
+                    rec.read, rec.units = replace(got, data=b""), units
+            rec.times["split"] = time.perf_counter() - t1
         recs.append(rec)
     return _pack(recs)
 
 
+class Planned:
+    """The content rules a writing worker keeps (indexer/engine.py ``Rules``): new content's paths
+    come from the store's view the run was planned with; what it wrote is kept here for the driver,
+    which applies the rules (indexer/distributed.py)."""
+
+    def __init__(self, kind: Kind, stored: dict[str, StoredFile]) -> None:
+        self.kind, self.by_sha = kind, stored
+        self.written: dict[str, tuple[tuple[str, ...], int, str]] = {}  # its file's path -> (paths, units, signature)
+
+    def paths_for(self, job: FileJob) -> list[str]:
+        return content_paths(job, self.by_sha.get(job.sha256))  # found: stored with other settings
+
+    def stored(self, job: FileJob, paths: list[str], n: int) -> list[FileOutcome]:
+        self.written[job.path] = (tuple(paths), n, signature_of(self.kind, job))  # a copy in the batch: its own paths
+        return []  # the driver reports it
+
+    def forget(self, job: FileJob, *, rejected: bool = False) -> None:
+        pass  # the driver forgets it, as it gets the file's error
+
+
+def writing(store: Store, plan: Plan, kind: Kind) -> tuple[Ingestor, Planned]:
+    """The engine a worker writes ``kind``'s new content with, and the rules it keeps."""
+    planned = Planned(kind, _stored(plan)[kind.name])
+    return Ingestor(store, kind, rules=planned), planned
+
+
+def written(rec: _Rec, planned: Planned) -> None:
+    """``rec``'s content was written by the worker: the driver gets its paths and number of units,
+    not its units and vectors."""
+    paths, rec.chunks, rec.signature = planned.written[rec.read.path]
+    rec.written, rec.units, rec.vectors = paths, None, None
+
+
 def write_new(store: Store, plan: Plan, kinds: dict[str, Kind], recs: list[_Rec]) -> None:
-    """The write stage, on a worker: the points of the new content in ``recs`` (built as a local run
-    builds them, with the paths the store held when the run was planned), through the one writer.
-    The records keep what the driver needs (the paths written, the number of units), not their
-    units and vectors."""
-    stored = _stored(plan)
+    """The write stage, on a worker: the points of the new content in ``recs`` through the engine and
+    its one writer, as a local run writes them, with the paths the store held when the run was planned."""
     for name, kind in kinds.items():
         todo = [r for r in recs if r.kind == name and r.units and r.vectors and not (r.error or r.failure)]
         if not todo:
             continue
         t0 = time.perf_counter()
-        writer = Writer(store, kind, batch=WRITE_BATCH)
-        for r in todo:
-            job = FileJob.of(r.read, r.units)
-            job.vectors = r.vectors
-            paths = content_paths(job, stored[name].get(job.sha256))  # found: stored with other settings
-            writer.add(job, paths)
-            r.written, r.signature = tuple(paths), signature_of(kind, job)
-        writer.flush()
+        ing, planned = writing(store, plan, kind)
+        jobs = [FileJob.of(r.read, r.units) for r in todo]
+        for r, job in zip(todo, jobs):
+            ing.arrived(job, range(len(job.units)), r.vectors)
+        ing.writer.flush()
         seconds, n = time.perf_counter() - t0, sum(len(r.units) for r in todo)
         for r in todo:
-            r.chunks, r.units, r.vectors = len(r.units), None, None
+            written(r, planned)
             r.times["write"] = seconds * r.chunks / n
 
 
@@ -201,8 +246,9 @@ def _stored(plan: Plan) -> dict[str, dict[str, StoredFile]]:
 
 
 class Embedder:
-    """The embed stage: an actor (Ray Data's actor pool) holding Triton clients. It starts on a
-    random replica, so the pool spreads over them, and moves to the next one when a request fails
+    """The model stages: an actor (Ray Data's actor pool) holding Triton clients, that reads the text
+    in new documents' scans (OCR) and splits them, then embeds. It starts on a random replica, so the
+    pool spreads over them, and moves to the next one when a request (to read or to embed) fails
     because its replica is gone or its model is not there. With ``plan.write`` it writes the new
     content it embedded (``write_new``) to ``store``, or to the store it opens from the settings."""
 
@@ -212,6 +258,9 @@ class Embedder:
 
     def __call__(self, batch: dict) -> Iterator[dict]:
         recs: list[_Rec] = [pickle.loads(raw) for raw in batch["rec"]]
+        for rec in recs:
+            if rec.loaded is not None:
+                self._read_text(rec)
         for part in bounded_runs(recs, lambda r: len(r.units or ()), UNITS_PER_EMBED_SLICE):
             long = len(part[0].units or ()) > UNITS_PER_EMBED_SLICE  # a slice of its own
             if long and not self.plan.write:
@@ -234,13 +283,12 @@ class Embedder:
         return _kinds(self.plan, self.plan.urls[self.at])
 
     def _embed_and_write_long(self, rec: _Rec) -> None:
-        """A file with more units than a slice, the workers writing: embedded a slice at a time and
-        written through the one writer (its other units as they reach the writer's budget, unit 0
-        last). A part the model rejects, a model that stops or no replica left: what was written of
-        the file is deleted."""
-        kind = self._kinds()[rec.kind]  # its collection and signature: the same on every replica
-        job, writer = FileJob.of(rec.read, rec.units), Writer(self._store(), kind)
-        paths = content_paths(job, _stored(self.plan)[rec.kind].get(job.sha256))
+        """A file with more units than a slice, the workers writing: embedded a slice at a time, each
+        slice to the engine as a local run's (its other units written as they reach the writer's
+        budget, unit 0 last). A part the model rejects, a model that stops or no replica left: what
+        was written of the file is deleted."""
+        ing, planned = writing(self._store(), self.plan, self._kinds()[rec.kind])  # the same on every replica
+        job = FileJob.of(rec.read, rec.units)
         embed_s = write_s = 0.0
         for piece in self._embed_in_parts(rec):
             start, end = piece.part[0], piece.part[0] + len(piece.units)
@@ -248,21 +296,16 @@ class Embedder:
             embed_s += piece.times.get("embed", 0.0)
             rec.truncated += piece.truncated
             rec.error, rec.failure = piece.error, piece.failure
-            if rec.error or rec.failure:
-                writer.discard(job)
+            if rec.failure:
+                ing.writer.discard(job)
                 break
-            job.vectors[start:end] = piece.vectors
-            if writer.embedded(job, range(start, end)):
-                writer.stream(job, paths)
+            ing.arrived(job, range(start, end), piece.vectors, piece.error, last=bool(piece.error))
             write_s += time.perf_counter() - t1
-        else:
-            t1 = time.perf_counter()
-            writer.add(job, paths)
-            writer.flush()
-            rec.written, rec.chunks, rec.signature = tuple(paths), len(job.units), signature_of(kind, job)
-            rec.units = None
-            write_s += time.perf_counter() - t1
-        rec.times["embed"], rec.times["write"] = embed_s, write_s
+        t1 = time.perf_counter()
+        ing.writer.flush()
+        if job.path in planned.written:
+            written(rec, planned)
+        rec.times["embed"], rec.times["write"] = embed_s, write_s + time.perf_counter() - t1
 
     def _embed_in_parts(self, rec: _Rec) -> Iterator[_Rec]:
         """A file with more units than a slice, embedded a slice at a time: a record per slice with
@@ -299,29 +342,50 @@ class Embedder:
                 r.times["embed"] = seconds * n / len(items)
                 k += n
 
+    def _read_text(self, rec: _Rec) -> None:
+        """The read stage: the text in ``rec``'s scans, read on a replica that answers (as embedding:
+        ``_call``), then split into its units; or what the model raised, on ``rec``."""
+        loaded, rec.loaded = rec.loaded, None
+        t0 = time.perf_counter()
+        try:
+            got = self._call(lambda kinds: read_text(loaded, kinds[rec.kind]))
+        except (ModelNotReady, TritonUnavailable) as exc:
+            rec.failure = exc
+            return
+        t1 = time.perf_counter()
+        rec.times["ocr"] = t1 - t0
+        units = got if isinstance(got, FileOutcome) else units_of(got, self._kinds()[rec.kind])
+        if isinstance(units, FileOutcome):
+            rec.outcome, rec.read = units, None
+        else:
+            rec.units = units
+        rec.times["split"] = rec.times.get("split", 0.0) + time.perf_counter() - t1
+
     def _embed_or_mark(self, name: str, items: list, recs: list[_Rec]):
         """``items`` embedded; or None, what the model raised on ``recs`` (the driver raises it)."""
         try:
-            return self._embed(name, items)
+            return self._call(lambda kinds: embed_units(kinds[name], items, self.plan.batch_size))
         except (ModelNotReady, TritonUnavailable) as exc:
             for r in recs:
                 r.failure = exc
         return None
 
-    def _embed(self, name: str, items: list):
-        """``items`` embedded on a replica that answers: while none does, the actor waits (as a local
-        run does: indexer/patience.py), up to SEARCH_INGEST_TRITON_WAIT_S."""
+    def _call(self, fn: Callable[[dict[str, Kind]], V]) -> V:
+        """``fn`` of a replica's kinds, on a replica that answers: while none does, the actor waits (as
+        a local run does: indexer/patience.py), up to SEARCH_INGEST_TRITON_WAIT_S."""
         patience = Patience(self._any_live, limit_s=self.plan.settings.ingest_triton_wait_s)
-        return patience.call(self._embed_once, name, items)
+        return patience.call(self._on_replica, fn)
 
     def _any_live(self) -> bool:
         return any(next(iter(_kinds(self.plan, url).values())).triton.is_live() for url in self.plan.urls)
 
-    def _embed_once(self, name: str, items: list):
+    def _on_replica(self, fn: Callable[[dict[str, Kind]], V]) -> V:
+        """``fn`` on the actor's replica, else on the next ones in turn (the actor stays on the one
+        that answered); what the last raises comes out."""
         urls = self.plan.urls
         for tried in range(len(urls)):
             try:
-                return embed_units(_kinds(self.plan, urls[self.at])[name], items, self.plan.batch_size)
+                return fn(_kinds(self.plan, urls[self.at]))
             except (TritonUnavailable, ModelNotReady):
                 if tried == len(urls) - 1:
                     raise

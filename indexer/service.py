@@ -15,7 +15,7 @@ from indexer.patience import Patience, PatientTriton
 from indexer.report import FileOutcome, IngestReport
 from search.config import Settings
 from search.errors import BadRequest, TritonUnavailable, not_served
-from search.models import for_kind, ingest_kinds, text_readers
+from search.models import for_kind, ingest_kinds, required, text_reader
 from search.resources import Resources
 from search.store import COLLECTIONS, DOCUMENTS, check_kb, kb_collection
 
@@ -96,9 +96,10 @@ class IngestService:
         resources' own)."""
         triton = triton or self.resources.triton
         kinds, unavailable = [], {}
-        readers = [f for f in text_readers() if triton.model_ready(f.ensembles[0])]
+        reader = text_reader(self.settings.text_reader)
+        readers = [reader] if reader and triton.model_ready(reader.ensembles[0]) else []
         for name in ingest_kinds():
-            needed, *optional = for_kind(name)
+            needed, optional = required(name), [f for f in for_kind(name) if f.optional]
             if not triton.model_ready(needed.kinds[name]):
                 unavailable[name] = (SUFFIXES[name], not_served(needed.kinds[name], needed.display))
                 continue

@@ -1,5 +1,6 @@
 """The stages one file goes through, as plain functions both executors run (indexer/engine.py):
-read -> split -> embed (one batching policy) -> points. No threads, no Ray, no store writes."""
+read -> load -> read its text (a model: OCR) -> units -> embed (one batching policy) -> points. No
+threads, no Ray, no store writes."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ import numpy as np
 from qdrant_client import models
 
 from indexer.confine import OUTSIDE, Confinement, Refused, unreadable
-from indexer.kinds import Embedded, Kind, Unit
+from indexer.kinds import Embedded, Kind, Loaded, Unit
 from indexer.loaders import read_bytes
 from indexer.report import FAILED, UNCHANGED, FileOutcome
 from search.paths import stored
@@ -103,19 +104,48 @@ def read_file(path: Path, kind: Kind, confine: Confinement | None,
 
 
 def split(got: Read, kind: Kind, stop: Callable[[], bool] | None = None) -> list[Unit] | FileOutcome:
-    """Stage 2: decode, chunk or thumbnail a file's content into the units its model embeds.
-    ``stop``: asked as a long file is read (its scans' pages); Cancelled comes out when it says so."""
+    """Stages 2 to 4 in one call, as a local run runs them on the thread that read the file: decode
+    (``load``), read the text in its scans (``read_text``), and split it into the units its model
+    embeds (``units``). ``stop``: asked as a long file is read (its scans' pages); Cancelled comes
+    out when it says so."""
+    loaded = load(got, kind, stop)
+    if not isinstance(loaded, FileOutcome) and loaded.to_read:
+        loaded = read_text(loaded, kind)
+    return loaded if isinstance(loaded, FileOutcome) else units_of(loaded, kind)
+
+
+def load(got: Read, kind: Kind, stop: Callable[[], bool] | None = None) -> Loaded | FileOutcome:
+    """Stage 2 (CPU): decode a file's content; what a model must still read in it is ``to_read``."""
     try:
-        units = kind.units(Path(got.path), got.data, got.sha256, stop=stop)
+        return kind.load(Path(got.path), got.data, got.sha256, stop=stop)
     except kind.errors as exc:
         return FileOutcome(got.path, FAILED, str(exc))
+
+
+def read_text(loaded: Loaded, kind: Kind) -> Loaded | FileOutcome:
+    """Stage 3 (a model: OCR): the text in ``loaded``'s scans, read through ``kind``'s Triton. What the
+    server raises as a whole (TritonUnavailable, ModelNotReady) comes out, for the executor to wait,
+    fail over to another replica or stop the kind, as it does for embedding."""
+    try:
+        kind.read(loaded)
+    except kind.errors as exc:
+        return FileOutcome(str(loaded.path), FAILED, str(exc))
+    return loaded
+
+
+def units_of(loaded: Loaded, kind: Kind) -> list[Unit] | FileOutcome:
+    """Stage 4 (CPU): a file's content, its text read, as the units its model embeds."""
+    try:
+        units = kind.units(loaded)
+    except kind.errors as exc:
+        return FileOutcome(str(loaded.path), FAILED, str(exc))
     if not units:
-        return FileOutcome(got.path, FAILED, "nothing to index")
+        return FileOutcome(str(loaded.path), FAILED, "nothing to index")
     return units
 
 
 def requests(members: list[T], item: Callable[[T], object], kind: Kind, size: int) -> Iterator[list[T]]:
-    """Stage 3's batching policy: ``members`` sorted by their items' size, so each request pads
+    """The embed stage's batching policy: ``members`` sorted by their items' size, so each request pads
     little (on CPU padding costs more than batching saves), in requests of ``size``."""
     members = sorted(members, key=lambda m: kind.sort_key(item(m)))
     for k in range(0, len(members), size):
@@ -131,7 +161,7 @@ def last_requests(units: int, batch_size: int, slots: int) -> int:
 
 
 def embed_units(kind: Kind, items: list, batch_size: int) -> Embedded:
-    """Stage 3 in one call: ``items`` embedded in the requests ``requests`` makes."""
+    """The embed stage in one call: ``items`` embedded in the requests ``requests`` makes."""
     out = Embedded([None] * len(items))
     for idx in requests(list(range(len(items))), items.__getitem__, kind, batch_size):
         got = kind.embed([items[i] for i in idx])
@@ -151,7 +181,7 @@ def content_paths(job: FileJob, previous: StoredFile | None) -> list[str]:
 
 def build_points(job: FileJob, paths: list[str], signature: str,
                  units: Iterable[int] | None = None) -> list[models.PointStruct]:
-    """Stage 4: the points of new content, one per unit (``units``: those units only), in the order
+    """The write stage: the points of new content, one per unit (``units``: those units only), in the order
     given (all: unit order, unit 0 first). Ids come from the content, the signature and the unit
     number, so writing them again duplicates nothing."""
     kept = [stored(p) for p in paths]  # names that are not UTF-8 kept losslessly (search/paths.py)

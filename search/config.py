@@ -7,6 +7,7 @@ is the name Qdrant users know. The CLIs override fields with flags through ``Set
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Annotated, Literal
 
@@ -20,6 +21,10 @@ Port = Annotated[int, Field(ge=1, le=65535)]
 MAX_CHUNK_TOKENS = 254
 
 
+# Knowledge bases' names (search/store/schema.py: one documents and one images collection each); here
+# so that the query specs, which the CLI loads, need no store
+DEFAULT_KB = "default"
+KB_NAME = re.compile(r"^[a-z0-9][a-z0-9_-]{0,39}$")
 MAX_IMAGE_BYTES = 100_000_000  # the default; a client reading a photo for a server bounds it so too
 MAX_IMAGE_PIXELS = 100_000_000  # the default (max_image_pixels)
 
@@ -117,6 +122,8 @@ class Settings(BaseSettings):
     # Photos and image files are documents too, their text read by OCR (a model that reads text must be
     # served): off by default, since reading a photo costs several times its embedding (docs/ocr.md).
     ocr_photos: bool = False
+    # Which model reads text (scans, photos, `search ocr`) when several are registered; unset: the one there is.
+    text_reader: str | None = None
 
     # `indexer ingest --ray` without an address: "auto" joins the running Ray cluster (`ray start`),
     # "ray://head:10001" or "head:6379" a given one; unset, a local Ray is started for the run.

@@ -67,9 +67,9 @@ def _multipart(fields: dict, upload: tuple[str, tuple[str, bytes]] | None) -> tu
     boundary = uuid.uuid4().hex
     parts = []
     for name, value in fields.items():
-        if value is None:
-            continue
-        parts.append(f'--{boundary}\r\nContent-Disposition: form-data; name="{name}"\r\n\r\n{value}\r\n'.encode())
+        for item in value if isinstance(value, list | tuple) else [value]:  # a list: the field repeated, as forms send it
+            if item is not None:
+                parts.append(f'--{boundary}\r\nContent-Disposition: form-data; name="{name}"\r\n\r\n{item}\r\n'.encode())
     if upload is not None:
         name, (filename, content) = upload
         kind = mimetypes.guess_type(filename)[0] or "application/octet-stream"

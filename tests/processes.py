@@ -50,6 +50,17 @@ def serving(server: LocalTriton, timeout: float = 120) -> LocalTriton:
     return server
 
 
+def stop(proc: subprocess.Popen, grace_s: float = 120) -> None:
+    """SIGTERM, then SIGKILL if it has not exited within ``grace_s``: on a machine busy with other work
+    a server's orderly exit has taken over 20 s (a test's outcome is not how fast it exits)."""
+    proc.terminate()
+    try:
+        proc.wait(grace_s)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+
+
 def env_for(settings, **extra: str) -> dict[str, str]:
     """The environment a child process reads the test's settings from."""
     env = {k: v for k, v in os.environ.items() if k not in ("QDRANT_URL", "SEARCH_QDRANT_URL")}

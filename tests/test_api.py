@@ -225,11 +225,11 @@ CONFORMANCE = (checks.not_a_server_error, checks.status_code_conformance, checks
 
 
 # Each call of these two runs every served model's verification (~4 s here, most of it the tiny OFA
-# at 480 px), and their whole input is a flag or two and family names: a few examples cover it,
-# where 50 took 5 of the suite's minutes. They are fuzzed with the key sent only: the key modes
+# at 480 px), and the relevance check ~135 searches; their whole input is a flag or two and names: a
+# few examples cover it, where 50 took 5 of the suite's minutes. They are fuzzed with the key sent only: the key modes
 # differ in the guard in front of the route, not in the route, and the guard is fuzzed on every
 # route by the other runs (without the key too, below); each mode cost ~25-60 s of the suite.
-MODEL_CHECKS = ["/models/verify", "/readyz"]
+MODEL_CHECKS = ["/models/verify", "/readyz", "/relevance/check"]
 FUZZ_HEALTH = [HealthCheck.too_slow, HealthCheck.filter_too_much, HealthCheck.data_too_large,
                HealthCheck.function_scoped_fixture]
 

@@ -8,6 +8,7 @@ import sys
 
 import httpx
 import pytest
+from processes import stop
 
 from search.config import PROJECT_ROOT
 from search.triton.local import free_port
@@ -24,8 +25,7 @@ def test_the_benchmarked_server_answers_past_a_pipe_full_of_log_lines(settings, 
             for _ in range(2000):  # ~100 bytes of log each: three times a 64 KiB pipe
                 assert client.get("/healthz").status_code == 200
     finally:
-        api.terminate()
-        api.wait(timeout=30)
+        stop(api)
     assert log.read_text().count("GET /healthz 200") >= 2000
 
 

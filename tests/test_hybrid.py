@@ -177,7 +177,7 @@ def test_auto_mode_reuses_served_and_falls_back_when_bge_m3_goes(settings, model
     try:
         ingest(svc, [library])
         for run in (lambda: svc.search_documents("reset password", mode="auto")[0].mode,
-                    lambda: asyncio.run(svc.aencode_query("reset password", mode="auto")).mode):
+                    lambda: asyncio.run(awaited(svc.encode_query("reset password", mode="auto"))).mode):
             control.load_model("bge_m3")
             assert run() == "hybrid"  # Triton said "served", which the next queries reuse
             control.unload_model("bge_m3")
@@ -262,13 +262,13 @@ def test_cli_modes_and_citations(indexed_library, tmp_path):
 
 
 def test_a_search_that_awaits_its_encoding_finds_what_the_plain_call_finds(indexed):
-    """The event loop's half (aencode_query, on Triton's asyncio client) and the store's half
+    """The event loop's half (await encode_query, on Triton's asyncio client) and the store's half
     (search_documents(encoded=...)) give the plain call's hits and groups in every mode."""
     service = indexed
 
     async def encode_all() -> dict:
         try:
-            return {(q, m): await service.aencode_query(q, mode=m) for q in QUERIES for m in MODES}
+            return {(q, m): await service.encode_query(q, mode=m) for q in QUERIES for m in MODES}
         finally:
             await service.triton.aclose()
 
@@ -283,7 +283,12 @@ def test_a_search_that_awaits_its_encoding_finds_what_the_plain_call_finds(index
     with pytest.raises(ValueError, match="another text"):
         service.search_documents("something else", mode="semantic", encoded=encoded[(QUERIES[0], "semantic")])
     with pytest.raises(BadRequest, match="query: must not be empty"):
-        asyncio.run(service.aencode_query("   ", mode="semantic"))
+        asyncio.run(awaited(service.encode_query("   ", mode="semantic")))
+
+
+async def awaited(steps):
+    """A service's steps (search/services/steps.py) awaited, for asyncio.run, which takes a coroutine."""
+    return await steps
 
 
 @pytest.mark.parametrize("mode", ["semantic", "hybrid", "dense", "sparse"])
@@ -310,7 +315,7 @@ def test_concurrent_searches_find_what_each_finds_alone(indexed, mode):
 
     async def encode_all() -> list:
         try:
-            return await asyncio.gather(*(service.aencode_query(q, mode=m) for q, m in zip(queries, modes)))
+            return await asyncio.gather(*(service.encode_query(q, mode=m) for q, m in zip(queries, modes)))
         finally:
             await service.triton.aclose()
 

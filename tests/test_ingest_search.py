@@ -13,8 +13,8 @@ from ingest_helper import ingest, long_passage
 from qdrant_client import models
 
 from indexer.chunking import Chunker
-from indexer.engine import Ingestor
 from indexer.kinds import Documents
+from indexer.ledger import Ledger
 from indexer.stages import last_requests
 from search.config import PROJECT_ROOT
 from search.errors import BadRequest, EmptyCollection
@@ -263,11 +263,11 @@ def test_a_path_left_on_its_old_content_is_repaired_by_the_next_run(indexed, sam
         pass
 
     def stop_after_the_write(self, sha, path):  # killed right after the new content is written
-        self._flush()
+        self.flush()
         raise Stopped
 
     with monkeypatch.context() as m:
-        m.setattr(Ingestor, "_drop_path", stop_after_the_write)
+        m.setattr(Ledger, "_drop_path", stop_after_the_write)
         with pytest.raises(Stopped):
             ingest(service, [docs])
     assert len(holders(service, target)) == 2 and old in holders(service, target)

@@ -247,7 +247,7 @@ def test_a_key_for_hr_never_sees_eng(settings, tmp_path, monkeypatch):
             # MCP: the same key, the same answers; a KB it may not read is the tool's error, with the 403's words
             refused = [("search_documents", {**query, "kb": "eng"}), ("search_documents", query),
                        ("search_documents", {**query, "kb": "default"}),
-                       ("search_documents", {**query, "kb": "eng", "per_document": True}),
+                       ("search_documents", {**query, "kb": "eng", "group_by": "document"}),
                        ("search_documents", {**query, "kb": "eng", "offset": 3, "top_k": 5}),
                        ("get_passage", {"id": eng_id, "kb": "eng"}), ("get_passage", {"id": eng_id}),
                        ("get_passage", {"path": str(eng / "eng-0.md"), "chunk": 0, "kb": "eng"}),
@@ -256,7 +256,7 @@ def test_a_key_for_hr_never_sees_eng(settings, tmp_path, monkeypatch):
                        ("search_images", {"text": "x", "kb": "eng"}),
                        ("entail", {"photo": "0" * 64, "hypothesis": "a dog"})]  # an indexed photo: the default KB's
             allowed = [("search_documents", {**query, "kb": "hr"}),
-                       ("search_documents", {**query, "kb": "hr", "per_document": True}),
+                       ("search_documents", {**query, "kb": "hr", "group_by": "document"}),
                        ("search_documents", {**query, "kb": "hr", "offset": 1, "top_k": 1}),
                        ("get_document", {"path": str(hr / "hr-0.md"), "kb": "hr"}),
                        ("get_passage", {"id": eng_id, "kb": "hr"})]  # eng's id asked of hr: not there

@@ -70,10 +70,10 @@ async def exercise(client: Client, docs: Path, album: Path) -> None:
     strict = structured(await client.call_tool("search_documents", {"query": "reset password", "min_relevance": 0.5}))
     assert strict["no_match"] or strict["relevance_note"] or all(h["relevance"] >= 0.5 for h in strict["hits"])
     per_doc = structured(await client.call_tool("search_documents", {"query": "reset password", "top_k": 3,
-                                                                    "per_document": True}))
+                                                                    "group_by": "document"}))
     paths = [d["path"] for d in per_doc["documents"]]
     assert paths[0] == top["path"] and len(paths) == len(set(paths)) and all("more_passages" in d for d in per_doc["documents"])
-    assert (await client.call_tool("search_documents", {"query": "x", "per_document": True, "min_relevance": 0.5})).is_error
+    assert (await client.call_tool("search_documents", {"query": "x", "group_by": "document", "min_relevance": 0.5})).is_error
     assert (await client.call_tool("search_documents", {"query": "x", "kb": "nowhere"})).is_error
 
     again = structured(await client.call_tool("get_passage", {"id": top["id"], "max_chars": 50}))
@@ -103,7 +103,7 @@ async def exercise(client: Client, docs: Path, album: Path) -> None:
     kb = json.loads(resource.contents[0].text)["knowledge_bases"][0]
     assert kb["name"] == "default" and kb["collections"]["images"] == 3 and kb["collections"]["documents"] > 0
 
-    for bad in ({"query": "x", "mode": "psychic"}, {"query": ""}, {"query": "x", "top_k": 1000}):
+    for bad in ({"query": "x", "mode": "psychic"}, {"query": ""}, {"query": "x", "top_k": 1001}):
         assert (await client.call_tool("search_documents", bad)).is_error
     missing = await client.call_tool("get_passage", {"id": "0" * 64 + ":0"})
     assert missing.is_error and "no passage" in missing.content[0].text and "Traceback" not in missing.content[0].text

@@ -158,7 +158,7 @@ def test_dead_minilm_is_reported_then_reloaded_by_the_next_search(server, settin
 
 async def encode(svc: SearchService, query: str):
     try:
-        return await svc.aencode_query(query)
+        return await svc.encode_query(query)
     finally:
         await svc.triton.aclose()
 

@@ -17,6 +17,7 @@ import urllib.request
 
 import pytest
 from fastapi.testclient import TestClient
+from processes import stop
 from prometheus_client.parser import text_string_to_metric_families
 
 from search.api import app as api_app
@@ -174,8 +175,7 @@ def test_search_serve_logs_json_lines(settings, tmp_path):
         with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as r:
             assert requests_total(samples(r.read().decode()), "GET", "/healthz", 200) >= 1
     finally:
-        proc.terminate()
-        proc.wait(timeout=30)
+        stop(proc)
     lines = [json.loads(line) for line in log.read_text().splitlines()]  # every line is JSON, uvicorn's own included
     assert any(line["logger"].startswith("uvicorn") for line in lines)
     probe = [line for line in lines if line.get("request_id") == "probe-7"]

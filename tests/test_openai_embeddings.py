@@ -163,9 +163,9 @@ def test_a_model_triton_does_not_serve_is_a_503_that_says_how_to_serve_it(settin
             assert c.post("/v1/embeddings", json={"model": "minilm", "input": "x"}).status_code == 200
             svc = app.state.backend.service()
             with pytest.raises(ModelNotReady, match="is not served"):
-                svc.embed("bge-m3", "x")
+                svc.embed("bge-m3", "x").run()
             with pytest.raises(ModelNotReady, match="is not served"):
-                svc.embed("clip-text", ["x", "y"])
+                svc.embed("clip-text", ["x", "y"]).run()
     finally:
         only.stop()
 
@@ -182,15 +182,15 @@ def test_concurrent_one_text_requests_share_requests_and_equal_a_batch(settings,
 
     texts = [*TEXTS, "a", "word " * 300, "Wie setze ich mein Passwort zurück?", "🔥", "two dogs on a beach at night"]
     svc = SearchService(settings)
-    batch = svc.embed(model, texts)  # several texts: one request of their own, not coalesced
+    batch = svc.embed(model, texts).run()  # several texts: one request of their own, not coalesced
     queries = svc.resources.batchers[{"minilm": "minilm_query", "bge-m3": "bge_m3", "clip-text": "clip_text"}[model]]
     with ThreadPoolExecutor(len(texts)) as pool:
-        threaded = list(pool.map(lambda t: svc.embed(model, t), texts))
+        threaded = list(pool.map(lambda t: svc.embed(model, t).run(), texts))
     from_threads = (queries.requests, queries.items)
 
     async def together():
         try:
-            return await asyncio.gather(*(svc.aembed(model, [t]) for t in texts))
+            return await asyncio.gather(*(svc.embed(model, [t]) for t in texts))
         finally:
             await svc.triton.aclose()
 

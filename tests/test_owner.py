@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from document_helpers import many_docs
 from ingest_helper import ingest
-from processes import SearchServer, api, env_for, run_cli
+from processes import SearchServer, api, env_for, run_cli, stop
 
 from search.config import PROJECT_ROOT
 from search.owner import Owner
@@ -80,8 +80,7 @@ def test_serve_page_and_cli_run_side_by_side(settings, tmp_path):
         status = run_cli("search", "status", "--json", settings=settings)
         assert status.returncode == 0 and json.loads(status.stdout)["store"]["collections"]["documents"] == 46
     finally:
-        page_proc.terminate()
-        page_proc.wait(20)
+        stop(page_proc)
         server.stop()
 
 

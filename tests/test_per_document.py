@@ -162,8 +162,9 @@ def test_rest_per_document_pages(many_passages, settings):
 
 
 def test_cli_per_document_and_offset(many_passages, settings):
+    """The REST API's names (--group-by, --group-size); the earlier --per-document(-passages) still work."""
     many_passages.close()  # the CLI opens the store itself
-    r = run_cli("search", "printer queue", "--per-document", "--per-document-passages", "2", "-k", "3", "--json",
+    r = run_cli("search", "printer queue", "--group-by", "document", "--group-size", "2", "-k", "3", "--json",
                 settings=settings)
     assert r.returncode == 0, r.stderr
     groups = json.loads(r.stdout)["groups"]
@@ -171,9 +172,9 @@ def test_cli_per_document_and_offset(many_passages, settings):
     r2 = run_cli("search", "printer queue", "--per-document", "-k", "3", "--offset", "3", "--json", settings=settings)
     assert r2.returncode == 0, r2.stderr
     assert not {g["sha256"] for g in json.loads(r2.stdout)["groups"]} & {g["sha256"] for g in groups}
-    shown = run_cli("search", "printer queue", "--per-document", "-k", "2", settings=settings)
+    shown = run_cli("search", "printer queue", "--per-document", "--per-document-passages", "2", "-k", "2", settings=settings)
     assert shown.returncode == 0 and "more passages" in shown.stdout, shown.stdout + shown.stderr
-    bad = run_cli("search", "x", "--per-document-passages", "2", settings=settings)
-    assert bad.returncode != 0 and "--per-document" in bad.stderr
+    bad = run_cli("search", "x", "--group-size", "2", settings=settings)
+    assert bad.returncode == 2 and "--group-size: applies only with --group-by" in bad.stderr, bad.stderr
     photos = run_cli("search", "--images", "x", "--offset", "2", settings=settings)
     assert photos.returncode != 0 and "--offset" in photos.stderr

@@ -90,3 +90,12 @@ def test_the_offline_sources():
     assert len(chars) == 18_383 + 2 and all(c in chars for c in "äöüßçñé€ÄÖÜ") and config.name == "ppocrv5.yaml"
     assert all(p.exists() for p in models.values())
     assert find_models("package") == find_models("ppocrv4")
+
+
+def test_a_page_read_upside_down_comes_in_the_turned_pages_order():
+    # most boxes turned: the row lowest in the image is read first, its rightmost box first
+    served = [TextLine(w.text, w.score, w.box, turned=True) for w in
+              [word("Total", 300, 10, 80), word("9.00", 20, 10, 60), word("levels", 400, 100, 80), word("that", 200, 100, 60)]]
+    got = as_read(served)
+    assert [line.text for line in got] == ["levels that", "Total 9.00"]
+    assert got[0].turned and got[0].box == [[200, 100], [480, 100], [480, 130], [200, 130]]  # the image's own corners

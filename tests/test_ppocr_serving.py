@@ -310,3 +310,41 @@ def test_accents_and_the_euro_are_read_and_a_receipt_row_is_one_line(service):
     total = got.lines[3]
     assert [w["text"] for w in total["words"]] == ["Total:", "9.00"] and total["box"][0] == total["words"][0]["box"][0]
     assert got.as_dict()["text"].splitlines()[1] == "mañana: 12,50 €"
+
+
+def test_an_upside_down_page_is_read_in_its_own_order(service, client):
+    """The page is turned as a whole: its rows come top to bottom of the turned page (they came bottom
+    to top), each line's box still in the image's pixels; RapidOCR's own reading (no AS_READ) says
+    which crops it turned."""
+    rows = ["Invoice RE16-2041", "wifi password: hunter2", "Total 42.50 USD", "Room 4B on Monday"]
+    data = png(lines(rows).rotate(180))
+    got = service.read_text(data)
+    assert [line["text"] for line in got.lines] == rows
+    first = np.array(got.lines[0]["box"])
+    assert first[:, 1].min() > np.array(got.lines[-1]["box"])[:, 1].max()  # the first row is lowest in the image
+    assert all(line.turned for line in read(client, data))
+
+
+def test_a_long_scanned_line_is_read_whole(service):
+    """A line 37 times wider than high: RapidOCR squeezes it into the direction classifier's 48×192,
+    the classifier takes it for upside down and the turned crop reads as noise (the line was lost);
+    as read, the classifier sees pieces of its own shape and the page is turned only when they agree."""
+    text = "the distributed piezoelectric sensor layer is much thinner than that of the shell structure. The piezoelectric"
+    font = ImageFont.load_default(size=28)
+    img = Image.new("RGB", (int(font.getlength(text)) + 8, 36), (255, 255, 255))
+    ImageDraw.Draw(img).text((4, 2), text, font=font, fill=(0, 0, 0))
+    assert [line["text"] for line in service.read_text(png(img)).lines] == [text]
+
+
+@pytest.mark.skipif(not DEJAVU.exists(), reason="no DejaVu font (Debian fonts-dejavu-core) to render accents with")
+def test_a_rendered_german_and_spanish_page_reads_its_umlauts_eszett_enye_and_euro(service):
+    """ä ö ü ñ € on one rendered page, exact as read. ß is not reliable: "Grüße" reads "Grüße" or
+    "Grülße" by size, font and even the thread count of the recogniser (docs/ocr.md)."""
+    rows = ["Rechnung vom 3. März: 1.249,90 €", "Schöne Grüße aus Köln, Straße 5", "Señora Muñoz, mañana: 4,75 €"]
+    font = ImageFont.truetype(str(DEJAVU), 32)
+    page = Image.new("RGB", (int(max(font.getlength(t) for t in rows)) + 60, 40 + 54 * len(rows)), (255, 255, 255))
+    for k, text in enumerate(rows):
+        ImageDraw.Draw(page).text((30, 20 + 54 * k), text, font=font, fill=(0, 0, 0))
+    got = [line["text"] for line in service.read_text(png(page)).lines]
+    assert len(got) == 3 and got[0] == rows[0] and got[2] == rows[2], got
+    assert got[1].startswith("Schöne Grü") and "aus Köln, Stra" in got[1] and got[1].endswith("e 5"), got

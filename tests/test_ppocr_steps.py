@@ -297,3 +297,25 @@ def test_fixed_shapes_are_opt_in_and_pad_to_the_buckets(cfg, infer, engine):
 def test_bucket():
     assert [ocr.bucket(s, (736, 1024)) for s in (32, 736, 737, 1024, 1056, 2049)] == [736, 736, 1024, 1024, 2048, 3072]
     assert ocr.bucket(544, ()) == 544
+
+
+@pytest.mark.parametrize("turn", [0, 180])
+def test_as_read_turns_the_page_as_a_whole_but_keeps_a_line_pasted_the_other_way(turn, cfg, infer):
+    """As read, the classifier votes on pieces of each crop and the page is turned once; the long
+    line pasted upside down on it is read the right way up, whichever way the page lies."""
+    data = encode(page().rotate(turn))
+    lines = ocr.run(data, infer, cfg, as_read=True)
+    texts = " | ".join(line.text for line in lines)
+    assert "This line is upside down" in texts and "wifi password: hunter2" in texts, texts
+    flipped = [line for line in lines if "upside down" in line.text]
+    assert [line.turned for line in lines if line not in flipped] == [turn == 180] * (len(lines) - 1)
+    assert flipped[0].turned == (turn == 0)
+
+
+def test_pieces_cut_a_long_crop_to_the_classifiers_shape():
+    from search.triton.steps.ppocr_page import pieces  # noqa: PLC0415
+    crop = np.zeros((48, 48 * 37, 3), np.uint8)
+    cut = pieces(crop, 4.0)
+    assert len(cut) == 9 and sum(p.shape[1] for p in cut) == crop.shape[1]
+    assert all(3.5 < p.shape[1] / 48 < 4.5 for p in cut)
+    assert len(pieces(crop[:, :100], 4.0)) == 1

@@ -5,6 +5,8 @@ Triton. What it stores must equal what a local ingest of the same folder stores.
 from __future__ import annotations
 
 import os
+import shutil
+import socket
 import subprocess
 import sys
 import threading
@@ -212,3 +214,35 @@ def test_triton_replica_stopped_mid_run(cluster, settings, model_repo, tmp_path)
     assert stopped.is_set()
     assert report.counts["indexed"] == N_NOTES and not report.failures and not report.stopped
     assert ids_and_paths(on_ray) == ids_and_paths(settings)
+
+
+def test_ocr_fails_over_to_another_triton_replica(cluster, settings, tmp_path):
+    """The text in scans is read in the model actors, on a replica that answers, as embedding is: with
+    the first replica listed gone, the scans are read on the other one and the run stores what a local
+    run stores (before, OCR ran in the read task, on the first replica only, and the run failed)."""
+    settings = settings.model_copy(update={"triton_timeout_s": 600, "ocr_photos": True})  # OCR waits its turn on a busy machine
+    folder = tmp_path / "scans"
+    folder.mkdir()
+    for name in ("printer-queue-scan.pdf", "whiteboard-wifi.jpg"):
+        shutil.copy(PROJECT_ROOT / "samples" / "scans" / name, folder)
+    (folder / "note.md").write_text("# Printers\n\nThe print spooler is restarted every night at two.\n")
+    local = run(settings, [folder])
+    assert not local.failures and local.counts["indexed"] >= 3
+    on_ray = twin(settings, "ray-ocr").model_copy(update={"triton_urls": f"{LOOPBACK}:{unused_port()},{settings.triton_url}"})
+    report = run(on_ray, [folder], ray="")
+    assert not report.failures and not report.stopped and report.counts == local.counts
+    assert report.stages["ocr"]["items"] == 2  # the two scans, read in the model stage
+    read = texts(on_ray)
+    assert read == texts(settings) and "spooler" in " ".join(t for t in read.values() if t).lower()
+    assert ids_and_paths(on_ray) == ids_and_paths(settings)
+
+
+def texts(settings: Settings) -> dict:
+    return {k: payload.get("text") for k, (_, payload) in stored(settings).items()}
+
+
+def unused_port() -> int:
+    """A port nothing listens on: a Triton replica that is gone."""
+    with socket.socket() as s:
+        s.bind((LOOPBACK, 0))
+        return s.getsockname()[1]

@@ -10,6 +10,7 @@ its functions run in this process, against the real Triton and a real embedded s
   files, prune) on top of the workers' writes leave what a local ingest leaves.
 - A file longer than an embed slice, written a slice at a time: by its worker, or, with the
   embedded store, by the driver, which gets it in parts.
+- A document's scans are read (OCR) in the model actor, on a replica that answers.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from __future__ import annotations
 import os
 import pickle
 import shutil
+import socket
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -30,10 +32,11 @@ from indexer import distributed, ray_workers, writer
 from indexer.distributed import Embedder, _pack, _Rec, make_plan, read_and_split, write_new
 from indexer.engine import Ingestor, listing
 from indexer.kinds import Documents
+from indexer.ray_cluster import LOOPBACK
 from indexer.report import IngestReport
 from indexer.service import IngestService
 from indexer.stages import bounded_runs
-from search.config import Settings
+from search.config import PROJECT_ROOT, Settings
 from search.services import SearchService
 from search.store import Store
 from search.store.edge import EdgeStore
@@ -360,3 +363,31 @@ def test_a_worker_process_keeps_only_the_last_plans_clients_and_maps(settings, m
     assert set(ray_workers._KINDS["plan-1"]) == {"127.0.0.1:1", "127.0.0.1:2"}
     assert list(ray_workers._STORED) == ["plan-2", "plan-3", "plan-4", "plan-5"]
     assert ray_workers._kinds(plans[0], "127.0.0.1:1") is not first  # made again when it comes back
+
+
+def test_the_model_actor_reads_scans_on_the_replica_that_answers(settings, tmp_path):
+    """The read stage leaves a document's scans to the model actor, which reads them (OCR) as it
+    embeds, on a replica that answers: the one it started on is gone, it moves to the next."""
+    folder = tmp_path / "scans"
+    folder.mkdir()
+    shutil.copy(PROJECT_ROOT / "samples" / "scans" / "printer-queue-scan.pdf", folder)
+    svc = IngestService(settings.model_copy(update={"triton_timeout_s": 600}))  # OCR waits its turn on a busy machine
+    try:
+        [docs] = [k for k in svc.kinds()[0] if k.name == "documents"]
+        ing = Ingestor(svc.resources.store, docs, whole=True)
+        ing.open()
+        with socket.socket() as s:  # a port nothing listens on: a replica that is gone
+            s.bind((LOOPBACK, 0))
+            gone = f"{LOOPBACK}:{s.getsockname()[1]}"
+        plan = make_plan(svc.settings, {"documents": ing}, [gone, settings.triton_url], confine_to=None, kb=None, write=False)
+        [rec] = map(pickle.loads, read_and_split(_pack([_Rec(folder / "printer-queue-scan.pdf", "documents")]), plan)["rec"])
+        assert rec.loaded is not None and rec.units is None and rec.outcome is None  # decoded, its text left to read
+        embedder = Embedder(plan)
+        embedder.at = 0
+        [got] = [pickle.loads(raw) for part in embedder(_pack([rec])) for raw in part["rec"]]
+    finally:
+        svc.close()
+    assert got.failure is None and not got.error and embedder.at == 1
+    assert got.units and len(got.vectors) == len(got.units) and "ocr" in got.times  # read in the model stage
+    assert "spooler" in " ".join(u.item for u in got.units).lower()
+    assert all(u.read and "ocr" in u.payload for u in got.units)  # stored under the reader's signature

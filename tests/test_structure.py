@@ -16,12 +16,8 @@ VENDORED = (ROOT / "search/models/ofa_arch",)
 
 LONG_FILES: dict[str, str] = {}
 LONG_FUNCTIONS = {
-    "search/cli/query.py:query": "a Typer command: its 22 options are its signature; issue 70's one query spec "
-                                 "is to generate them",
     "search/models/export/common.py:cpu_graph": "the CPU graph's choice in its three documented steps; the int8 "
                                                 "step is being changed with export/int8.py: split it out there",
-    "search/mcp/server.py:build": "the six MCP tools and a resource are closures over one connection, each short; "
-                                  "their signatures are the tools' schemas",
     "tests/test_keys.py:test_a_key_for_hr_never_sees_eng": "one running server's scenario in order (keys made, "
                                                            "refused and allowed reads over REST and MCP, ingest, "
                                                            "uploads, revocation); parts would each start a server",

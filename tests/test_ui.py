@@ -224,7 +224,7 @@ def test_highlight_escapes_then_marks():
 
 
 def test_search_page_relevance_and_verify(settings, docs, app_factory, browser):
-    """The sidebar's "Only clear matches" (calibrated relevance) and "Verify the models" buttons."""
+    """The sidebar's "Only clear matches" (calibrated relevance), "Verify the models" and "Check relevance" buttons."""
     svc = SearchService(settings)
     try:
         ingest(svc, [docs])
@@ -246,5 +246,7 @@ def test_search_page_relevance_and_verify(settings, docs, app_factory, browser):
     expect(page.get_by_text(re.compile(r"relevance 1\.00")).first).to_be_visible()
     page.get_by_role("button", name="Verify the models").click()
     expect(page.get_by_text(re.compile(r"✓ minilm \(fp32\): expected answers"))).to_be_visible(timeout=WAIT_MS)
+    page.get_by_role("button", name="Check relevance").click()  # `search relevance check` through the server
+    expect(page.get_by_text(re.compile(r"Relevance: \d+% of questions from its own documents kept"))).to_be_visible(timeout=WAIT_MS)
     expect(page.locator("[data-testid='stException']")).to_have_count(0)
     shot(page, "9-relevance-and-verify")

@@ -10,11 +10,12 @@ from __future__ import annotations
 import html
 import re
 from dataclasses import dataclass
-from datetime import UTC, date, datetime, time, timedelta
+from datetime import timedelta
 from functools import partial
 from pathlib import Path
 
 import streamlit as st
+from pydantic import ValidationError
 
 from indexer.loaders import DOCUMENT_SUFFIXES
 from search import owner
@@ -22,8 +23,9 @@ from search.config import Settings
 from search.errors import ServiceError
 from search.media.photos import IMAGE_SUFFIXES
 from search.models import for_mode
-from search.services import DEFAULT_MIN_RELEVANCE, MAX_TOP_K, ImageFilters, SearchService, admin
+from search.services import DEFAULT_MIN_RELEVANCE, SearchService, admin
 from search.services.remote import RemoteService
+from search.services.spec import DocumentQuery, ImageQuery, PhotoQuery, limits, problem
 from search.terms import highlight_spans
 
 
@@ -78,9 +80,10 @@ def main() -> None:
     except ServiceError as exc:
         st.error(str(exc))
         return
-    opts = sidebar(status)
-    verify_panel(svc)
     mode = st.radio("Mode", MODES, format_func=lambda m: m.label, horizontal=True)
+    opts = sidebar(status, DocumentQuery if mode.kind == "documents" else PhotoQuery)
+    verify_panel(svc)
+    relevance_panel(svc, opts["kb"])
     if opts["kb"] is not None:  # the counts that decide what the page can search: the chosen KB's
         status["store"]["collections"] = status["store"]["kbs"][opts["kb"]]
     blocker = admin.blocker(status, mode.kind, mode.doc_mode)
@@ -96,23 +99,29 @@ def main() -> None:
             photos_page(svc, mode, opts, verifier_ready=admin.blocker(status, "entail") is None)
     except ServiceError as exc:  # one line that says what to do, never a traceback
         st.error(str(exc))
+    except ValidationError as exc:  # a value the query spec refuses (a query over its length)
+        st.error(problem(exc))
 
 
-def sidebar(status: dict) -> dict:
+def sidebar(status: dict, spec: type[DocumentQuery | PhotoQuery]) -> dict:
+    """The options the searches share, each widget's bounds, default and help from the query spec
+    (search/services/spec.py) of the search shown."""
     kbs = list(status["store"].get("kbs") or {})
+    fields = spec.model_fields
     with st.sidebar:
         # A knowledge base to search, once there is more than the default one.
-        kb = st.selectbox("Knowledge base", kbs, key="kb") if len(kbs) > 1 else None
+        kb = st.selectbox("Knowledge base", kbs, key="kb", help=fields["kb"].description) if len(kbs) > 1 else None
         st.header("Filters")
-        folder = st.text_input("Folder", placeholder="/path/to/folder", help="only files under this folder")
-        types = st.multiselect("File type", DOC_TYPES + PHOTO_TYPES, help="only files of these types")
-        dates = st.date_input("Taken between (photos)", value=(), format="YYYY-MM-DD")
-        camera = st.text_input("Camera (photos)", placeholder="e.g. canon eos")
+        folder = st.text_input("Folder", placeholder="/path/to/folder", help=fields["folder"].description)
+        types = st.multiselect("File type", DOC_TYPES + PHOTO_TYPES, help=fields["types"].description)
+        dates = st.date_input("Taken between (photos)", value=(), format="YYYY-MM-DD", help=PhotoQuery.model_fields["after"].description)
+        camera = st.text_input("Camera (photos)", placeholder="e.g. canon eos", help=PhotoQuery.model_fields["camera"].description)
         clear_only = st.toggle("Only clear matches", help=f"hide hits whose calibrated relevance is below "
                                f"{DEFAULT_MIN_RELEVANCE}: no better than unrelated questions find here (docs/relevance.md)")
         min_score = st.slider("Score cut-off (raw)", 0.0, 1.0, 0.0, 0.01,
                               help="hide hits whose raw score is below this (0 = show all); its scale differs per model")
-        top_k = st.number_input("Results", 1, MAX_TOP_K, 8)
+        top_k = st.number_input("Results", int(limits(fields["top_k"])["ge"]), int(limits(fields["top_k"])["le"]),
+                                fields["top_k"].default, help=fields["top_k"].description)
         st.divider()
         st.header("Status")
         t, s = status["triton"], status["store"]
@@ -121,10 +130,9 @@ def sidebar(status: dict) -> dict:
         st.caption(f"Store {s['location']}" + ("" if s.get("available", True) else f": {s['error']}"))
         st.caption(", ".join(f"{n}: {c}" for n, c in s["collections"].items()))
     after, before = _date_range(dates)
-    return {"kb": kb, "folder": folder.strip() or None, "types": tuple(types), "min_score": min_score or None,
-            "min_relevance": DEFAULT_MIN_RELEVANCE if clear_only else None,
-            "top_k": int(top_k), "filters": ImageFilters(after=after, before=before, camera=camera.strip() or None,
-                                                         folder=folder.strip() or None, suffixes=tuple(types))}
+    return {"kb": kb, "folder": folder.strip() or None, "types": list(types) or None, "min_score": min_score or None,
+            "min_relevance": DEFAULT_MIN_RELEVANCE if clear_only else None, "top_k": int(top_k),
+            "after": after, "before": before, "camera": camera.strip() or None}
 
 
 def verify_panel(svc: SearchService | RemoteService) -> None:
@@ -149,30 +157,47 @@ def verify_panel(svc: SearchService | RemoteService) -> None:
                        + ("; ".join(f"{c['check']} {c['measured']} {c['detail']}".strip() for c in misses) or done))
 
 
-def _date_range(dates) -> tuple[float | None, float | None]:
-    """The picked days as UTC unix seconds [first day 00:00, day after the last)."""
-    def ts(d: date) -> float:
-        return datetime.combine(d, time(), UTC).timestamp()
+def relevance_panel(svc: SearchService | RemoteService, kb: str | None) -> None:
+    """Under the status: can one relevance threshold serve this knowledge base? (`search relevance check`)"""
+    with st.sidebar:
+        if st.button("Check relevance", help="questions from the documents' own titles and everyday sentences: "
+                                             "does the threshold keep the first and refuse the second? (docs/relevance.md)"):
+            try:
+                st.session_state["relevance_check"] = svc.relevance_check(kb=kb)
+            except ServiceError as exc:
+                st.session_state["relevance_check"] = {"warnings": [str(exc)]}
+        report = st.session_state.get("relevance_check")
+        if report is None:
+            return
+        if report.get("own"):
+            st.caption(f"Relevance: {report['own']['kept']:.0%} of questions from its own documents kept, "
+                       f"{report['everyday']['answered']:.0%} of everyday ones answered at {report['min_relevance']}")
+        for line in report["warnings"] or ["✓ one threshold serves this knowledge base"]:
+            st.caption(line if line.startswith("✓") else f"⚠ {line}")
+
+
+def _date_range(dates) -> tuple[str | None, str | None]:
+    """The picked days as the photo spec's dates (UTC): [first day, the day after the last)."""
     if len(dates) == 2:
-        return ts(dates[0]), ts(dates[1] + timedelta(days=1))
+        return dates[0].isoformat(), (dates[1] + timedelta(days=1)).isoformat()
     if len(dates) == 1:  # the second click is still to come
-        return ts(dates[0]), None
+        return dates[0].isoformat(), None
     return None, None
 
 
 def documents_page(svc: SearchService | RemoteService, mode: Mode, opts: dict) -> None:
     query = st.text_input("Query", placeholder="e.g. reset password", key="doc_query")
     per_document = st.checkbox("One result per document", key="per_document",
-                               help="each document once, at its best passage, with how many more of its passages matched")
+                               help=DocumentQuery.model_fields["group_by"].description)
     if not query.strip():
         return
-    options = dict(top_k=opts["top_k"], min_score=opts["min_score"], folder=opts["folder"], mode=mode.doc_mode,
-                   suffixes=opts["types"], kb=opts["kb"])
+    fields = {k: v for k, v in opts.items() if k in DocumentQuery.model_fields}
     if per_document:  # groups carry no calibrated relevance yet: "Only clear matches" does not apply to them
-        groups = svc.search_document_groups(query, **options)
+        spec = DocumentQuery(query=query, **{**fields, "min_relevance": None}, group_by="document", mode=mode.doc_mode)
+        groups = svc.search_document_groups(query, **spec.options())
         hits, more = [g.hits[0] for g in groups], [g.more for g in groups]
     else:
-        hits = svc.search_documents(query, min_relevance=opts["min_relevance"], **options)
+        hits = svc.search_documents(query, **DocumentQuery(query=query, **fields, mode=mode.doc_mode).options())
         if relevance_notice(hits):
             return
         more = [0] * len(hits)
@@ -238,15 +263,16 @@ def entail_page(svc: SearchService | RemoteService) -> None:
 
 
 def photos_page(svc: SearchService | RemoteService, mode: Mode, opts: dict, verifier_ready: bool = False) -> None:
-    kwargs = {"top_k": opts["top_k"], "min_score": opts["min_score"], "filters": opts["filters"], "kb": opts["kb"],
-              "min_relevance": opts["min_relevance"]}
+    kwargs = PhotoQuery(**{k: v for k, v in opts.items() if k in PhotoQuery.model_fields}).options()
     if mode.kind == "text2image":
         text = st.text_input("Describe the photo", placeholder="e.g. a beach at sunset", key="photo_query")
         verify = st.toggle(f"Verify with {ENTAIL.display}", disabled=not verifier_ready, key="verify",
-                           help=f"re-rank the hits by {ENTAIL.display}'s probability that each photo entails the text"
+                           help=ImageQuery.model_fields["verify"].description
                            if verifier_ready else f"needs the {ENTAIL.display} model: `search models build "
                            f"{ENTAIL.cli_option} DIR` (see {ENTAIL.doc_page})")
-        min_entailment = st.slider("Entailment threshold", 0.0, 1.0, 0.0, 0.01, key="min_entailment") if verify else 0.0
+        bounds = limits(ImageQuery.model_fields["min_entailment"])
+        min_entailment = st.slider("Entailment threshold", float(bounds["ge"]), float(bounds["le"]), 0.0, 0.01, key="min_entailment",
+                                   help=ImageQuery.model_fields["min_entailment"].description) if verify else 0.0
         if not text.strip():
             return
         hits = svc.search_images(text, **kwargs, verify=verify and verifier_ready,

@@ -64,6 +64,15 @@ class Budget:
         self.ocr_pages = 0
         self._ticks = 0
 
+    # A file read on one Ray worker may have its scans read and be split on another (indexer/ray_workers.py):
+    # the budget travels as the CPU time it has left, counted again on the thread that takes it; a stop
+    # (the local run's) does not travel.
+    def __getstate__(self) -> dict:
+        return {**vars(self), "deadline": self.deadline - time.thread_time(), "stop": None}
+
+    def __setstate__(self, state: dict) -> None:
+        vars(self).update(state, deadline=time.thread_time() + state["deadline"])
+
     def tick(self) -> None:
         self._ticks += 1
         if not self._ticks & 31:  # reading the clock costs about a microsecond

@@ -96,7 +96,7 @@ class Backend:
     def store_in_loop(self) -> bool:
         """Whether a query's store calls run in the event loop: for the embedded engine once it is open.
         Its calls are in-process and take well under a millisecond on a query's scale, less than the hop
-        to a thread costs under load, so a search awaits only Triton (``aencode_query``). A Qdrant server
+        to a thread costs under load, so a search awaits only Triton (``await encode_query(...)``). A Qdrant server
         (a network wait) and local mode (a lock wait) keep their calls in the query threads."""
         return self._opened and self.resources.store.backend == "edge"
 

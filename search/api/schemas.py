@@ -3,109 +3,26 @@ error and readiness answers, so the OpenAPI document shows every status a route 
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from pydantic import BaseModel, ConfigDict, Field
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
-
-from search.services import (
-    GROUP_BY,
-    HIT_CHARS,
-    HIT_CHARS_LIMIT,
-    MAX_DEPTH,
-    MAX_GROUP_SIZE,
-    MAX_PAGE,
-    MAX_TOP_K,
-    MODES,
-    SORTS,
-    ImageFilters,
+from search.config import KB_NAME
+from search.services.spec import (
+    DocumentQuery,
+    EntailQuery,
+    ImageQuery,
+    KbName,
+    OcrQuery,
+    PhotoFilters,
+    PhotoQuery,
+    Text,
+    utf8_text,
 )
-from search.services.options import ENTAIL_MODEL
-from search.store.schema import DEFAULT_KB, KB_NAME
+
+# The query bodies are the services' query specs (search/services/spec.py), so OpenAPI shows theirs
+__all__ = ["DocumentQuery", "EntailQuery", "ImageQuery", "KbName", "OcrQuery", "PhotoFilters", "PhotoQuery", "Text", "utf8_text"]
 
 MAX_PATHS = 100  # per ingest request
-
-
-def utf8_text(value: str) -> str:
-    try:
-        value.encode("utf-8")  # JSON may carry lone surrogates, which the tokenizers cannot take
-    except UnicodeEncodeError as exc:
-        raise ValueError("must be valid UTF-8 text") from exc
-    return value
-
-
-Text = Annotated[str, AfterValidator(utf8_text)]
 KB_PATTERN = KB_NAME.pattern
-KbName = Annotated[str, Field(pattern=KB_PATTERN, max_length=40, examples=["hr"],
-                              description=f"a knowledge base (default: {DEFAULT_KB!r}, today's index)")]
-TopK = Annotated[int, Field(ge=1, le=MAX_TOP_K)]
-Score = Annotated[float, Field(allow_inf_nan=False)]
-# Calibrated relevance (docs/relevance.md): hits below it are hidden; none left -> "no_match": true.
-MinRelevance = Annotated[float, Field(ge=0, le=1, description="hide hits whose calibrated relevance (the share of "
-                                      "unrelated questions that find less in this collection, 0..1; 0.9 = nine in ten) is below this; "
-                                      "when none is left the answer says no_match: true")]
-
-
-FileTypes = Annotated[list[Annotated[Text, Field(min_length=1, max_length=16)]], Field(max_length=32)]
-
-
-class DocumentQuery(BaseModel):
-    query: Text = Field(min_length=1, max_length=2000, examples=["reset password"])
-    kb: KbName | None = None
-    top_k: Annotated[int, Field(ge=1, le=MAX_PAGE)] = Field(5, description="hits per page (documents, with group_by)")
-    offset: Annotated[int, Field(ge=0, le=MAX_DEPTH - 1)] = Field(
-        0, description=f"hits (documents, with group_by) to skip: the next page starts at the answer's next_offset; "
-                       f"offset + top_k is at most {MAX_DEPTH}")
-    group_by: Literal[GROUP_BY] | None = Field(
-        None, description="document: one entry per document, in the order of its best passage, with its best "
-                          "passages (group_size) and how many more of its passages matched")
-    group_size: Annotated[int, Field(ge=1, le=MAX_GROUP_SIZE)] | None = Field(
-        None, description="with group_by: passages per document (default 1)")
-    mode: Literal[MODES] | None = Field(None, description="default: the server's search_mode (auto)")
-    min_score: Score | None = None
-    min_relevance: MinRelevance | None = None
-    folder: Text | None = Field(None, max_length=4096, description="only files under this folder")
-    types: FileTypes | None = Field(None, description="only files of these types, e.g. [\"pdf\", \"docx\"]")
-    max_chars: Annotated[int, Field(ge=1, le=HIT_CHARS_LIMIT)] | None = Field(
-        None, description=f"characters of text per hit, cut at a word boundary when there is one (the hit then says "
-                          f"truncated and its whole length); null: {HIT_CHARS}")
-    full_text: bool = Field(False, description="each hit's whole text, however long (leave max_chars out)")
-
-    @model_validator(mode="after")
-    def _one_bound(self) -> DocumentQuery:
-        if self.full_text and self.max_chars is not None:
-            raise ValueError("max_chars and full_text: give one or the other")
-        if self.offset + self.top_k > MAX_DEPTH:
-            raise ValueError(f"offset + top_k: must be at most {MAX_DEPTH}")
-        if self.group_size is not None and self.group_by is None:
-            raise ValueError("group_size: applies only with group_by")
-        if self.min_relevance is not None and self.group_by is not None:
-            raise ValueError("min_relevance: not available with group_by (groups carry no calibrated relevance yet)")
-        return self
-
-
-class PhotoFilters(BaseModel):
-    after: Text | None = Field(None, max_length=64, examples=["2021-07-14"])
-    before: Text | None = Field(None, max_length=64)
-    camera: Text | None = Field(None, max_length=200)
-    near: Text | None = Field(None, max_length=100, description="LAT,LON,KM", examples=["51.5,-0.12,10"])
-    folder: Text | None = Field(None, max_length=4096)
-    types: FileTypes | None = Field(None, description="only files of these types, e.g. [\"jpg\", \"png\"]")
-
-    def to_filters(self) -> ImageFilters:
-        return ImageFilters.parse(after=self.after, before=self.before, camera=self.camera, near=self.near,
-                                  folder=self.folder, suffixes=self.types or ())
-
-
-class ImageQuery(PhotoFilters):
-    text: Text = Field(min_length=1, max_length=2000, examples=["a dog on the beach"])
-    kb: KbName | None = None
-    top_k: TopK = 12
-    min_score: Score | None = None
-    min_relevance: MinRelevance | None = None
-    sort: Literal[SORTS] = "score"
-    verify: bool = Field(False, description=f"re-rank the top_k hits by {ENTAIL_MODEL}'s probability that each photo entails the text")
-    min_entailment: Annotated[float, Field(ge=0, le=1)] | None = Field(
-        None, description="with verify: drop photos whose entailment probability is below this")
 
 
 class IngestPaths(BaseModel):

@@ -21,6 +21,7 @@ LAZY_GROUPS = {
     "store": ("search.cli.store", "The vector store: size and index status, optimize, migrate between backends."),
     "kb": ("search.cli.kb", "Knowledge bases: list them, delete one."),
     "keys": ("search.cli.keys", "API keys scoped to knowledge bases and rights: add, list, revoke."),
+    "relevance": ("search.cli.relevance", "Calibrated relevance: check how well a collection separates."),
 }
 
 

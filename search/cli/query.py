@@ -7,19 +7,12 @@ from pathlib import Path
 import typer
 
 from search.cli.connect import query_service
+from search.cli.spec_options import build, flag, spec_options, was_given
 from search.cli.support import display_path, err, guarded, out, say, to_json
 from search.cli.verify_report import print_report
-from search.errors import BadRequest
 from search.paths import readable
-from search.services.options import (
-    DEFAULT_MIN_RELEVANCE,
-    HIT_CHARS,
-    MAX_DEPTH,
-    MAX_GROUP_SIZE,
-    MAX_PAGE,
-    ImageFilters,
-    check_query_options,
-)
+from search.services.options import check_query_options
+from search.services.spec import DocumentQuery, EntailQuery, ImageQuery, OcrQuery, PhotoQuery
 
 # Exit status of a query (also in the README): 8 is its own, apart from indexer ingest's 7 ("some files failed").
 NOTHING_MATCHED = 1  # no hit at all (above --min-score, with the entailment asked)
@@ -27,6 +20,7 @@ NO_GOOD_MATCH = 8  # hits were found, but none is clearly above the collection's
 
 
 @guarded
+@spec_options(DocumentQuery, ImageQuery, exclude=("query", "text"))
 def query(
     ctx: typer.Context,
     text: str = typer.Argument(None, help="What you are looking for, in your own words."),
@@ -34,46 +28,15 @@ def query(
                                 help="Search photos by TEXT instead of documents: what they show, and the words "
                                 "written in them (photos read with `indexer ingest --ocr-photos`)."),
     like: Path = typer.Option(None, "--like", help="Find photos that look like this one (image-to-image)."),
-    top_k: int = typer.Option(None, "--top-k", "-k", min=1, max=MAX_PAGE,
-                              help="How many hits to show \\[default: 5 passages (documents with --per-document), 12 photos; "
-                                   "at most 100 photos]."),
-    offset: int = typer.Option(0, "--offset", min=0, max=MAX_DEPTH - 1,
-                               help="Documents: skip this many hits (documents with --per-document): the next page."),
-    per_document: bool = typer.Option(False, "--per-document", help="Documents: one result per document, in the order of "
-                                      "its best passage, saying how many more of its passages matched."),
-    per_document_passages: int = typer.Option(None, "--per-document-passages", min=1, max=MAX_GROUP_SIZE,
-                                              help="With --per-document: passages shown per document \\[default: 1]."),
-    min_score: float = typer.Option(None, "--min-score", help="Hide hits scoring below this (cosine, -1..1, except --mode sparse: "
-                                   "unbounded lexical weights)."),
-    folder: Path = typer.Option(None, "--folder", help="Only files under this folder."),
-    file_type: list[str] = typer.Option(None, "--type",
-                                        help="Only files of this type, e.g. --type pdf --type docx (repeatable)."),
-    after: str = typer.Option(None, "--after", help="Photos taken on or after this date (2021-07-14 or 2021-07-14T09:30, UTC)."),
-    before: str = typer.Option(None, "--before", help="Photos taken before this date."),
-    camera: str = typer.Option(None, "--camera", help="Photos from this camera (words of make and model, e.g. 'canon 5d')."),
-    near: str = typer.Option(None, "--near", help="Photos taken within KM of a place: LAT,LON,KM (e.g. 51.5,-0.12,10)."),
-    sort: str = typer.Option("score", "--sort", help="Photo order after the cut-off: score, newest or oldest."),
-    mode: str = typer.Option(None, "--mode", "-m", help="Document search mode: [bold]auto[/] (the best one the served models "
-                             "and the documents' vectors allow), or a mode a model offers, e.g. [bold]semantic[/] or "
-                             "[bold]hybrid[/] (`search models list` shows each one) \\[default: auto; env: SEARCH_SEARCH_MODE]."),
-    verify: bool = typer.Option(False, "--verify", help="With --images: re-rank the top-k photos by the entailment model's probability "
-                                "that each one entails TEXT (visual entailment), and show it."),
-    min_entailment: float = typer.Option(None, "--min-entailment", min=0.0, max=1.0,
-                                         help="With --verify: hide photos whose entailment probability is below this."),
-    min_relevance: float = typer.Option(None, "--min-relevance", min=0.0, max=1.0,
-                                        help="Hide hits whose calibrated relevance is below this: the share of "
-                                             "unrelated questions that find less in this collection "
-                                             f"({DEFAULT_MIN_RELEVANCE}: nine in ten; docs/relevance.md). "
-                                             f"When none is left: \"no good match\", exit status {NO_GOOD_MATCH}."),
-    full_text: bool = typer.Option(False, "--full-text", help="Documents: each passage's whole text; without it a hit's text "
-                                   f"stops near {HIT_CHARS:,} characters (JSON: truncated and length say so)."),
-    kb: str = typer.Option(None, "--kb", help="The knowledge base to search \\[default: default]."),
+    per_document: bool = typer.Option(False, "--per-document", hidden=True, help="Same as --group-by document."),
     as_json: bool = typer.Option(False, "--json", help="Print machine-readable JSON."),
+    **options,
 ) -> None:
     """Find the passages that best match TEXT, or photos with --images / --like.
 
     `search "TEXT"` is short for `search query "TEXT"`. Each hit shows its score and where it comes
     from (file, page or section and chunk; a photo's path and details); --json prints them for scripts.
+    The options are the REST API's and the MCP tools' (docs/api.md), by the same names.
 
     [bold]Exit status[/]:
       0  hits shown
@@ -81,30 +44,37 @@ def query(
       8  no good match: hits were found, but none passes --min-relevance
       2  bad option · 3 Triton not reachable · 4 model not served · 5 store unavailable · 6 nothing indexed yet · 130 interrupted"""
     photos = bool(images or like)
-    if per_document_passages is not None and not per_document:
-        raise BadRequest("--per-document-passages needs --per-document")
-    if per_document and min_relevance is not None:
-        raise BadRequest("--min-relevance: not available with --per-document (groups carry no calibrated relevance yet)")
-    check_query_options(photos=photos, text=bool(text), like=like is not None, mode=mode, verify=verify,
-                        min_entailment=min_entailment, full_text=full_text,
-                        document_only={"--offset": offset, "--per-document": per_document},
-                        photo_only={"--after": after, "--before": before, "--camera": camera, "--near": near,
-                                    "--sort": sort != "score"})
+    if per_document:
+        options["group_by"] = "document"
+    check_query_options(photos=photos, text=bool(text), like=like is not None, mode=options["mode"],
+                        verify=options["verify"], min_entailment=options["min_entailment"],
+                        full_text=options["full_text"], document_only=_only(options, DocumentQuery, ImageQuery),
+                        photo_only=_only(options, ImageQuery, DocumentQuery))
+    if options["folder"]:
+        options["folder"] = str(Path(options["folder"]))
     with query_service(ctx) as svc:
         if photos:
-            filters = ImageFilters.parse(after=after, before=before, camera=camera, near=near, folder=folder,
-                                         suffixes=file_type)
-            hits = svc.search_images(text, like=like, top_k=top_k or 12, min_score=min_score, filters=filters, sort=sort,
-                                     verify=verify, min_entailment=min_entailment, kb=kb, min_relevance=min_relevance)
-        elif per_document:
-            groups = svc.search_document_groups(text, top_k=top_k or 5, offset=offset, group_size=per_document_passages or 1,
-                                                min_score=min_score, folder=str(folder) if folder else None, mode=mode,
-                                                suffixes=file_type or (), full_text=full_text, kb=kb)
-            return _print_groups(text, groups, offset, min_score, full_text, as_json)
+            spec = build(ImageQuery if text else PhotoQuery, options, **({"text": text} if text else {}))
+            hits = svc.search_images(text, like=like, **spec.options())
         else:
-            hits = svc.search_documents(text, top_k=top_k or 5, offset=offset, min_score=min_score,
-                                        folder=str(folder) if folder else None, mode=mode, suffixes=file_type or (),
-                                        full_text=full_text, kb=kb, min_relevance=min_relevance)
+            spec = build(DocumentQuery, options, query=text)
+            if spec.group_by:
+                groups = svc.search_document_groups(text, **spec.options())
+                return _print_groups(text, groups, spec.offset, spec.min_score, spec.full_text, as_json)
+            hits = svc.search_documents(text, **spec.options())
+    _print_hits(text, like, hits, spec, as_json)
+
+
+def _only(options: dict, spec, other) -> dict:
+    """The flags given that only ``spec``'s search has, by flag name."""
+    return {flag(name): value for name, value in options.items()
+            if name in spec.model_fields and name not in other.model_fields and was_given(value)}
+
+
+def _print_hits(text: str | None, like: Path | None, hits, spec, as_json: bool) -> None:
+    min_relevance, min_score = spec.min_relevance, spec.min_score
+    min_entailment, offset = getattr(spec, "min_entailment", None), getattr(spec, "offset", 0)
+    full_text, verify = getattr(spec, "full_text", False), getattr(spec, "verify", False)
     if as_json:
         print(to_json({"query": text, "like": readable(str(like)) if like else None, **hits.relevance_fields(),
                        "hits": [h.as_dict() for h in hits]}))
@@ -124,7 +94,7 @@ def query(
     for rank, h in enumerate(hits, offset + 1):
         relevance = " [dim]rel {relevance:.2f}[/]" if h.relevance is not None else ""
         head = "[bold]{rank}.[/] [green]{score:.3f}[/]" + relevance + "  [cyan]{path}[/]"
-        if images or like:
+        if not isinstance(spec, DocumentQuery):
             facts = [h.taken, h.camera, f"{h.width}×{h.height}" if h.width else None,
                      f"{h.latitude:.5f},{h.longitude:.5f}" if h.latitude is not None else None]
             if verify:
@@ -161,20 +131,22 @@ def _print_groups(text: str, groups: list, offset: int, min_score: float | None,
 
 
 @guarded
+@spec_options(EntailQuery, exclude=("hypothesis",))
 def entail(
     ctx: typer.Context,
     photo: Path = typer.Argument(..., help="The photo (JPEG, PNG, WebP, ...)."),
     hypothesis: str = typer.Argument(..., help="A statement about the photo, e.g. \"there are two dogs\"."),
-    premise: str = typer.Option(None, "--premise", help="A text premise given with the photo (the entailment model's second text)."),
     as_json: bool = typer.Option(False, "--json", help="Print machine-readable JSON."),
+    **options,
 ) -> None:
     """Does PHOTO support HYPOTHESIS? Visual entailment, with the three probabilities.
 
     The answer is entailment, neutral or contradiction."""
+    spec = build(EntailQuery, options, hypothesis=hypothesis)
     with query_service(ctx) as svc:
-        verdict = svc.entail(photo, hypothesis, premise)
+        verdict = svc.entail(photo, spec.hypothesis, spec.premise)
     if as_json:
-        print(to_json({"photo": str(photo), "hypothesis": hypothesis, "premise": premise, **verdict.as_dict()}))
+        print(to_json({"photo": str(photo), "hypothesis": hypothesis, "premise": spec.premise, **verdict.as_dict()}))
         return
     colour = {"entailment": "green", "contradiction": "red"}.get(verdict.label, "yellow")
     probs = " · ".join(f"{k} {v:.3f}" for k, v in verdict.probs.items())
@@ -184,20 +156,22 @@ def entail(
 
 
 @guarded
+@spec_options(OcrQuery)
 def ocr(
     ctx: typer.Context,
     image: Path = typer.Argument(..., help="The photo or scan: an image (JPEG, PNG, WebP, TIFF, ...; every frame of a "
                                  "multi-page TIFF) or a PDF (every page)."),
-    min_score: float = typer.Option(0.0, "--min-score", min=0.0, max=1.0, help="Hide lines read with less confidence."),
     pdf: Path = typer.Option(None, "--pdf", help="Also write a searchable PDF here: the pages with the text read laid "
                              "over them, invisible, so a PDF viewer finds and selects the words (as OCRmyPDF does)."),
     as_json: bool = typer.Option(False, "--json", help="Print machine-readable JSON (each line's text, confidence, box "
                                  "and page)."),
+    **options,
 ) -> None:
     """Read the text in IMAGE (OCR): its lines in reading order, page by page, each with the model's confidence."""
+    spec = build(OcrQuery, options)
     with query_service(ctx) as svc:
         read = svc.read_text(image, pdf=pdf)
-    lines = [line for line in read.lines if line["score"] >= min_score]
+    lines = read.confident(spec.min_score).lines
     if as_json:
         print(to_json({"image": str(image), "model": read.model, "pages": read.pages,
                        "text": "\n".join(line["text"] for line in lines), "lines": lines,

@@ -22,20 +22,21 @@ from collections.abc import Callable
 from contextlib import AbstractContextManager
 from contextvars import ContextVar
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any
 
 from mcp.server.mcpserver import Image, MCPServer
 from mcp.server.mcpserver.exceptions import ResourceError, ToolError
 from mcp.server.transport_security import TransportSecuritySettings
 from mcp_types import TextContent, ToolAnnotations
-from pydantic import Field
+from pydantic import BaseModel, Field, ValidationError
 
 from search.config import MAX_IMAGE_BYTES
 from search.errors import ServiceError
 from search.keys import EVERYTHING, Principal
 from search.media.files import Refused, read_regular
-from search.services.options import ENTAIL_MODEL, HIT_CHARS_LIMIT, MAX_TOP_K, MODES, PHOTO_MODEL, SORTS, ImageFilters
+from search.services.options import ENTAIL_MODEL, HIT_CHARS_LIMIT, PHOTO_MODEL
 from search.services.results import DocumentHit, ImageHit, prompt_context
+from search.services.spec import DocumentQuery, EntailQuery, ImageQuery, OcrQuery, PhotoQuery, parameters, problem, with_parameters
 from search.store.schema import DEFAULT_KB
 
 Connect = Callable[[], AbstractContextManager[Any]]
@@ -48,11 +49,7 @@ INSTRUCTIONS = ("Semantic search over an indexed knowledge base (documents: pass
                 f"library ({PHOTO_MODEL} text-to-image and image-to-image, {ENTAIL_MODEL} visual entailment). Cite passages by their "
                 "citation; fetch more context with get_passage / get_document.")
 
-TopK = Annotated[int, Field(ge=1, le=MAX_TOP_K, description="how many hits")]
 Chars = Annotated[int, Field(ge=1, le=HIT_CHARS_LIMIT)]
-Text = Annotated[str, Field(min_length=1, max_length=2000)]
-MinRelevance = Annotated[float | None, Field(ge=0, le=1, description="hide hits whose calibrated relevance is below "
-                                                                  "this (0.9: better than nine unrelated questions in ten find here)")]
 Kb = Annotated[str | None, Field(description="the knowledge base (default: 'default'); see the collections resource")]
 
 
@@ -158,6 +155,51 @@ def _photo_bytes(svc: Any, path: Path) -> bytes:
         raise ToolError(f"photo: {path}: {exc}") from None
 
 
+def spec_tool(spec: type[BaseModel], *, optional: tuple[str, ...] = ()):
+    """A tool whose parameters are ``spec``'s fields (search/services/spec.py), besides its own."""
+    return lambda fn: with_parameters(fn, parameters(spec, optional=optional))
+
+
+def _spec(spec: type[BaseModel], args: dict) -> BaseModel:
+    """The spec from a tool's arguments (the SDK checked each; this checks how they go together)."""
+    try:
+        return spec(**{k: v for k, v in args.items() if k in spec.model_fields and v is not None})
+    except ValidationError as exc:
+        raise ToolError(problem(exc)) from None
+
+
+def _documents(svc: Any, spec: DocumentQuery) -> dict[str, Any]:
+    """A document search's answer: passages, or documents with group_by, and the context for a prompt."""
+    options = {**spec.options(), "kb": need_kb(spec.kb)}
+    if spec.group_by:
+        groups = svc.search_document_groups(spec.query, **options)
+        return {"query": spec.query, "documents": [_document(g) for g in groups],
+                "context": prompt_context([h for g in groups for h in g.hits])}
+    hits = svc.search_documents(spec.query, **options)
+    return {"query": spec.query, **hits.relevance_fields(), "hits": [passage(h) for h in hits],
+            "context": prompt_context(hits)}
+
+
+def _document(g) -> dict[str, Any]:
+    """A document of a grouped search: its best passage, how many more matched, the others asked for."""
+    return {**passage(g.hits[0]), "more_passages": g.more, **({"passages": [passage(h) for h in g.hits[1:]]} if len(g.hits) > 1 else {})}
+
+
+def _sent(photo: str | None, image_base64: str | None) -> bytes | None:
+    """The image a tool was sent (base64), checked before any service is asked; None: it names a photo."""
+    if (photo is None) == (image_base64 is None):
+        raise ToolError("photo: give a photo's path or id, or image_base64 (one of them)")
+    return _decode(image_base64, "image_base64")
+
+
+def _image(svc: Any, photo: str | None, sent: bytes | None) -> bytes:
+    """The image sent, or else the photo of the index (the default KB's, as GET /photos/{id}) named by path or id."""
+    if sent is not None:
+        return sent
+    need_kb(None)
+    return _photo_bytes(svc, svc.photo_path(photo))
+
+
 def _server(name: str, middleware: list) -> MCPServer:
     """MCPServer(), without the logging it sets up: the SDK calls logging.basicConfig (a rich handler
     on the root logger at INFO, so every httpx request of the host process was logged) unless the
@@ -175,97 +217,54 @@ def build(connect: Connect, *, name: str = "multimodal-search", caller: Caller |
     mcp = _server(name, [_BindCaller(caller, reads_files or _any_file)] if caller is not None else [])
 
     @mcp.tool(annotations=READ_ONLY)
-    def search_documents(query: Text, top_k: TopK = 5,
-                         mode: Annotated[Literal[MODES] | None, Field(description="default: the server's (auto)")] = None,
-                         folder: Annotated[str | None, Field(description="only files under this folder")] = None,
-                         types: Annotated[list[str] | None, Field(description="only these file types, e.g. ['pdf']")] = None,
-                         min_score: float | None = None,
-                         max_chars: Annotated[Chars | None, Field(description="characters per passage (default 2000)")] = None,
-                         kb: Kb = None,
-                         offset: Annotated[int, Field(ge=0, le=10_000, description="skip this many (the next page)")] = 0,
-                         per_document: Annotated[bool, Field(description="one entry per document: its best passage "
-                                                                         "and how many more matched")] = False,
-                         min_relevance: MinRelevance = None,
-                         ) -> dict[str, Any]:
+    @spec_tool(DocumentQuery)
+    def search_documents(**args) -> dict[str, Any]:
         """Passages of the indexed documents that answer the query, best first, each with its citation
-        (path, page, section, chunk), score and id (for get_passage), plus a numbered context for a prompt."""
-        def run(svc):
-            options = dict(top_k=top_k, offset=offset, mode=mode, folder=folder, suffixes=types or (),
-                           min_score=min_score, max_chars=max_chars, kb=need_kb(kb))
-            if per_document:
-                if min_relevance is not None:
-                    raise ToolError("min_relevance: not available with per_document (groups carry no calibrated "
-                                    "relevance yet)")
-                groups = svc.search_document_groups(query, **options)
-                hits = [g.hits[0] for g in groups]
-                return {"query": query, "documents": [{**passage(g.hits[0]), "more_passages": g.more} for g in groups],
-                        "context": prompt_context(hits)}
-            hits = svc.search_documents(query, min_relevance=min_relevance, **options)
-            return {"query": query, **hits.relevance_fields(), "hits": [passage(h) for h in hits],
-                    "context": prompt_context(hits)}
-        return _call(connect, run)
+        (path, page, section, chunk), score and id (for get_passage), plus a numbered context for a prompt;
+        with group_by "document", one entry per document."""
+        spec = _spec(DocumentQuery, args)
+        return _call(connect, lambda svc: _documents(svc, spec))
 
     @mcp.tool(annotations=READ_ONLY, structured_output=False)
-    def search_images(text: Annotated[str | None, Field(max_length=2000, description="what the photos show, or words in them")] = None,
-                      image_base64: Annotated[str | None, Field(description="an example photo, base64 (instead of text)")] = None,
-                      top_k: Annotated[int, Field(ge=1, le=50)] = 6,
-                      after: Annotated[str | None, Field(description="taken on or after, e.g. 2021-07-14")] = None,
-                      before: str | None = None, camera: str | None = None,
-                      near: Annotated[str | None, Field(description="LAT,LON,KM")] = None,
-                      folder: str | None = None, types: list[str] | None = None,
-                      sort: Literal[SORTS] = "score", thumbnails: bool = True, kb: Kb = None,
-                      min_relevance: MinRelevance = None) -> list:
+    @spec_tool(ImageQuery, optional=("text",))
+    def search_images(image_base64: Annotated[str | None, Field(description="an example photo, base64 (instead of text)")] = None,
+                      thumbnails: bool = True, **args) -> list:
         """Photos that match a text or look like an example photo, with their metadata as JSON and,
         unless thumbnails is false, a thumbnail of each (in the same order)."""
         like = _decode(image_base64, "image_base64")
-
-        def run(svc):
-            filters = ImageFilters.parse(after=after, before=before, camera=camera, near=near, folder=folder,
-                                         suffixes=types or ())
-            return svc.search_images(text, like=like, top_k=top_k, filters=filters, sort=sort, kb=need_kb(kb),
-                                     min_relevance=min_relevance)
-        hits = _call(connect, run)
-        found = [photo(h) for h in hits]
-        out: list = [TextContent(type="text", text=json.dumps({**hits.relevance_fields(), "hits": found}, ensure_ascii=False))]
+        if (like is None) == (args["text"] is None):
+            raise ToolError("text: give a text or image_base64 (one of them)")
+        if like is not None and (args["verify"] or args["min_entailment"] is not None):
+            raise ToolError("verify: needs a text (it checks that each photo entails the text)")
+        spec = _spec(ImageQuery if like is None else PhotoQuery, args)
+        hits = _call(connect, lambda svc: svc.search_images(args["text"], like=like, **{**spec.options(), "kb": need_kb(spec.kb)}))
+        out: list = [TextContent(type="text", text=json.dumps({**hits.relevance_fields(), "hits": [photo(h) for h in hits]},
+                                                              ensure_ascii=False))]
         if thumbnails:
             out += [t for t in (_thumbnail(h) for h in hits) if t is not None]
         return out
 
     @mcp.tool(annotations=READ_ONLY)
-    def entail(hypothesis: Text,
-               photo: Annotated[str | None, Field(description="the photo's path, or its id from search_images")] = None,
+    @spec_tool(EntailQuery)
+    def entail(photo: Annotated[str | None, Field(description="the photo's path, or its id from search_images")] = None,
                image_base64: Annotated[str | None, Field(description="or the photo itself, base64")] = None,
-               premise: str | None = None) -> dict[str, Any]:
+               **args) -> dict[str, Any]:
         """Does the photo support the hypothesis? Visual entailment: a label (entailment, neutral,
         contradiction) and the three probabilities."""
-        if (photo is None) == (image_base64 is None):
-            raise ToolError("photo: give a photo's path or id, or image_base64 (one of them)")
-        image = _decode(image_base64, "image_base64")
-
-        def run(svc):
-            data = image
-            if image is None:  # a photo of the index (the default KB's, as GET /photos/{id}); one sent: as POST /entail
-                need_kb(None)
-                data = _photo_bytes(svc, svc.photo_path(photo))
-            return {"photo": photo, "hypothesis": hypothesis, **svc.entail(data, hypothesis, premise).as_dict()}
-        return _call(connect, run)
+        spec, sent = _spec(EntailQuery, args), _sent(photo, image_base64)
+        return _call(connect, lambda svc: {"photo": photo, "hypothesis": spec.hypothesis, **svc.entail(
+            _image(svc, photo, sent), spec.hypothesis, spec.premise).as_dict()})
 
     @mcp.tool(annotations=READ_ONLY)
+    @spec_tool(OcrQuery)
     def read_text(photo: Annotated[str | None, Field(description="the photo's path, or its id from search_images")] = None,
-                  image_base64: Annotated[str | None, Field(description="or the image itself, base64")] = None) -> dict[str, Any]:
+                  image_base64: Annotated[str | None, Field(description="or the image itself, base64")] = None,
+                  **args) -> dict[str, Any]:
         """The text in a photo or a scanned page (OCR): its lines in reading order, each with the
         model's confidence (0..1) and its box in the image's pixels."""
-        if (photo is None) == (image_base64 is None):
-            raise ToolError("photo: give a photo's path or id, or image_base64 (one of them)")
-        image = _decode(image_base64, "image_base64")
-
-        def run(svc):
-            data = image
-            if image is None:  # a photo of the index (the default KB's), as entail reads it
-                need_kb(None)
-                data = _photo_bytes(svc, svc.photo_path(photo))
-            return {"photo": photo, **svc.read_text(data).as_dict()}
-        return _call(connect, run)
+        spec, sent = _spec(OcrQuery, args), _sent(photo, image_base64)
+        return _call(connect, lambda svc: {"photo": photo, **svc.read_text(_image(svc, photo, sent))
+                                           .confident(spec.min_score).as_dict()})
 
     @mcp.tool(annotations=READ_ONLY)
     def get_passage(id: Annotated[str | None, Field(description="a hit's id (SHA256:CHUNK)")] = None,
@@ -285,16 +284,21 @@ def build(connect: Connect, *, name: str = "multimodal-search", caller: Caller |
     @mcp.resource("search://collections", name="collections", mime_type="application/json",
                   description="The knowledge bases (those the caller may read) and their collections, with the points in each")
     def collections() -> str:
-        try:
-            with connect() as svc:
-                readable = _caller.get().readable(lambda: svc.knowledge_bases())  # asked only of a scoped key
-                counts = svc.collections() if readable is None else svc.collections(kbs=readable)
-        except ServiceError as exc:
-            raise ResourceError(str(exc)) from None
-        kbs = counts["kbs"] if "kbs" in counts else {DEFAULT_KB: counts.get("collections", {})}
-        return json.dumps({"knowledge_bases": [{"name": name, "collections": points} for name, points in kbs.items()]})
+        return _collections(connect)
 
     return mcp
+
+
+def _collections(connect: Connect) -> str:
+    """The knowledge bases the caller may read, with their collections and the points in each."""
+    try:
+        with connect() as svc:
+            readable = _caller.get().readable(lambda: svc.knowledge_bases())  # asked only of a scoped key
+            counts = svc.collections() if readable is None else svc.collections(kbs=readable)
+    except ServiceError as exc:
+        raise ResourceError(str(exc)) from None
+    kbs = counts["kbs"] if "kbs" in counts else {DEFAULT_KB: counts.get("collections", {})}
+    return json.dumps({"knowledge_bases": [{"name": name, "collections": points} for name, points in kbs.items()]})
 
 
 def transport_security(local_only: bool) -> TransportSecuritySettings:

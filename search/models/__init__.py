@@ -1,10 +1,15 @@
 """The served model families: one module each (client code; export code in ``export/``), one
-registry here. Adding a family = its module, its triton_repo/ folders and one line in FAMILIES."""
+registry here. Adding a family = its module, its triton_repo/ folders and one line in FAMILIES.
+
+The rest of the product asks the registry who does what, never "the first family": ``required``
+(the family an ingest kind needs), ``for_kind`` (every family that adds vectors to it), ``for_mode``
+(who ranks a search mode), ``text_reader`` (who reads text: a setting chooses among several)."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
+from search.errors import ModelNotReady
 from search.models.base import PRECISIONS, BuildReport, Encoded, Family, Int8Quality, Vector, WeightsUnavailable
 from search.models.bge_m3 import BGEM3
 from search.models.clip import CLIP
@@ -34,6 +39,16 @@ def for_kind(kind: str) -> list[Family]:
     return sorted((f for f in FAMILIES if kind in f.kinds), key=lambda f: f.optional)
 
 
+def required(kind: str) -> Family:
+    """The family an ingest kind cannot do without (the others on it are ``optional``): its vectors
+    define the kind's collection; tests/test_registry.py holds each kind to exactly one."""
+    needed = [f for f in FAMILIES if kind in f.kinds and not f.optional]
+    if len(needed) != 1:
+        raise LookupError(f"ingest kind '{kind}' needs exactly one required family, the registry has "
+                          f"{', '.join(f.family for f in needed) or 'none'}")
+    return needed[0]
+
+
 def for_mode(mode: str) -> Family | None:
     """The family a search mode needs (None: a mode no family claims, e.g. "auto")."""
     return next((f for f in FAMILIES if mode in f.modes), None)
@@ -42,6 +57,22 @@ def for_mode(mode: str) -> Family | None:
 def text_readers() -> list[Family]:
     """The families that read the text in images (scans, photos): ``Family.read_text``."""
     return [f for f in FAMILIES if f.reads_text]
+
+
+def text_reader(name: str | None = None) -> Family | None:
+    """The family that reads text: ``name`` (the text_reader setting, SEARCH_TEXT_READER), else the
+    one registered (None: none is). Several and none named: the caller must choose."""
+    readers = text_readers()
+    if name:
+        for fam in readers:
+            if fam.family == name:
+                return fam
+        raise ModelNotReady(f"SEARCH_TEXT_READER '{name}': no such reader (readers: "
+                            f"{', '.join(f.family for f in readers) or 'none'})")
+    if len(readers) > 1:
+        raise ModelNotReady(f"several models read text ({', '.join(f.family for f in readers)}): choose one with "
+                          "SEARCH_TEXT_READER")
+    return readers[0] if readers else None
 
 
 def ingest_kinds() -> list[str]:
@@ -55,4 +86,5 @@ def built_triton_models(repo: Path) -> list[str]:
 
 
 __all__ = ["BGEM3", "CLIP", "FAMILIES", "PPOCR", "PRECISIONS", "BuildReport", "Encoded", "Family", "Int8Quality", "MiniLM", "OFA", "Vector",
-           "WeightsUnavailable", "built_triton_models", "family", "for_kind", "for_mode", "ingest_kinds", "text_readers"]
+           "WeightsUnavailable", "built_triton_models", "family", "for_kind", "for_mode", "ingest_kinds", "required", "text_reader",
+           "text_readers"]

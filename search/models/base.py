@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import importlib
 import json
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal, NamedTuple
@@ -110,6 +111,17 @@ class Ranking:
     query: object
     scale: float = 1.0
     fused: tuple[tuple[str, object], ...] = ()
+
+
+@dataclass(frozen=True)
+class SearchQuery:
+    """A document query as the family that runs its mode takes it: the item for its query model's
+    batcher (``Resources.batchers[model]``), and how the batcher's answer ranks the documents
+    (None: the query has no evidence to rank by, e.g. nothing but special tokens for a lexical mode)."""
+
+    model: str
+    item: object
+    rank: Callable[[object], Ranking | None]
 
 
 class Family:
@@ -279,13 +291,8 @@ class Family:
                 out.append((value.tolist(), 1.0))
         return out
 
-    def mode_query(self, mode: str, text: str):
-        """A document query in ``mode`` as the family's query batcher takes it."""
-        return text
-
-    def ranking(self, mode: str, encoded) -> Ranking | None:
-        """How the query batcher's answer ``encoded`` ranks documents in ``mode`` (None: the query has
-        no evidence to rank by, e.g. nothing but special tokens for a lexical mode)."""
+    def search_query(self, mode: str, text: str) -> SearchQuery:
+        """A document query in one of the family's ``modes``: all a search asks of the family."""
         raise NotImplementedError(f"{self.family} ranks no documents")
 
     def encode_queries(self, client, queries: list) -> list:

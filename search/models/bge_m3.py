@@ -9,13 +9,14 @@ FlagEmbedding's ``BGEM3FlagModel`` semantics:
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
 
 from search.models import golden
-from search.models.base import EmbeddingModel, Encoded, Family, Ranking, TextVector, Vector
+from search.models.base import EmbeddingModel, Encoded, Family, Ranking, SearchQuery, TextVector, Vector
 from search.triton.client import TritonClient, text_tensor
 
 DIM = 1024  # BGE-M3's hidden size: the dims the committed configs declare
@@ -79,18 +80,9 @@ class BGEM3(Family):
     def query_text_vector(self, out: M3Output) -> TextVector:
         return TextVector(out.dense, out.n_tokens)
 
-    def mode_query(self, mode: str, text: str) -> tuple[str, bool]:
-        return text, mode == "hybrid"  # ColBERT rows only for the mode that re-ranks by them
-
-    def ranking(self, mode: str, encoded: M3Output) -> Ranking | None:
-        if mode == "dense":
-            return Ranking("bge_dense", encoded.dense.tolist())
-        if mode == "sparse":
-            return Ranking("bge_sparse", encoded.sparse) if encoded.sparse else None
-        # hybrid: dense and sparse candidates fused by rank, re-ranked by ColBERT late interaction.
-        # The store's MAX_SIM sums over query vectors; BGE-M3's ColBERT score is their mean.
-        fused = (("bge_dense", encoded.dense.tolist()),) + ((("bge_sparse", encoded.sparse),) if encoded.sparse else ())
-        return Ranking("bge_colbert", encoded.colbert.tolist(), 1.0 / len(encoded.colbert), fused)
+    def search_query(self, mode: str, text: str) -> SearchQuery:
+        # ColBERT rows only for the mode that re-ranks by them
+        return SearchQuery(self.query_model, (text, mode == "hybrid"), functools.partial(_ranking, mode))
 
     def encode_queries(self, client: TritonClient, queries: list[tuple[str, bool]]) -> list[M3Output]:
         """Each query is (text, whether its search needs ColBERT vectors)."""
@@ -123,6 +115,17 @@ def encode(client: TritonClient, texts: list[str], *, colbert: bool = True, max_
         chunk = texts[start:start + BATCH]
         outs += _decode(client.infer("bge_m3", _inputs(chunk, colbert, max_length), OUTPUTS), len(chunk), colbert)
     return outs
+
+
+def _ranking(mode: str, encoded: M3Output) -> Ranking | None:
+    if mode == "dense":
+        return Ranking("bge_dense", encoded.dense.tolist())
+    if mode == "sparse":
+        return Ranking("bge_sparse", encoded.sparse) if encoded.sparse else None
+    # hybrid: dense and sparse candidates fused by rank, re-ranked by ColBERT late interaction.
+    # The store's MAX_SIM sums over query vectors; BGE-M3's ColBERT score is their mean.
+    fused = (("bge_dense", encoded.dense.tolist()),) + ((("bge_sparse", encoded.sparse),) if encoded.sparse else ())
+    return Ranking("bge_colbert", encoded.colbert.tolist(), 1.0 / len(encoded.colbert), fused)
 
 
 def encode_queries(client: TritonClient, queries: list[tuple[str, bool]]) -> list[M3Output]:

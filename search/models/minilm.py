@@ -8,7 +8,18 @@ from pathlib import Path
 import numpy as np
 
 from search.errors import ModelNotReady
-from search.models.base import EmbeddingModel, Encoded, Family, Int8Quality, Ranking, TextVector, Vector, WeightsUnavailable, text_vectors
+from search.models.base import (
+    EmbeddingModel,
+    Encoded,
+    Family,
+    Int8Quality,
+    Ranking,
+    SearchQuery,
+    TextVector,
+    Vector,
+    WeightsUnavailable,
+    text_vectors,
+)
 from search.triton.client import TritonClient, text_tensor
 
 DIM = 384
@@ -70,8 +81,8 @@ class MiniLM(Family):
         vectors, truncated = embed(client, items)
         return Encoded([{"minilm": v} for v in vectors], truncated)
 
-    def ranking(self, mode: str, encoded: TextVector) -> Ranking:
-        return Ranking("minilm", encoded.vector.tolist())
+    def search_query(self, mode: str, text: str) -> SearchQuery:
+        return SearchQuery(self.query_model, text, lambda out: Ranking("minilm", out.vector.tolist()))
 
     def encode_queries(self, client: TritonClient, queries: list[str]) -> list[TextVector]:
         return embed_queries(client, queries)

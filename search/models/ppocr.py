@@ -27,6 +27,7 @@ class TextLine:
     score: float  # the recogniser's confidence, 0..1 (mean of its characters')
     box: list[list[float]]  # four (x, y) corners in the image's pixels, clockwise from top left
     words: tuple[TextLine, ...] = ()  # a line as read: the served model's own lines (boxes) it joins
+    turned: bool = False  # read turned by 180° (the served model's direction classifier decided so)
 
     def as_dict(self) -> dict:
         own = {"text": self.text, "score": self.score, "box": self.box}
@@ -55,13 +56,14 @@ class PPOCR(Family):
     def read_text(self, client: TritonClient, images: list[bytes]) -> list[list[TextLine]]:
         """Each image's lines as people read them (``as_read``; one request per image: a bad one fails
         alone), the image sent as a viewer shows it (``prepared``), a thin one padded with its own
-        background (``ppocr_reading.thin_padding``)."""
+        background (``ppocr_reading.thin_padding``), read by the served model in its as-read mode (the
+        page turned as a whole, long curved lines kept)."""
         out = []
         for data in images:
             sent, top, height = ppocr_reading.thin_padding(prepared(data))
-            raw = read(client, sent)
+            raw = read(client, sent, as_read=True)
             if top:
-                raw = [TextLine(t.text, t.score, ppocr_reading.unpadded(t.box, top, height)) for t in raw]
+                raw = [TextLine(t.text, t.score, ppocr_reading.unpadded(t.box, top, height), turned=t.turned) for t in raw]
             out.append(as_read(raw))
         return out
 
@@ -96,25 +98,33 @@ def prepared(data: bytes) -> bytes:
         return data
 
 
-def read(client: TritonClient, data: bytes) -> list[TextLine]:
-    """One encoded image's lines from the served ``ocr`` model."""
-    out = client.infer(MODEL, {"IMAGE": image_tensor([data])}, ["LINES"])["LINES"].reshape(-1)[0]
+def read(client: TritonClient, data: bytes, as_read: bool = False) -> list[TextLine]:
+    """One encoded image's lines from the served ``ocr`` model: exactly RapidOCR's reading, or with
+    ``as_read`` the model's reading for people (the page turned as a whole, long curved lines kept)."""
+    inputs = {"IMAGE": image_tensor([data])}
+    if as_read:
+        inputs["AS_READ"] = np.ones((1, 1), dtype=bool)
+    out = client.infer(MODEL, inputs, ["LINES"])["LINES"].reshape(-1)[0]
     raw = out.decode() if isinstance(out, bytes) else str(out)
-    return [TextLine(d["text"], float(d["score"]), d["box"]) for d in json.loads(raw)]
+    return [TextLine(d["text"], float(d["score"]), d["box"], turned=bool(d.get("turned", False))) for d in json.loads(raw)]
 
 
 def as_read(raw: list[TextLine]) -> list[TextLine]:
     """The served model's lines (boxes) as people read them: those of one row joined left to right into
     one line (a space between boxes), rows top to bottom; each keeps the boxes it joins as ``words``,
-    its score their mean weighted by characters, its box from the first's left edge to the last's right."""
+    its score their mean weighted by characters, its box from the first's left edge to the last's right.
+    On a page read upside down (most lines turned) left, right, top and bottom are the turned page's."""
+    turned = 2 * sum(line.turned for line in raw) > len(raw)
+    frame = [ppocr_reading.turned_box(line.box) if turned else line.box for line in raw]
     out = []
-    for row in ppocr_reading.rows([line.box for line in raw]):
+    for row in ppocr_reading.rows(frame):
         words = tuple(raw[i] for i in row)
         chars = [max(len(w.text), 1) for w in words]
         score = sum(w.score * n for w, n in zip(words, chars)) / sum(chars)
-        first, last = words[0].box, words[-1].box
-        text = ppocr_reading.join([w.text for w in words], [w.box for w in words])
-        out.append(TextLine(text, float(score), [first[0], last[1], last[2], first[3]], words))
+        first, last = frame[row[0]], frame[row[-1]]
+        text = ppocr_reading.join([w.text for w in words], [frame[i] for i in row])
+        box = [first[0], last[1], last[2], first[3]]
+        out.append(TextLine(text, float(score), ppocr_reading.turned_box(box) if turned else box, words, turned))
     return out
 
 

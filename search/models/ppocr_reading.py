@@ -67,6 +67,13 @@ def rows(boxes: list) -> list[list[int]]:
     return [[b.index for b in row] for row in found]
 
 
+def turned_box(box) -> list[list[float]]:
+    """A box (tl, tr, br, bl) as seen on the page turned by 180° (negated coordinates: only their order
+    matters), its corners renamed accordingly; its own inverse."""
+    p = [[-float(x), -float(y)] for x, y in box]
+    return p[2:] + p[:2]
+
+
 def join(texts: list[str], boxes: list) -> str:
     """One row's texts, left to right, a space between boxes unless they overlap (one word cut in two)."""
     out = texts[0]

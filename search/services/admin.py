@@ -9,7 +9,7 @@ from dataclasses import asdict
 from pathlib import Path
 
 from search.errors import BadRequest, EmptyCollection, NotFound, ServiceError, StoreInUse, StoreUnavailable
-from search.models import FAMILIES, Family, for_kind, for_mode
+from search.models import FAMILIES, Family, for_kind, for_mode, required
 from search.services.base import ServiceBase
 from search.store import (
     COLLECTIONS,
@@ -181,11 +181,11 @@ def blocker(status: dict, kind: str, doc_mode: str | None = None) -> str | None:
             if not status["store"].get(_with(fam)):
                 return (f"No documents have {fam.display} vectors yet (needed for {doc_mode} search): "
                         f"run `indexer ingest PATH` again now that {fam.display} is served")
-        needed = for_kind(DOCUMENTS.name)[0]
+        needed = required(DOCUMENTS.name)
         if needed.kinds[DOCUMENTS.name] not in ready:
             return f"Document search needs the {needed.display} model: run `search models build`, then restart Triton"
         return None
-    photos = for_kind(IMAGES)[0]
+    photos = required(IMAGES)
     if not set(photos.ensembles) <= ready:
         return f"Photos need the {photos.display} model: run `search models build`, then restart Triton"
     if not counts.get(IMAGES):

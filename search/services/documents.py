@@ -3,21 +3,23 @@ required family's, and those of optional families whose vectors join when they a
 
 from __future__ import annotations
 
-import asyncio
+import functools
 from dataclasses import dataclass, replace
 
 from qdrant_client import models
 
 from search.errors import BadRequest, EmptyCollection, ModelNotReady, ModelUnhealthy, NotFound, not_served
-from search.models import for_kind
+from search.models import for_kind, required
+from search.models.base import Ranking
 from search.services.filters import content_condition, document_filter, path_condition
 from search.services.options import HIT_CHARS_LIMIT, MODES, check_group_size, check_max_chars, check_page
 from search.services.relevance import DOCUMENT_SPACES, Relevance, check_min_relevance
 from search.services.results import DocumentGroup, DocumentHit, HitList
+from search.services.steps import Batched, Blocking, Steps
 from search.store import DEFAULT_KB, DOCUMENTS, Store
 from search.terms import codes
 
-BASE = for_kind(DOCUMENTS.name)[0]  # the required family: documents are always indexed with it
+BASE = required(DOCUMENTS.name)  # the required family: documents are always indexed with it
 _FAMILY = {mode: f for f in for_kind(DOCUMENTS.name) for mode in f.modes}  # mode -> the family that runs it
 # Candidates per fused search before fusion and the re-rank: the first step that reaches offset + top_k.
 FUSED_DEPTHS = (50, 200, 1_000, 10_000)
@@ -33,7 +35,7 @@ READY_TTL_S = 5.0
 class DocumentSearch(Relevance):
     def search_documents(self, query: str, *, top_k: int = 5, offset: int = 0, min_score: float | None = None,
                          folder: str | None = None, mode: str | None = None,
-                         suffixes: tuple[str, ...] | list[str] = (), max_chars: int | None = None,
+                         types: tuple[str, ...] | list[str] = (), max_chars: int | None = None,
                          full_text: bool = False, kb: str | None = None, min_relevance: float | None = None,
                          encoded: EncodedQuery | None = None) -> HitList:
         """Passages matching ``query``, with citations and calibrated relevance: the ``top_k`` best
@@ -41,17 +43,17 @@ class DocumentSearch(Relevance):
         ``search_mode`` setting). Hit text stops near ``max_chars`` (default HIT_CHARS; marked
         truncated) unless ``full_text``. ``kb``: None for the default. ``min_relevance`` hides hits not
         that clearly above the collection's background (``no_match`` when none is). ``encoded``: the
-        query already encoded (``aencode_query``)."""
+        query already encoded (``encode_query``)."""
         limit = check_max_chars(max_chars, full_text)
         check_page(top_k, offset)
         check_min_relevance(min_relevance)
         found = self._find_documents(query, ResultPage(top_k, offset), min_score=min_score, folder=folder, mode=mode,
-                                     suffixes=suffixes, kb=kb, min_relevance=min_relevance, encoded=encoded)
+                                     types=types, kb=kb, min_relevance=min_relevance, encoded=encoded)
         return found.rewrap([h.bounded(limit).marked(query) for h in found])
 
     def search_document_groups(self, query: str, *, top_k: int = 5, offset: int = 0, group_size: int = 1,
                                min_score: float | None = None, folder: str | None = None, mode: str | None = None,
-                               suffixes: tuple[str, ...] | list[str] = (), max_chars: int | None = None,
+                               types: tuple[str, ...] | list[str] = (), max_chars: int | None = None,
                                full_text: bool = False, kb: str | None = None,
                                encoded: EncodedQuery | None = None) -> list[DocumentGroup]:
         """Per-document results (group_by=document): the ``top_k`` best documents after skipping
@@ -62,17 +64,17 @@ class DocumentSearch(Relevance):
         check_page(top_k, offset)
         check_group_size(group_size)
         groups = self._find_documents(query, ResultPage(top_k, offset, group_size), min_score=min_score, folder=folder,
-                                      mode=mode, suffixes=suffixes, kb=kb, encoded=encoded)
+                                      mode=mode, types=types, kb=kb, encoded=encoded)
         return [DocumentGroup([h.bounded(limit).marked(query) for h in g.hits], g.more) for g in groups]
 
     def _find_documents(self, query: str, page: ResultPage, *, min_score: float | None, folder: str | None,
-                        mode: str | None, suffixes: tuple[str, ...] | list[str], kb: str | None,
+                        mode: str | None, types: tuple[str, ...] | list[str], kb: str | None,
                         min_relevance: float | None = None, encoded: EncodedQuery | None = None) -> list:
         if encoded is None:
-            encoded = self._encode(self._target(query, mode, kb))
+            encoded = self.encode_query(query, mode=mode, kb=kb).run()
         elif (encoded.text, encoded.asked, encoded.kb) != ((query or "").strip(), mode or self.settings.search_mode, kb):
             raise ValueError("encoded: the query was encoded for another text, mode or knowledge base")
-        run = _Run(self.store, encoded.collection, page, document_filter(folder, suffixes))
+        run = _Run(self.store, encoded.collection, page, document_filter(folder, types))
         return self._hits(run, encoded, min_score, min_relevance)
 
     def _target(self, query: str, mode: str | None, kb: str | None) -> Target:
@@ -91,34 +93,25 @@ class DocumentSearch(Relevance):
                                   + self._legacy_hint())
         return Target(query, mode, kb, collection)
 
-    def _encode(self, target: Target) -> EncodedQuery:
-        mode = self.document_mode(target.asked, target.kb)
-        fam = _FAMILY[mode]
-        try:
-            return target.encoded(mode, self.resources.batchers[fam.query_model](fam.mode_query(mode, target.text)))
-        except ModelNotReady as exc:
-            _fall_back_or_raise(target, fam, exc)
-        return target.encoded(BASE.best_mode, self.resources.batchers[BASE.query_model](BASE.mode_query(BASE.best_mode, target.text)))
+    def encode_query(self, query: str, *, mode: str | None = None, kb: str | None = None) -> Steps[EncodedQuery]:
+        """A document query encoded by its mode's served model (checks and errors as ``search_documents``'):
+        ``.run()`` in a thread, or ``await`` it in an event loop, whose store half is then
+        ``search_documents(..., encoded=...)`` (or ``search_document_groups``)."""
+        return Steps(self._encoding(self._target(query, mode, kb)), self.resources.batchers)
 
-    async def aencode_query(self, query: str, *, mode: str | None = None, kb: str | None = None) -> EncodedQuery:
-        """A document query encoded by its mode's served model, awaited in the query model's batcher
-        (``Resources.batchers``, which sends from threads of its own): an event loop's half of a search,
-        whose store half is ``search_documents(..., encoded=...)`` (or ``search_document_groups``).
-        Checks and errors as ``search_documents``'."""
-        target = self._target(query, mode, kb)
+    def _encoding(self, target: Target):
         served = {}
-        for fam in _optional(target.asked):  # a "ready" remembered costs nothing; asking Triton blocks, so in a thread
+        for fam in _optional(target.asked):  # a "ready" remembered costs nothing; asking Triton blocks
             name, ttl = fam.ensembles[0], _ready_ttl(target.asked)
             served[fam.family] = (self.triton.known_ready(name, ttl)
-                                  or await asyncio.to_thread(self.triton.model_ready, name, max_age_s=ttl))
-        mode = self.document_mode(target.asked, kb, served=served)
+                                  or (yield Blocking(functools.partial(self.triton.model_ready, name, max_age_s=ttl))))
+        mode = self.document_mode(target.asked, target.kb, served=served)
         fam = _FAMILY[mode]
         try:
-            return target.encoded(mode, await self.resources.batchers[fam.query_model].acall(fam.mode_query(mode, target.text)))
+            return target.encoded(mode, (yield from _ranking(fam, mode, target.text)))
         except ModelNotReady as exc:
             _fall_back_or_raise(target, fam, exc)
-        batcher = self.resources.batchers[BASE.query_model]
-        return target.encoded(BASE.best_mode, await batcher.acall(BASE.mode_query(BASE.best_mode, target.text)))
+        return target.encoded(BASE.best_mode, (yield from _ranking(BASE, BASE.best_mode, target.text)))
 
     def needs_sampling(self, encoded: EncodedQuery, *, grouped: bool = False) -> bool:
         """Whether the store half of ``encoded``'s search would first draw its relevance background (a
@@ -151,7 +144,7 @@ class DocumentSearch(Relevance):
         return BASE.best_mode if mode == "auto" else mode
 
     def _hits(self, run: _Run, encoded: EncodedQuery, min_score: float | None, min_relevance: float | None) -> list:
-        ranking = _FAMILY[encoded.mode].ranking(encoded.mode, encoded.value)
+        ranking = encoded.ranking
         if ranking is None:
             return HitList()  # e.g. nothing but special tokens for a lexical mode: no evidence
         if run.page.group_size is None and (wanted := codes(encoded.text)):
@@ -259,10 +252,10 @@ class EncodedQuery:
 
     text: str  # stripped
     asked: str  # the mode asked for (e.g. auto)
-    mode: str  # the mode it runs in; value: its family's query batcher's answer (Family.ranking reads it)
+    mode: str  # the mode it runs in
     kb: str | None
     collection: str
-    value: object
+    ranking: Ranking | None  # how it ranks the documents (None: nothing to rank by)
 
 
 @dataclass(frozen=True)
@@ -274,8 +267,8 @@ class Target:
     kb: str | None
     collection: str
 
-    def encoded(self, mode: str, value: object) -> EncodedQuery:
-        return EncodedQuery(self.text, self.asked, mode, self.kb, self.collection, value)
+    def encoded(self, mode: str, ranking: Ranking | None) -> EncodedQuery:
+        return EncodedQuery(self.text, self.asked, mode, self.kb, self.collection, ranking)
 
 
 @dataclass(frozen=True)
@@ -311,6 +304,12 @@ class _Run:
                                           query_filter=self.flt, score_threshold=threshold, prefetch=prefetch)
         return [DocumentGroup([DocumentHit.from_point(p, mode, scale) for p in g.hits], g.matched - len(g.hits))
                 for g in groups]
+
+
+def _ranking(fam, mode: str, text: str):
+    """The query's ranking in ``mode``: the family asked once (Family.search_query), its model's answer waited for."""
+    query = fam.search_query(mode, text)
+    return query.rank((yield Batched(query.model, query.item)))
 
 
 def _ready_ttl(mode: str) -> float:

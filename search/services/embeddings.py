@@ -4,9 +4,9 @@ compute them, so a bot that embeds here gets the vectors the index holds."""
 
 from __future__ import annotations
 
-import asyncio
 import base64
 import binascii
+import functools
 import re
 from dataclasses import dataclass
 
@@ -17,6 +17,7 @@ from search.models import FAMILIES, family
 from search.models.base import EmbeddingModel, Family, TextVector
 from search.services.base import ServiceBase, served
 from search.services.images import example_image
+from search.services.steps import Batched, Blocking, Steps
 
 MAX_INPUTS = 256  # per request: OpenAI allows 2048, but on a CPU that is minutes of one request
 MAX_INPUT_CHARS = 100_000  # per text; the models cut longer texts at their token limit anyway
@@ -57,34 +58,28 @@ class Embeddings(ServiceBase):
                         "aliases": list(m.aliases), "description": m.description})
         return out
 
-    def embed(self, model: str, inputs: str | list[str], *, dimensions: int | None = None) -> EmbeddedInputs:
+    def embed(self, model: str, inputs: str | list[str], *, dimensions: int | None = None) -> Steps[EmbeddedInputs]:
         """Unit vectors for ``inputs`` (texts; base64 images for an image model), one per input in
-        order, from the served model ``model``. ``dimensions``: only the model's own width (no
-        model here is trained to be cut shorter), anything else is refused. One text shares a request
-        with concurrent searches and other one-text requests (its family's batcher, Resources.batchers)."""
+        order, from the served model ``model``: ``.run()`` in a thread, or ``await`` it in an event loop.
+        ``dimensions``: only the model's own width (no model here is trained to be cut shorter),
+        anything else is refused. One text shares a request with concurrent searches and other one-text
+        requests (its family's batcher, Resources.batchers); anything else is a request of its own."""
+        return Steps(self._embedding(model, inputs, dimensions), self.resources.batchers)
+
+    def _embedding(self, model: str, inputs: str | list[str], dimensions: int | None):
         m, items = self._checked(model, inputs)
         if dimensions is not None:
-            self._check_served(m, self.triton.model_ready(m.ensemble), dimensions)
+            self._check_served(m, (yield Blocking(lambda: self.triton.model_ready(m.ensemble))), dimensions)
         fam = family(m.family)
         with served(m.ensemble, fam.display):
-            if m.input == "image":
-                images = [self._image(m, item, i if not isinstance(inputs, str) else None) for i, item in enumerate(items)]
-                vectors = fam.image_vectors(self.triton, images)
+            if m.input == "image":  # decoding the images is work too: in the thread with the request
+                where = [None] if isinstance(inputs, str) else range(len(items))
+                vectors = yield Blocking(lambda: fam.image_vectors(self.triton, list(map(functools.partial(self._image, m),
+                                                                                        items, where))))
                 return EmbeddedInputs(m, vectors, [0] * len(items))
             if len(items) == 1:
-                return _one(m, fam, self.resources.batchers[fam.query_model](fam.embedding_query(items[0])))
-            return _vectors(m, fam.text_vectors(self.triton, items))
-
-    async def aembed(self, model: str, inputs: str | list[str], *, dimensions: int | None = None) -> EmbeddedInputs:
-        """``embed`` for an event loop: a request of one text awaits its family's batcher (which sends
-        from threads of its own, with concurrent searches); any other runs ``embed`` in a worker thread."""
-        m = embedding_model(model)
-        if m.input == "text" and dimensions is None and (isinstance(inputs, str) or len(inputs) == 1):
-            m, items = self._checked(model, inputs)
-            fam = family(m.family)
-            with served(m.ensemble, fam.display):
-                return _one(m, fam, await self.resources.batchers[fam.query_model].acall(fam.embedding_query(items[0])))
-        return await asyncio.to_thread(self.embed, model, inputs, dimensions=dimensions)
+                return _one(m, fam, (yield Batched(fam.query_model, fam.embedding_query(items[0]))))
+            return _vectors(m, (yield Blocking(lambda: fam.text_vectors(self.triton, items))))
 
     def _checked(self, model: str, inputs: str | list[str]) -> tuple[EmbeddingModel, list[str]]:
         """The model asked for and the inputs as a list, every input checked."""

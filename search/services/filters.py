@@ -23,13 +23,13 @@ def image_filter(f: ImageFilters) -> models.Filter | None:
             center=models.GeoPoint(lat=lat, lon=lon), radius=km * 1000)))
     if f.folder:
         must.append(folder_condition(f.folder))
-    if f.suffixes:
-        must.append(suffix_condition(f.suffixes))
+    if f.types:
+        must.append(suffix_condition(f.types))
     return models.Filter(must=must) if must else None
 
 
-def document_filter(folder: str | None, suffixes) -> models.Filter | None:
-    must = ([folder_condition(folder)] if folder else []) + ([suffix_condition(suffixes)] if suffixes else [])
+def document_filter(folder: str | None, types) -> models.Filter | None:
+    must = ([folder_condition(folder)] if folder else []) + ([suffix_condition(types)] if types else [])
     return models.Filter(must=must) if must else None
 
 
@@ -42,11 +42,11 @@ def folder_condition(folder: str) -> models.FieldCondition:
     return models.FieldCondition(key="folders", match=models.MatchValue(value=stored(folder)))
 
 
-def suffix_condition(suffixes) -> models.FieldCondition:
+def suffix_condition(types) -> models.FieldCondition:
     """File types as stored (lower case, with the dot): 'PDF' and '.pdf' both mean '.pdf'."""
-    norm = sorted({"." + str(x).strip().lower().lstrip(".") for x in suffixes if str(x).strip(". ")})
+    norm = sorted({"." + str(x).strip().lower().lstrip(".") for x in types if str(x).strip(". ")})
     if not norm:
-        raise BadRequest(f"suffixes: expected file types such as .pdf or jpg, got {list(suffixes)!r}")
+        raise BadRequest(f"types: expected file types such as .pdf or jpg, got {list(types)!r}")
     return models.FieldCondition(key="suffix", match=models.MatchAny(any=norm))
 
 

@@ -14,7 +14,7 @@ from qdrant_client import models
 from search.errors import BadRequest, EmptyCollection, ModelNotReady, NotFound
 from search.media.files import Outside, Refused, read_regular
 from search.media.photos import BadImage, decode_photo, open_photo
-from search.models import for_kind, for_mode
+from search.models import for_mode, required
 from search.services.base import served
 from search.services.entailment import PhotoEntailment
 from search.services.filters import content_condition, image_filter
@@ -24,7 +24,7 @@ from search.services.relevance import Relevance, check_min_relevance, image_spac
 from search.services.results import HitList, ImageHit
 from search.store import DEFAULT_KB, IMAGES, image_vector
 
-PHOTOS, ENTAIL = for_kind(IMAGES)[0], for_mode("entail")  # the photos' family, the verifier
+PHOTOS, ENTAIL = required(IMAGES), for_mode("entail")  # the photos' family, the verifier
 NOT_INDEXED = "not a photo of the index (give its id or indexed path, or send the photo as image_base64)"
 
 

@@ -23,7 +23,7 @@ GROUP_BY = ("document",)
 HIT_CHARS = 2_000
 HIT_CHARS_LIMIT = 100_000  # the most a request may ask for; the whole text is full_text
 SORTS = ("score", "newest", "oldest")
-DEFAULT_MIN_RELEVANCE = 0.9  # calibrated relevance: better than nine unrelated questions in ten find (docs/relevance.md)
+DEFAULT_MIN_RELEVANCE = 0.97  # calibrated relevance: better than 97 unrelated questions in 100 find (docs/relevance.md)
 
 
 def __getattr__(name: str):
@@ -35,11 +35,11 @@ def __getattr__(name: str):
     descriptions give the photos' model and the entailment model."""
     if name not in ("MODES", "PHOTO_MODEL", "ENTAIL_MODEL"):  # e.g. dunder probes: no registry for those
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    from search.models import for_kind, for_mode  # noqa: PLC0415  (see above)
+    from search.models import for_kind, for_mode, required  # noqa: PLC0415  (see above)
     from search.store.schema import DOCUMENTS_NAME, IMAGES  # noqa: PLC0415
 
     values = {"MODES": lambda: ("auto", *(m for f in for_kind(DOCUMENTS_NAME) for m in f.modes)),
-              "PHOTO_MODEL": lambda: for_kind(IMAGES)[0].display, "ENTAIL_MODEL": lambda: for_mode("entail").display}
+              "PHOTO_MODEL": lambda: required(IMAGES).display, "ENTAIL_MODEL": lambda: for_mode("entail").display}
     globals()[name] = value = values[name]()
     return value
 
@@ -51,22 +51,22 @@ class ImageFilters:
     camera: str | None = None  # words that must all occur in "make model"
     near: tuple[float, float, float] | None = None  # latitude, longitude, radius in km
     folder: str | None = None
-    suffixes: tuple[str, ...] = ()  # file types, e.g. (".jpg", ".png"); empty = all
+    types: tuple[str, ...] = ()  # file types, e.g. (".jpg", ".png"); empty = all
 
     @classmethod
     def parse(cls, *, after: str | None = None, before: str | None = None, camera: str | None = None,
-              near: str | None = None, folder: str | None = None, suffixes=()) -> ImageFilters:
+              near: str | None = None, folder: str | None = None, types=()) -> ImageFilters:
         """Filters from the text the faces receive (flags, form fields, JSON)."""
         return cls(after=parse_date(after, "after") if after else None,
                    before=parse_date(before, "before") if before else None,
                    camera=camera or None, near=parse_near(near) if near else None,
-                   folder=str(folder) if folder else None, suffixes=tuple(suffixes or ()))
+                   folder=str(folder) if folder else None, types=tuple(types or ()))
 
     def as_fields(self) -> dict:
         """The filters as the REST API's fields take them."""
         return {"after": _iso(self.after), "before": _iso(self.before), "camera": self.camera,
                 "near": ",".join(map(str, self.near)) if self.near else None, "folder": self.folder,
-                "types": list(self.suffixes) or None}
+                "types": list(self.types) or None}
 
 
 def _iso(t: float | None) -> str | None:

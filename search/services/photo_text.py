@@ -44,7 +44,7 @@ class PhotoText:
         collection = self._collection(kb, DOCUMENTS.name)
         if not wanted or self.store.is_empty(collection):
             return []
-        must = [suffix_condition(filters.suffixes or IMAGE_SUFFIXES),
+        must = [suffix_condition(filters.types or IMAGE_SUFFIXES),
                 models.FieldCondition(key="words", match=models.MatchAny(any=wanted))]
         if filters.folder:
             must.append(folder_condition(filters.folder))

@@ -1,13 +1,13 @@
 """Every query a face can ask, over one store and one Triton client."""
 
 from search.services.admin import Admin
-from search.services.documents import DocumentSearch
 from search.services.embeddings import Embeddings
 from search.services.images import ImageSearch
 from search.services.reading import TextReading
+from search.services.relevance_check import RelevanceCheck
 from search.services.verify import Verification
 
 
-class SearchService(DocumentSearch, ImageSearch, TextReading, Embeddings, Admin, Verification):
+class SearchService(RelevanceCheck, ImageSearch, TextReading, Embeddings, Admin, Verification):
     """Documents, photos, entailment, the text in images, embeddings on request, status, the store's own commands and
     model verification."""

@@ -11,7 +11,7 @@ from tritonclient.utils import InferenceServerException
 from search.errors import BadRequest, ModelNotReady
 from search.media import searchable_pdf
 from search.media.pages import PageError, ScanPage, most, scan_pages
-from search.models import text_readers
+from search.models import text_reader
 from search.services.base import ServiceBase
 from search.services.ocr_gate import gate
 from search.services.results import TextRead
@@ -25,10 +25,8 @@ class TextReading(ServiceBase):
         each line with its confidence, its box and its page. ``pdf``: also write a searchable PDF there.
         At most ``ocr_concurrency`` requests are split, prepared and read at once in this process,
         ``ocr_queue`` more wait (search.services.ocr_gate)."""
-        readers = text_readers()
-        if not readers:
+        if (reader := text_reader(self.settings.text_reader)) is None:
             raise ModelNotReady("no model that reads text is registered")
-        reader = readers[0]
         data = self._image_bytes(image)
         self._require(reader.ensembles[0], reader.display)
         with gate(self.settings.ocr_concurrency, self.settings.ocr_queue).admitted():

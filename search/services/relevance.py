@@ -5,14 +5,15 @@ collection. This module measures, once per collection, vector and served model, 
 query scores: fixed off-topic probes (everyday sentences; photos for photo queries, through the same
 served model) are searched in the collection, and the best score each finds is noted. The best of M
 unrelated points follows a Gumbel law (the law of maxima), fitted to those best scores by their
-quartiles (the lower half: a collection that is about some probes lifts only the upper ones). Then
+lower and upper quartiles (a collection that is about some probes lifts only the upper ones). Then
 
     relevance(score) = G(score) = exp(-exp(-(score - mu) / beta))
                      = P(an unrelated query's best hit in this collection scores below this one)
 
-so 0.9 is a score that nine unrelated queries in ten do not reach. A hit is rated at its own score
-lowered by its distance from the search's best hit, G(2 * score - best): the best hit's relevance is
-G(best), a hit far below it is not vouched for however far above the unrelated level it is. A
+so 0.97 (the default threshold) is a score that 97 unrelated queries in 100 do not reach. A hit below
+the search's best is rated at its own score while within SLACK spreads of the best, lowered by the
+distance past that further down, G(score - max(0, best - score - SLACK * beta)): a hit far below the
+best is not vouched for however far above the unrelated level it is. A
 filtered search over M' of the M points uses the law of the probes' k-th best scores, k = M / M'
 (the k-th best of M points is the best of about M / k), up to k = 128: past it, that law (stricter
 than the exact one).
@@ -39,7 +40,7 @@ from qdrant_client import models
 from tritonclient.utils import InferenceServerException
 
 from search.errors import BadRequest, ServiceError
-from search.models import Family, for_kind, golden
+from search.models import Family, for_kind, golden, required
 from search.services import relevance_probes
 from search.services.base import ServiceBase
 from search.services.results import HitList
@@ -51,11 +52,18 @@ MIN_POINTS = 30  # fewer points than this: no calibration (the unrelated level w
 REFRESH = 0.10  # fit again when the collection's size moved by more than this fraction
 FILTER_COUNT_TTL_S = 30.0  # a filtered search's point count is reused this long while the collection's size holds
 FILTER_COUNTS = 256  # filters whose counts are kept
-# Gumbel quantile positions -ln(-ln p) of the quartiles used for the fit: p = 0.25 and 0.5
-Q25, Q50 = -math.log(-math.log(0.25)), -math.log(-math.log(0.5))
+# Gumbel quantile positions -ln(-ln p) of the quartiles the fit reads: p = 0.25 and 0.75. The middle
+# half of the probes: twice as many as the lower half for the spread (a steadier fit on 60 probes,
+# measured on five kinds of corpus in bench/bench_relevance.py), and still clear of the upper quarter
+# that a collection about some probes' subjects lifts.
+Q25, Q50, Q75 = (-math.log(-math.log(p)) for p in (0.25, 0.5, 0.75))
 # The probes' k-th best scores fitted too: the k-th best of M points is the best of about M / k, the
 # law of a filtered search over fewer points, measured rather than extrapolated.
 RANKS = (1, 2, 4, 8, 16, 32, 64, 128)
+# A hit this many spreads (beta) below the best is rated at its own score; only the distance past it
+# lowers its rating. Among unrelated points the 8th best lies about beta * ln 8 = 2.1 beta below the
+# best: a gap of that size says nothing against a hit.
+SLACK = 2.0
 
 
 @dataclass(frozen=True)
@@ -92,27 +100,29 @@ class Background:
 
 # -- the arithmetic (numpy only)
 def gumbel_fit(best_scores) -> tuple[float, float]:
-    """(mu, beta) of the Gumbel law whose lower quartile and median are those of ``best_scores``; when
+    """(mu, beta) of the Gumbel law whose lower and upper quartiles are those of ``best_scores``; when
     they coincide (sparse scores: most probes share no token), beta is the mean absolute deviation
     from the median, 0 if every score is equal."""
     s = np.asarray(best_scores, np.float64)
     if s.size == 0:
         return 0.0, 0.0
-    q25, q50 = (float(v) for v in np.quantile(s, [0.25, 0.5]))
-    beta = (q50 - q25) / (Q50 - Q25)
+    q25, q50, q75 = (float(v) for v in np.quantile(s, [0.25, 0.5, 0.75]))
+    beta = (q75 - q25) / (Q75 - Q25)
     if beta <= 0:
-        beta = float(np.mean(np.abs(s - q50)))
-    return q50 - beta * Q50, beta
+        return q50 - float(np.mean(np.abs(s - q50))) * Q50, float(np.mean(np.abs(s - q50)))
+    return q75 - beta * Q75, beta
 
 
 def relevance(scores, mu: float, beta: float, best: float | None = None) -> np.ndarray:
-    """G(2 * score - best) per score, G the Gumbel law (mu, beta): the chance that an unrelated
-    query's best hit scores below the hit's score lowered by its distance from the ``best`` score."""
+    """G(score - max(0, best - score - SLACK * beta)) per score, G the Gumbel law (mu, beta): the
+    chance that an unrelated query's best hit scores below the hit's score, lowered by how far it
+    falls below the ``best`` score past SLACK spreads of the law (a hit close to the best keeps its
+    own rating; one far below it is not vouched for)."""
     s = np.asarray(scores, np.float64)
     if s.size == 0:
         return s
     top = float(np.max(s)) if best is None else max(float(best), float(np.max(s)))
-    s = 2 * s - top
+    s = s - np.maximum(0.0, top - s - SLACK * max(beta, 0.0))
     if beta <= 0:  # unrelated queries all score the same: anything above it stands out
         return (s > mu).astype(np.float64)
     with np.errstate(over="ignore"):
@@ -152,13 +162,19 @@ DOCUMENT_SPACES = {name: Space(DOCUMENTS.name, name, "text", f, sparse=v.kind ==
 
 
 def image_space(kind: str) -> Space:
-    return Space(IMAGES, image_vector(), kind, for_kind(IMAGES)[0])
+    return Space(IMAGES, image_vector(), kind, required(IMAGES))
 
 
 _CACHE: dict[tuple, Background] = {}
 _LOCK = threading.Lock()
 _COUNTS: OrderedDict[tuple, tuple[int, int, float]] = OrderedDict()  # -> (collection size, filtered count, when)
 _COUNTS_LOCK = threading.Lock()
+
+
+def fitted(key: tuple) -> tuple[float, float] | None:
+    """The text law (mu, beta) of the whole collection fitted for a background key, if one is in memory."""
+    bg = _CACHE.get(key)
+    return tuple(bg.fits["text"][0][1:]) if bg is not None and "text" in bg.fits else None
 
 
 class Relevance(ServiceBase):
@@ -181,7 +197,7 @@ class Relevance(ServiceBase):
         searched = count if flt is None else self._filtered_count(space, flt, count)
         mu, beta = law(background.fits[space.kind], round(searched * background.count / count))
         values = relevance([h.score for h in hits], mu * factor, beta * factor, best)
-        rated = [replace(h, relevance=round(float(v), 6)) for h, v in zip(hits, values)]
+        rated = [replace(h, relevance=float(v)) for h, v in zip(hits, values)]  # unrounded: no saturation at 1.0
         top = max((h.relevance for h in rated), default=None)
         if min_relevance is None:
             return HitList(rated, best=top)

@@ -14,6 +14,7 @@ from search.media.files import Refused, photo_reason, read_regular
 from search.rest_client import RestClient
 from search.services.options import ImageFilters
 from search.services.results import DocumentGroup, DocumentHit, HitList, ImageHit, TextRead, Verdict
+from search.services.spec import DocumentQuery, ImageQuery, PhotoQuery
 
 
 class RemoteService(RestClient):
@@ -22,39 +23,25 @@ class RemoteService(RestClient):
     def close(self) -> None:
         pass
 
-    # -- queries
-    def search_documents(self, query: str, *, top_k: int = 5, offset: int = 0, min_score: float | None = None,
-                         folder: str | None = None, mode: str | None = None, suffixes=(), max_chars: int | None = None,
-                         full_text: bool = False, kb: str | None = None, min_relevance: float | None = None) -> HitList:
-        body = {"query": query, "kb": kb, "top_k": top_k, "offset": offset, "min_score": min_score, "folder": _here(folder),
-                "mode": mode, "types": list(suffixes) or None, "max_chars": max_chars, "full_text": full_text or None,
-                "min_relevance": min_relevance}
-        return _hits(DocumentHit, self.call("POST", "/search/documents", body), min_relevance)
+    # -- queries: the bodies are the query specs' fields (search/services/spec.py), as the service takes them
+    def search_documents(self, query: str, **options) -> HitList:
+        answer = self.call("POST", "/search/documents", _fields(DocumentQuery, query=query, **options))
+        return _hits(DocumentHit, answer, options.get("min_relevance"))
 
-    def search_document_groups(self, query: str, *, top_k: int = 5, offset: int = 0, group_size: int = 1,
-                               min_score: float | None = None, folder: str | None = None, mode: str | None = None,
-                               suffixes=(), max_chars: int | None = None, full_text: bool = False,
-                               kb: str | None = None) -> list[DocumentGroup]:
-        body = {"query": query, "kb": kb, "top_k": top_k, "offset": offset, "group_by": "document", "group_size": group_size,
-                "min_score": min_score, "folder": _here(folder), "mode": mode, "types": list(suffixes) or None,
-                "max_chars": max_chars, "full_text": full_text or None}
+    def search_document_groups(self, query: str, **options) -> list[DocumentGroup]:
+        body = _fields(DocumentQuery, query=query, group_by="document", group_size=options.pop("group_size", 1), **options)
         return [DocumentGroup([_hit(DocumentHit, h) for h in g["hits"]], g["more"])
                 for g in self.call("POST", "/search/documents", body)["groups"]]
 
-    def search_images(self, text: str | None = None, *, like: Path | bytes | None = None, top_k: int = 12,
-                      min_score: float | None = None, filters: ImageFilters = ImageFilters(), sort: str = "score",
-                      verify: bool = False, min_entailment: float | None = None, kb: str | None = None,
-                      min_relevance: float | None = None) -> HitList:
-        fields = {k: v for k, v in {**filters.as_fields(), "kb": kb}.items() if v is not None}
-        if "folder" in fields:
-            fields["folder"] = _here(fields["folder"])
+    def search_images(self, text: str | None = None, *, like: Path | bytes | None = None,
+                      filters: ImageFilters = ImageFilters(), **options) -> HitList:
+        fields = {**filters.as_fields(), **options}
         if like is None:
-            body = {"text": text, "top_k": top_k, "min_score": min_score, "sort": sort, "verify": verify,
-                    "min_entailment": min_entailment, "min_relevance": min_relevance, **fields}
-            return _hits(ImageHit, self.call("POST", "/search/images", body), min_relevance)
-        form = {"top_k": top_k, "min_score": min_score, "min_relevance": min_relevance, "sort": sort, **fields}
-        answer = self.call("POST", "/search/images/like", form=form, upload=("image", _image(like, "like")))
-        return _hits(ImageHit, answer, min_relevance)
+            answer = self.call("POST", "/search/images", _fields(ImageQuery, text=text, **fields))
+        else:
+            answer = self.call("POST", "/search/images/like", form=_fields(PhotoQuery, **fields),
+                               upload=("image", _image(like, "like")))
+        return _hits(ImageHit, answer, options.get("min_relevance"))
 
     def entail(self, image: Path | str | bytes, hypothesis: str, premise: str | None = None) -> Verdict:
         form = {"hypothesis": hypothesis, "premise": premise}
@@ -105,6 +92,10 @@ class RemoteService(RestClient):
         except errors.ServiceError as exc:
             return {"passed": False, "error": str(exc), "families": []}
 
+    def relevance_check(self, kb: str | None = None, min_relevance: float | None = None) -> dict:
+        query = {k: v for k, v in {"kb": kb, "min_relevance": min_relevance}.items() if v is not None}
+        return self.call("GET", "/relevance/check" + (f"?{urlencode(query)}" if query else ""))
+
     def store_stats(self) -> dict:
         return self.call("GET", "/store/stats")
 
@@ -116,6 +107,19 @@ class RemoteService(RestClient):
 
     def delete_kb(self, kb: str) -> dict:
         return self.call("DELETE", f"/kb/{quote(kb, safe='')}")
+
+
+def _fields(spec, **values) -> dict:
+    """A request's body: the values given for ``spec``'s fields (None and False left out: the server's
+    defaults apply), a folder as this process means it. A name the spec lacks is a TypeError, as a
+    keyword the service lacks would be."""
+    if unknown := set(values) - set(spec.model_fields):
+        raise TypeError(f"{spec.__name__} has no option {', '.join(sorted(unknown))}")
+    if "folder" in values:
+        values["folder"] = _here(values["folder"])
+    if "types" in values:
+        values["types"] = list(values["types"] or ()) or None
+    return {k: v for k, v in values.items() if v is not None and v is not False}
 
 
 def _query(params: dict) -> str:

@@ -211,6 +211,10 @@ class TextRead:
     def as_dict(self) -> dict:
         return {"model": self.model, "pages": self.pages, "text": self.text, "lines": self.lines}
 
+    def confident(self, min_score: float) -> TextRead:
+        """Only the lines read with at least this confidence (OcrQuery.min_score)."""
+        return replace(self, lines=[line for line in self.lines if line["score"] >= min_score])
+
 
 def prompt_context(hits: list[DocumentHit]) -> str:
     """Numbered passages with their citations, ready to paste into a bot's prompt (a cut passage ends in …)."""
@@ -237,4 +241,4 @@ class HitList(list):
         min_relevance: say "no good match"), relevance_note (why hits carry no relevance),
         best_relevance (the best hit's relevance before the cut-off)."""
         return {"no_match": self.no_match, "relevance_note": self.note,
-                "best_relevance": None if self.best is None else round(float(self.best), 6)}
+                "best_relevance": None if self.best is None else float(self.best)}

@@ -39,7 +39,8 @@ def schema_for(store: Store, collection: str) -> CollectionSchema:
     read from the store)."""
     kb, kind = kb_of(collection) or (None, None)
     if kind == DOCUMENTS.name:  # the optional families some point has vectors of
-        return in_kb(documents_schema(f.family for f in for_kind(kind)[1:] if any(_has(store, collection, v) for v in f.vectors)), kb)
+        kept = (f.family for f in for_kind(kind) if f.optional and any(_has(store, collection, v) for v in f.vectors))
+        return in_kb(documents_schema(kept), kb)
     if kind == IMAGES:
         name = image_vector()
         points, _ = store.scroll(collection, limit=1, with_payload=False, with_vectors=[name])

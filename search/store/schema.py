@@ -9,7 +9,6 @@ all paths the content was seen at.
 
 from __future__ import annotations
 
-import re
 import uuid
 from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
@@ -18,7 +17,8 @@ from pathlib import Path
 
 from qdrant_client import models
 
-from search.models import for_kind
+from search.config import DEFAULT_KB, KB_NAME
+from search.models import for_kind, required
 
 ID_NAMESPACE = uuid.UUID("6f1c1f3e-3b7a-4c1e-9a57-4d0c2e8b9a11")
 # A long file's points are written while it is embedded, before its chunk 0 marks it complete: with
@@ -102,7 +102,7 @@ def images_schema(dim: int) -> CollectionSchema:
 
 def image_vector() -> str:
     """The name of the photos' vector."""
-    return next(iter(for_kind(IMAGES)[0].vectors))
+    return next(iter(required(IMAGES).vectors))
 
 
 COLLECTIONS = (DOCUMENTS_NAME, IMAGES)
@@ -111,8 +111,6 @@ COLLECTIONS = (DOCUMENTS_NAME, IMAGES)
 # Knowledge bases: one documents and one images collection each. The default KB keeps the names the
 # store used before KBs existed ("documents", "images"), so an existing index is the default KB as
 # it is, with nothing copied or re-embedded; KB "hr" lives in "kb-hr-documents" and "kb-hr-images".
-DEFAULT_KB = "default"
-KB_NAME = re.compile(r"^[a-z0-9][a-z0-9_-]{0,39}$")
 _KB_PREFIX = "kb-"
 
 

@@ -27,7 +27,7 @@ async def embeddings(body: EmbeddingRequest, request: Request) -> dict:
 
 async def answer_embeddings(backend: Backend, body: EmbeddingRequest, _who: Principal | None = None) -> FastJSON:
     """The route's answer, also given by the fast path (search/api/hot.py): any key that passed may embed."""
-    out = await backend.embedder().aembed(body.model, body.input, dimensions=body.dimensions)  # Triton's wait, awaited
+    out = await backend.embedder().embed(body.model, body.input, dimensions=body.dimensions)  # Triton's wait, awaited
     if body.encoding_format == "base64":
         data = [base64.b64encode(v.astype("<f4").tobytes()).decode("ascii") for v in out.vectors]
     else:

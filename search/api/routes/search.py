@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from typing import Annotated
 
 from fastapi import APIRouter, Depends, File, Form, Path, Query, Request, UploadFile
 
@@ -10,10 +10,10 @@ from search.api.backend import Backend
 from search.api.deps import backend_of, get_backend
 from search.api.limits import read_limited
 from search.api.responses import FastJSON
-from search.api.schemas import DocumentQuery, ImageQuery, KbName, PhotoFilters, errors, utf8_text
+from search.api.schemas import DocumentQuery, EntailQuery, ImageQuery, KbName, OcrQuery, PhotoQuery, errors, utf8_text
 from search.api.security import need, need_kb, principal, require_key
 from search.keys import Principal
-from search.services import HIT_CHARS_LIMIT, MAX_TOP_K, SORTS, prompt_context
+from search.services import HIT_CHARS_LIMIT, prompt_context
 from search.services.documents import DOCUMENT_CHARS, EncodedQuery
 from search.services.options import ENTAIL_MODEL, PHOTO_MODEL
 
@@ -34,25 +34,24 @@ async def answer_documents(backend: Backend, body: DocumentQuery, who: Principal
     if not backend.store_in_loop():
         return await backend.run(_documents, backend, body, kb)
     svc = backend.service()
-    encoded = await svc.aencode_query(body.query, mode=body.mode, kb=kb)
+    encoded = await svc.encode_query(body.query, mode=body.mode, kb=kb)
     if svc.needs_sampling(encoded, grouped=body.group_by is not None):  # a one-off of up to a second or so at 100k passages
         return await backend.run(_documents, backend, body, kb, encoded)
     return _documents(backend, body, kb, encoded)
 
 
 def _documents(backend: Backend, body: DocumentQuery, kb: str, encoded: EncodedQuery | None = None) -> FastJSON:
-    options = dict(kb=kb, top_k=body.top_k, offset=body.offset, min_score=body.min_score, folder=body.folder, mode=body.mode,
-                   suffixes=body.types or (), max_chars=body.max_chars, full_text=body.full_text, encoded=encoded)
+    options = {**body.options(), "kb": kb, "encoded": encoded}
     svc = backend.service()
     # next_offset: where the next page starts (null once a page comes back short: nothing more).
     # A response as is: FastAPI would otherwise walk the whole answer through jsonable_encoder first.
     if body.group_by is None:
-        hits = svc.search_documents(body.query, min_relevance=body.min_relevance, **options)
+        hits = svc.search_documents(body.query, **options)
         return FastJSON({"query": body.query, "offset": body.offset, **hits.relevance_fields(),
                          "hits": [h.as_dict() for h in hits],
                          "next_offset": body.offset + len(hits) if len(hits) == body.top_k else None,
                          "context": prompt_context(hits)})
-    groups = svc.search_document_groups(body.query, group_size=body.group_size or 1, **options)
+    groups = svc.search_document_groups(body.query, **options)
     return FastJSON({"query": body.query, "offset": body.offset, "group_by": body.group_by,
                      "groups": [g.as_dict() for g in groups],
                      "next_offset": body.offset + len(groups) if len(groups) == body.top_k else None,
@@ -65,52 +64,38 @@ async def search_images(body: ImageQuery, request: Request, backend: Backend = D
 
 
 def _images(backend: Backend, body: ImageQuery, kb: str) -> FastJSON:
-    hits = backend.service().search_images(body.text, top_k=body.top_k, min_score=body.min_score,
-                                           filters=body.to_filters(), sort=body.sort, verify=body.verify,
-                                           min_entailment=body.min_entailment, kb=kb, min_relevance=body.min_relevance)
+    hits = backend.service().search_images(body.text, **{**body.options(), "kb": kb})
     return FastJSON({"text": body.text, **hits.relevance_fields(), "hits": [h.as_dict() for h in hits]})
 
 
 @router.post("/entail", summary=f"Does the uploaded photo support the hypothesis? ({ENTAIL_MODEL} visual entailment)",
              responses=errors(413))
-async def entail(hypothesis: Annotated[str, Form(min_length=1, max_length=20000, examples=["there are two dogs"])],
-                 image: UploadFile = File(description="the photo"),
-                 premise: Annotated[str | None, Form(max_length=20000, description="an optional text premise")] = None,
+async def entail(form: Annotated[EntailQuery, Form()], image: UploadFile = File(description="the photo"),
                  backend: Backend = Depends(get_backend)) -> dict:
     data = await read_limited(image, "image", backend.settings.max_upload_bytes)
-    verdict = await backend.run(lambda: backend.service().entail(data, utf8_text(hypothesis),
-                                                                 utf8_text(premise) if premise else None))
-    return {"image": image.filename, "hypothesis": hypothesis, "premise": premise, **verdict.as_dict()}
+    verdict = await backend.run(lambda: backend.service().entail(data, form.hypothesis, form.premise or None))
+    return {"image": image.filename, "hypothesis": form.hypothesis, "premise": form.premise, **verdict.as_dict()}
 
 
 @router.post("/ocr", summary="The text lines in the uploaded photo, scan or PDF (OCR), each with its confidence, box and page",
              responses=errors(413))
-async def ocr(image: UploadFile = File(description="the photo or scan: an image (every frame of a multi-page TIFF) or a "
+async def ocr(form: Annotated[OcrQuery, Form()],
+              image: UploadFile = File(description="the photo or scan: an image (every frame of a multi-page TIFF) or a "
                                                    "PDF (every page, up to the server's max_read_pages)"),
               backend: Backend = Depends(get_backend)) -> dict:
     data = await read_limited(image, "image", backend.settings.max_upload_bytes)
     read = await backend.run(lambda: backend.service().read_text(data))
-    return {"image": image.filename, **read.as_dict()}
+    return {"image": image.filename, **read.confident(form.min_score).as_dict()}
 
 
 @router.post("/search/images/like", summary="Photos that look like the uploaded one", responses=errors(409, 413))
-async def search_like(request: Request, image: UploadFile = File(description="the example photo"),
-                      top_k: Annotated[int, Form(ge=1, le=MAX_TOP_K)] = 12,
-                      min_score: Annotated[float | None, Form(allow_inf_nan=False)] = None,
-                      min_relevance: Annotated[float | None, Form(ge=0, le=1)] = None,
-                      sort: Annotated[Literal[SORTS], Form()] = "score",
-                      after: Annotated[str | None, Form(max_length=64)] = None,
-                      before: Annotated[str | None, Form(max_length=64)] = None,
-                      camera: Annotated[str | None, Form(max_length=200)] = None,
-                      near: Annotated[str | None, Form(max_length=100)] = None,
-                      folder: Annotated[str | None, Form(max_length=4096)] = None,
-                      kb: Annotated[KbName | None, Form()] = None,
+async def search_like(request: Request, form: Annotated[PhotoQuery, Form()],
+                      image: UploadFile = File(description="the example photo"),
                       backend: Backend = Depends(get_backend)) -> dict:
-    kb = need_kb(request, kb)
+    kb = need_kb(request, form.kb)
     data = await read_limited(image, "image", backend.settings.max_upload_bytes)
-    filters = PhotoFilters(after=after, before=before, camera=camera, near=near, folder=folder).to_filters()
-    hits = await backend.run(lambda: backend.service().search_images(like=data, top_k=top_k, min_score=min_score, filters=filters,
-                                                                      sort=sort, kb=kb, min_relevance=min_relevance))
+    options = {**form.options(), "kb": kb}
+    hits = await backend.run(lambda: backend.service().search_images(like=data, **options))
     return {"like": image.filename, **hits.relevance_fields(), "hits": [h.as_dict() for h in hits]}
 
 

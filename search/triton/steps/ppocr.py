@@ -19,7 +19,7 @@ import io
 import math
 import warnings
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 
 import cv2
 import numpy as np
@@ -27,6 +27,7 @@ from PIL import Image
 
 from search.triton.steps.images import BadImage
 from search.triton.steps.ppocr_boxes import det_boxes
+from search.triton.steps.ppocr_page import page_turns
 
 __all__ = ["BadImage", "Line", "OcrConfig", "bucket", "config_from_json", "config_from_rapidocr",
            "config_to_json", "run"]
@@ -79,6 +80,7 @@ class Line:
     text: str
     score: float
     box: list[list[float]]  # 4 points (x, y) in the original image's pixels: tl, tr, br, bl
+    turned: bool = False  # its crop was read turned by 180° (the classifier's decision)
 
 
 def config_from_rapidocr(config_yaml: dict, characters: list[str], max_pixels: int = 100_000_000) -> OcrConfig:
@@ -285,13 +287,14 @@ def cls_input(imgs: list[np.ndarray], cfg: OcrConfig) -> np.ndarray:
     return np.stack([_resize_norm(img, cfg.cls_image_shape, cfg.cls_image_shape[2]) for img in imgs]).astype(np.float32)
 
 
-def apply_cls(imgs: list[np.ndarray], probs: np.ndarray, cfg: OcrConfig) -> list[np.ndarray]:
-    """Turn by 180° the crops the classifier is sure are upside down."""
-    out = []
-    for img, p in zip(imgs, probs):
-        k = int(p.argmax())
-        out.append(cv2.rotate(img, cv2.ROTATE_180) if "180" in cfg.label_list[k] and p[k] > cfg.cls_thresh else img)
-    return out
+def crop_turns(crops: list[np.ndarray], infer: Infer, cfg: OcrConfig) -> list[bool]:
+    """RapidOCR's decision, crop by crop: turn by 180° those the classifier is sure are upside down."""
+    turns = [False] * len(crops)
+    for group in batches(crops, cfg.cls_batch_num):
+        for k, p in zip(group, infer("cls", cls_input([crops[k] for k in group], cfg))):
+            best = int(p.argmax())
+            turns[k] = "180" in cfg.label_list[best] and bool(p[best] > cfg.cls_thresh)
+    return turns
 
 
 def rec_input(imgs: list[np.ndarray], cfg: OcrConfig) -> np.ndarray:
@@ -327,8 +330,13 @@ def origin_boxes(boxes: list[np.ndarray], top: int, ratio_h: float, ratio_w: flo
     return arr
 
 
-def run(data: bytes, infer: Infer, cfg: OcrConfig) -> list[Line]:
-    """Image bytes -> the lines RapidOCR finds, in its order, those scoring under text_score left out."""
+def run(data: bytes, infer: Infer, cfg: OcrConfig, as_read: bool = False) -> list[Line]:
+    """Image bytes -> the lines RapidOCR finds, in its order, those scoring under text_score left out.
+    ``as_read``: read as a person would rather than exactly as RapidOCR does: the page turned as a whole
+    (``ppocr_page``), and a box scored over its own outline ("slow", PaddleOCR's option) rather than its
+    rectangle, in which a long, slightly curved line on a scan scores under box_thresh and is lost."""
+    if as_read:
+        cfg = replace(cfg, score_mode="slow")
     img = decode(data, cfg.max_pixels)
     raw_h, raw_w = img.shape[:2]
     img, ratio_h, ratio_w = resize_whole(img, cfg)
@@ -340,14 +348,15 @@ def run(data: bytes, infer: Infer, cfg: OcrConfig) -> list[Line]:
     if not boxes:
         return []
     crops = [crop(img, box) for box in boxes]
+    turns = [False] * len(crops)
     if cfg.use_cls:
-        for group in batches(crops, cfg.cls_batch_num):
-            probs = infer("cls", cls_input([crops[k] for k in group], cfg))
-            for k, turned in zip(group, apply_cls([crops[k] for k in group], probs, cfg)):
-                crops[k] = turned
+        turns = (page_turns(crops, lambda group: infer("cls", cls_input(group, cfg)), cfg) if as_read
+                 else crop_turns(crops, infer, cfg))
+        crops = [cv2.rotate(c, cv2.ROTATE_180) if t else c for c, t in zip(crops, turns)]
     texts: list[tuple[str, float]] = [("", 0.0)] * len(crops)
     for group in batches(crops, cfg.rec_batch_num):
         for k, res in zip(group, ctc_decode(infer("rec", rec_input([crops[k] for k in group], cfg)), cfg.characters)):
             texts[k] = res
     points = origin_boxes(boxes, top, ratio_h, ratio_w, raw_h, raw_w)
-    return [Line(text, score, box.tolist()) for box, (text, score) in zip(points, texts) if float(score) >= cfg.text_score]
+    return [Line(text, score, box.tolist(), t) for box, (text, score), t in zip(points, texts, turns)
+            if float(score) >= cfg.text_score]

@@ -31,10 +31,12 @@ class TritonPythonModel:
 
     def _one(self, request):
         images = backend.column(request, "IMAGE")
+        as_read = backend.tensor(request, "AS_READ")  # optional: RapidOCR's own reading where left out
+        flags = np.zeros(len(images), bool) if as_read is None else np.broadcast_to(as_read.reshape(-1), len(images))
         out = []
         for k, data in enumerate(images):
             try:
-                lines = ppocr.run(bytes(data), self._infer, self.cfg)
+                lines = ppocr.run(bytes(data), self._infer, self.cfg, as_read=bool(flags[k]))
             except ppocr.BadImage as exc:
                 raise ppocr.BadImage(f"IMAGE: {where(k, len(images), 'image')}{exc}") from None
             out.append(json.dumps([asdict(line) for line in lines], ensure_ascii=False))
