@@ -23,6 +23,11 @@ def chunker() -> Chunker:
     return Chunker(tokenizers.Tokenizer.from_file(str(path)), max_tokens=200, overlap=40)
 
 
+def split_units(kind, path: Path, data: bytes) -> list:
+    """A text file's units as a run makes them: decoded (``load``), then split (no scans to read)."""
+    return kind.units(kind.load(path, data, ""))
+
+
 def documents(chunker, **limits) -> Documents:
     return Documents(None, chunker, 10**9, [], **limits)  # splitting needs no model server
 
@@ -55,11 +60,11 @@ class OneChunkPerLine:
 
 def test_each_chunk_has_the_last_heading_at_or_before_it(chunker):
     text = "Intro line.\n\n# One\n\nFirst part.\n\n## Two\n\nSecond part.\n\n# Three\n\nThird part.\n"
-    got = documents(OneChunkPerLine()).units(Path("a.md"), text.encode(), "")
+    got = split_units(documents(OneChunkPerLine()), Path("a.md"), text.encode())
     sections = {u.payload["text"]: u.payload["section"] for u in got}
     assert sections == {"Intro line.": None, "# One": "One", "First part.": "One", "## Two": "Two",
                         "Second part.": "Two", "# Three": "Three", "Third part.": "Three"}
-    real = documents(chunker).units(Path("a.md"), text.encode(), "")
+    real = split_units(documents(chunker), Path("a.md"), text.encode())
     assert real and real[0].payload["section"] is None  # the intro comes before any heading
 
 
@@ -68,7 +73,7 @@ def test_finding_sections_is_not_quadratic_in_headings():
     n = 2_000
     text = "".join(f"# h{i}\n" for i in range(n))
     Counted.seen = 0
-    got = documents(OneChunkPerLine()).units(Path("h.md"), text.encode(), "")
+    got = split_units(documents(OneChunkPerLine()), Path("h.md"), text.encode())
     assert [u.payload["section"] for u in got] == [f"h{i}" for i in range(n)]
     assert Counted.seen <= 2 * n * n.bit_length(), Counted.seen
 
@@ -80,15 +85,15 @@ def test_the_split_is_under_the_files_parse_budget(chunker, monkeypatch):
     monkeypatch.setattr(indexer.loaders.base, "time", SimpleNamespace(thread_time=lambda: float(next(ticks))))
     data = b"# h\n" * 20_000
     with pytest.raises(BadDocument) as err:
-        documents(chunker, max_seconds=5).units(Path("h.md"), data, "")
+        split_units(documents(chunker, max_seconds=5), Path("h.md"), data)
     assert str(err.value) == "too complex: parsing took over 5 s of CPU time (limit SEARCH_MAX_PARSE_SECONDS)"
     monkeypatch.undo()
-    assert documents(chunker, max_seconds=5).units(Path("h.md"), b"# h\n\nSome text.\n", "")
+    assert split_units(documents(chunker, max_seconds=5), Path("h.md"), b"# h\n\nSome text.\n")
 
 
 def test_a_heading_only_markdown_of_two_megabytes_splits_in_seconds(chunker):
     # Secondary, generous guard (CPU time): 1.8 MB took 57 s before, about 1 s since.
     started = time.thread_time()
-    got = documents(chunker).units(Path("h.md"), b"# h\n" * 450_000, "")
+    got = split_units(documents(chunker), Path("h.md"), b"# h\n" * 450_000)
     assert got and all(u.payload["section"] == "h" for u in got)
     assert time.thread_time() - started < 20
