@@ -23,13 +23,14 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 # (tests/test_datadir.py loosens it on purpose).
 os.umask(0o077)
 
-from indexed import sample_docs, settings_for  # noqa: E402
+from indexed import copy_index, ingested, sample_docs, settings_for  # noqa: E402
 from processes import serving  # noqa: E402
 from store_helpers import BACKENDS, open_backend  # noqa: E402
 
 from search.config import PROJECT_ROOT, Settings  # noqa: E402
 from search.models import FAMILIES, Family, built_triton_models  # noqa: E402
 from search.services import SearchService  # noqa: E402
+from search.services.relevance import MIN_POINTS  # noqa: E402
 from search.store import DOCUMENTS  # noqa: E402
 from search.triton.client import TritonClient  # noqa: E402
 from search.triton.local import LocalTriton  # noqa: E402
@@ -130,6 +131,25 @@ def settings(tmp_path, model_repo, triton, monkeypatch) -> Settings:
 def docs(tmp_path) -> Path:
     """A writable copy of the sample knowledge base."""
     return sample_docs(tmp_path)
+
+
+@pytest.fixture(scope="module")
+def kb_index(model_repo, triton, tmp_path_factory) -> tuple[Settings, Path]:
+    """The sample knowledge base, ingested once for the module (tests/indexed.py): its settings and
+    its folder. Tests search their own copy of it (``kb``)."""
+    root = tmp_path_factory.mktemp("sample-kb")
+    docs = sample_docs(root)
+    with ingested(root, model_repo, triton.grpc_port, [docs]) as (svc, _):
+        assert svc.store.count(DOCUMENTS.name) >= MIN_POINTS  # enough points to calibrate relevance on
+        return svc.settings, docs
+
+
+@pytest.fixture
+def kb(kb_index, tmp_path):
+    """A service on this test's own copy of the ingested sample knowledge base."""
+    svc = SearchService(copy_index(kb_index[0], tmp_path / "data"))
+    yield svc
+    svc.close()
 
 
 @pytest.fixture

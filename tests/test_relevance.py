@@ -16,7 +16,6 @@ from pathlib import Path
 import numpy as np
 import pytest
 from fastapi.testclient import TestClient
-from indexed import copy_index, ingested, sample_docs
 from ingest_helper import ingest
 from PIL import Image
 from processes import SearchServer
@@ -148,25 +147,7 @@ def test_a_rebuilt_model_is_seen_within_a_second(tmp_path, monkeypatch):
     clock[0] += 1.1
     assert rel._model_id(fam, tmp_path) == ""  # no build: no scales can be trusted
 
-# -- the sample knowledge base, MiniLM's real weights
-@pytest.fixture(scope="module")
-def kb_index(model_repo, triton, tmp_path_factory):
-    """The sample knowledge base, ingested once for the module (tests/indexed.py)."""
-    root = tmp_path_factory.mktemp("relevance")
-    docs = sample_docs(root)
-    with ingested(root, model_repo, triton.grpc_port, [docs]) as (svc, _):
-        assert svc.store.count(DOCUMENTS.name) >= rel.MIN_POINTS
-        return svc.settings, docs
-
-
-@pytest.fixture
-def kb(kb_index, tmp_path):
-    """A service on this test's own copy of the ingested knowledge base."""
-    svc = SearchService(copy_index(kb_index[0], tmp_path / "data"))
-    yield svc
-    svc.close()
-
-
+# -- the sample knowledge base, MiniLM's real weights (kb_index, kb: tests/conftest.py)
 def test_a_clear_match_and_no_good_match(kb):
     hits = kb.search_documents("reset password", top_k=3)
     assert hits[0].path.endswith("reset-password.md") and hits[0].relevance >= DEFAULT_MIN_RELEVANCE

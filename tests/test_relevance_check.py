@@ -11,28 +11,12 @@ import sys
 
 import pytest
 from fastapi.testclient import TestClient
-from indexed import copy_index, ingested, sample_docs
 
 from search.api import create_app
 from search.cli.relevance import WARNED
-from search.services import DEFAULT_MIN_RELEVANCE, SearchService, relevance_probes
+from search.services import DEFAULT_MIN_RELEVANCE, relevance_probes
 from search.services import relevance as rel
 from search.store import DOCUMENTS
-
-
-@pytest.fixture(scope="module")
-def kb_index(model_repo, triton, tmp_path_factory):
-    root = tmp_path_factory.mktemp("relevance-check")
-    docs = sample_docs(root)
-    with ingested(root, model_repo, triton.grpc_port, [docs]) as (svc, _):
-        return svc.settings, docs
-
-
-@pytest.fixture
-def kb(kb_index, tmp_path):
-    svc = SearchService(copy_index(kb_index[0], tmp_path / "data"))
-    yield svc
-    svc.close()
 
 
 def test_a_help_desk_and_its_threshold(kb, kb_index):
