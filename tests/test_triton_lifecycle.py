@@ -204,6 +204,28 @@ def test_missing_repository_and_busy_port(tmp_path):
             srv.start()
 
 
+def test_a_start_that_triton_aborts_while_loading_is_tried_once_more(tmp_path):
+    """On a machine loaded far past its cores Triton once aborted (SIGABRT, exit 134) while its python
+    steps were loading: the start goes on with a second Triton; one that aborts again is an error."""
+    repo = tmp_path / "repo"
+    python_model(repo, "echo")
+    tried = 'tried = os.path.join(args["model_repository"], "tried"); first = not os.path.exists(tried)'
+    python_model(repo, "aborts_once", init=f'{tried}; open(tried, "a").close(); first and os.kill(os.getppid(), 6)')
+    with server(repo, tmp_path / "run", ["echo", "aborts_once"]).start(timeout=120) as srv:
+        x = np.ones((2, 1), np.float32)
+        assert np.array_equal(TritonClient(f"127.0.0.1:{srv.grpc_port}").infer("aborts_once", {"X": x}, ["Y"])["Y"], x)
+
+    python_model(repo, "aborts", init="os.kill(os.getppid(), 6)")
+    srv = server(repo, tmp_path / "run2", ["echo", "aborts"])
+    prefixes = []
+    srv.command = lambda backends, shm_prefix: prefixes.append(shm_prefix) or LocalTriton.command(srv, backends, shm_prefix)
+    with pytest.raises(TritonError) as exc:
+        srv.start(timeout=120)
+    assert str(exc.value).startswith("Triton exited during start (code 134)"), exc.value
+    assert len(prefixes) == 2  # tried once more, not forever
+    assert all(leftovers(p) == ([], []) for p in prefixes)
+
+
 def test_picked_ports_taken_before_triton_binds_are_picked_again(tmp_path, monkeypatch):
     """Another process (here: a bound socket that does not listen, so the pre-check cannot see it)
     takes a picked port before Triton binds it: Triton exits, and the start goes on new ports."""

@@ -59,6 +59,7 @@ class LocalTriton:
 
     _PORTS = ("http_port", "grpc_port", "metrics_port")
     _PORT_TRIES = 3
+    _CRASH_TRIES = 1
 
     def __init__(
         self,
@@ -152,7 +153,10 @@ class LocalTriton:
             raise TritonError(f"model repository not found: {self.repo}")
         self.run_dir.mkdir(parents=True, exist_ok=True)
         tries = self._PORT_TRIES if self._any_port else 1
-        for attempt in range(1, tries + 1):
+        crashes = 0
+        attempt = 0
+        while True:
+            attempt += 1
             if attempt > 1 or any(getattr(self, name) == 0 for name in self._any_port):  # a restart keeps its ports
                 given = {getattr(self, name) for name in self._PORTS if name not in self._any_port}
                 for name, port in zip(self._any_port, free_ports(len(self._any_port), given), strict=True):
@@ -160,7 +164,13 @@ class LocalTriton:
             try:
                 return self._start(timeout)
             except _PortTaken:
-                if attempt == tries:
+                if attempt >= tries + crashes:
+                    raise
+            except _StartCrashed:
+                # On a machine loaded far past its cores, Triton itself has aborted while its python
+                # steps were still loading; a second start is the cure a user would try.
+                crashes += 1
+                if crashes > self._CRASH_TRIES:
                     raise
 
     def _start(self, timeout: float) -> LocalTriton:
@@ -185,7 +195,8 @@ class LocalTriton:
             if code is not None:
                 self.stop()
                 summary = failure_summary(log)
-                error = _PortTaken if "already in use" in summary else TritonError
+                error = (_PortTaken if "already in use" in summary
+                         else _StartCrashed if _crashed(code, summary) else TritonError)
                 raise error(f"Triton exited during start (code {code}): {summary}")
             if self.is_ready() and self._supervisor_saw_ready(log):
                 return self
@@ -274,6 +285,15 @@ class LocalTriton:
 
 class _PortTaken(TritonError):
     """A port was bound by another process: on picked ports, worth another try."""
+
+
+class _StartCrashed(TritonError):
+    """Triton died by a signal (an abort) while its models loaded, with no load error: worth one more try."""
+
+
+def _crashed(code: int, summary: str) -> bool:
+    by_signal = code < 0 or code >= 128  # the supervisor exits 128 + N when Triton dies by signal N
+    return (by_signal or "never ended" in summary) and "failed to load" not in summary
 
 
 def _alive(pid: int, proc: subprocess.Popen | None = None) -> bool:
