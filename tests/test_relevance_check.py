@@ -83,7 +83,7 @@ def test_a_single_topic_collection(reference):
 
 def test_the_check_names_a_threshold_for_questions_on_other_subjects(reference):
     """At a lax threshold questions on subjects the reference does not hold find a match: the check
-    says so and names the threshold that refuses 90 % of each kind of unrelated question, which keeps its own."""
+    says so and names the lowest threshold that refuses 90 % of each kind of unrelated question, which keeps its own."""
     lax = reference.relevance_check(min_relevance=0.5)
     assert lax["other_subjects"]["answered"] > 0.1 and lax["other_subjects"]["examples_answered"]
     stricter = lax["suggested"]

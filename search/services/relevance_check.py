@@ -34,7 +34,7 @@ KEEP = 0.95  # the share of answerable questions a threshold should keep
 # service and how it relates to"): below this share of them kept, answerable questions are refused.
 OWN_KEPT = 0.9
 EVERYDAY_PASS = 0.10  # more unrelated sentences than this find a match (3 in 100 at the default): off-topic ones pass
-REFUSE = 1 - EVERYDAY_PASS  # the suggested stricter threshold: the lowest at which the check no longer warns
+REFUSE = 1 - EVERYDAY_PASS  # the share the suggested stricter threshold refuses: the check no longer warns there
 _SENTENCE = re.compile(r"(?<=[.!?])\s+|\n\s*\n")
 
 
@@ -123,11 +123,17 @@ def _share(flags) -> float:
 
 
 def _refusing(unrelated: list[list[float]], own: list[float]) -> dict | None:
-    """The threshold that refuses REFUSE of each kind of unrelated question (rounded up: it refuses at
-    least as many), and the share of the collection's own questions it keeps."""
-    if not any(unrelated):
+    """The lowest threshold (in steps of 1e-5) that no more than EVERYDAY_PASS of each kind of
+    unrelated question reaches, and the share of the collection's own questions it keeps."""
+    levels = []
+    for values in unrelated:
+        ranked = sorted(values, reverse=True)
+        allowed = int(EVERYDAY_PASS * len(ranked) + 1e-9)  # this many may pass
+        if allowed < len(ranked):
+            levels.append(ranked[allowed])
+    if not levels:
         return None
-    t = min(1.0, math.ceil(max(float(np.quantile(u, REFUSE)) for u in unrelated if u) * 1e5) / 1e5)
+    t = min(1.0, math.floor(max(levels) * 1e5 + 1) / 1e5)  # just above the first one that must not pass
     return {"min_relevance": t, "own_kept": _share(np.asarray(own) >= t)}
 
 
@@ -151,7 +157,7 @@ def _advice(report: dict) -> str:
     collection's own questions, else that no threshold does both."""
     refusing, t = report["refusing"], report["min_relevance"]
     if _serves(report):
-        return (f"; min_relevance {refusing['min_relevance']} refuses {REFUSE:.0%} of them and keeps "
+        return (f"; min_relevance {refusing['min_relevance']} refuses at least {REFUSE:.0%} of them and keeps "
                 f"{refusing['own_kept']:.0%} of its own questions")
     if refusing and refusing["min_relevance"] > t:
         return (f"; no threshold refuses them and keeps its own questions (min_relevance {refusing['min_relevance']} "
