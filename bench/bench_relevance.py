@@ -1,4 +1,4 @@
-"""Does "no good match" hold on corpora of different kinds? Five corpora, MiniLM's real weights,
+"""Does "no good match" hold on corpora of different kinds? Six corpora, MiniLM's real weights,
 the indexer's ingest, the embedded store, the service's own search (docs/relevance.md has the figures).
 
     python bench/bench_relevance.py [--repo triton_repo] [--work DIR] [--json FILE] [--data DIR] [--only NAME...]
@@ -18,10 +18,18 @@ Corpora (each ingested once into its own store under --work, kept between runs):
   python-reference  Python's own language reference (pydoc_data.topics, 79 topics): one subject;
                on-topic: 40 questions with the topics that answer them; off-topic: everyday
                sentences, 300 STS-B captions, the MS MARCO queries.
+  wordnet-encyclopedia  bench/relevance_wordnet.py: 739 short articles from WordNet's nouns (people,
+               places, foods, animals, plants, sports, things; where WordNet is installed:
+               apt-get install wordnet-base); on-topic: 100 "Who was / Where is / What is X?"
+               questions, each also with its article deleted; off-topic: everyday sentences,
+               captions, the MS MARCO queries.
 (bench/relevance_corpora.py builds them.)
 Per corpus and off-topic set, at the default threshold: the share of on-topic queries that keep a
 relevant hit (top 10), the share of off-topic queries answered "no good match", the AUROC of the top
-hit's relevance and of its raw score (on- against off-topic), kept hits' precision and recall.
+hit's relevance and of its raw score (on- against off-topic), kept hits' precision and recall; what
+`search relevance check` says, and where it warns, the same figures at the threshold it names.
+None of the off-topic sets is asked by the check (its questions: relevance_probes.HELD_OUT and
+relevance_probes.asked()), so the check is measured on questions it never saw.
 """
 
 from __future__ import annotations
@@ -67,7 +75,7 @@ def search(svc: SearchService, text: str, good: set[str] | None = None) -> dict:
     hits = svc.search_documents(text, top_k=TOP_K, mode="semantic")
     names = [Path(h.path).name for h in hits]
     return {"raw": [h.score for h in hits], "relevance": [h.relevance for h in hits],
-            "good": [n in good for n in names] if good else [False] * len(hits)}
+            "good": [n in good for n in names] if good else [False] * len(hits), "text": hits[0].text if hits else ""}
 
 
 THRESHOLDS = (0.8, 0.9, 0.95, 0.97, 0.99)  # beside the default: what another min_relevance would do
@@ -124,6 +132,9 @@ def measure(svc: SearchService, docs: Path, corpus: dict) -> dict:
             finally:
                 restore()
         off["on-topic, judged passages deleted"] = runs
+        if subjects := corpus.get("subjects"):  # an encyclopedia: "Sweet orange is an orange: ..." answers "What is orange?"
+            off["judged deleted, best hit not naming the subject"] = [
+                r for r, s in zip(runs, subjects) if not rel.names(r["text"], s)]
     good = np.concatenate([r["good"] for r in on])
     hits_kept = np.concatenate([kept(r) for r in on])
     tp = int((good & hits_kept).sum())
@@ -144,11 +155,21 @@ def measure(svc: SearchService, docs: Path, corpus: dict) -> dict:
         for t in THRESHOLDS}
     report = svc.relevance_check()  # what `search relevance check` says of this collection
     row["check"] = {"own_kept": report["own"]["kept"], "own_threshold_keeping": report["own"]["threshold_keeping"],
-                    "everyday_answered": report["everyday"]["answered"], "warnings": report["warnings"]}
+                    "everyday_answered": report["everyday"]["answered"],
+                    "other_subjects_answered": report["other_subjects"]["answered"],
+                    "other_subjects_counted": report["other_subjects"]["questions"], "refusing": report["refusing"],
+                    "warnings": report["warnings"]}
+    if (t := report.get("suggested")) is not None:  # a user who follows its advice: the threshold it names
+        row["check"]["suggested"] = t
+        row["check"]["at_suggested"] = {
+            "on_topic_keep_a_relevant_hit": round(float(np.mean([bool((kept(r, t) & np.asarray(r["good"])).any()) for r in on])), 3),
+            "off_topic_refused": {name: round(float(np.mean([not kept(r, t).any() for r in runs])), 3) for name, runs in off.items()}}
     bg = rel._CACHE[svc._background_key(rel.DOCUMENT_SPACES["minilm"])]  # noqa: SLF001  (the bench looks inside)
-    _, mu, beta = bg.fits["text"][0]
-    row["fit"] = {"mu": round(mu, 4), "beta": round(beta, 4),
-                  "raw_score_at_default": round(mu - beta * float(np.log(-np.log(DEFAULT_MIN_RELEVANCE))), 4)}
+    laws = {kind: bg.fits[kind][0][1:] for kind in ("text", "asked") if bg.fits.get(kind)}
+    row["fit"] = {"mu": round(laws["text"][0], 4), "beta": round(laws["text"][1], 4),
+                  "asked": {"mu": round(laws["asked"][0], 4), "beta": round(laws["asked"][1], 4)} if "asked" in laws else None,
+                  "raw_score_at_default": round(max(mu - beta * float(np.log(-np.log(DEFAULT_MIN_RELEVANCE)))
+                                                    for mu, beta in laws.values()), 4)}
     return row
 
 

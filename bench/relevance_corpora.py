@@ -1,6 +1,6 @@
 """The corpora of bench/bench_relevance.py: each a dict of files (name -> text), on-topic queries
-(query, the files that answer it, the files to delete for its "answer deleted" twin or None) and
-off-topic query sets (name -> queries)."""
+(query, the files that answer it, the files to delete for its "answer deleted" twin or None),
+off-topic query sets (name -> queries) and, for an encyclopedia, each on-topic query's subject."""
 
 from __future__ import annotations
 
@@ -11,12 +11,14 @@ import random
 import re
 from pathlib import Path
 
+from bench import relevance_wordnet
 from bench.relevance_data import OFF_TOPIC, PYTHON_QUERIES, SAMPLE_QUERIES
 from bench.relevance_encyclopedia import ARTICLES
 from search.config import PROJECT_ROOT
 
 DATA = PROJECT_ROOT.parent / "shared" / "data"
 CAPTIONS = 300  # STS-B caption sentences used as an off-topic set (a fixed random draw)
+WORDNET_QUESTIONS = 100  # the larger encyclopedia's questions asked (a fixed draw; each also with its article deleted)
 
 
 def jsonl(path: Path) -> list[dict]:  # split on "\n" only: the passages hold other line separators
@@ -70,6 +72,18 @@ def encyclopedia(data: Path = DATA) -> dict:
     return {"kind": "encyclopedia", "files": files, "on": on, "off": {"everyday": list(OFF_TOPIC), "captions": captions(data)}}
 
 
+def wordnet_encyclopedia(ms_queries: list[str], data: Path = DATA, root: Path = relevance_wordnet.WORDNET) -> dict:
+    """739 short articles from WordNet's nouns (people, places, foods, animals, plants, sports, things:
+    bench/relevance_wordnet.py); on-topic: 100 of their questions, each also with its article deleted."""
+    found = relevance_wordnet.articles(root)
+    files = {f"{i:04}-{re.sub(r'[^A-Za-z]+', '-', title)}.txt": text for i, (title, text, _) in enumerate(found)}
+    asked = random.Random(0).sample(list(zip(files, found)), min(WORDNET_QUESTIONS, len(found)))
+    on = [(q, {name}, [name]) for name, (_, _, q) in asked]
+    return {"kind": "encyclopedia (WordNet: people, places, foods, animals, things)", "files": files, "on": on,
+            "subjects": [title for _, (title, _, _) in asked],
+            "off": {"everyday": list(OFF_TOPIC), "captions": captions(data), "msmarco queries": ms_queries}}
+
+
 def python_reference(ms_queries: list[str], data: Path = DATA) -> dict:
     """The Python language reference's 79 topics (shipped with Python): one subject throughout."""
     from pydoc_data.topics import topics
@@ -80,7 +94,11 @@ def python_reference(ms_queries: list[str], data: Path = DATA) -> dict:
             "off": {"everyday": list(OFF_TOPIC), "captions": captions(data), "msmarco queries": ms_queries}}
 
 
-def all_corpora(data: Path = DATA) -> dict[str, dict]:
+def all_corpora(data: Path = DATA, wordnet: Path = relevance_wordnet.WORDNET) -> dict[str, dict]:
+    """Every corpus; the WordNet encyclopedia only where WordNet is installed (apt-get install wordnet-base)."""
     marco = msmarco(data)
-    return {"msmarco": marco, "sample-docs": sample_docs(), "stsb": stsb(marco["queries"], data),
-            "encyclopedia": encyclopedia(data), "python-reference": python_reference(marco["queries"], data)}
+    out = {"msmarco": marco, "sample-docs": sample_docs(), "stsb": stsb(marco["queries"], data),
+           "encyclopedia": encyclopedia(data), "python-reference": python_reference(marco["queries"], data)}
+    if (wordnet / "data.noun").is_file():
+        out["wordnet-encyclopedia"] = wordnet_encyclopedia(marco["queries"], data, wordnet)
+    return out

@@ -122,6 +122,16 @@ def test_sparse_fits_and_degenerate_ones():
         rel.check_min_relevance(1.5)
 
 
+def test_which_probes_fit_which_space():
+    """Search-box questions probe passages' dense and ColBERT vectors, not sparse ones (they would
+    match by "what is a") nor photos; one whose best hit names its subject is on topic, left out."""
+    for space in rel.DOCUMENT_SPACES.values():
+        assert space.probe_kinds == (("text",) if space.sparse else ("text", "asked")), space
+    assert rel.image_space("text").probe_kinds == ("text",) and rel.image_space("image").probe_kinds == ("image",)
+    assert rel.names("Hedgehogs roll into a ball.", "hedgehog") and rel.names("A barn owl hunts at dusk.", "barn owl")
+    assert not rel.names("The try statement specifies exception handlers.", "hedgehog") and not rel.names("", "kite")
+
+
 def test_a_rebuilt_model_is_seen_within_a_second(tmp_path, monkeypatch):
     """Scales belong to one build of the model. The build's id is what its manifest says; every search
     asks for it, so the manifest is looked at once a second, not on every call."""
@@ -187,6 +197,7 @@ def test_the_fit_is_kept_and_made_again_when_the_collection_grows(kb, tmp_path):
     assert first["count"] == kb.store.count(DOCUMENTS.name) and first["ids"] == []  # dense: probes search it all
     points, mu, beta = first["fits"]["text"][0]  # the best of all the points; then ranks 2, 4, ...
     assert points == first["count"] and beta > 0 and -1 < mu < 1
+    assert "asked" in first["fits"]  # the search-box questions' law ([] when fewer than MIN_ASKED were left)
     more = tmp_path / "more"
     more.mkdir()
     for i in range(30):  # +30 chunks on ~46: more than 10 %

@@ -160,8 +160,9 @@ def verify_panel(svc: SearchService | RemoteService) -> None:
 def relevance_panel(svc: SearchService | RemoteService, kb: str | None) -> None:
     """Under the status: can one relevance threshold serve this knowledge base? (`search relevance check`)"""
     with st.sidebar:
-        if st.button("Check relevance", help="questions from the documents' own titles and everyday sentences: "
-                                             "does the threshold keep the first and refuse the second? (docs/relevance.md)"):
+        if st.button("Check relevance", help="questions from the documents' own titles, everyday sentences and questions "
+                                             "on other subjects: does the threshold keep the first and refuse the others? "
+                                             "(docs/relevance.md)"):
             try:
                 st.session_state["relevance_check"] = svc.relevance_check(kb=kb)
             except ServiceError as exc:
@@ -171,7 +172,8 @@ def relevance_panel(svc: SearchService | RemoteService, kb: str | None) -> None:
             return
         if report.get("own"):
             st.caption(f"Relevance: {report['own']['kept']:.0%} of questions from its own documents kept, "
-                       f"{report['everyday']['answered']:.0%} of everyday ones answered at {report['min_relevance']}")
+                       f"{report['everyday']['answered']:.0%} of everyday ones and "
+                       f"{report['other_subjects']['answered']:.0%} on other subjects answered at {report['min_relevance']}")
         for line in report["warnings"] or ["✓ one threshold serves this knowledge base"]:
             st.caption(line if line.startswith("✓") else f"⚠ {line}")
 

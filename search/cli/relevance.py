@@ -23,9 +23,10 @@ def check(
     """How well this collection's documents tell a match from what unrelated questions find.
 
     Asks the opening words (title or first sentence) of up to 100 of its documents, which their own
-    document answers, and everyday sentences, which it should not; says the fitted background, the
-    share of each that passes the threshold, and a warning when one threshold cannot serve this
-    collection (docs/relevance.md says what to do then). Exit status 10 when it warns."""
+    document answers, and everyday sentences and search-box questions on other subjects ("what is a
+    hedgehog"), which it should not; says the fitted background, the share of each that passes the
+    threshold, and a warning when one threshold cannot serve this collection, with the threshold
+    that would (docs/relevance.md says what to do). Exit status 10 when it warns."""
     with query_service(ctx) as svc:
         options = {} if min_relevance is None else {"min_relevance": min_relevance}
         report = svc.relevance_check(kb=kb, **options)
@@ -40,13 +41,17 @@ def check(
 def show(report: dict) -> None:
     say("{} passages in knowledge base {}", f"{report['points']:,}", report["kb"] or "default")
     for name, law in (report.get("background") or {}).items():
-        say("background ({}): unrelated questions' best hits score about {} (spread {}); relevance "
-            "{} needs a raw score of {}", name, law["mu"], law["beta"], report["min_relevance"], law["raw_score_at_threshold"] or "-")
+        asked = law.get("asked") or {}
+        say("background ({}): unrelated sentences' best hits score about {} (spread {}), search-box questions' {}; "
+            "relevance {} needs a raw score of {}", name, law["mu"], law["beta"], asked.get("mu", "-"),
+            report["min_relevance"], law["raw_score_at_threshold"] or "-")
     if own := report.get("own"):
         say("own documents: {} of {} questions taken from them find a match at {}",
             f"{own['kept']:.0%}", own["questions"], report["min_relevance"])
     if everyday := report.get("everyday"):
         say("everyday sentences: {} of {} find a match", f"{everyday['answered']:.0%}", everyday["questions"])
+    if other := report.get("other_subjects"):
+        say("questions on subjects it does not hold: {} of {} find a match", f"{other['answered']:.0%}", other["questions"])
     for line in report["warnings"]:
         say("[bold yellow]warning:[/] {}", line)
     if not report["warnings"]:

@@ -10,11 +10,15 @@ lower and upper quartiles (a collection that is about some probes lifts only the
     relevance(score) = G(score) = exp(-exp(-(score - mu) / beta))
                      = P(an unrelated query's best hit in this collection scores below this one)
 
-so 0.97 (the default threshold) is a score that 97 unrelated queries in 100 do not reach. A hit below
-the search's best is rated at its own score while within SLACK spreads of the best, lowered by the
-distance past that further down, G(score - max(0, best - score - SLACK * beta)): a hit far below the
-best is not vouched for however far above the unrelated level it is. A
-filtered search over M' of the M points uses the law of the probes' k-th best scores, k = M / M'
+so 0.97 (the default threshold) is a score that 97 unrelated queries in 100 do not reach. Passages'
+dense and ColBERT vectors are probed twice: by everyday sentences and by search-box questions on
+other subjects ("what is a hedgehog"; one whose best hit names its subject is on topic and left
+out), each kind fitted alone; a hit is rated by the stricter law, min(G_everyday, G_asked). A
+collection on one subject (a programming reference) matches how questions are phrased: there the
+second law lies higher, elsewhere mostly the first. A hit below the search's best is rated at its
+own score while within SLACK spreads of the best, lowered by the distance past that further down,
+G(score - max(0, best - score - SLACK * beta)): a hit far below the best is not vouched for however
+far above the unrelated level it is. A filtered search over M' of the M points uses the law of the probes' k-th best scores, k = M / M'
 (the k-th best of M points is the best of about M / k), up to k = 128: past it, that law (stricter
 than the exact one).
 
@@ -45,6 +49,7 @@ from search.services import relevance_probes
 from search.services.base import ServiceBase
 from search.services.results import HitList
 from search.store import DOCUMENTS, IMAGES, image_vector, match
+from search.terms import query_stems, stem, words
 
 SAMPLE = 2000  # sparse vectors: the points the probes are scored against
 SAMPLE_MULTIVECTOR = 500  # ColBERT: each sampled point costs a late-interaction score
@@ -64,6 +69,9 @@ RANKS = (1, 2, 4, 8, 16, 32, 64, 128)
 # lowers its rating. Among unrelated points the 8th best lies about beta * ln 8 = 2.1 beta below the
 # best: a gap of that size says nothing against a hit.
 SLACK = 2.0
+# Search-box probes left after those naming their subject: fewer than this, no second law (a
+# collection on most of their subjects: an encyclopedia, where the everyday law serves).
+MIN_ASKED = 24
 
 
 @dataclass(frozen=True)
@@ -76,11 +84,19 @@ class Space:
     family: Family
     sparse: bool = False
     multivector: bool = False
+    asked: bool = False  # also probed by search-box questions (passages of text, not sparse: probe_kinds)
 
     @property
     def sample_filter(self) -> models.Filter | None:
         """The points that carry this vector: an optional family's join documents the required one indexed."""
         return match("models", self.family.family) if self.family.optional else None
+
+    @property
+    def probe_kinds(self) -> tuple[str, ...]:
+        """The probe families fitted, each a law: photos or everyday sentences (the query's kind), and
+        for passages' dense and ColBERT vectors search-box questions too (sparse scores follow the
+        shared words, not the phrasing: "what is a" would only match function words there)."""
+        return (self.kind, "asked") if self.asked else (self.kind,)
 
     @property
     def sampled(self) -> bool:
@@ -157,7 +173,8 @@ def check_min_relevance(value: float | None) -> None:
         raise BadRequest(f"min_relevance: must be a probability in 0..1, got {value}")
 
 
-DOCUMENT_SPACES = {name: Space(DOCUMENTS.name, name, "text", f, sparse=v.kind == "sparse", multivector=v.kind == "multivector")
+DOCUMENT_SPACES = {name: Space(DOCUMENTS.name, name, "text", f, sparse=v.kind == "sparse", multivector=v.kind == "multivector",
+                         asked=v.kind != "sparse")
                    for f in for_kind(DOCUMENTS.name) for name, v in f.vectors.items()}
 
 
@@ -171,10 +188,10 @@ _COUNTS: OrderedDict[tuple, tuple[int, int, float]] = OrderedDict()  # -> (colle
 _COUNTS_LOCK = threading.Lock()
 
 
-def fitted(key: tuple) -> tuple[float, float] | None:
-    """The text law (mu, beta) of the whole collection fitted for a background key, if one is in memory."""
+def fitted(key: tuple, kind: str = "text") -> tuple[float, float] | None:
+    """A probe family's law (mu, beta) of the whole collection fitted for a background key, if one is in memory."""
     bg = _CACHE.get(key)
-    return tuple(bg.fits["text"][0][1:]) if bg is not None and "text" in bg.fits else None
+    return tuple(bg.fits[kind][0][1:]) if bg is not None and bg.fits.get(kind) else None
 
 
 class Relevance(ServiceBase):
@@ -195,8 +212,10 @@ class Relevance(ServiceBase):
         except (ServiceError, InferenceServerException) as exc:  # the hits stand; only their calibration is missing
             return HitList(hits, note=f"relevance unavailable ({' '.join(str(exc).split())[:200]})", min_relevance=min_relevance)
         searched = count if flt is None else self._filtered_count(space, flt, count)
-        mu, beta = law(background.fits[space.kind], round(searched * background.count / count))
-        values = relevance([h.score for h in hits], mu * factor, beta * factor, best)
+        points = round(searched * background.count / count)
+        laws = [law(background.fits[k], points) for k in space.probe_kinds if background.fits.get(k)]
+        scores = [h.score for h in hits]
+        values = np.minimum.reduce([relevance(scores, mu * factor, beta * factor, best) for mu, beta in laws])
         rated = [replace(h, relevance=float(v)) for h, v in zip(hits, values)]  # unrounded: no saturation at 1.0
         top = max((h.relevance for h in rated), default=None)
         if min_relevance is None:
@@ -235,7 +254,7 @@ class Relevance(ServiceBase):
             return True  # no calibration
         bg = _CACHE.get(self._background_key(space))
         return (bg is not None and not _stale(bg, count, _model_id(space.family, self.settings.triton_repo))
-                and space.kind in bg.fits)
+                and all(k in bg.fits for k in space.probe_kinds))
 
     def _background_key(self, space: Space) -> tuple:
         return (self.store.location, self.store.prefix, space.collection, space.vector)
@@ -247,8 +266,10 @@ class Relevance(ServiceBase):
             bg = _CACHE.get(key) or self._load(space)
             if _stale(bg, count, model):
                 bg = Background(self._sample(space) if space.sampled else [], count, {}, model)
-            if space.kind not in bg.fits:
-                bg.fits[space.kind] = self._fit(space, bg)
+            missing = [k for k in space.probe_kinds if k not in bg.fits]
+            for kind in missing:
+                bg.fits[kind] = self._fit(space, bg, kind)
+            if missing:
                 self._save(space, bg)
             _CACHE[key] = bg
             return bg
@@ -265,26 +286,31 @@ class Relevance(ServiceBase):
         size = SAMPLE_MULTIVECTOR if space.multivector else SAMPLE
         return sorted(random.Random(0).sample(ids, min(size, len(ids))), key=str)
 
-    def _fit(self, space: Space, bg: Background) -> list:
+    def _fit(self, space: Space, bg: Background, kind: str) -> list:
         """Each probe's best scores in the collection, as the hits are scored (a search of the whole
-        collection for dense vectors; of the sample for sparse and ColBERT), fitted rank by rank."""
+        collection for dense vectors; of the sample for sparse and ColBERT), fitted rank by rank.
+        Search-box probes whose best hit names their subject are left out (on topic here)."""
         depth = min(RANKS[-1], len(bg.ids) if space.sampled else bg.count)
+        subjects = [subject for _, subject in relevance_probes.asked()] if kind == "asked" else None
         tops = []
-        for query, factor in self._probes(space):
-            if space.sampled:
-                found = self.store.search(space.collection, space.vector, query, limit=depth,
-                                          query_filter=models.Filter(must=[models.HasIdCondition(has_id=bg.ids)]),
-                                          params=models.SearchParams(exact=True), with_payload=False)
-            else:
-                found = self.store.search(space.collection, space.vector, query, limit=depth,
-                                          query_filter=space.sample_filter, with_payload=False)
+        for i, (query, factor) in enumerate(self._probes(space, kind)):
+            flt = models.Filter(must=[models.HasIdCondition(has_id=bg.ids)]) if space.sampled else space.sample_filter
+            found = self.store.search(space.collection, space.vector, query, limit=depth, query_filter=flt,
+                                      params=models.SearchParams(exact=True) if space.sampled else None,
+                                      with_payload=["text"] if subjects else False)
+            if subjects and found and names(found[0].payload.get("text") or "", subjects[i]):
+                continue
             scores = [float(p.score) * factor for p in found]
             tops.append(scores + [0.0] * (depth - len(scores)))  # sparse: a point sharing no token scores 0
+        if subjects and len(tops) < MIN_ASKED:
+            return []
         return fit_ranks(np.array(tops), len(bg.ids) if space.sampled else bg.count)
 
-    def _probes(self, space: Space) -> list[tuple[object, float]]:
-        if space.kind == "image":
+    def _probes(self, space: Space, kind: str) -> list[tuple[object, float]]:
+        if kind == "image":
             items = [p.data for p in golden.inputs().photos] + relevance_probes.images()
+        elif kind == "asked":
+            items = [question for question, _ in relevance_probes.asked()]
         else:
             items = list(relevance_probes.TEXTS)
         probes = space.family.relevance_probes(self.triton, items, space.vector)
@@ -316,6 +342,11 @@ class Relevance(ServiceBase):
             tmp.replace(path)
         except OSError:  # a read-only data dir: the fit is kept in memory only
             pass
+
+
+def names(text: str, subject: str) -> bool:
+    """Whether ``text`` holds a word with the stem of one of ``subject``'s words ("hedgehogs" for "hedgehog")."""
+    return bool(query_stems(subject) & {stem(w) for w in words(text)})
 
 
 def _stale(bg: Background | None, count: int, model: str) -> bool:

@@ -113,6 +113,45 @@ HELD_OUT = (
     'The violinist tuned her instrument before the recital.',
 )
 
+# Probes of a second kind: questions typed into a search box ("what is a ...", "... definition", "how
+# does a ... work") about things few collections hold, each with its subject. On a collection about
+# one subject (a programming language's reference) they find passages phrased like them, far above
+# what everyday sentences find, which share neither subject nor phrasing; their own law then rates
+# the hits (relevance.py). One whose best hit names its subject is on topic there and left out.
+ASKED = ("what is a {}", "{} definition", "how does a {} work", "how much does a {} cost", "history of the {}",
+         "types of {}", "how to choose a {}", "what are the parts of a {}", "is a {} safe for children",
+         "how long does a {} last", "where does the word {} come from", "why is my {} making a noise")
+SUBJECTS = (
+    "accordion", "avocado", "badger", "bagpipe", "bonsai", "canoe", "cathedral", "cello", "chimney", "croissant",
+    "dandelion", "dolphin", "ferry", "flamingo", "glacier", "harp", "hedgehog", "igloo", "kayak", "kiln",
+    "lighthouse", "llama", "mango", "meadow", "mosaic", "mushroom", "nectarine", "oyster", "pancake", "parrot",
+    "quilt", "saddle", "sailboat", "sauna", "scarecrow", "skateboard", "snorkel", "sundial", "telescope",
+    "trampoline", "tulip", "violin", "volcano", "walrus", "windmill", "yogurt", "zebra", "tractor",
+)
+
+
+# Never fitted: the search-box questions `search relevance check` asks, in other phrasings, on other subjects.
+ASKED_HELD_OUT = ("{} meaning", "what does a {} look like", "how to clean a {}", "how big is a {}",
+                  "what is the purpose of a {}", "{} vs {}", "how to draw a {}", "facts about the {}",
+                  "where to buy a {}", "how heavy is a {}", "when was the {} invented", "can you eat a {}")
+SUBJECTS_HELD_OUT = (
+    "anchor", "apricot", "armadillo", "banjo", "barn owl", "beehive", "blueberry", "bulldozer", "camel", "caravan",
+    "castle", "cherry", "clarinet", "coconut", "cockatoo", "coral reef", "crocodile", "daffodil", "donkey", "falcon",
+    "fig", "gondola", "gorilla", "hammock", "harmonica", "hippo", "jellyfish", "kangaroo", "kite", "lobster",
+    "marigold", "moose", "octopus", "ostrich", "papaya", "peacock", "pelican", "penguin", "pineapple", "raccoon",
+    "rhubarb", "seahorse", "squirrel", "tambourine", "toucan", "turnip", "walnut", "xylophone",
+)
+
+
+def asked(held_out: bool = False) -> list[tuple[str, str]]:
+    """(question, its subject): each subject asked in one of the phrasings, in turn; ``held_out``:
+    the check's (ASKED_HELD_OUT, SUBJECTS_HELD_OUT), else the fit's (ASKED, SUBJECTS). "{} vs {}"
+    asks a subject against the next one."""
+    phrasings, subjects = (ASKED_HELD_OUT, SUBJECTS_HELD_OUT) if held_out else (ASKED, SUBJECTS)
+    return [(phrasings[i % len(phrasings)].format(s, subjects[(i + 1) % len(subjects)]), s)
+            for i, s in enumerate(subjects)]
+
+
 def images(n: int = 16) -> list[bytes]:
     """``n`` plain synthetic pictures (colour fields, stripes, blocks; a fixed seed) as JPEG: with the
     golden photos, the probes of photo-to-photo searches."""

@@ -31,9 +31,9 @@ def delete_kb(request: Request, name: str = Path(pattern=KB_PATTERN, max_length=
            "questions (`search relevance check`)", responses=errors(400, 403, 422))
 def relevance_check(request: Request, kb: str | None = Query(None, pattern=KB_PATTERN, max_length=40,
                                                             description="the knowledge base (default: the default one)"),
-                    min_relevance: float | None = Query(None, ge=0, le=1, description="the threshold to check (default 0.9)"),
+                    min_relevance: float | None = Query(None, ge=0, le=1, description="the threshold to check (default 0.97)"),
                     backend: Backend = Depends(get_backend)) -> dict:
-    """A fixed sample of questions (about 170 searches, a few seconds): ``warnings`` lists what one
+    """A fixed sample of questions (about 185 searches, a few seconds): ``warnings`` lists what one
     threshold cannot do here, empty when it serves the collection (docs/relevance.md)."""
     kb = need_kb(request, kb)
     options = {} if min_relevance is None else {"min_relevance": min_relevance}
