@@ -11,6 +11,8 @@ import dataclasses
 import json
 import re
 import shutil
+import threading
+import time
 from contextlib import nullcontext
 from pathlib import Path
 from typing import Annotated
@@ -18,6 +20,7 @@ from typing import Annotated
 import anyio
 import numpy as np
 import pytest
+import uvicorn
 from fastapi.testclient import TestClient
 from indexed import settings_for
 from ingest_helper import ingest
@@ -27,6 +30,7 @@ from streamlit.testing.v1 import AppTest
 from typer.testing import CliRunner
 
 import search.models
+from search import owner
 from search.api.app import create_app
 from search.cli.app import app as search_cli
 from search.config import PROJECT_ROOT, Settings
@@ -34,8 +38,9 @@ from search.errors import ModelNotReady
 from search.mcp import build as build_mcp
 from search.models import PPOCR, Capability, Family, golden, text_reader
 from search.services import SearchService
+from search.services.remote import RemoteService
 from search.store import DOCUMENTS
-from search.triton.local import LocalTriton
+from search.triton.local import LocalTriton, free_port
 
 pytestmark = pytest.mark.served("ppocr")
 SCAN = PROJECT_ROOT / "samples" / "scans" / "printer-queue-scan.pdf"
@@ -314,3 +319,29 @@ def test_a_new_capability_is_listed_and_verified(toy):
         assert not missed["passed"] and "max |Δ| 1.00e-02" in str(missed["families"][0]["checks"])
     finally:
         svc.close()
+
+
+def test_a_new_capability_through_the_server_that_owns_the_data_dir(toy):
+    """With `search serve` running (here in this process, so that it sees the toy), the CLI and the page
+    ask it: RemoteService.ask posts to the capability's route, with the owner's local token."""
+    port = free_port()
+    app = create_app(toy)
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    try:
+        for _ in range(600):
+            if server.started:
+                break
+            time.sleep(0.1)
+        app.state.backend.owner = owner.claim(toy.data_dir, f"http://127.0.0.1:{port}")
+        found = owner.serving(toy)
+        rerank = next(c for c in search.models.capabilities() if c.name == "rerank")
+        assert close_to(RemoteService(found).ask(rerank, RerankQuery(query=QUERY, passages=PASSAGES, top_k=2)).model_dump())
+        ran = CliRunner().invoke(search_cli, ["rerank", "--query", QUERY, *(a for p in PASSAGES for a in ("--passages", p)),
+                                              "--top-k", "2"])
+        assert ran.exit_code == 0 and close_to(json.loads(ran.stdout)), ran.output
+    finally:
+        owner.release(toy.data_dir)
+        server.should_exit = True
+        thread.join(30)
