@@ -1,7 +1,8 @@
 """Every face offers a search's options as its query spec (search/services/spec.py) says: the same
 names, bounds and defaults in the CLI's flags, the REST API's OpenAPI schema, the MCP tools' input
 schemas and the page's widgets. Each face is the real one (the Typer app, the FastAPI app, the MCP
-server, the Streamlit page run by AppTest); no server or model is needed to read them."""
+server, the Streamlit page run by AppTest); no server or model is needed to read them. So does a
+family's own capability (search.models.capabilities), whatever its spec holds."""
 
 from __future__ import annotations
 
