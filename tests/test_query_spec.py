@@ -1,22 +1,33 @@
 """Every face offers a search's options as its query spec (search/services/spec.py) says: the same
 names, bounds and defaults in the CLI's flags, the REST API's OpenAPI schema, the MCP tools' input
 schemas and the page's widgets. Each face is the real one (the Typer app, the FastAPI app, the MCP
-server, the Streamlit page run by AppTest); no server or model is needed to read them."""
+server, the Streamlit page run by AppTest); no server or model is needed to read them. So does a
+family's own capability (search.models.capabilities), whatever its spec holds."""
 
 from __future__ import annotations
 
 import asyncio
 from contextlib import nullcontext
+from types import SimpleNamespace
+from typing import Annotated, Literal
 
+import anyio
 import pytest
 import typer
+from fastapi.testclient import TestClient
+from mcp import Client
+from pydantic import BaseModel, Field
 from streamlit.testing.v1 import AppTest
+from typer.testing import CliRunner
 
+import search.models
 from search.api.app import create_app
 from search.cli.app import app as cli_app
 from search.config import Settings
+from search.keys import key_file
 from search.mcp.server import build
-from search.services.spec import DocumentQuery, EntailQuery, ImageQuery, OcrQuery, PhotoQuery, limits
+from search.models import Capability, Family
+from search.services.spec import DocumentQuery, EntailQuery, ImageQuery, KbName, OcrQuery, PhotoQuery, limits
 
 # What a face has besides the spec's options, and why
 CLI_OWN = {"as_json", "images", "like", "per_document", "pdf"}  # output, which search, the photo; the older --per-document
@@ -138,3 +149,116 @@ def test_a_rule_between_options_reads_in_each_face_s_names(tmp_path):
         cli_build(ImageQuery, {"top_k": 500}, text="x")
     with pytest.raises(BadRequest, match="^hypothesis: String should have at least 1 character"):  # an argument, not a flag
         cli_build(EntailQuery, {}, hypothesis="")
+
+
+# -- a family's own capability: every face is made from its spec, with no face edit
+
+
+class Lookup(BaseModel):
+    """A capability's spec with a field of each kind a face makes a flag or widget of."""
+
+    text: str = Field(min_length=1, max_length=300, description="what to look up")
+    kb: KbName | None = Field(None, description="the knowledge base to look in")
+    limit: Annotated[int, Field(ge=1, le=50)] = Field(10, description="answers at most")
+    cutoff: Annotated[float, Field(ge=0, le=1)] | None = Field(None, description="hide answers below this")
+    exact: bool = Field(False, description="whole words only")
+    order: Literal["score", "name"] = Field("score", description="the order of the answers")
+    tags: list[Annotated[str, Field(max_length=20)]] | None = Field(None, max_length=8, description="only answers with these tags")
+
+
+class Looked(BaseModel):
+    kb: str | None
+    text: str
+
+
+class Lookups(Family):
+    family, display = "lookups", "Lookups"
+    ensembles = steps = ("lookups",)
+
+    def capabilities(self) -> tuple[Capability, ...]:  # answered without a model: the faces are what is tested
+        return (Capability("look_up", "Look a text up.", Lookup, Looked, lambda svc, spec: Looked(kb=spec.kb, text=spec.text), self),)
+
+
+@pytest.fixture
+def lookups(monkeypatch):
+    monkeypatch.setattr(search.models, "FAMILIES", (*search.models.FAMILIES, Lookups()))
+
+
+def test_a_capability_s_faces_are_its_spec(lookups, tmp_path):
+    api = create_app(Settings(data_dir=tmp_path)).openapi()
+    schema = api["paths"]["/look_up"]["post"]["requestBody"]["content"]["application/json"]["schema"]
+    assert all_facts(schema, api["components"]["schemas"]) == spec_facts(Lookup)
+    tools = {t.name: t for t in asyncio.run(build(lambda: nullcontext(None)).list_tools())}
+    assert all_facts(tools["look_up"].input_schema) == spec_facts(Lookup)
+    group = typer.main.get_command(cli_app)
+    command = group.get_command(typer.Context(group), "look-up")
+    options = {p.name: p for p in command.params if p.param_type_name == "option" and p.name != "help"}
+    assert set(options) == set(Lookup.model_fields)
+    for name, field in Lookup.model_fields.items():
+        bounds, option = limits(field), options[name]
+        assert option.opts[0] == "--" + name.replace("_", "-") and option.default in (None, False), name
+        assert (option.min, option.max) == (bounds.get("ge"), bounds.get("le")), name
+        assert option.help.startswith(field.description[:1].upper() + field.description[1:]), name
+    assert "[default: 10]" in options["limit"].help and options["tags"].multiple
+
+
+def _capability_page() -> None:
+    from ui.app import capability_sections
+
+    capability_sections(None)  # no service is asked until Run is pressed
+
+
+def test_a_capability_s_page_section_is_its_spec(lookups):
+    page = AppTest.from_function(_capability_page, default_timeout=120).run()
+    assert not page.exception, page.exception
+    widget = {w.key.rsplit(":", 1)[1]: w for kind in ("text_input", "number_input", "checkbox", "selectbox", "text_area")
+              for w in getattr(page, kind) if w.key}
+    assert set(widget) == set(Lookup.model_fields)
+    for name, field in Lookup.model_fields.items():
+        assert widget[name].help.startswith(field.description), name
+    assert (widget["limit"].min, widget["limit"].max, widget["limit"].value) == (1, 50, 10)
+    assert (widget["cutoff"].min, widget["cutoff"].max, widget["cutoff"].value) == (0.0, 1.0, None)
+    assert widget["order"].options == ["score", "name"] and widget["order"].value == "score"
+    assert widget["exact"].value is False
+
+
+def test_a_capability_is_held_to_the_key_s_knowledge_bases(lookups, tmp_path):
+    """As the searches: a key scoped to "hr" may ask about "hr" only, by REST and by MCP; no key, no answer."""
+    settings = Settings(data_dir=tmp_path, api_key="admin")
+    hr = key_file(settings).add("hr-reader", ["hr"], "read")
+    api = TestClient(create_app(settings))
+    assert api.post("/look_up", json={"text": "x", "kb": "hr"}).status_code == 401
+    answer = api.post("/look_up", json={"text": "x", "kb": "hr"}, headers={"X-API-Key": hr})
+    assert answer.status_code == 200 and answer.json() == {"kb": "hr", "text": "x"}
+    refused = api.post("/look_up", json={"text": "x"}, headers={"X-API-Key": hr})
+    assert refused.status_code == 403 and "default" in refused.json()["detail"]
+    who = key_file(settings).match(hr)
+
+    async def main():
+        async with Client(build(lambda: nullcontext(SimpleNamespace(ask=ask)), caller=lambda _request: who)) as client:
+            assert (await client.call_tool("look_up", {"text": "x", "kb": "hr"})).structured_content == {"kb": "hr", "text": "x"}
+            denied = await client.call_tool("look_up", {"text": "x", "kb": "eng"})
+            assert denied.is_error and "eng" in denied.content[0].text and "\n" not in denied.content[0].text
+
+    def ask(cap, spec):
+        return cap.run(None, spec)
+    anyio.run(main)
+
+
+def test_a_capability_may_not_take_a_name_a_face_uses(monkeypatch, tmp_path):
+    """A capability called "entail" would hide (or be hidden by) the product's own: each face refuses to start."""
+    class Clash(Family):
+        family, display = "clash", "Clash"
+        ensembles = steps = ("clash",)
+
+        def capabilities(self) -> tuple[Capability, ...]:
+            return (Capability("entail", "Clash.", Lookup, Looked, lambda svc, spec: None, self),)
+
+    monkeypatch.setattr(search.models, "FAMILIES", (*search.models.FAMILIES, Clash()))
+    with pytest.raises(ValueError, match="'entail': an MCP tool of that name exists"):
+        create_app(Settings(data_dir=tmp_path))
+    listing = CliRunner().invoke(cli_app, ["--help"])
+    assert listing.exit_code == 1 and listing.stderr == "error: capabilities named like commands of `search`: entail\n"
+    monkeypatch.setattr(search.models, "FAMILIES", (*search.models.FAMILIES, Lookups(), Lookups()))
+    with pytest.raises(LookupError, match="offered by several families: look_up"):
+        search.models.capabilities()

@@ -22,10 +22,10 @@ from search import owner
 from search.config import Settings
 from search.errors import ServiceError
 from search.media.photos import IMAGE_SUFFIXES
-from search.models import for_mode
+from search.models import capabilities, for_mode
 from search.services import DEFAULT_MIN_RELEVANCE, SearchService, admin
 from search.services.remote import RemoteService
-from search.services.spec import DocumentQuery, ImageQuery, PhotoQuery, limits, problem
+from search.services.spec import DocumentQuery, ImageQuery, PhotoQuery, choices, limits, problem, value_type
 from search.terms import highlight_spans
 
 
@@ -80,6 +80,7 @@ def main() -> None:
     except ServiceError as exc:
         st.error(str(exc))
         return
+    capability_sections(svc)
     mode = st.radio("Mode", MODES, format_func=lambda m: m.label, horizontal=True)
     opts = sidebar(status, DocumentQuery if mode.kind == "documents" else PhotoQuery)
     verify_panel(svc)
@@ -307,6 +308,46 @@ def photos_page(svc: SearchService | RemoteService, mode: Mode, opts: dict, veri
                     st.caption(("found by its words · " if hit.found_by == ("words",) else "") + "text: "
                                + " ".join(hit.text.split())[:160])
                 st.caption(hit.display_path)
+
+
+# -- the families' own capabilities (search.models.capabilities): a section each, made from the registry
+
+
+def capability_sections(svc: SearchService | RemoteService) -> None:
+    """A closed section per capability of the registered families, its widgets made from its query spec
+    (each field's label, bounds, default and help), its answer shown as JSON."""
+    for cap in capabilities():
+        with st.expander(f"{cap.command.capitalize()}: {cap.help}"):
+            values = {name: _spec_widget(f"cap:{cap.name}:{name}", name, field) for name, field in cap.spec.model_fields.items()}
+            if not st.button("Run", key=f"cap:{cap.name}:run"):
+                continue
+            try:
+                answer = svc.ask(cap, cap.spec(**{k: v for k, v in values.items() if v is not None}))
+            except ServiceError as exc:
+                st.error(str(exc))
+            except ValidationError as exc:
+                st.error(problem(exc))
+            else:
+                st.json(answer.model_dump(mode="json"))
+
+
+def _spec_widget(key: str, name: str, field):
+    """A widget for a spec's field, by the type of its value; None when left empty (the spec's default applies)."""
+    label, kind, bounds = name.replace("_", " ").capitalize(), value_type(field), limits(field)
+    default = None if field.is_required() else field.default
+    if allowed := choices(field):
+        options = allowed if default is not None or field.is_required() else (None, *allowed)
+        return st.selectbox(label, options, index=options.index(default) if default in options else 0, key=key,
+                            format_func=lambda v: "—" if v is None else str(v), help=field.description)
+    if kind is bool:
+        return st.checkbox(label, value=bool(default), key=key, help=field.description)
+    if kind in (int, float):
+        low, high, value = (None if v is None else kind(v) for v in (bounds.get("ge"), bounds.get("le"), default))
+        return st.number_input(label, low, high, value, 1 if kind is int else None, key=key, help=field.description)
+    if kind is list:
+        lines = st.text_area(label, key=key, help=f"{field.description or ''} (one per line)".strip())
+        return [line for line in lines.splitlines() if line.strip()] or None
+    return st.text_input(label, "" if default is None else str(default), key=key, help=field.description) or None
 
 
 if __name__ == "__main__":  # streamlit runs the file as __main__; tests import highlight()

@@ -12,7 +12,7 @@ from collections.abc import Callable
 from contextlib import asynccontextmanager, nullcontext
 
 import uvicorn
-from fastapi import FastAPI
+from fastapi import APIRouter, FastAPI
 from starlette.routing import Route
 
 from search import owner
@@ -21,7 +21,7 @@ from search.api.errors import add_error_handlers
 from search.api.hot import HotRoutes, hot_routes
 from search.api.limits import CollectAfterBodies, LimitRequestSize
 from search.api.responses import FastJSON
-from search.api.routes import embeddings, health, ingest, kb, search, watches
+from search.api.routes import capabilities, embeddings, health, ingest, kb, search, watches
 from search.api.schemas import errors
 from search.api.security import SCOPES, KeyGate, KeyGuard, describe_access, principal
 from search.config import Settings
@@ -61,6 +61,7 @@ def create_app(settings: Settings) -> FastAPI:
     # The query routes first: a request is matched against the routers in this order
     routers = (search.router, embeddings.router, health.public, health.reads, health.writes, ingest.router,
                watches.router, kb.reads, kb.writes)
+    routers = (*routers, _capabilities(routers))  # the registry's, as it is now
     for router in routers:
         app.include_router(router)
     # MCP over streamable HTTP, behind the same key (the SDK's own transport; tools call the services and
@@ -75,6 +76,15 @@ def create_app(settings: Settings) -> FastAPI:
     app.add_middleware(KeyGate, backend=backend, routes=[*(r for router in routers for r in router.routes), mcp_route])
     app.add_middleware(RequestObserver, metrics=metrics)  # outermost: sees 413s and every error too
     return app
+
+
+def _capabilities(routers) -> APIRouter:
+    """The families' capabilities' routes, none on a path the product's routes (or /mcp) already take."""
+    router = capabilities.router()
+    taken = {route.path for r in routers for route in r.routes} | {"/mcp"}
+    if clash := sorted(route.path for route in router.routes if route.path in taken):
+        raise ValueError(f"capabilities on paths the API already serves: {', '.join(clash)}")
+    return router
 
 
 def serve(settings: Settings, host: str | None = None, port: int | None = None,

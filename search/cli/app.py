@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import importlib
+import re
 from pathlib import Path
 
 import click
 import typer
 from typer.core import TyperGroup
 
-from search.cli import faces, query
+from search.cli import capabilities, faces, query
 from search.cli.support import DataDir, QdrantUrl, TritonUrl, make_settings, reflow_help
 from search.cpu_kernels import choose_openblas_kernels
 
@@ -25,6 +26,9 @@ LAZY_GROUPS = {
 }
 
 
+COMMAND = re.compile(r"^[a-z][a-z0-9-]*$")  # what a command's name may be (a query's first word may look like one)
+
+
 class SearchGroup(TyperGroup):
     """`search "reset password"` means `search query "reset password"`; command groups load lazily."""
 
@@ -34,17 +38,34 @@ class SearchGroup(TyperGroup):
         while i < len(args) and args[i].split("=", 1)[0] in group_opts:
             p = group_opts[args[i].split("=", 1)[0]]
             i += 1 if ("=" in args[i] or getattr(p, "is_flag", False)) else 2
-        if i < len(args) and args[i] not in self.commands and args[i] not in LAZY_GROUPS and args[i] not in ("--help", "-h"):
+        if i == len(args) or args[i] in ("--help", "-h"):
+            self._capabilities()  # a listing: a capability that cannot be listed is an error before any help
+        elif args[i] not in self.commands and args[i] not in LAZY_GROUPS and self._capability(args[i]) is None:
             args = [*args[:i], "query", *args[i:]]
         return super().parse_args(ctx, args)
 
     def list_commands(self, ctx: click.Context) -> list[str]:
-        return [*super().list_commands(ctx), *(g for g in LAZY_GROUPS if g not in self.commands)]
+        return [*super().list_commands(ctx), *(g for g in LAZY_GROUPS if g not in self.commands), *self._capabilities()]
 
     def get_command(self, ctx: click.Context, name: str) -> click.Command | None:
         if name in LAZY_GROUPS and name not in self.commands:  # a help listing: the stand-in is enough
             return click.Group(name, help=LAZY_GROUPS[name][1])
-        return super().get_command(ctx, name)
+        return super().get_command(ctx, name) or self._capability(name)
+
+    def _capabilities(self) -> dict:
+        """The registered families' capabilities by command name, each made into its command on first use."""
+        if "_caps" not in self.__dict__:
+            self._caps, self._made = capabilities.registered({*self.commands, *LAZY_GROUPS}), {}
+        return self._caps
+
+    def _capability(self, name: str) -> click.Command | None:
+        """The command of the capability ``name``; a query's first word that cannot name one ("reset
+        password", "--images") does not load the registry."""
+        if name in self.commands or name in LAZY_GROUPS or not COMMAND.match(name) or name not in self._capabilities():
+            return None
+        if name not in self._made:
+            self._made[name] = capabilities.command(self._caps[name])
+        return self._made[name]
 
     def resolve_command(self, ctx: click.Context, args: list[str]):
         name = args[0] if args else ""

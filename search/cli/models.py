@@ -7,13 +7,13 @@ import inspect
 import typer
 from rich.table import Table
 
+from search import models as registry
 from search.cli.support import err, guarded, out, say
 from search.cli.verify import models_verify
 from search.config import Settings
 from search.models import FAMILIES, PRECISIONS
 
 app = typer.Typer(no_args_is_help=True, help="Export the served models into the Triton model repository.")
-
 
 
 def _by_int8(status: str | None) -> str:
@@ -98,18 +98,22 @@ app.command("verify")(models_verify)
 
 @app.command("list")
 def models_list(ctx: typer.Context) -> None:
-    """Show each model family and whether its files are built."""
+    """Show each model family and whether its files are built, the search modes and the families' own commands."""
     table = Table("family", "model", "Triton ensembles", "built", "precision", "steps")
-    for fam in FAMILIES:
+    for fam in registry.FAMILIES:  # the registry as it is now
         repo = ctx.obj.triton_repo
         table.add_row(fam.family, fam.display, ", ".join(fam.ensembles), "yes" if fam.is_built(repo) else "no",
                       _precision(fam, repo), ", ".join(fam.steps))
     out.print(table)
     out.print("Document search modes (search --mode): auto, the best one served, or")
-    for fam in FAMILIES:
+    for fam in registry.FAMILIES:
         for mode in fam.modes:
             if mode in fam.mode_help:
                 say("  [bold]{}[/]: {}", mode, fam.mode_help[mode])
+    if found := registry.capabilities():
+        out.print("Commands the families add (also POST /NAME of the REST API, an MCP tool and a section of the page):")
+        for cap in found:
+            say("  [bold]search {}[/] ({}): {}", cap.command, cap.family.display, cap.help)
 
 
 def _precision(fam, repo) -> str:

@@ -34,6 +34,7 @@ from search.config import MAX_IMAGE_BYTES
 from search.errors import ServiceError
 from search.keys import EVERYTHING, Principal
 from search.media.files import Refused, read_regular
+from search.models import Capability, capabilities
 from search.services.options import ENTAIL_MODEL, HIT_CHARS_LIMIT, PHOTO_MODEL
 from search.services.results import DocumentHit, ImageHit, prompt_context
 from search.services.spec import DocumentQuery, EntailQuery, ImageQuery, OcrQuery, PhotoQuery, parameters, problem, with_parameters
@@ -281,12 +282,37 @@ def build(connect: Connect, *, name: str = "multimodal-search", caller: Caller |
         """A document's indexed text (its passages in order), bounded by max_chars."""
         return _call(connect, lambda svc: svc.get_document(path, sha256=sha256, max_chars=max_chars, kb=need_kb(kb)))
 
+    _capability_tools(mcp, connect)
+
     @mcp.resource("search://collections", name="collections", mime_type="application/json",
                   description="The knowledge bases (those the caller may read) and their collections, with the points in each")
     def collections() -> str:
         return _collections(connect)
 
     return mcp
+
+
+def _capability_tools(mcp: MCPServer, connect: Connect) -> None:
+    """One tool per family capability in the registry (search.models.capabilities), its parameters the
+    capability's query spec; a spec with a ``kb`` is held to the caller's knowledge bases."""
+    taken = {t.name for t in mcp._tool_manager.list_tools()}  # the SDK's public list_tools is async; it would keep the first
+    for cap in capabilities():
+        if cap.name in taken:
+            raise ValueError(f"capability {cap.name!r}: an MCP tool of that name exists")
+        mcp.add_tool(_capability_tool(connect, cap), name=cap.name, description=cap.help, annotations=READ_ONLY)
+
+
+def _capability_tool(connect: Connect, cap: Capability):
+    def tool(**args) -> dict[str, Any]:
+        spec = _spec(cap.spec, args)
+
+        def answer(svc: Any) -> dict[str, Any]:
+            scoped = spec.model_copy(update={"kb": need_kb(spec.kb)}) if "kb" in cap.spec.model_fields else spec
+            return svc.ask(cap, scoped).model_dump(mode="json")
+        return _call(connect, answer)
+
+    tool.__name__, tool.__doc__ = cap.name, cap.help
+    return with_parameters(tool, parameters(cap.spec))
 
 
 def _collections(connect: Connect) -> str:

@@ -3,7 +3,9 @@ registry here. Adding a family = its module, its triton_repo/ folders and one li
 
 The rest of the product asks the registry who does what, never "the first family": ``required``
 (the family an ingest kind needs), ``for_kind`` (every family that adds vectors to it), ``for_mode``
-(who ranks a search mode), ``text_reader`` (who reads text: a setting chooses among several)."""
+(who ranks a search mode), ``text_reader`` (who reads text: a setting chooses among several),
+``capabilities`` (what every face offers beyond the searches: a family's own commands, routes,
+tools and page sections)."""
 
 from __future__ import annotations
 
@@ -12,6 +14,7 @@ from pathlib import Path
 from search.errors import ModelNotReady
 from search.models.base import PRECISIONS, BuildReport, Encoded, Family, Int8Quality, Vector, WeightsUnavailable
 from search.models.bge_m3 import BGEM3
+from search.models.capability import Capability
 from search.models.clip import CLIP
 from search.models.minilm import MiniLM
 from search.models.ofa import OFA
@@ -80,11 +83,21 @@ def ingest_kinds() -> list[str]:
     return list(dict.fromkeys(k for f in FAMILIES for k in f.kinds))
 
 
+def capabilities() -> list[Capability]:
+    """What the registered families can do beyond the searches, in registry order: each face offers
+    every one (a command, a route, an MCP tool, a section of the page). Names are unique."""
+    found = [c for f in FAMILIES for c in f.capabilities()]
+    names = [c.name for c in found]
+    if twice := sorted({n for n in names if names.count(n) > 1}):
+        raise LookupError(f"capabilities offered by several families: {', '.join(twice)}")
+    return found
+
+
 def built_triton_models(repo: Path) -> list[str]:
     """Triton models whose generated files exist; the local server loads only these."""
     return [name for fam in FAMILIES if fam.is_built(repo) for name in fam.triton_models]
 
 
-__all__ = ["BGEM3", "CLIP", "FAMILIES", "PPOCR", "PRECISIONS", "BuildReport", "Encoded", "Family", "Int8Quality", "MiniLM", "OFA", "Vector",
-           "WeightsUnavailable", "built_triton_models", "family", "for_kind", "for_mode", "ingest_kinds", "required", "text_reader",
-           "text_readers"]
+__all__ = ["BGEM3", "CLIP", "FAMILIES", "OFA", "PPOCR", "PRECISIONS", "BuildReport", "Capability", "Encoded", "Family",
+           "Int8Quality", "MiniLM", "Vector", "WeightsUnavailable", "built_triton_models", "capabilities", "family", "for_kind",
+           "for_mode", "ingest_kinds", "required", "text_reader", "text_readers"]

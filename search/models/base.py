@@ -300,6 +300,11 @@ class Family:
         one answer per query. What a batcher sends."""
         raise NotImplementedError(f"{self.family} serves no queries")
 
+    def capabilities(self) -> tuple:
+        """What the family adds to every face (``search.models.capability.Capability``s): a command, a
+        route, an MCP tool and a section of the page each, made from the capability alone."""
+        return ()
+
     def text_vectors(self, client, texts: list[str]) -> list[TextVector]:
         """Each text's unit vector and token count, as an embeddings request asks for them (any number
         of texts: requests of the model's batch size)."""

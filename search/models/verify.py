@@ -24,7 +24,7 @@ PASS, FAIL, SKIP = "pass", "FAIL", "skipped"
 class Tolerance:
     cosine: float  # least cosine per dense / ColBERT vector
     sparse: float  # most |Δ| per sparse weight; tokens above it must be in both sets
-    logits: float  # most |Δ| per entailment logit
+    logits: float  # most |Δ| per entailment logit, and per value of a family's own outputs (``_values``)
     scale: float  # published checks: how much their own tolerance is widened
     box_px: float = 2.0  # text lines: most |Δ| per box corner coordinate, in pixels
     line_score: float = 1e-3  # text lines: most |Δ| per line's confidence
@@ -130,6 +130,8 @@ def compare(family: str, expected: dict[str, np.ndarray], got: dict[str, np.ndar
         checks.append(_logits(family, expected["pair_logits"], got["pair_logits"], [p.id for p in gold.pairs], tol))
     if "line_texts" in expected:
         checks.append(_lines(family, expected, got, [s.id for s in gold.scans], tol))
+    for key in sorted(set(expected) - KNOWN):  # a family's own outputs (a new capability's): compared as values
+        checks.append(_values(family, key, expected[key], got.get(key), tol))
     for key, ids in (("text_truncated", text_ids), ("pair_truncated", [p.id for p in gold.pairs])):
         if key in expected:
             want, have = np.asarray(expected[key], bool), np.asarray(got[key], bool).reshape(-1)
@@ -138,6 +140,25 @@ def compare(family: str, expected: dict[str, np.ndarray], got: dict[str, np.ndar
                                 f"{len(ids) - len(wrong)}/{len(ids)} equal", "all equal",
                                 f"differ for {', '.join(wrong)}" if wrong else ""))
     return checks
+
+
+# The golden keys the comparisons above read; any other is a family's own output, held to ``_values``
+KNOWN = {"text_dense", "query_dense", "image_dense", "sparse_ids", "sparse_values", "sparse_offsets", "colbert",
+         "colbert_offsets", "pair_logits", "pair_truncated", "text_truncated", "line_texts", "line_scores", "line_boxes",
+         "line_offsets"}
+
+
+def _values(family: str, key: str, want: np.ndarray, have: np.ndarray | None, tol: Tolerance) -> Check:
+    """Outputs no comparison above knows: numbers within ``tol.logits`` of the reference, anything else equal."""
+    what = f"golden: {key} ({want.size})"
+    if have is None or np.shape(have) != want.shape:
+        return Check(family, what, FAIL, "missing" if have is None else f"shape {np.shape(have)}", f"shape {want.shape}",
+                     "the served model is not the one built")
+    if not np.issubdtype(want.dtype, np.number):
+        wrong = int((np.asarray(have) != want).sum())
+        return Check(family, what, FAIL if wrong else PASS, f"{want.size - wrong}/{want.size} equal", "all equal")
+    diff = float(np.abs(want.astype(np.float64) - np.asarray(have, np.float64)).max(initial=0.0))
+    return Check(family, what, PASS if diff <= tol.logits else FAIL, f"max |Δ| {diff:.2e}", f"<= {tol.logits:g}")
 
 
 def cosines(a: np.ndarray, b: np.ndarray) -> np.ndarray:

@@ -59,6 +59,10 @@ class RemoteService(RestClient):
             write_pages(pages, read.lines, pdf)
         return read
 
+    def ask(self, capability, spec):
+        """A family's capability (search.models.Capability) as its route answers it: POST /<name>, the spec as the body."""
+        return capability.answer.model_validate(self.call("POST", capability.path, spec.model_dump(mode="json", exclude_none=True)))
+
     def get_passage(self, passage_id: str | None = None, *, path: str | None = None, chunk: int | None = None,
                     max_chars: int | None = None, full_text: bool = False, kb: str | None = None) -> DocumentHit:
         query = {"id": passage_id, "path": _here(path), "chunk": chunk, "max_chars": max_chars,

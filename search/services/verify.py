@@ -14,8 +14,9 @@ from pathlib import Path
 import httpx
 from tritonclient.utils import InferenceServerException
 
+from search import models as registry
 from search.errors import BadRequest, ServiceError, TritonUnavailable
-from search.models import FAMILIES, Family, published
+from search.models import Family, published
 from search.models.verify import FAIL, PASS, SKIP, TOLERANCES, Check, changed_files, precision, verify_golden
 from search.services.base import ServiceBase
 
@@ -32,7 +33,7 @@ class Verification(ServiceBase):
         False never. A run is CPU-heavy and any read key may ask: one runs at a time, and callers asking
         for the same check meanwhile share its report. ``max_age_s``: a report at most this old will do."""
         names = list(dict.fromkeys(families or []))
-        known = [f.family for f in FAMILIES]
+        known = [f.family for f in registry.FAMILIES]  # the registry as it is now
         for name in names:
             if name not in known:
                 raise BadRequest(f"family: no model family '{name}' (families: {', '.join(known)})")
@@ -43,7 +44,7 @@ class Verification(ServiceBase):
         if self.triton.down():  # a busy Triton is slow, not gone: its checks say so themselves
             raise TritonUnavailable(f"Triton is not reachable at {self.triton_url()}: {self.resources.triton_hint()}")
         reports = [self._verify_family(fam, fam.family in names, published_checks)
-                   for fam in FAMILIES if not names or fam.family in names]
+                   for fam in registry.FAMILIES if not names or fam.family in names]
         verified = [r for r in reports if r["status"] in (PASS, FAIL.lower())]
         failed = [r for r in reports if r["status"] == FAIL.lower() or (r["asked"] and r["status"] != PASS)]
         if not verified and not failed:
