@@ -10,7 +10,7 @@ bench/results/quality_ocr.jsonl.
 
 For each weight source: "raw" is the served model's lines as it returns them (RapidOCR's order),
 joined by spaces; "as read" is what users get (``PPOCR.read_text``: the served model's as-read mode,
-rows joined left to right with spaces, thin images padded with their background). CER is reported
+rows joined left to right with spaces, thin images letterboxed with their background). CER is reported
 with and without spaces (no_space_cer: both sides without spaces): PP-OCRv4 often drops the spaces
 inside a box. --in-process: "raw" is RapidOCR in-process (which the served model equals), "as read"
 the served step's own code in-process on ONNX Runtime.
@@ -31,7 +31,6 @@ from PIL import Image, ImageDraw, ImageFilter, ImageFont  # noqa: E402
 
 from bench.common import append, load, served_family  # noqa: E402
 from search.config import PROJECT_ROOT  # noqa: E402
-from search.models import ppocr_reading  # noqa: E402
 from search.models.export.ppocr import find_models  # noqa: E402
 from search.models.export.ppocr_golden import read as reference_read  # noqa: E402
 from search.models.export.ppocr_golden import reference  # noqa: E402
@@ -179,11 +178,7 @@ def _served_step(source: str):
 
 def _in_process_as_read(step, data: bytes) -> list:
     """What ``PPOCR.read_text`` does around the served model, around its step in-process."""
-    sent, top, height = ppocr_reading.thin_padding(prepared(data))
-    raw = step(sent)
-    if top:
-        raw = [TextLine(t.text, t.score, ppocr_reading.unpadded(t.box, top, height), turned=t.turned) for t in raw]
-    return as_read(raw)
+    return as_read(step(prepared(data)))
 
 
 def _scores(source: str, readers: dict, sets: dict) -> dict:
