@@ -3,14 +3,15 @@
 are written for this script, the fonts are DejaVu and Liberation (free licences) and Pillow's
 built-in Aileron (CC0)), (2) the 500 scanned UW-III text lines of ../shared/data/ocr (measured,
 never committed), where present, and (3) pages rendered here in German, French, Spanish (accents,
-ß, ñ, € amounts) and English, five lines each, in DejaVu where installed. Appends its run to
+ß, ñ, € amounts) and English, five lines each, in DejaVu where installed, and (4) with --eszett, four
+words with ß in five fonts at nine sizes. Appends its run to
 bench/results/quality_ocr.jsonl.
 
-    python bench/quality_ocr.py [--lines 200] [--uw3 500] [--pages 4] [--sources ppocrv4,ppocrv5] [--rec-only]
+    python bench/quality_ocr.py [--lines 200] [--uw3 500] [--pages 4] [--eszett] [--sources ppocrv4,ppocrv5] [--rec-only]
 
 For each weight source: "raw" is the served model's lines as it returns them (RapidOCR's order),
 joined by spaces; "as read" is what users get (``PPOCR.read_text``: the served model's as-read mode,
-rows joined left to right with spaces, thin images padded with their background). CER is reported
+rows joined left to right with spaces, thin images letterboxed with their background). CER is reported
 with and without spaces (no_space_cer: both sides without spaces): PP-OCRv4 often drops the spaces
 inside a box. --in-process: "raw" is RapidOCR in-process (which the served model equals), "as read"
 the served step's own code in-process on ONNX Runtime.
@@ -31,7 +32,6 @@ from PIL import Image, ImageDraw, ImageFilter, ImageFont  # noqa: E402
 
 from bench.common import append, load, served_family  # noqa: E402
 from search.config import PROJECT_ROOT  # noqa: E402
-from search.models import ppocr_reading  # noqa: E402
 from search.models.export.ppocr import find_models  # noqa: E402
 from search.models.export.ppocr_golden import read as reference_read  # noqa: E402
 from search.models.export.ppocr_golden import reference  # noqa: E402
@@ -113,6 +113,28 @@ def pages_set(language: str, n: int) -> list[tuple[str, bytes, str]]:
     return out
 
 
+ESZETT = ["Grüße", "Straße 5", "Schöne Grüße aus Köln", "Größe: übergroß"]
+ESZETT_FONTS = [*PAGE_FONTS, "/usr/share/fonts/truetype/dejavu/DejaVuSansMono.ttf",
+                "/usr/share/fonts/truetype/liberation/LiberationSans-Regular.ttf",
+                "/usr/share/fonts/truetype/liberation/LiberationSerif-Regular.ttf"]
+
+
+def eszett_set() -> list[tuple[str, bytes, str]]:
+    """(id, image, truth): each of ESZETT in each font at nine sizes, black on white, a margin of a
+    size around it ("exact" is the share read with every ß right)."""
+    out = []
+    for path in (f for f in ESZETT_FONTS if Path(f).exists()):
+        for size in (14, 18, 20, 24, 28, 32, 40, 48, 64):
+            font = ImageFont.truetype(path, size)
+            for k, text in enumerate(ESZETT):
+                img = Image.new("RGB", (int(font.getlength(text)) + 2 * size, 3 * size), (255, 255, 255))
+                ImageDraw.Draw(img).text((size, size), text, font=font, fill=(0, 0, 0))
+                buf = io.BytesIO()
+                img.save(buf, "PNG")
+                out.append((f"eszett-{Path(path).stem}-{size}-{k}", buf.getvalue(), text))
+    return out
+
+
 def uw3_set(n: int, path: Path = UW3) -> list[tuple[str, bytes, str]]:
     if not path.exists():
         return []
@@ -179,11 +201,7 @@ def _served_step(source: str):
 
 def _in_process_as_read(step, data: bytes) -> list:
     """What ``PPOCR.read_text`` does around the served model, around its step in-process."""
-    sent, top, height = ppocr_reading.thin_padding(prepared(data))
-    raw = step(sent)
-    if top:
-        raw = [TextLine(t.text, t.score, ppocr_reading.unpadded(t.box, top, height), turned=t.turned) for t in raw]
-    return as_read(raw)
+    return as_read(step(prepared(data)))
 
 
 def _scores(source: str, readers: dict, sets: dict) -> dict:
@@ -203,6 +221,7 @@ def main() -> None:
     ap.add_argument("--uw3", type=int, default=500, help="UW-III lines (0: none)")
     ap.add_argument("--uw3-tgz", type=Path, default=UW3, help="where uw3-500.tgz is")
     ap.add_argument("--pages", type=int, default=4, help="rendered pages per language (0: none)")
+    ap.add_argument("--eszett", action="store_true", help="also words with ß in five fonts at nine sizes")
     ap.add_argument("--sources", default=",".join(SOURCES), help="weight sources to compare")
     ap.add_argument("--in-process", action="store_true", help="RapidOCR in-process instead of the served model "
                     "(its equal: quicker where Triton shares a busy machine)")
@@ -210,7 +229,7 @@ def main() -> None:
     args = ap.parse_args()
     load_before = load()
     sets = {"drawn": drawn_set(args.lines), **({"uw3": uw3_set(args.uw3, args.uw3_tgz)} if args.uw3 else {}),
-            **{f"pages_{lang}": pages_set(lang, args.pages) for lang in PAGES}}
+            **{f"pages_{lang}": pages_set(lang, args.pages) for lang in PAGES}, **({"eszett": eszett_set()} if args.eszett else {})}
     figures: dict = {}
     for source in args.sources.split(","):
         if args.in_process:

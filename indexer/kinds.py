@@ -30,6 +30,7 @@ from search.config import Settings
 from search.errors import TritonUnavailable
 from search.media.photos import IMAGE_SUFFIXES, BadImage, decode_photo, save_thumbnail
 from search.models import Family, golden, required
+from search.models.base import read_as_text
 from search.store import DOCUMENTS, CollectionSchema, documents_schema, images_schema, in_kb, kb_thumbnails
 from search.terms import codes, words
 from search.triton.client import TritonClient
@@ -220,8 +221,8 @@ class Documents:
             raise
         budget.ocr(time.monotonic() - started, scans)
         score = sum(line.score for line in lines) / len(lines) if lines else 0.0
-        return Page(page.number, "\n".join(line.text for line in lines)), {"ocr": {"model": reader.display,
-                                                                                 "score": round(score, 4)}}
+        return Page(page.number, read_as_text(lines)), {"ocr": {"model": reader.display,
+                                                          "score": round(score, 4)}}
 
     def embed(self, items: list[str | None]) -> Embedded:
         out: list[dict] = [{} for _ in items]

@@ -1,18 +1,11 @@
 """Text as people read it (search.models.ppocr_reading, ``as_read``): the served model's boxes of one
-row joined left to right with spaces, rows top to bottom, the boxes kept as words; thin images padded
-with their own background instead of RapidOCR's black bands; the v5 dictionary file read as RapidOCR
-reads it. No server: the boxes are the served model's shape (four corners, tl tr br bl)."""
+row joined left to right with spaces, rows top to bottom, the boxes kept as words; the v5 dictionary
+file read as RapidOCR reads it. No server: the boxes are the served model's shape (four corners, tl tr br bl)."""
 
 from __future__ import annotations
 
-import io
-
-import numpy as np
-from PIL import Image
-
 from search.models.export.ppocr import SOURCES, V4, V5, _dictionary, find_models
 from search.models.ppocr import TextLine, as_read
-from search.models.ppocr_reading import thin_padding, unpadded
 
 
 def word(text: str, x0: float, top: float, width: float, height: float = 30, slope: float = 0.0) -> TextLine:
@@ -50,29 +43,6 @@ def test_one_word_cut_in_two_boxes_gets_no_space_but_neighbouring_words_do():
     assert texts([word("Grüße", 20, 10, 100), word("aus", 110, 10, 60)]) == ["Grüße aus"]
     assert texts([word("Stra", 20, 10, 100), word("ße", 70, 10, 60)]) == ["Straße"]
     assert texts([]) == []
-
-
-def png(img: Image.Image) -> bytes:
-    buf = io.BytesIO()
-    img.save(buf, "PNG")
-    return buf.getvalue()
-
-
-def test_a_thin_image_is_padded_with_its_own_background_and_the_boxes_come_back():
-    line = Image.new("RGB", (800, 40), (255, 255, 255))
-    line.paste((0, 0, 0), (10, 10, 700, 30))
-    data, top, height = thin_padding(png(line))
-    padded = np.asarray(Image.open(io.BytesIO(data)))
-    assert height == 40 and top > 0 and padded.shape == (40 + 2 * top, 800, 3)
-    assert (padded[:top] == 255).all() and (padded[-top:] == 255).all()  # white, not RapidOCR's black bands
-    assert (padded[top:top + 40] == np.asarray(line)).all()
-    assert 800 / padded.shape[0] <= 8  # RapidOCR letterboxes it no more
-    assert unpadded([[5, top - 3], [9, top + 50]], top, height) == [[5, 0.0], [9, 40.0]]
-    dark = Image.new("RGB", (800, 40), (20, 20, 60))
-    _, top, _ = thin_padding(png(dark))
-    assert (np.asarray(Image.open(io.BytesIO(thin_padding(png(dark))[0])))[:top] == (20, 20, 60)).all()
-    page = png(Image.new("RGB", (600, 800), (255, 255, 255)))
-    assert thin_padding(page) == (page, 0, 0) and thin_padding(b"not an image") == (b"not an image", 0, 0)
 
 
 def test_a_dictionary_file_is_read_as_rapidocr_reads_it(tmp_path):

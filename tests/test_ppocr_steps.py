@@ -312,6 +312,21 @@ def test_as_read_turns_the_page_as_a_whole_but_keeps_a_line_pasted_the_other_way
     assert flipped[0].turned == (turn == 0)
 
 
+def test_as_read_letterboxes_a_thin_image_with_its_own_background(cfg, infer):
+    """RapidOCR letterboxes a thin image with black bands, which read as the edges of letters; as read,
+    the bands are the image's own background colour (it was black there too), and the boxes come back
+    in the image's own pixels."""
+    line = np.ascontiguousarray(np.asarray(strip("wifi password: hunter2", (640, 44), 30))[..., ::-1])  # BGR
+    black, top = ocr.letterbox(line, cfg)
+    own, same = ocr.letterbox(line, cfg, own_colour=True)
+    assert top == same > 0 and (black[:top] == 0).all() and (black[-top:] == 0).all()
+    assert (own[:top] == 255).all() and (own[-top:] == 255).all() and (own[top:-top] == line).all()
+    dark = np.full((20, 400, 3), (60, 20, 20), np.uint8)
+    assert (ocr.letterbox(dark, cfg, own_colour=True)[0][0] == (60, 20, 20)).all()
+    lines = ocr.run(CASES["wide_letterboxed"], infer, cfg, as_read=True)
+    assert "hunter2" in " ".join(x.text for x in lines) and all(0 <= y <= 44 for x in lines for _, y in x.box), lines
+
+
 def test_pieces_cut_a_long_crop_to_the_classifiers_shape():
     from search.triton.steps.ppocr_page import pieces  # noqa: PLC0415
     crop = np.zeros((48, 48 * 37, 3), np.uint8)

@@ -171,22 +171,23 @@ def ocr(
     spec = build(OcrQuery, options)
     with query_service(ctx) as svc:
         read = svc.read_text(image, pdf=pdf)
-    lines = read.confident(spec.min_score).lines
+    read = read.confident(spec.min_score)
+    lines = read.lines
     if as_json:
-        print(to_json({"image": str(image), "model": read.model, "pages": read.pages,
-                       "text": "\n".join(line["text"] for line in lines), "lines": lines,
-                       **({"pdf": str(pdf)} if pdf else {})}))
+        print(to_json({"image": str(image), **read.as_dict(), **({"pdf": str(pdf)} if pdf else {})}))
         return
     if pdf:
         err.print(f"searchable PDF written: {pdf} ({read.pages} page{'s' if read.pages > 1 else ''})", highlight=False)
     if not lines:
         err.print(f"no text found in {image}")
         raise typer.Exit(NOTHING_MATCHED)
-    page = None
+    page = block = None
     for line in lines:
         if read.pages > 1 and line.get("page") != page:
-            page = line.get("page")
-            say("[bold]— page {} —[/]", page)
+            say("[bold]— page {} —[/]", line.get("page"))
+        elif block is not None and line.get("block") != block:
+            say("")  # a blank line between paragraphs (blocks)
+        page, block = line.get("page"), line.get("block")
         say("[green]{:.3f}[/]  {}", line["score"], line["text"])
 
 

@@ -263,8 +263,8 @@ class Family:
     reads_text: bool = False  # reads the text in images: scanned pages and photos become documents' text
 
     def read_text(self, client, images: list[bytes]) -> list[list]:
-        """Each encoded image's text lines (``text``, ``score``, ``box``), in reading order: a family
-        that ``reads_text``."""
+        """Each encoded image's text lines (``text``, ``score``, ``box``, and ``block``: its paragraph
+        or column, from 0), in reading order: a family that ``reads_text``."""
         raise NotImplementedError(f"{self.family} reads no text")
 
     def entail(self, client, images: list[bytes], hypotheses: list[str], premises: list[str | None] | None = None) -> list[dict]:
@@ -309,6 +309,16 @@ class Family:
         """Each text's unit vector and token count, as an embeddings request asks for them (any number
         of texts: requests of the model's batch size)."""
         raise NotImplementedError(f"{self.family} serves no text vectors")
+
+
+def read_as_text(lines: list) -> str:
+    """Lines a family read (``Family.read_text``) as text: a line each, a blank line between blocks."""
+    blocks: list[list[str]] = []
+    for k, line in enumerate(lines):
+        if k == 0 or line.block != lines[k - 1].block:
+            blocks.append([])
+        blocks[-1].append(line.text)
+    return "\n\n".join("\n".join(block) for block in blocks)
 
 
 def image_tensor(images: list[bytes]) -> np.ndarray:

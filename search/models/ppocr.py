@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 from PIL import Image, ImageOps
 
-from search.models import ppocr_reading
+from search.models import ppocr_layout, ppocr_reading
 from search.models.base import Family, image_tensor
 from search.triton.client import TritonClient
 
@@ -28,10 +28,11 @@ class TextLine:
     box: list[list[float]]  # four (x, y) corners in the image's pixels, clockwise from top left
     words: tuple[TextLine, ...] = ()  # a line as read: the served model's own lines (boxes) it joins
     turned: bool = False  # read turned by 180° (the served model's direction classifier decided so)
+    block: int = 0  # a line as read: its block (a paragraph, a column's), counted from 0 in reading order
 
     def as_dict(self) -> dict:
         own = {"text": self.text, "score": self.score, "box": self.box}
-        return {**own, "words": [w.as_dict() for w in self.words]} if self.words else own
+        return {**own, "block": self.block, "words": [w.as_dict() for w in self.words]} if self.words else own
 
 
 class PPOCR(Family):
@@ -55,17 +56,10 @@ class PPOCR(Family):
 
     def read_text(self, client: TritonClient, images: list[bytes]) -> list[list[TextLine]]:
         """Each image's lines as people read them (``as_read``; one request per image: a bad one fails
-        alone), the image sent as a viewer shows it (``prepared``), a thin one padded with its own
-        background (``ppocr_reading.thin_padding``), read by the served model in its as-read mode (the
-        page turned as a whole, long curved lines kept)."""
-        out = []
-        for data in images:
-            sent, top, height = ppocr_reading.thin_padding(prepared(data))
-            raw = read(client, sent, as_read=True)
-            if top:
-                raw = [TextLine(t.text, t.score, ppocr_reading.unpadded(t.box, top, height), turned=t.turned) for t in raw]
-            out.append(as_read(raw))
-        return out
+        alone), the image sent as a viewer shows it (``prepared``), read by the served model in its
+        as-read mode (the page turned as a whole, long curved lines kept, a thin image letterboxed with
+        its own background)."""
+        return [as_read(read(client, prepared(data), as_read=True)) for data in images]
 
     def served_golden(self, client: TritonClient, gold) -> dict[str, np.ndarray]:
         return lines_arrays([read(client, scan.data) for scan in gold.scans])
@@ -100,7 +94,8 @@ def prepared(data: bytes) -> bytes:
 
 def read(client: TritonClient, data: bytes, as_read: bool = False) -> list[TextLine]:
     """One encoded image's lines from the served ``ocr`` model: exactly RapidOCR's reading, or with
-    ``as_read`` the model's reading for people (the page turned as a whole, long curved lines kept)."""
+    ``as_read`` the model's reading for people (the page turned as a whole, long curved lines kept, a
+    thin image letterboxed with its own background)."""
     inputs = {"IMAGE": image_tensor([data])}
     if as_read:
         inputs["AS_READ"] = np.ones((1, 1), dtype=bool)
@@ -110,21 +105,26 @@ def read(client: TritonClient, data: bytes, as_read: bool = False) -> list[TextL
 
 
 def as_read(raw: list[TextLine]) -> list[TextLine]:
-    """The served model's lines (boxes) as people read them: those of one row joined left to right into
-    one line (a space between boxes), rows top to bottom; each keeps the boxes it joins as ``words``,
-    its score their mean weighted by characters, its box from the first's left edge to the last's right.
-    On a page read upside down (most lines turned) left, right, top and bottom are the turned page's."""
+    """The served model's lines (boxes) as people read them: in blocks (columns left to right, their
+    paragraphs top to bottom: ``ppocr_layout``), in each block those of one row joined left to right
+    into one line (a space between boxes), rows top to bottom; each keeps the boxes it joins as
+    ``words``, its score their mean weighted by characters, its box from the first's left edge to the
+    last's right. On a page read upside down (most lines turned) left, right, top and bottom are the
+    turned page's."""
     turned = 2 * sum(line.turned for line in raw) > len(raw)
     frame = [ppocr_reading.turned_box(line.box) if turned else line.box for line in raw]
     out = []
-    for row in ppocr_reading.rows(frame):
-        words = tuple(raw[i] for i in row)
-        chars = [max(len(w.text), 1) for w in words]
-        score = sum(w.score * n for w, n in zip(words, chars)) / sum(chars)
-        first, last = frame[row[0]], frame[row[-1]]
-        text = ppocr_reading.join([w.text for w in words], [frame[i] for i in row])
-        box = [first[0], last[1], last[2], first[3]]
-        out.append(TextLine(text, float(score), ppocr_reading.turned_box(box) if turned else box, words, turned))
+    for number, block in enumerate(ppocr_layout.blocks(frame)):
+        for row in ppocr_reading.rows([frame[i] for i in block]):
+            row = [block[i] for i in row]
+            words = tuple(raw[i] for i in row)
+            chars = [max(len(w.text), 1) for w in words]
+            score = sum(w.score * n for w, n in zip(words, chars)) / sum(chars)
+            first, last = frame[row[0]], frame[row[-1]]
+            text = ppocr_reading.join([w.text for w in words], [frame[i] for i in row])
+            box = [first[0], last[1], last[2], first[3]]
+            out.append(TextLine(text, float(score), ppocr_reading.turned_box(box) if turned else box, words, turned,
+                                number))
     return out
 
 

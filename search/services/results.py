@@ -198,22 +198,39 @@ class Verdict:
 class TextRead:
     """The text lines read in an image or a scan, page by page, each page's in reading order."""
 
-    lines: list[dict]  # {"text", "score" (0..1), "box" (four x, y corners in its page's pixels), "page" (1-based)}
+    lines: list[dict]  # {"text", "score" (0..1), "box" (four x, y corners in its page's pixels), "page" (1-based),
+    #                     "block" (its paragraph or column on the page, from 0 in reading order)}
     model: str  # the model that read them
     pages: int = 1  # a multi-page TIFF's frames, a PDF's pages
 
     @property
+    def blocks(self) -> list[dict]:
+        """The lines' blocks (paragraphs, a column's), page by page in reading order: each with its
+        ``page``, ``lines`` (indexes into ``lines``), ``text`` (its lines) and ``box`` (around its lines)."""
+        out: dict[tuple[int, int], list[int]] = {}
+        for k, line in enumerate(self.lines):
+            out.setdefault((line.get("page", 1), line.get("block", 0)), []).append(k)
+        return [{"page": page, "lines": ks, "text": "\n".join(self.lines[k]["text"] for k in ks),
+                 "box": _around([self.lines[k]["box"] for k in ks])} for (page, _), ks in out.items()]
+
+    @property
     def text(self) -> str:
-        """The lines, a blank line between pages."""
-        return "\n\n".join("\n".join(line["text"] for line in self.lines if line.get("page", 1) == n)
-                           for n in range(1, self.pages + 1))
+        """The lines, a blank line between blocks (paragraphs) and between pages."""
+        return "\n\n".join(block["text"] for block in self.blocks)
 
     def as_dict(self) -> dict:
-        return {"model": self.model, "pages": self.pages, "text": self.text, "lines": self.lines}
+        return {"model": self.model, "pages": self.pages, "text": self.text, "lines": self.lines, "blocks": self.blocks}
 
     def confident(self, min_score: float) -> TextRead:
         """Only the lines read with at least this confidence (OcrQuery.min_score)."""
         return replace(self, lines=[line for line in self.lines if line["score"] >= min_score])
+
+
+def _around(boxes: list) -> list[list[float]]:
+    """The upright rectangle around boxes of four (x, y) corners, as four corners (tl, tr, br, bl)."""
+    xs, ys = [p[0] for b in boxes for p in b], [p[1] for b in boxes for p in b]
+    x0, y0, x1, y1 = min(xs), min(ys), max(xs), max(ys)
+    return [[x0, y0], [x1, y0], [x1, y1], [x0, y1]]
 
 
 def prompt_context(hits: list[DocumentHit]) -> str:

@@ -182,14 +182,23 @@ def resize_whole(img: np.ndarray, cfg: OcrConfig) -> tuple[np.ndarray, float, fl
     return img, ratio_h, ratio_w
 
 
-def letterbox(img: np.ndarray, cfg: OcrConfig) -> tuple[np.ndarray, int]:
-    """maybe_add_letterbox: black bands above and below a low or very wide image; returns the band's height."""
+def letterbox(img: np.ndarray, cfg: OcrConfig, own_colour: bool = False) -> tuple[np.ndarray, int]:
+    """maybe_add_letterbox: black bands above and below a low or very wide image (``own_colour``: bands
+    of its background colour, ``background``); returns the band's height."""
     h, w = img.shape[:2]
     too_wide = cfg.width_height_ratio != -1 and w / h > cfg.width_height_ratio
     if h > cfg.min_height and not too_wide:
         return img, 0
     pad = int(abs(max(int(w / cfg.width_height_ratio), cfg.min_height) * 2 - h) / 2)
-    return cv2.copyMakeBorder(img, pad, pad, 0, 0, cv2.BORDER_CONSTANT, value=(0, 0, 0)), pad
+    colour = background(img) if own_colour else (0, 0, 0)
+    return cv2.copyMakeBorder(img, pad, pad, 0, 0, cv2.BORDER_CONSTANT, value=colour), pad
+
+
+def background(img: np.ndarray) -> tuple[int, ...]:
+    """An image's background colour: the median of its edge pixels (white on a page). RapidOCR's black
+    bands beside a line of dark text on white read as the edges of letters: the first and last suffer."""
+    edge = np.concatenate([img[0], img[-1], img[:, 0], img[:, -1]])
+    return tuple(int(v) for v in np.median(edge, axis=0))
 
 
 # --- detection --------------------------------------------------------------------------------
@@ -333,14 +342,15 @@ def origin_boxes(boxes: list[np.ndarray], top: int, ratio_h: float, ratio_w: flo
 def run(data: bytes, infer: Infer, cfg: OcrConfig, as_read: bool = False) -> list[Line]:
     """Image bytes -> the lines RapidOCR finds, in its order, those scoring under text_score left out.
     ``as_read``: read as a person would rather than exactly as RapidOCR does: the page turned as a whole
-    (``ppocr_page``), and a box scored over its own outline ("slow", PaddleOCR's option) rather than its
-    rectangle, in which a long, slightly curved line on a scan scores under box_thresh and is lost."""
+    (``ppocr_page``), a box scored over its own outline ("slow", PaddleOCR's option) rather than its
+    rectangle, in which a long, slightly curved line on a scan scores under box_thresh and is lost, and
+    a thin image letterboxed with its own background colour rather than black."""
     if as_read:
         cfg = replace(cfg, score_mode="slow")
     img = decode(data, cfg.max_pixels)
     raw_h, raw_w = img.shape[:2]
     img, ratio_h, ratio_w = resize_whole(img, cfg)
-    img, top = letterbox(img, cfg)
+    img, top = letterbox(img, cfg, own_colour=as_read)
     tensor = det_input(img, cfg)
     if tensor is None:
         return []
