@@ -1,4 +1,4 @@
-"""A document whose text OCR read is stored under the reader's weights too (indexer/kinds.py
+"""A document whose text OCR read is stored under the reader's weights too (indexer/kinds/documents.py
 ``read_signature``): after new OCR weights (`search models build --ppocr-source DIR`) the next
 ingest reads the scans again, and only them; with the same weights nothing is read twice, across
 server restarts. Real models: the session's MiniLM and PP-OCR, served by a Triton of this test's own
