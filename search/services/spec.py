@@ -49,8 +49,8 @@ class _Modes:
 
 
 def _mode(value: str) -> str:
-    if value not in options.MODES:
-        raise ValueError(f"must be one of {', '.join(options.MODES)}")
+    if value not in (modes := options.MODES):  # the registry's, asked once
+        raise ValueError(f"must be one of {', '.join(modes)}")
     return value
 
 
