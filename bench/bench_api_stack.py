@@ -72,7 +72,7 @@ def _hit(i: int) -> DocumentHit:
     text = " ".join(f"passage {i} word {w} of a policy text about accounts and passwords" for w in range(16))[:1000]
     return DocumentHit(score=0.8 - i / 100, path=f"/srv/kb/handbook/section-{i}.pdf", chunk=i, text=text,
                        sha256=f"{i:064x}", paths=[f"/srv/kb/handbook/section-{i}.pdf"], start=0, end=len(text),
-                       page=i + 1, title="Handbook", section=f"Accounts {i}", relevance=0.9, length=len(text))
+                       page=i + 1, title="Handbook", section=f"Accounts {i}", relevance=0.9, length=len(text), mode="semantic")
 
 
 def app_with_probes(settings: Settings, hits: int = 0):

@@ -209,7 +209,8 @@ def worker_child(slice_units: int, docs: Path, write: bool) -> None:
     from indexer import ray_workers  # noqa: PLC0415
     from indexer.distributed import make_plan  # noqa: PLC0415
     from indexer.engine import Ingestor, listing  # noqa: PLC0415
-    from indexer.ray_workers import Embedder, _pack, _Rec, read_and_split  # noqa: PLC0415
+    from indexer.ray_plan import _pack, _Rec  # noqa: PLC0415
+    from indexer.ray_workers import Embedder, read_and_split  # noqa: PLC0415
     from indexer.report import IngestReport  # noqa: PLC0415
     from indexer.service import IngestService  # noqa: PLC0415
     from search.config import Settings  # noqa: PLC0415

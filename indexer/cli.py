@@ -31,7 +31,6 @@ from search.cli.support import (
     say,
     to_json,
 )
-from search.config import MAX_CHUNK_TOKENS
 from search.cpu_kernels import choose_openblas_kernels
 from search.paths import readable, stored
 
@@ -55,9 +54,9 @@ def ingest(
     paths: list[Path] = typer.Argument(..., help="Files or folders (searched recursively): documents (.txt, .md, .html, "
                                         ".pdf, .docx) and photos (.jpg, .png, .webp, .gif, .bmp, .tiff; .heic with pillow-heif)."),
     prune: bool = typer.Option(False, "--prune", help="Remove files under PATHS that are gone from disk from the index."),
-    chunk_tokens: int = typer.Option(None, "--chunk-tokens", min=1, max=MAX_CHUNK_TOKENS,
-                                     help=f"Tokens per chunk \\[default: 200; the text model reads {MAX_CHUNK_TOKENS} "
-                                          "plus two special tokens]."),
+    chunk_tokens: int = typer.Option(None, "--chunk-tokens", min=1,
+                                     help="Tokens per chunk, at most what the documents' model reads of one (its window "
+                                          "less its special tokens) \\[default: 200, or that when smaller]."),
     overlap: int = typer.Option(None, "--overlap", min=0, help="Tokens shared by consecutive chunks \\[default: 40]."),
     ocr_photos: bool = typer.Option(None, "--ocr-photos/--no-ocr-photos",
                                     help="Also read the text in photos and image files (OCR), so a search finds them by "

@@ -65,6 +65,15 @@ def waiting(progress: Progress, task) -> Callable[[str | None], None]:
     return on_wait
 
 
+def _truncated(n: int) -> str:
+    """Chunks cut to the window of the model that embeds documents, named with it."""
+    from search.models import required  # noqa: PLC0415  (the registry loads numpy: only a run that cut chunks pays)
+    from search.store.schema import DOCUMENTS_NAME  # noqa: PLC0415  (qdrant-client, for the same reason)
+
+    fam = required(DOCUMENTS_NAME)
+    return f" ({n} truncated to the {fam.max_tokens} tokens {fam.display} reads)"
+
+
 def print_summary(d: dict, verbose: bool) -> None:
     skipped = ", ".join(f"{why}: {n}" for why, n in d["skipped_by_reason"].items())
     out.print(
@@ -74,7 +83,7 @@ def print_summary(d: dict, verbose: bool) -> None:
         + (f", {d['skipped']} skipped ({skipped})" if d["skipped"] else "")
         + (" (" + ", ".join(f"{n} {k}" for k, n in sorted(d["by_kind"].items())) + ")" if len(d["by_kind"]) > 1 else "")
         + f" — {d['embedded_chunks']} chunks embedded in {d['seconds']:.1f} s"
-        + (f" ({d['truncated_chunks']} truncated to the model's 256 tokens)" if d["truncated_chunks"] else ""),
+        + (_truncated(d["truncated_chunks"]) if d["truncated_chunks"] else ""),
         highlight=False,
     )
     if d.get("stages"):

@@ -28,19 +28,16 @@ from indexer.confine import Confinement
 from indexer.engine import Ingestor, listing
 from indexer.kinds import Kind
 from indexer.ray_cluster import LOOPBACK, RayUnavailable, check_nodes, connect, loopback
+from indexer.ray_plan import Plan, _pack, _Rec
 from indexer.ray_workers import (
     EMBED_ACTOR_CPUS,
     FILES_PER_EMBED_BATCH,
     FILES_PER_READ_BATCH,
     UNITS_PER_EMBED_SLICE,
     Embedder,
-    Plan,
-    _pack,
-    _Rec,
     read_and_split,
-    workers_write,
-    write_new,
 )
+from indexer.ray_write import workers_write, write_new
 from indexer.report import FileOutcome, IngestReport
 from indexer.stages import FileJob, embed_units
 from search.config import Settings

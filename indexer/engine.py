@@ -29,7 +29,7 @@ from search.store import Store
 
 class Rules(Protocol):
     """What writing new content asks of the content rules: a Ledger on the driver; on a Ray worker
-    that writes, the store's view the run was planned with (indexer/ray_workers.py ``Planned``)."""
+    that writes, the store's view the run was planned with (indexer/ray_write.py ``Planned``)."""
 
     def paths_for(self, job: FileJob) -> list[str]: ...
     def stored(self, job: FileJob, paths: list[str], n: int) -> list[FileOutcome]: ...

@@ -1,6 +1,6 @@
 """Ingest: discover files -> load -> split into units -> embed (Triton, batched across files) -> upsert.
 
-One pipeline for every kind of file; a ``Kind`` (indexer/kinds.py) says how a file becomes units
+One pipeline for every kind of file; a ``Kind`` (indexer/kinds/) says how a file becomes units
 and how they are embedded. The engine (indexer/engine.py) runs them through stages, content rules
 and writer; this module runs it on this machine's threads (indexer/local.py), the Ray executor
 is indexer/distributed.py. This module is the entry point other code imports."""

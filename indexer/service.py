@@ -10,7 +10,7 @@ from tokenizers import Tokenizer
 
 from indexer import distributed, pipeline
 from indexer.failures import FailureMemory
-from indexer.kinds import Documents, Kind, Photos, chunk_tokenizer, make_kind
+from indexer.kinds import KINDS, Kind, chunk_tokenizer, make_kind
 from indexer.patience import Patience, PatientTriton
 from indexer.report import FileOutcome, IngestReport
 from search.config import Settings
@@ -19,7 +19,7 @@ from search.models import for_kind, ingest_kinds, required, text_reader
 from search.resources import Resources
 from search.store import COLLECTIONS, DOCUMENTS, check_kb, kb_collection
 
-SUFFIXES = {Documents.name: Documents.suffixes, Photos.name: Photos.suffixes}
+SUFFIXES = {name: kind.suffixes for name, kind in KINDS.items()}
 FAILURES_FILE = "ingest-failures.json"  # in the data dir: see indexer/failures.py
 
 

@@ -19,13 +19,13 @@ from watchdog.events import FileSystemEvent, FileSystemEventHandler
 from watchdog.observers import Observer
 
 from indexer.discover import SKIP_DIRS
-from indexer.kinds import Documents, Photos
+from indexer.kinds import KINDS
 
 log = logging.getLogger("indexer.watch")
 
 # ingest(paths) -> anything (the caller's report); paths that are gone are to be pruned
 Ingest = Callable[[list[Path]], object]
-SUFFIXES = Documents.suffixes | Photos.suffixes  # what ingest reads: changes to other files are not collected
+SUFFIXES = frozenset().union(*(k.suffixes for k in KINDS.values()))  # what ingest reads: changes to other files are not collected
 RETRY_MAX_S = 60.0  # a failing ingest (Triton down) is retried with a delay that doubles up to this
 IDLE_S = 2.0  # quiet this long after a batch before on_idle (the store's optimize) runs
 

@@ -17,8 +17,6 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 from search.locations import DEFAULT_DATA_DIR, PROJECT_ROOT
 
 Port = Annotated[int, Field(ge=1, le=65535)]
-# The chunking text model reads 256 tokens: 254 plus its two special tokens ([CLS] and [SEP]).
-MAX_CHUNK_TOKENS = 254
 
 
 # Knowledge bases' names (search/store/schema.py: one documents and one images collection each); here
@@ -93,8 +91,10 @@ class Settings(BaseSettings):
     ofa_source: str = "iic/ofa_visual-entailment_snli-ve_large_en"
     ppocr_source: str = "ppocrv5"
 
-    # Ingest
-    chunk_tokens: int = Field(default=200, ge=1, le=MAX_CHUNK_TOKENS)
+    # Ingest. Tokens per chunk: at most what the model that embeds documents reads of a chunk (its
+    # window less its special tokens, Family.chunk_window), checked when a run starts (the model
+    # registry sits above the settings); the default is cut to a smaller window. The bound here is a sanity bound.
+    chunk_tokens: int = Field(default=200, ge=1, le=1_000_000)
     chunk_overlap: int = Field(default=40, ge=0)
     embed_batch_size: PositiveInt = 16  # the ingest's best batch on 2 CPU cores
     embed_concurrency: PositiveInt = 2
@@ -130,8 +130,9 @@ class Settings(BaseSettings):
     ray_address: str | None = None
 
     # Document search: "auto" = the best mode of an optional family that is served, else the required
-    # family's (search.services.documents).
-    search_mode: Literal["auto", "semantic", "dense", "sparse", "hybrid"] = "auto"
+    # family's (search.services.documents); or a mode a model offers (`search models list`). The modes
+    # are the model registry's, which sits above the settings: `search serve` and each search check it.
+    search_mode: str = Field(default="auto", min_length=1, max_length=64)
 
     # REST API (`search serve`) and the page (`search ui`)
     api_host: str = "127.0.0.1"

@@ -31,7 +31,7 @@ def test_top_100_holds_the_exact_top_100(tmp_path, n):
     data = embeddings(n, rng, centres)
     store = open_location("edge", str(tmp_path / "store"))
     try:
-        schema = images_schema(DIM)
+        schema = images_schema({image_vector(): DIM})
         store.ensure(schema)
         name = image_vector()
         for start in range(0, n, 2_000):

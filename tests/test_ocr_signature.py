@@ -1,4 +1,4 @@
-"""A document whose text OCR read is stored under the reader's weights too (indexer/kinds.py
+"""A document whose text OCR read is stored under the reader's weights too (indexer/kinds/documents.py
 ``read_signature``): after new OCR weights (`search models build --ppocr-source DIR`) the next
 ingest reads the scans again, and only them; with the same weights nothing is read twice, across
 server restarts. Real models: the session's MiniLM and PP-OCR, served by a Triton of this test's own
@@ -76,7 +76,7 @@ def ingest_with(repo: Path, tmp_path: Path, folder: Path, runs: int = 1) -> list
     return out
 
 
-def test_new_ocr_weights_read_the_scans_again_and_nothing_else(model_repo, tmp_path):
+def test_new_ocr_weights_read_the_scans_again_and_nothing_else(model_repo, tmp_path, monkeypatch):
     repo = ocr_repo(model_repo, tmp_path)
     folder = tmp_path / "kb"
     folder.mkdir()
@@ -88,6 +88,9 @@ def test_new_ocr_weights_read_the_scans_again_and_nothing_else(model_repo, tmp_p
     assert "spooler" in before[SCAN].lower()  # read by OCR
     [(statuses, _)] = ingest_with(repo, tmp_path, folder)  # the same weights, another server: nothing read again
     assert statuses == {SCAN: "unchanged", NOTE: "unchanged"}
+    monkeypatch.setattr(PPOCR, "layout_version", PPOCR.layout_version + 1)  # new rules for lines into text
+    [(statuses, _)] = ingest_with(repo, tmp_path, folder)
+    assert statuses == {SCAN: "updated", NOTE: "unchanged"}
 
     built = PPOCR().build(repo, str(other_weights(tmp_path)), force=True)
     assert built.status == "built", built.detail

@@ -28,7 +28,7 @@ from document_helpers import long_doc
 from qdrant_client import models
 from stored_points import assert_same_points, mixed_folder, photo, points_of, run, stored
 
-from indexer import distributed, ray_workers, writer
+from indexer import distributed, ray_plan, ray_workers, writer
 from indexer.distributed import Embedder, _pack, _Rec, make_plan, read_and_split, write_new
 from indexer.engine import Ingestor, listing
 from indexer.kinds import Documents
@@ -351,18 +351,18 @@ def test_a_worker_process_keeps_only_the_last_plans_clients_and_maps(settings, m
     RECENT_PLANS plans it used, a plan used again counting as recent."""
     n = 4
     for name, value in (("RECENT_PLANS", n), ("_KINDS", {}), ("_STORED", {})):
-        monkeypatch.setattr(ray_workers, name, value)
+        monkeypatch.setattr(ray_plan, name, value)
     plans = [SimpleNamespace(token=f"plan-{i}", settings=settings, kinds={}, known={}, kb=None) for i in range(n + 2)]
-    first = ray_workers._kinds(plans[0], "127.0.0.1:1")
+    first = ray_plan._kinds(plans[0], "127.0.0.1:1")
     for i, plan in enumerate(plans[1:], 1):
-        ray_workers._kinds(plan, "127.0.0.1:1")
-        ray_workers._stored(plan)
-        ray_workers._kinds(plans[1], "127.0.0.1:2")  # plan 1 again (another replica): still recent
-        assert len(ray_workers._KINDS) == min(i + 1, n) and len(ray_workers._STORED) == min(i, n)
-    assert list(ray_workers._KINDS) == ["plan-3", "plan-4", "plan-5", "plan-1"]
-    assert set(ray_workers._KINDS["plan-1"]) == {"127.0.0.1:1", "127.0.0.1:2"}
-    assert list(ray_workers._STORED) == ["plan-2", "plan-3", "plan-4", "plan-5"]
-    assert ray_workers._kinds(plans[0], "127.0.0.1:1") is not first  # made again when it comes back
+        ray_plan._kinds(plan, "127.0.0.1:1")
+        ray_plan._stored(plan)
+        ray_plan._kinds(plans[1], "127.0.0.1:2")  # plan 1 again (another replica): still recent
+        assert len(ray_plan._KINDS) == min(i + 1, n) and len(ray_plan._STORED) == min(i, n)
+    assert list(ray_plan._KINDS) == ["plan-3", "plan-4", "plan-5", "plan-1"]
+    assert set(ray_plan._KINDS["plan-1"]) == {"127.0.0.1:1", "127.0.0.1:2"}
+    assert list(ray_plan._STORED) == ["plan-2", "plan-3", "plan-4", "plan-5"]
+    assert ray_plan._kinds(plans[0], "127.0.0.1:1") is not first  # made again when it comes back
 
 
 def test_the_model_actor_reads_scans_on_the_replica_that_answers(settings, tmp_path):

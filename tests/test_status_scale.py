@@ -16,7 +16,7 @@ def test_status_and_store_stats_scan_no_points(tmp_path, monkeypatch):
     svc = SearchService(Settings(data_dir=tmp_path / "data"))
     try:
         store = svc.store
-        schema = images_schema(8)
+        schema = images_schema({image_vector(): 8})
         store.ensure(schema)
         rng = np.random.default_rng(0)
         store.upsert(schema.name, [models.PointStruct(id=i, vector={image_vector(): rng.standard_normal(8).astype(np.float32)},

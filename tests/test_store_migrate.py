@@ -11,7 +11,7 @@ from cli_helpers import one_line_error, run
 from qdrant_client import models
 from store_helpers import IDS, MINILM, SPARSE, N, fill, unit
 
-from search.store import DOCUMENTS, images_schema, migrate, open_location, point_id
+from search.store import DOCUMENTS, image_vector, images_schema, migrate, open_location, point_id
 
 
 @pytest.mark.parametrize("src_kind,dst_kind", [("edge", "local"), ("local", "edge")])
@@ -19,7 +19,7 @@ def test_migrate_copies_every_vector_kind_and_payload(tmp_path, src_kind, dst_ki
     src = open_location(src_kind, str(tmp_path / "src"))
     src.ensure(DOCUMENTS)
     fill(src)
-    src.ensure(images_schema(8))
+    src.ensure(images_schema({image_vector(): 8}))
     src.upsert("images", [models.PointStruct(id=point_id(f"p{i}", "clip", 0), vector={"clip": [float(i + 1)] + [0.5] * 7},
                                              payload={"sha256": f"p{i}", "location": {"lat": 1.0, "lon": 2.0}}) for i in range(5)])
     dst = open_location(dst_kind, str(tmp_path / "dst"))

@@ -13,7 +13,7 @@ import pytest
 from qdrant_client import models
 from store_helpers import DIM, INDEXED, clustered, points
 
-from search.store import DOCUMENTS, images_schema, open_location
+from search.store import DOCUMENTS, image_vector, images_schema, open_location
 from search.store.base import EXACT_POINTS, OVERSAMPLING, QUANTIZATION
 from search.store.edge import CONFIG_FILE
 from search.store.edge_translate import edge_quantization
@@ -26,7 +26,7 @@ QUANTIZED = {
 
 @pytest.mark.parametrize("kind", sorted(QUANTIZED))
 def test_a_quantized_collection_is_indexed_and_finds_the_exact_neighbours(tmp_path, kind):
-    schema = images_schema(DIM)
+    schema = images_schema({image_vector(): DIM})
     schema = replace(schema, vectors={n: p.model_copy(update={"quantization_config": QUANTIZED[kind]})
                                       for n, p in schema.vectors.items()})
     store = open_location("edge", str(tmp_path / "store"))
@@ -86,7 +86,7 @@ def test_the_quantization_setting_quantizes_what_has_a_graph_and_rescores(tmp_pa
 def test_the_setting_searches_a_quantized_index_as_well_as_exact(tmp_path):
     store = open_location("edge", str(tmp_path / "store"), quantization="scalar")
     try:
-        store.ensure(images_schema(DIM))
+        store.ensure(images_schema({image_vector(): DIM}))
         data = clustered(INDEXED, 1)
         for start in range(0, INDEXED, 256):
             store.upsert("images", points(data[start:start + 256], start))

@@ -20,7 +20,7 @@ from store_helpers import (
     unit,
 )
 
-from search.store import DOCUMENTS, images_schema, point_id
+from search.store import DOCUMENTS, image_vector, images_schema, point_id
 
 
 def ranked(scores: np.ndarray, k: int, keep=None) -> list[tuple[str, float]]:
@@ -131,7 +131,7 @@ def test_prefetch_rrf_fusion_and_colbert_rerank(store):
 
 def test_photo_filters_geo_radius_float_range_and_camera(opener):
     s = opener()
-    schema = images_schema(8)
+    schema = images_schema({image_vector(): 8})
     s.ensure(schema)
     rng = np.random.default_rng(3)
     vecs = unit(rng.normal(size=(60, 8)))

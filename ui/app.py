@@ -22,10 +22,11 @@ from search import owner
 from search.config import Settings
 from search.errors import ServiceError
 from search.media.photos import IMAGE_SUFFIXES
-from search.models import capabilities, for_mode
+from search.models import capabilities, for_kind, for_mode
 from search.services import DEFAULT_MIN_RELEVANCE, SearchService, admin
 from search.services.remote import RemoteService
 from search.services.spec import DocumentQuery, ImageQuery, PhotoQuery, choices, limits, problem, value_type
+from search.store import DOCUMENTS
 from search.terms import highlight_spans
 
 
@@ -37,11 +38,7 @@ class Mode:
 
 
 ENTAIL = for_mode("entail")  # the family that verifies photo hits
-
-# Order = order on the page; the first is the default.
-MODES = (
-    Mode("Documents: semantic", "documents", "semantic"),
-    Mode("Documents: hybrid", "documents", "hybrid"),
+PHOTO_MODES = (
     Mode("Photos: text to image", "text2image"),
     Mode("Photos: image to image", "image2image"),
     Mode("Photo: does it show…? (entailment)", "entail"),
@@ -50,6 +47,14 @@ DOC_TYPES = tuple(sorted(DOCUMENT_SUFFIXES))  # what the indexer reads, so the l
 PHOTO_TYPES = tuple(sorted(IMAGE_SUFFIXES))
 GRID_COLUMNS = 4
 _MARKUP = re.compile(r"^#{1,6}[ \t]+", re.M)
+
+
+def page_modes() -> tuple[Mode, ...]:
+    """The page's searches, in order (the first is the default): the best mode of each family that
+    embeds documents (the model registry: the required family's first), then the photos'."""
+    documents = tuple(Mode(f"Documents: {f.best_mode}", "documents", f.best_mode)
+                      for f in for_kind(DOCUMENTS.name) if f.best_mode)
+    return documents + PHOTO_MODES
 
 
 def service() -> RemoteService | None:
@@ -81,7 +86,7 @@ def main() -> None:
         st.error(str(exc))
         return
     capability_sections(svc)
-    mode = st.radio("Mode", MODES, format_func=lambda m: m.label, horizontal=True)
+    mode = st.radio("Mode", page_modes(), format_func=lambda m: m.label, horizontal=True)
     opts = sidebar(status, DocumentQuery if mode.kind == "documents" else PhotoQuery)
     verify_panel(svc)
     relevance_panel(svc, opts["kb"])

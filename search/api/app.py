@@ -29,6 +29,7 @@ from search.errors import StoreInUse
 from search.mcp import McpEndpoint
 from search.mcp import build as build_mcp
 from search.observability import ApiMetrics, RequestObserver, configure_logging
+from search.services.options import check_search_mode
 
 log = logging.getLogger("search.api")
 YOUNG_GC_THRESHOLD = 20_000
@@ -37,6 +38,7 @@ YOUNG_GC_THRESHOLD = 20_000
 def create_app(settings: Settings) -> FastAPI:
     if settings.api_key_scope not in SCOPES:  # settings built with model_copy skip validation
         raise ValueError(f"api_key_scope: must be one of {', '.join(SCOPES)}, got {settings.api_key_scope!r}")
+    check_search_mode(settings.search_mode)  # the registry's modes: a server with another one does not start
     metrics = ApiMetrics()
     backend = Backend(settings, metrics)
     local_only = not settings.api_key and settings.api_host in ("127.0.0.1", "localhost", "::1")

@@ -3,9 +3,9 @@ registry here. Adding a family = its module, its triton_repo/ folders and one li
 
 The rest of the product asks the registry who does what, never "the first family": ``required``
 (the family an ingest kind needs), ``for_kind`` (every family that adds vectors to it), ``for_mode``
-(who ranks a search mode), ``text_reader`` (who reads text: a setting chooses among several),
-``capabilities`` (what every face offers beyond the searches: a family's own commands, routes,
-tools and page sections)."""
+(who ranks a search mode), ``search_modes`` (the modes a kind is searched in), ``text_reader``
+(who reads text: a setting chooses among several), ``capabilities`` (what every face offers
+beyond the searches: a family's own commands, routes, tools and page sections)."""
 
 from __future__ import annotations
 
@@ -57,6 +57,13 @@ def for_mode(mode: str) -> Family | None:
     return next((f for f in FAMILIES if mode in f.modes), None)
 
 
+def search_modes(kind: str) -> tuple[str, ...]:
+    """The modes an ingest kind's collection is searched in: "auto" (the best mode of the families
+    served, ``Family.best_mode``), then every mode of every family that embeds the kind, the required
+    family's first. Read at each call, so a family registered later is in it."""
+    return ("auto", *(m for f in for_kind(kind) for m in f.modes))
+
+
 def text_readers() -> list[Family]:
     """The families that read the text in images (scans, photos): ``Family.read_text``."""
     return [f for f in FAMILIES if f.reads_text]
@@ -100,4 +107,4 @@ def built_triton_models(repo: Path) -> list[str]:
 
 __all__ = ["BGEM3", "CLIP", "FAMILIES", "OFA", "PPOCR", "PRECISIONS", "BuildReport", "Capability", "Encoded", "Family",
            "Int8Quality", "MiniLM", "Vector", "WeightsUnavailable", "built_triton_models", "capabilities", "family", "for_kind",
-           "for_mode", "ingest_kinds", "required", "text_reader", "text_readers"]
+           "for_mode", "ingest_kinds", "required", "search_modes", "text_reader", "text_readers"]

@@ -185,6 +185,17 @@ class Family:
         """The source the current build was exported from, if it is complete."""
         return (self.manifest(repo) or {}).get("source")
 
+    # The text model's window: the tokens it reads, the special tokens it adds to every text
+    # included (a longer text is cut there; 0: the family reads no text).
+    max_tokens: int = 0
+    special_tokens: int = 0
+
+    @property
+    def chunk_window(self) -> int:
+        """The most tokens of text a chunk may hold for the family to read it whole: the window
+        less its special tokens (the family that embeds documents bounds the chunk size)."""
+        return self.max_tokens - self.special_tokens
+
     def chunk_tokenizer(self, repo: Path) -> Path:
         """tokenizer.json of the served text model, when the family is the one whose tokens count chunk budgets."""
         raise NotImplementedError(f"{self.family} has no chunk tokenizer")
@@ -261,6 +272,7 @@ class Family:
         raise NotImplementedError(f"{self.family} serves no vectors")
 
     reads_text: bool = False  # reads the text in images: scanned pages and photos become documents' text
+    layout_version: int = 1  # how read lines become text (rows, blocks): a new layout reads the scans again
 
     def read_text(self, client, images: list[bytes]) -> list[list]:
         """Each encoded image's text lines (``text``, ``score``, ``box``, and ``block``: its paragraph

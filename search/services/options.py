@@ -27,21 +27,30 @@ DEFAULT_MIN_RELEVANCE = 0.97  # calibrated relevance: better than 97 unrelated q
 
 
 def __getattr__(name: str):
-    """Read from the model registry on first use, not at import: the CLI starts without numpy,
-    the model client or the store's client, which the registry and the schemas import.
-    MODES: the document search modes, each family that embeds documents naming its own
-    (Family.modes, the required family's first); auto = the optional family's best mode when it is
-    served, else the required one's. PHOTO_MODEL, ENTAIL_MODEL: the display names the faces'
-    descriptions give the photos' model and the entailment model."""
+    """Read from the model registry at each use, not at import: the CLI starts without numpy,
+    the model client or the store's client, which the registry and the schemas import; and a family
+    registered later is in them. MODES: the document search modes (``search.models.search_modes``:
+    "auto", then each mode of each family that embeds documents, the required family's first); auto =
+    the optional family's best mode when it is served, else the required one's. PHOTO_MODEL,
+    ENTAIL_MODEL: the display names the faces' descriptions give the photos' model and the
+    entailment model."""
     if name not in ("MODES", "PHOTO_MODEL", "ENTAIL_MODEL"):  # e.g. dunder probes: no registry for those
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    from search.models import for_kind, for_mode, required  # noqa: PLC0415  (see above)
+    from search.models import for_mode, required, search_modes  # noqa: PLC0415  (see above)
     from search.store.schema import DOCUMENTS_NAME, IMAGES  # noqa: PLC0415
 
-    values = {"MODES": lambda: ("auto", *(m for f in for_kind(DOCUMENTS_NAME) for m in f.modes)),
+    values = {"MODES": lambda: search_modes(DOCUMENTS_NAME),
               "PHOTO_MODEL": lambda: required(IMAGES).display, "ENTAIL_MODEL": lambda: for_mode("entail").display}
-    globals()[name] = value = values[name]()
-    return value
+    return values[name]()
+
+
+def check_search_mode(mode: str) -> str:
+    """The search_mode setting (SEARCH_SEARCH_MODE), one of MODES: a BadRequest that lists them when
+    it is not. Checked where searches run (the registry sits above the settings)."""
+    modes = __getattr__("MODES")
+    if mode not in modes:
+        raise BadRequest(f"SEARCH_SEARCH_MODE: must be one of {', '.join(modes)}, got {mode!r}")
+    return mode
 
 
 @dataclass(frozen=True)

@@ -52,7 +52,7 @@ class DocumentHit(_Paths):
     page: int | None = None  # 1-based, PDFs only
     title: str | None = None
     section: str | None = None  # the nearest heading above the passage
-    mode: str = "semantic"  # how it was found (the score's meaning depends on it)
+    mode: str = ""  # how it was found: a search mode, or "lookup" (the score's meaning depends on it)
     relevance: float | None = None  # calibrated: the share of unrelated questions that find less (docs/relevance.md)
     length: int = 0  # characters in the whole passage; text may hold fewer (truncated)
     truncated: bool = False

@@ -49,8 +49,8 @@ class _Modes:
 
 
 def _mode(value: str) -> str:
-    if value not in options.MODES:
-        raise ValueError(f"must be one of {', '.join(options.MODES)}")
+    if value not in (modes := options.MODES):  # the registry's, asked once
+        raise ValueError(f"must be one of {', '.join(modes)}")
     return value
 
 
@@ -63,7 +63,7 @@ FileTypes = Annotated[list[Annotated[Text, Field(min_length=1, max_length=16)]],
 Probability = Annotated[float, Field(ge=0, le=1)]
 KB = f"the knowledge base to search (default: {DEFAULT_KB!r})"
 
-MIN_SCORE = "hide hits scoring below this (cosine, -1..1, except mode sparse: unbounded lexical weights)"
+MIN_SCORE = "hide hits scoring below this (cosine, -1..1, except a lexical mode's: unbounded weights)"
 MIN_RELEVANCE = ("hide hits whose calibrated relevance (the share of unrelated questions that find less in this "
                  f"collection, 0..1; {options.DEFAULT_MIN_RELEVANCE}: {options.DEFAULT_MIN_RELEVANCE:.0%} of them) is "
                  "below this; when none is left the answer says no_match: true")
@@ -85,8 +85,8 @@ class DocumentQuery(BaseModel):
     group_size: Annotated[int, Field(ge=1, le=MAX_GROUP_SIZE)] | None = Field(
         None, description="with group_by: passages per document (default 1)")
     mode: Mode | None = Field(None, description="the search mode: auto (the best one the served models and the "
-                                                "documents' vectors allow) or a mode a model offers, e.g. semantic or "
-                                                "hybrid (`search models list`); default: the server's search_mode (auto)")
+                                                "documents' vectors allow) or a mode a model offers (`search models "
+                                                "list` says what each does); default: the server's search_mode (auto)")
     min_score: Score | None = Field(None, description=MIN_SCORE)
     min_relevance: Probability | None = Field(None, description=MIN_RELEVANCE)
     folder: Text | None = Field(None, max_length=4096, description="only files under this folder")

@@ -36,18 +36,20 @@ def parse_spec(spec: str, settings) -> tuple[str, str]:
 
 def schema_for(store: Store, collection: str) -> CollectionSchema:
     """The project's schema of a stored collection, in any knowledge base (the photo vector size is
-    read from the store)."""
+    read from a point)."""
     kb, kind = kb_of(collection) or (None, None)
     if kind == DOCUMENTS.name:  # the optional families some point has vectors of
         kept = (f.family for f in for_kind(kind) if f.optional and any(_has(store, collection, v) for v in f.vectors))
         return in_kb(documents_schema(kept), kb)
-    if kind == IMAGES:
-        name = image_vector()
-        points, _ = store.scroll(collection, limit=1, with_payload=False, with_vectors=[name])
+    if kind == IMAGES:  # the widths of its vectors as a point holds them (a family's served width)
+        points, _ = store.scroll(collection, limit=1, with_payload=False, with_vectors=True)
         if not points:
-            raise StoreUnavailable(f"the {collection} collection has no points to take the vector size from")
+            raise StoreUnavailable(f"the {collection} collection has no points to take the vector sizes from")
         vec = points[0].vector
-        return in_kb(images_schema(len(vec[name] if isinstance(vec, dict) else vec)), kb)
+        vec = vec if isinstance(vec, dict) else {image_vector(): vec}
+        widths = {n: len(v) for n, v in vec.items() if isinstance(v, list) and v and not isinstance(v[0], list)}  # dense
+        kept = (f.family for f in for_kind(kind) if all(n in widths for n in f.vectors))
+        return in_kb(images_schema(widths, kept), kb)
     raise StoreUnavailable(f"collection '{collection}' is not one of this project's ({', '.join(COLLECTIONS)}, "
                            "or those of a knowledge base)")
 

@@ -10,7 +10,7 @@ all paths the content was seen at.
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from functools import lru_cache
 from pathlib import Path
@@ -58,11 +58,11 @@ _PAYLOAD_INDEXES = {
 }
 
 
-def schema(kind: str, dim: int | None = None, families: Iterable[str] | None = None) -> CollectionSchema:
+def schema(kind: str, widths: Mapping[str, int] | None = None, families: Iterable[str] | None = None) -> CollectionSchema:
     """The collection of an ingest kind: the named vectors of the families that embed it (the model
     registry; ``families``: only these and the required one, None: all), and the kind's payload
-    indexes. ``dim``: the width of a vector whose family declares none (one whose width is the
-    built model's)."""
+    indexes. ``widths``: by vector name, the served width of each dense vector whose family declares
+    none (its width is the built model's)."""
     vectors, sparse = {}, {}
     every = for_kind(kind)
     for fam in every:
@@ -74,11 +74,19 @@ def schema(kind: str, dim: int | None = None, families: Iterable[str] | None = N
             elif v.kind == "multivector":
                 # Only used to re-rank what the other vectors found: no HNSW graph (m=0), kept on disk.
                 vectors[name] = models.VectorParams(
-                    size=v.dim, distance=_DISTANCE[v.distance], on_disk=True, hnsw_config=models.HnswConfigDiff(m=0),
+                    size=v.dim or _width(widths or {}, fam.display, name), distance=_DISTANCE[v.distance], on_disk=True,
+                    hnsw_config=models.HnswConfigDiff(m=0),
                     multivector_config=models.MultiVectorConfig(comparator=models.MultiVectorComparator.MAX_SIM))
             else:
-                vectors[name] = models.VectorParams(size=v.dim or dim, distance=_DISTANCE[v.distance])
+                vectors[name] = models.VectorParams(size=v.dim or _width(widths or {}, fam.display, name),
+                                                    distance=_DISTANCE[v.distance])
     return CollectionSchema(name=kind, vectors=vectors, payload_indexes=_PAYLOAD_INDEXES[kind], sparse_vectors=sparse)
+
+
+def _width(widths: Mapping[str, int], family: str, vector: str) -> int:
+    if vector not in widths:
+        raise ValueError(f"{family}'s vector {vector!r} is as wide as the served model: its width is needed")
+    return widths[vector]
 
 
 # Documents: every chunk has the required family's vectors; chunks embedded while an optional family
@@ -95,9 +103,11 @@ def documents_schema(families: Iterable[str] = ()) -> CollectionSchema:
     return schema(DOCUMENTS_NAME, families=tuple(families))
 
 
-def images_schema(dim: int) -> CollectionSchema:
-    """Photos: the photo families' vectors; ``dim``: the served model's width."""
-    return schema(IMAGES, dim)
+def images_schema(widths: Mapping[str, int], families: Iterable[str] | None = None) -> CollectionSchema:
+    """Photos: the vectors of the required photo family and of ``families`` (None: every photo
+    family); ``widths``: each vector's served width by name (``image_vector()`` for the required
+    family's), where its family declares none."""
+    return schema(IMAGES, widths, None if families is None else tuple(families))
 
 
 def image_vector() -> str:
