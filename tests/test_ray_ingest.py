@@ -153,13 +153,16 @@ def test_worker_node_lost_mid_run(cluster, settings, tmp_path):
     assert ids_and_paths(on_ray) == ids_and_paths(settings)
     again = run(on_ray, [folder], ray="")
     assert again.counts["unchanged"] == N_NOTES and again.embedded_chunks == 0
-    nodes[-1] = c.add_node(num_cpus=1, object_store_memory=STORE)  # the cluster as the next test expects it
+    with loopback():  # the cluster as the next test expects it, on 127.0.0.1 like the others
+        nodes[-1] = c.add_node(num_cpus=1, object_store_memory=STORE, node_ip_address=LOOPBACK)
     c.wait_for_nodes()
+    assert {n["NodeManagerAddress"] for n in ray.nodes() if n["Alive"]} == {LOOPBACK}
 
 
 def test_cli_ingest_with_ray_address(cluster, settings, mixed):
     c, _ = cluster
-    proc = run_cli("indexer", "ingest", str(mixed), f"--ray={c.address}", settings=settings, timeout=600)
+    # the timeout only guards against a hang: with 8 busy processes on 2 cores this run took over 10 min
+    proc = run_cli("indexer", "ingest", str(mixed), f"--ray={c.address}", settings=settings, timeout=1800)
     assert proc.returncode == 7, proc.stderr  # bad files among good ones
     assert "indexed" in proc.stdout and "stages, per worker:" in proc.stdout and "embed" in proc.stdout
     assert "failed" in proc.stdout and "binary.txt" in proc.stdout
