@@ -185,7 +185,7 @@ def measure_ingest(settings: Settings, repo: Path, photos: list[Path], tmp: Path
 def fill(svc: SearchService, have: int, size: int) -> None:
     """Stored photos have..size: realistic synthetic vectors with photo payloads, then HNSW built."""
     store = svc.store
-    store.ensure(images_schema(512))
+    store.ensure(images_schema({image_vector(): 512}))
     if store.count(IMAGES) >= size:
         return  # filled by an earlier pass over the same store
     vectors = np.concatenate([sample(10_000, 20261123 + 1 + k) for k in range(have // 10_000, size // 10_000)])

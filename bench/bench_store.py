@@ -59,7 +59,7 @@ from bench.common import DIM, SEED, pid, sample  # noqa: E402
 from bench.store_data import CHUNK, KINDS, OVERSAMPLING, dataset, filters, point, query_vectors, unit  # noqa: E402
 from bench.store_report import report  # noqa: E402
 from search import owner  # noqa: E402
-from search.store import documents_schema, images_schema, open_location  # noqa: E402
+from search.store import documents_schema, image_vector, images_schema, open_location  # noqa: E402
 from search.store.util import disk_usage  # noqa: E402
 from search.triton.local import free_port  # noqa: E402
 
@@ -113,7 +113,7 @@ def open_store(backend: str, path: Path):
 
 
 def ensure(store, kind: str, backend: str = "edge") -> None:
-    schema = images_schema(DIM) if kind == "photos" else documents_schema()  # what MiniLM alone creates
+    schema = images_schema({image_vector(): DIM}) if kind == "photos" else documents_schema()  # what MiniLM alone creates
     if backend.partition("+")[2] == "binary":
         schema = replace(schema, vectors={name: p.model_copy(update={"quantization_config": BINARY})
                                           for name, p in schema.vectors.items()})

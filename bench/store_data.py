@@ -42,7 +42,7 @@ def dataset(n: int, kind: str = "photos", workdir: Path | None = None) -> np.nda
     if kind == "real":
         return real_vectors(n, workdir)[:n]
     width = KINDS[kind][2]
-    return np.concatenate([unit(sample(CHUNK, SEED + 1 + k)[:, :width]) for k in range(n // CHUNK)])
+    return np.concatenate([unit(sample(CHUNK, SEED + 1 + k)[:, :width]) for k in range(-(-n // CHUNK))])[:n]
 
 
 def doc_payload(i: int) -> dict:

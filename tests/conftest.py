@@ -37,6 +37,7 @@ from search.triton.local import LocalTriton  # noqa: E402
 
 
 def pytest_configure(config) -> None:
+    LocalTriton.stop_with = os.getpid()  # a worker killed (for memory, by a hang guard) takes its Tritons along
     config.addinivalue_line("markers", "served(model): the model the module's `client` checks is loaded "
                                        "before each test (a clear error rather than every request failing)")
 

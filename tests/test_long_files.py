@@ -21,7 +21,7 @@ LIMIT = 600_000  # vector values per streamed write: a few chunks (BGE-M3's ColB
 
 
 def payloads(settings) -> list[dict]:
-    return [payload for (coll, _), (_, payload) in stored(settings).items() if coll.endswith(DOCUMENTS.name)]
+    return [payload for (coll, _), (_, payload) in stored(settings, vectors=False).items() if coll.endswith(DOCUMENTS.name)]
 
 
 @pytest.fixture

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from store_helpers import DIM, INDEXED, clustered, points
 
-from search.store import images_schema, open_location
+from search.store import image_vector, images_schema, open_location
 
 
 def segment_dirs(root: Path) -> set[str]:
@@ -20,7 +20,7 @@ def test_a_watch_batch_is_searchable_at_once_and_does_not_rebuild_the_index(tmp_
     root = tmp_path / "store"
     store = open_location("edge", str(root))
     try:
-        store.ensure(images_schema(DIM))
+        store.ensure(images_schema({image_vector(): DIM}))
         base = clustered(INDEXED, 1)
         for start in range(0, INDEXED, 256):
             store.upsert("images", points(base[start:start + 256], start))

@@ -48,6 +48,26 @@ def test_start_ready_stop_leaves_nothing(tmp_path):
         assert srv.is_ready() and (srv.http_port, srv.grpc_port, srv.metrics_port) == ports
 
 
+def test_a_server_tied_to_a_process_stops_and_cleans_up_when_it_ends(tmp_path, monkeypatch):
+    """``stop_with``: when the owner dies without a word (a test worker killed for memory), its
+    Triton, the steps' processes and their shared memory go too, and nothing is restarted."""
+    python_model(tmp_path / "repo", "echo")
+    owner = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
+    monkeypatch.setattr(LocalTriton, "stop_with", owner.pid)
+    srv = server(tmp_path / "repo", tmp_path / "run", ["echo"]).start()
+    prefix = srv.state.shm_prefix
+    assert srv.is_ready() and leftovers(prefix) != ([], [])
+    owner.kill()
+    owner.wait()
+    deadline = time.monotonic() + 300  # a hang guard: the supervisor looks twice a second
+    while srv._proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert srv._proc.poll() is not None and not srv.is_ready()
+    assert leftovers(prefix) == ([], [])
+    assert "process %d ended: stopping Triton" % owner.pid in (tmp_path / "run" / local.LOG_NAME).read_text()
+    srv.stop()
+
+
 def test_a_server_that_exits_is_started_again_on_its_ports_and_callers_are_told_to_wait(tmp_path):
     """The supervisor's restart (Triton 2.51 aborts after a stalled step: docs/reliability.md). A
     model that takes 3 s to load holds the restarted server unready long enough to ask it."""

@@ -60,6 +60,9 @@ class LocalTriton:
     _PORTS = ("http_port", "grpc_port", "metrics_port")
     _PORT_TRIES = 3
     _CRASH_TRIES = 1
+    # A process whose end stops the server too (None: it runs until stopped, as `search triton up`
+    # wants). The test suite sets its worker's pid: a worker killed for memory leaves no Triton behind.
+    stop_with: int | None = None
 
     def __init__(
         self,
@@ -146,7 +149,7 @@ class LocalTriton:
         """``command`` under the supervisor, which starts Triton again after a crash (``supervise.py``)."""
         return [sys.executable, "-I", str(SUPERVISOR), f"--ready-url={self.url('/v2/health/ready')}",
                 f"--shm-prefix={shm_prefix}", f"--log={self.run_dir / LOG_NAME}", f"--hung-after={self.hung_after_s:g}",
-                "--", *command]
+                *([f"--stop-with={self.stop_with}"] if self.stop_with else []), "--", *command]
 
     def start(self, timeout: float = 120.0) -> LocalTriton:
         if not self.repo.is_dir():

@@ -228,6 +228,15 @@ def _children(pid: int, with_start: bool = False) -> list[tuple]:
     return found
 
 
+def _gone(pid: int) -> bool:
+    """Whether process ``pid`` has ended (a zombie has)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return True
+    return stat[stat.rindex(")") + 2:].startswith(("Z", "X"))
+
+
 def _kill(pid: int) -> None:
     try:
         os.kill(pid, signal.SIGKILL)
@@ -251,12 +260,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--log", type=Path, help="Triton's log (this process's output), for the models it has loaded")
     parser.add_argument("--hung-after", type=float, default=HUNG_AFTER_S)
     parser.add_argument("--replaced-idle", type=float, default=REPLACED_IDLE_S)
+    parser.add_argument("--stop-with", type=int, help="stop Triton when the process with this pid ends")
     parser.add_argument("command", nargs=argparse.REMAINDER)
     args = parser.parse_args(argv)
     command = args.command[1:] if args.command[:1] == ["--"] else args.command
     os.umask(0o077)  # what Triton and its steps write is the user's alone
     watch_shm(args.shm_prefix)
-    stopping = False
+    stopping = orphaned = False
     child: subprocess.Popen | None = None
 
     def forward(signum, _frame):
@@ -278,6 +288,10 @@ def main(argv: list[str] | None = None) -> int:
         replaced, next_look = Replaced(child.pid, args.replaced_idle), 0.0
         while (code := child.poll()) is None:
             private_shm(args.shm_prefix)
+            if args.stop_with and not stopping and _gone(args.stop_with):
+                print(f"[supervise] process {args.stop_with} ended: stopping Triton", flush=True)
+                forward(signal.SIGTERM, None)
+                orphaned = True  # nobody is left to clean up after it: this process does
             if not was_ready and (was_ready := _ready(args.ready_url)):
                 print(READY_LINE, flush=True)
             if not was_ready and not stopping and (hung := watch.hung()):
@@ -308,6 +322,8 @@ def main(argv: list[str] | None = None) -> int:
             if not stopping and was_ready:
                 print(f"[supervise] Triton exited ({_describe(code)}) after {now - started:.0f} s, its "
                       f"{len(restarts) + 1}th exit in {WINDOW_S / 60:.0f} min: not starting it again", flush=True)
+            if orphaned:
+                clean(args.shm_prefix)
             return 128 - code if code < 0 else code
         restarts.append(now)
         print(f"[supervise] Triton exited ({_describe(code)}) after {now - started:.0f} s; starting it again "
