@@ -64,7 +64,7 @@ def test_a_server_tied_to_a_process_stops_and_cleans_up_when_it_ends(tmp_path, m
         time.sleep(0.5)
     assert srv._proc.poll() is not None and not srv.is_ready()
     assert leftovers(prefix) == ([], [])
-    assert "process %d ended: stopping Triton" % owner.pid in (tmp_path / "run" / local.LOG_NAME).read_text()
+    assert f"process {owner.pid} ended: stopping Triton" in (tmp_path / "run" / local.LOG_NAME).read_text()
     srv.stop()
 
 
