@@ -10,7 +10,8 @@ in WINDOW_S; one that never got ready is not restarted, its exit status becomes 
 Triton waits for ever on a hung Python-backend process during a load: when a loading model's
 processes stay idle (under IDLE_CPU) for ``--hung-after`` seconds, the supervisor names it and
 restarts Triton (same budget); a load hanging every try ends it with an error. It also stops
-stubs left idle after a stalled step's reload (``Replaced``).
+stubs left idle after a stalled step's reload (``Replaced``). With ``--stop-with PID`` it stops
+Triton and cleans up when that process ends (a test worker killed for memory leaves no server).
 
 The server's shared memory carries queries, documents and OCR text: Triton runs under umask 077, and
 since its Python backend creates each region 0644 whatever the umask (boost.interprocess sets the
