@@ -2,8 +2,8 @@
 
 Triton 2.51 aborts when a Python-backend step shows no life for a second with requests in flight
 (a suspended laptop is enough; docs/reliability.md). Compose restarts the container; this does the
-same for `search triton up`. Standard library only; it leads the process group, so `search triton
-down` stops everything. SIGTERM/SIGINT pass on to Triton. When Triton exits by itself after being
+same for `search triton up`. Standard library and search.process only; it leads the process
+group, so `search triton down` stops everything. SIGTERM/SIGINT pass on to Triton. When Triton exits by itself after being
 ready, the supervisor cleans up (stubs, shared memory) and restarts it, at most MAX_RESTARTS times
 in WINDOW_S; one that never got ready is not restarted, its exit status becomes the supervisor's.
 
@@ -30,6 +30,8 @@ import threading
 import time
 import urllib.request
 from pathlib import Path
+
+from search.process import alive
 
 MAX_RESTARTS, WINDOW_S = 5, 600.0
 HUNG_AFTER_S = 30.0  # idle this long while loading: a hung load (a real load reads and computes)
@@ -229,15 +231,6 @@ def _children(pid: int, with_start: bool = False) -> list[tuple]:
     return found
 
 
-def _gone(pid: int) -> bool:
-    """Whether process ``pid`` has ended (a zombie has)."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return True
-    return stat[stat.rindex(")") + 2:].startswith(("Z", "X"))
-
-
 def _kill(pid: int) -> None:
     try:
         os.kill(pid, signal.SIGKILL)
@@ -289,7 +282,7 @@ def main(argv: list[str] | None = None) -> int:
         replaced, next_look = Replaced(child.pid, args.replaced_idle), 0.0
         while (code := child.poll()) is None:
             private_shm(args.shm_prefix)
-            if args.stop_with and not stopping and _gone(args.stop_with):
+            if args.stop_with and not stopping and not alive(args.stop_with):
                 print(f"[supervise] process {args.stop_with} ended: stopping Triton", flush=True)
                 forward(signal.SIGTERM, None)
                 orphaned = True  # nobody is left to clean up after it: this process does
