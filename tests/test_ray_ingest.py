@@ -74,7 +74,10 @@ def test_ray_ingest_equals_local_ingest(cluster, settings, mixed):
     """The same stored points as a local ingest (a file longer than an embed slice included: it
     reaches the driver in parts); then, in a second run, a move and a deletion follow the local rules
     (the moved photo keeps its vectors, the deleted one is pruned) and nothing else changes."""
-    long_doc(mixed, parts=60)
+    # Short chunks: the long file passes an embed slice (128 units) in 4,700 tokens rather than 26,000
+    # (its ColBERT rows are what the two stores hold and compare most of).
+    settings = settings.model_copy(update={"chunk_tokens": 32, "chunk_overlap": 8})
+    long_doc(mixed, parts=10)
     local = run(settings, [mixed])
     assert next(o.chunks for o in local.outcomes if o.path.endswith("long.md")) > UNITS_PER_EMBED_SLICE
     on_ray = twin(settings, "ray-data")
