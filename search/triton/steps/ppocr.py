@@ -18,7 +18,7 @@ import functools
 import io
 import math
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass, replace
 
 import cv2
@@ -33,6 +33,14 @@ __all__ = ["BadImage", "Line", "OcrConfig", "bucket", "config_from_json", "confi
            "config_to_json", "run"]
 
 Infer = Callable[[str, np.ndarray], np.ndarray]
+# One model's batches -> their outputs, in order. The served step sends them at once (the recogniser's
+# instances work side by side on one page); the same batches go in either way, so the text is the same.
+InferAll = Callable[[str, Iterable[np.ndarray]], list[np.ndarray]]
+
+
+def in_turn(infer: Infer) -> InferAll:
+    """Batches sent one after another (in-process callers)."""
+    return lambda role, inputs: [infer(role, x) for x in inputs]
 
 
 @dataclass(frozen=True)
@@ -296,11 +304,13 @@ def cls_input(imgs: list[np.ndarray], cfg: OcrConfig) -> np.ndarray:
     return np.stack([_resize_norm(img, cfg.cls_image_shape, cfg.cls_image_shape[2]) for img in imgs]).astype(np.float32)
 
 
-def crop_turns(crops: list[np.ndarray], infer: Infer, cfg: OcrConfig) -> list[bool]:
+def crop_turns(crops: list[np.ndarray], infer_all: InferAll, cfg: OcrConfig) -> list[bool]:
     """RapidOCR's decision, crop by crop: turn by 180° those the classifier is sure are upside down."""
     turns = [False] * len(crops)
-    for group in batches(crops, cfg.cls_batch_num):
-        for k, p in zip(group, infer("cls", cls_input([crops[k] for k in group], cfg))):
+    groups = batches(crops, cfg.cls_batch_num)
+    outputs = infer_all("cls", (cls_input([crops[k] for k in group], cfg) for group in groups))
+    for group, probs in zip(groups, outputs):
+        for k, p in zip(group, probs):
             best = int(p.argmax())
             turns[k] = "180" in cfg.label_list[best] and bool(p[best] > cfg.cls_thresh)
     return turns
@@ -339,12 +349,14 @@ def origin_boxes(boxes: list[np.ndarray], top: int, ratio_h: float, ratio_w: flo
     return arr
 
 
-def run(data: bytes, infer: Infer, cfg: OcrConfig, as_read: bool = False) -> list[Line]:
+def run(data: bytes, infer: Infer, cfg: OcrConfig, as_read: bool = False, infer_all: InferAll | None = None) -> list[Line]:
     """Image bytes -> the lines RapidOCR finds, in its order, those scoring under text_score left out.
     ``as_read``: read as a person would rather than exactly as RapidOCR does: the page turned as a whole
     (``ppocr_page``), a box scored over its own outline ("slow", PaddleOCR's option) rather than its
     rectangle, in which a long, slightly curved line on a scan scores under box_thresh and is lost, and
-    a thin image letterboxed with its own background colour rather than black."""
+    a thin image letterboxed with its own background colour rather than black. ``infer_all`` sends a
+    model's batches (classifier, recogniser) at once; by default one after another."""
+    infer_all = infer_all or in_turn(infer)
     if as_read:
         cfg = replace(cfg, score_mode="slow")
     img = decode(data, cfg.max_pixels)
@@ -360,12 +372,14 @@ def run(data: bytes, infer: Infer, cfg: OcrConfig, as_read: bool = False) -> lis
     crops = [crop(img, box) for box in boxes]
     turns = [False] * len(crops)
     if cfg.use_cls:
-        turns = (page_turns(crops, lambda group: infer("cls", cls_input(group, cfg)), cfg) if as_read
-                 else crop_turns(crops, infer, cfg))
+        turns = (page_turns(crops, lambda groups: infer_all("cls", (cls_input(g, cfg) for g in groups)), cfg)
+                 if as_read else crop_turns(crops, infer_all, cfg))
         crops = [cv2.rotate(c, cv2.ROTATE_180) if t else c for c, t in zip(crops, turns)]
     texts: list[tuple[str, float]] = [("", 0.0)] * len(crops)
-    for group in batches(crops, cfg.rec_batch_num):
-        for k, res in zip(group, ctc_decode(infer("rec", rec_input([crops[k] for k in group], cfg)), cfg.characters)):
+    groups = batches(crops, cfg.rec_batch_num)
+    outputs = infer_all("rec", (rec_input([crops[k] for k in group], cfg) for group in groups))
+    for group, preds in zip(groups, outputs):
+        for k, res in zip(group, ctc_decode(preds, cfg.characters)):
             texts[k] = res
     points = origin_boxes(boxes, top, ratio_h, ratio_w, raw_h, raw_w)
     return [Line(text, score, box.tolist(), t) for box, (text, score), t in zip(points, texts, turns)

@@ -27,13 +27,14 @@ def pieces(crop: np.ndarray, ratio: float) -> list[np.ndarray]:
     return [crop[:, a:b] for a, b in zip(edges, edges[1:]) if b > a]
 
 
-def page_turns(crops: list[np.ndarray], classify: Callable[[list[np.ndarray]], np.ndarray], cfg) -> list[bool]:
-    """For each crop, whether to turn it by 180°. ``classify(crops)`` -> [n, labels] probabilities
-    (the classifier on one batch); ``cfg`` is the step's ``ppocr.OcrConfig``."""
+def page_turns(crops: list[np.ndarray], classify: Callable[[list[list[np.ndarray]]], list[np.ndarray]],
+               cfg) -> list[bool]:
+    """For each crop, whether to turn it by 180°. ``classify(batches)`` -> for each batch of images its
+    [n, labels] probabilities (the classifier); ``cfg`` is the step's ``ppocr.OcrConfig``."""
     _, h, w = cfg.cls_image_shape
     cut = [pieces(c, w / h) for c in crops]
     flat = [p for ps in cut for p in ps]
-    probs = np.concatenate([classify(flat[i:i + cfg.cls_batch_num]) for i in range(0, len(flat), cfg.cls_batch_num)]) \
+    probs = np.concatenate(classify([flat[i:i + cfg.cls_batch_num] for i in range(0, len(flat), cfg.cls_batch_num)])) \
         if flat else np.zeros((0, len(cfg.label_list)))
     turned_label = np.array(["180" in label for label in cfg.label_list])
     best = probs.argmax(axis=1) if len(probs) else np.zeros(0, int)
