@@ -46,10 +46,10 @@ def sentences(n: int, root: Path | None = None) -> list[str]:
     return list(seen)
 
 
-def embed(texts: list[str], model_repo: Path, batch: int = 128) -> np.ndarray:
+def embed(texts: list[str], model_repo: Path, batch: int = 32) -> np.ndarray:
     """The texts' MiniLM vectors as the served model gives them (the repository's CPU graph and
     tokenizer, in-process onnxruntime), float32, L2-normalised; sorted by length so batches carry
-    little padding."""
+    little padding (batches of 32 took ~12 % less CPU than of 128)."""
     import onnxruntime as ort
     from tokenizers import Tokenizer
 
