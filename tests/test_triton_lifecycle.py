@@ -18,7 +18,7 @@ from processes import leftovers
 from python_models import python_model
 
 from search.config import Settings
-from search.errors import TritonUnavailable
+from search.errors import ModelNotReady, TritonUnavailable
 from search.resources import Resources
 from search.triton import local, supervise
 from search.triton.client import START_HINT, TritonClient
@@ -104,10 +104,10 @@ def test_a_server_that_exits_is_started_again_on_its_ports_and_callers_are_told_
     assert leftovers(prefix) == ([], [])
 
 
-def _answer(client, x):
+def _answer(client, x, model: str = "echo"):
     try:
-        return client.infer("echo", {"X": x}, ["Y"])["Y"]
-    except TritonUnavailable:
+        return client.infer(model, {"X": x}, ["Y"])["Y"]
+    except (TritonUnavailable, ModelNotReady):
         return None
 
 
@@ -244,6 +244,32 @@ def test_a_start_that_triton_aborts_while_loading_is_tried_once_more(tmp_path):
     assert str(exc.value).startswith("Triton exited during start (code 134)"), exc.value
     assert len(prefixes) == 2  # tried once more, not forever
     assert all(leftovers(p) == ([], []) for p in prefixes)
+
+
+def test_a_restart_that_aborts_while_loading_is_started_again(tmp_path):
+    """A server that was ready, crashed, and whose restart then aborted while loading (seen once under
+    load, right after a crash): the supervisor starts it again within its budget rather than giving up,
+    which left an ingest waiting for a server that would never come back."""
+    repo = tmp_path / "repo"
+    loads = 'loads = os.path.join(args["model_repository"], "loads"); n = os.path.getsize(loads) if os.path.exists(loads) else 0'
+    python_model(repo, "aborts_on_restart", init=f'{loads}; open(loads, "a").write("x"); n == 1 and os.kill(os.getppid(), 6)')
+    srv = server(repo, tmp_path / "run", ["aborts_on_restart"]).start(timeout=120)
+    prefix, x = srv.state.shm_prefix, np.ones((2, 1), np.float32)
+    try:
+        [child] = [pid for pid, args in local._tritonserver_processes()
+                   if pid != srv.state.pid and f"--backend-directory={tmp_path / 'run' / 'backends'}" in args]
+        os.kill(child, signal.SIGKILL)  # the crash; the restart's load aborts (n == 1); the next one loads
+        deadline = time.monotonic() + 120
+        while (y := _answer(TritonClient(f"127.0.0.1:{srv.grpc_port}"), x, "aborts_on_restart")) is None \
+                and time.monotonic() < deadline:
+            time.sleep(0.5)
+        np.testing.assert_array_equal(y, x)
+        assert [r.split(" after")[0] for r in srv.restarts()] == ["Triton exited (signal 9 (SIGKILL))",
+                                                                  "Triton exited (signal 6 (SIGABRT))"]
+        assert (repo / "aborts_on_restart" / "loads").read_text() == "xxx"
+    finally:
+        srv.stop()
+    assert leftovers(prefix) == ([], [])
 
 
 def test_picked_ports_taken_before_triton_binds_are_picked_again(tmp_path, monkeypatch):

@@ -5,7 +5,9 @@ Triton 2.51 aborts when a Python-backend step shows no life for a second with re
 same for `search triton up`. Standard library and search.process only; it leads the process
 group, so `search triton down` stops everything. SIGTERM/SIGINT pass on to Triton. When Triton exits by itself after being
 ready, the supervisor cleans up (stubs, shared memory) and restarts it, at most MAX_RESTARTS times
-in WINDOW_S; one that never got ready is not restarted, its exit status becomes the supervisor's.
+in WINDOW_S, also when a restarted one dies again while loading (Triton once aborted that way right
+after a crash, and the ingest waiting for it waited for ever); a first start that never got ready is
+not restarted, its exit status becomes the supervisor's (``LocalTriton.start`` decides).
 
 Triton waits for ever on a hung Python-backend process during a load: when a loading model's
 processes stay idle (under IDLE_CPU) for ``--hung-after`` seconds, the supervisor names it and
@@ -273,6 +275,7 @@ def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGINT, forward)
     restarts: list[float] = []
     hung_tries = 0
+    ever_ready = False  # a restart that dies while loading is tried again; only a first start that does is the caller's
     while not stopping:
         started = time.monotonic()
         child = subprocess.Popen(command, stdin=subprocess.DEVNULL)
@@ -287,6 +290,7 @@ def main(argv: list[str] | None = None) -> int:
                 forward(signal.SIGTERM, None)
                 orphaned = True  # nobody is left to clean up after it: this process does
             if not was_ready and (was_ready := _ready(args.ready_url)):
+                ever_ready = True
                 print(READY_LINE, flush=True)
             if not was_ready and not stopping and (hung := watch.hung()):
                 child.kill()  # a hung load also holds Triton's orderly exit
@@ -312,8 +316,8 @@ def main(argv: list[str] | None = None) -> int:
             clean(args.shm_prefix)
             continue
         hung_tries = 0
-        if stopping or not was_ready or len(restarts) >= MAX_RESTARTS:
-            if not stopping and was_ready:
+        if stopping or not ever_ready or len(restarts) >= MAX_RESTARTS:
+            if not stopping and ever_ready:
                 print(f"[supervise] Triton exited ({_describe(code)}) after {now - started:.0f} s, its "
                       f"{len(restarts) + 1}th exit in {WINDOW_S / 60:.0f} min: not starting it again", flush=True)
             if orphaned:
