@@ -236,6 +236,16 @@ def test_ordinary_images_keep_rapidocr_detector_input(cfg, infer):
         assert (h, w) == ocr.det_input(ocr.letterbox(ocr.resize_whole(img, full)[0], full)[0], full).shape[2:], size
 
 
+def test_the_served_recognisers_reduced_output_decodes_as_the_full_one():
+    """The served graph gives each step's best class and its probability (`search models build`):
+    decoded, the same text and score as from every class's probability, ties included."""
+    probs = np.random.default_rng(0).random((3, 40, 50)).astype(np.float32)
+    probs[0, :5] = 0.5  # equal values: both take the first
+    characters = ["blank", *(chr(0x61 + k) for k in range(48)), " "]
+    reduced = np.stack([probs.argmax(axis=2).astype(np.float32), probs.max(axis=2)], axis=2)
+    assert ocr.ctc_decode(reduced, characters) == ocr.ctc_decode(probs, characters)
+
+
 def test_recogniser_batches_are_bounded_in_width(cfg):
     """A 10×20000 crop (a 1×2000 image scaled up to a short side of 30 gives such boxes) would be a
     [1, 3, 48, 96000] batch, GBs in the recogniser: squeezed to rec_max_ratio heights instead."""

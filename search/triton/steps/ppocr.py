@@ -325,8 +325,13 @@ def rec_input(imgs: list[np.ndarray], cfg: OcrConfig) -> np.ndarray:
 
 
 def ctc_decode(preds: np.ndarray, characters: list[str]) -> list[tuple[str, float]]:
-    """Greedy CTC: repeats merged, blanks (0) dropped; the score is the mean of the kept steps' max probs."""
-    idx, prob = preds.argmax(axis=2), preds.max(axis=2)
+    """Greedy CTC: repeats merged, blanks (0) dropped; the score is the mean of the kept steps' max probs.
+    ``preds``: per step the probabilities of every class, or (as the served recogniser gives them, its
+    graph reducing them; `search models build`) the best class and its probability."""
+    if preds.shape[2] == 2 and len(characters) != 2:
+        idx, prob = preds[:, :, 0].astype(np.int64), preds[:, :, 1]
+    else:
+        idx, prob = preds.argmax(axis=2), preds.max(axis=2)
     out = []
     for t, p in zip(idx, prob):
         keep = np.ones(len(t), dtype=bool)
