@@ -266,6 +266,7 @@ def test_a_restart_that_aborts_while_loading_is_started_again(tmp_path):
         np.testing.assert_array_equal(y, x)
         assert [r.split(" after")[0] for r in srv.restarts()] == ["Triton exited (signal 9 (SIGKILL))",
                                                                   "Triton exited (signal 6 (SIGABRT))"]
+        assert "starting it again in 5 s" in srv.restarts()[1]  # a load that died waits before the next try
         assert (repo / "aborts_on_restart" / "loads").read_text() == "xxx"
     finally:
         srv.stop()

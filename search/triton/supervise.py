@@ -6,7 +6,8 @@ same for `search triton up`. Standard library and search.process only; it leads 
 group, so `search triton down` stops everything. SIGTERM/SIGINT pass on to Triton. When Triton exits by itself after being
 ready, the supervisor cleans up (stubs, shared memory) and restarts it, at most MAX_RESTARTS times
 in WINDOW_S, also when a restarted one dies again while loading (Triton once aborted that way right
-after a crash, and the ingest waiting for it waited for ever); a first start that never got ready is
+after a crash, and the ingest waiting for it waited for ever), then after a pause that doubles from
+LOAD_RETRY_PAUSE_S (the machine may be too loaded for its Python steps to start); a first start that never got ready is
 not restarted, its exit status becomes the supervisor's (``LocalTriton.start`` decides).
 
 Triton waits for ever on a hung Python-backend process during a load: when a loading model's
@@ -36,6 +37,9 @@ from pathlib import Path
 from search.process import alive
 
 MAX_RESTARTS, WINDOW_S = 5, 600.0
+# A restart that dies again while loading waits this long before the next (doubling up to the
+# most): on a machine too loaded for Triton's Python steps to start, five tries at once all failed.
+LOAD_RETRY_PAUSE_S, LOAD_RETRY_PAUSE_MAX_S = 5.0, 60.0
 HUNG_AFTER_S = 30.0  # idle this long while loading: a hung load (a real load reads and computes)
 HUNG_TRIES = 2  # starts in a row whose load hung before the supervisor gives up
 IDLE_CPU = 0.01  # under 1 % of a core: idle
@@ -276,6 +280,7 @@ def main(argv: list[str] | None = None) -> int:
     restarts: list[float] = []
     hung_tries = 0
     ever_ready = False  # a restart that dies while loading is tried again; only a first start that does is the caller's
+    failed_loads = 0  # restarts in a row that died while loading
     while not stopping:
         started = time.monotonic()
         child = subprocess.Popen(command, stdin=subprocess.DEVNULL)
@@ -324,9 +329,15 @@ def main(argv: list[str] | None = None) -> int:
                 clean(args.shm_prefix)
             return 128 - code if code < 0 else code
         restarts.append(now)
-        print(f"[supervise] Triton exited ({_describe(code)}) after {now - started:.0f} s; starting it again "
-              f"(restart {len(restarts)} in the last {WINDOW_S / 60:.0f} min)", flush=True)
+        failed_loads = 0 if was_ready else failed_loads + 1
+        pause = min(LOAD_RETRY_PAUSE_MAX_S, LOAD_RETRY_PAUSE_S * 2 ** (failed_loads - 1)) if failed_loads else 0.0
+        print(f"[supervise] Triton exited ({_describe(code)}) after {now - started:.0f} s; starting it again"
+              f"{f' in {pause:.0f} s' if pause else ''} (restart {len(restarts)} in the last {WINDOW_S / 60:.0f} min)",
+              flush=True)
         clean(args.shm_prefix)
+        resume = time.monotonic() + pause
+        while not stopping and time.monotonic() < resume:
+            time.sleep(0.25)
     return 0
 
 
