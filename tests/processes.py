@@ -17,9 +17,14 @@ from search.triton.local import LocalTriton, free_port
 from search.triton.supervise import pids_with_arg
 
 
-def leftovers(shm_prefix: str) -> tuple[list[int], list[Path]]:
-    """Processes and shm regions still carrying a server's ``shm_prefix``: none once it has stopped."""
-    return pids_with_arg(shm_prefix), list(Path("/dev/shm").glob(f"{shm_prefix}*"))
+def leftovers(shm_prefix: str, within: float = 0.0) -> tuple[list[int], list[Path]]:
+    """Processes and shm regions still carrying a server's ``shm_prefix``: none once it has stopped.
+    ``within``: seconds to wait for them to go (a stub killed a moment ago may still be exiting)."""
+    deadline = time.monotonic() + within
+    while (found := (pids_with_arg(shm_prefix), list(Path("/dev/shm").glob(f"{shm_prefix}*")))) != ([], []) \
+            and time.monotonic() < deadline:
+        time.sleep(0.2)
+    return found
 
 sys.path.insert(0, str(PROJECT_ROOT))
 from bench.common import busy  # noqa: E402  (the benches' CPU burners: a test that must pass on a loaded machine loads it)
