@@ -253,7 +253,7 @@ def _describe(code: int) -> str:
     return f"code {code}"
 
 
-def main(argv: list[str] | None = None) -> int:
+def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--ready-url", required=True)
     parser.add_argument("--shm-prefix", required=True)
@@ -262,7 +262,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--replaced-idle", type=float, default=REPLACED_IDLE_S)
     parser.add_argument("--stop-with", type=int, help="stop Triton when the process with this pid ends")
     parser.add_argument("command", nargs=argparse.REMAINDER)
-    args = parser.parse_args(argv)
+    return parser
+
+
+def _load_retry_pause(failed_loads: int) -> float:
+    """Seconds before the next start after this many restarts in a row died while loading."""
+    return min(LOAD_RETRY_PAUSE_MAX_S, LOAD_RETRY_PAUSE_S * 2 ** (failed_loads - 1)) if failed_loads else 0.0
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
     command = args.command[1:] if args.command[:1] == ["--"] else args.command
     os.umask(0o077)  # what Triton and its steps write is the user's alone
     watch_shm(args.shm_prefix)
@@ -330,7 +339,7 @@ def main(argv: list[str] | None = None) -> int:
             return 128 - code if code < 0 else code
         restarts.append(now)
         failed_loads = 0 if was_ready else failed_loads + 1
-        pause = min(LOAD_RETRY_PAUSE_MAX_S, LOAD_RETRY_PAUSE_S * 2 ** (failed_loads - 1)) if failed_loads else 0.0
+        pause = _load_retry_pause(failed_loads)
         print(f"[supervise] Triton exited ({_describe(code)}) after {now - started:.0f} s; starting it again"
               f"{f' in {pause:.0f} s' if pause else ''} (restart {len(restarts)} in the last {WINDOW_S / 60:.0f} min)",
               flush=True)
