@@ -83,8 +83,8 @@ def build(fam: Family, repo: Path, source: str, precision: str = "fp32", allow_u
     for role, src in models.items():
         dest = repo / f"ppocr_{role}_onnx" / "1" / "model.onnx"
         dest.parent.mkdir(parents=True, exist_ok=True)
-        model = _renamed(onnx.load(str(src)))
-        onnx.save(_best_classes(model) if role == "rec" else model, str(dest))
+        model = onnx.load(str(src))
+        onnx.save(_best_classes(_renamed(model, "probs")) if role == "rec" else _renamed(model), str(dest))
     cfg = steps.config_from_rapidocr(yaml.safe_load(config_yaml.read_text()), characters)
     (repo / "ppocr" / "1").mkdir(parents=True, exist_ok=True)
     (repo / "ppocr" / "1" / "ppocr.json").write_text(json.dumps(steps.config_to_json(cfg), ensure_ascii=False, indent=1))
@@ -123,10 +123,10 @@ def _dictionary(path: Path) -> list[str]:
     return ["blank", *(line.strip("\r\n") for line in (lines[:-1] if lines[-1] == "" else lines)), " "]
 
 
-def _renamed(model):
-    """The graph with its one input called x and its one output y (references inside renamed too)."""
+def _renamed(model, output: str = "y"):
+    """The graph with its one input called x and its one output ``output`` (references inside renamed too)."""
     graph = model.graph
-    names = {graph.input[0].name: "x", graph.output[0].name: "y"}
+    names = {graph.input[0].name: "x", graph.output[0].name: output}
     for value in (*graph.input[:1], *graph.output[:1]):
         value.name = names[value.name]
     for node in graph.node:
@@ -136,7 +136,8 @@ def _renamed(model):
 
 
 def _best_classes(model):
-    """The recogniser's y, [n, steps, classes] probabilities, reduced inside the graph to [n, steps, 2]:
+    """The recogniser's output ("probs", as _renamed named it), [n, steps, classes] probabilities,
+    reduced inside the graph to y, [n, steps, 2]:
     each step's best class (its index as a float, exact below 2**24) and that class's probability,
     as the step's CTC decoding reads them (numpy's argmax and ArgMax both take the first of equal
     values). With 18,385 classes the full output was ~850 MB a scanned page, copied out of the model
@@ -144,15 +145,13 @@ def _best_classes(model):
     from onnx import TensorProto, helper  # noqa: PLC0415  (the export extra)
 
     graph = model.graph
-    for node in graph.node:
-        node.input[:] = ["probs" if n == "y" else n for n in node.input]
-        node.output[:] = ["probs" if n == "y" else n for n in node.output]
     graph.node.extend([
         helper.make_node("ArgMax", ["probs"], ["best_index"], axis=2, keepdims=1),
         helper.make_node("Cast", ["best_index"], ["best_class"], to=TensorProto.FLOAT),
         helper.make_node("ReduceMax", ["probs"], ["best_prob"], axes=[2], keepdims=1),
         helper.make_node("Concat", ["best_class", "best_prob"], ["y"], axis=2),
     ])
+    graph.output[0].name = "y"
     graph.output[0].type.tensor_type.shape.dim[2].Clear()
     graph.output[0].type.tensor_type.shape.dim[2].dim_value = 2
     return model
