@@ -53,11 +53,11 @@ def _client(srv: LocalTriton, **settings) -> TritonClient:
     return TritonClient(f"127.0.0.1:{srv.grpc_port}", **client_options(s))
 
 
-def _retried(caplog, got: list, timeout: float = 120) -> None:
+def _retried(caplog, got: list, timeout: float = 120, words: tuple[str, ...] = ("timed out", "trying again")) -> None:
     """Wait until the client said it will try again after a timeout."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline and not got:
-        if any("timed out" in r.getMessage() and "trying again" in r.getMessage() for r in caplog.records):
+        if any(all(w in r.getMessage() for w in words) for r in caplog.records):
             return
         time.sleep(0.1)
     raise AssertionError(f"no retry logged ({got}): " + "; ".join(r.getMessage() for r in caplog.records))
@@ -111,6 +111,23 @@ def test_a_call_that_times_out_and_is_tried_again_gets_its_answer(echo, caplog, 
         said = [r.getMessage() for r in caplog.records]
         raise AssertionError(f"{got}; restarts: {echo.restarts()}; client: {said}; log: {Path(echo.state.log).read_text()[-2000:]}")
     assert (got[0] == X * 2).all()
+
+
+def test_a_readiness_probe_that_times_out_is_asked_again(echo, caplog):
+    """``model_ready`` before a query or a check: a stopped Triton is asked again, not reported busy at once."""
+    caplog.set_level(logging.INFO, logger="search.triton.client")
+    client = _client(echo, triton_timeout_s=1, triton_retry_budget_s=600)
+    got: list = []
+    with ThreadPoolExecutor(1) as pool:
+        assert pool.submit(client.model_ready, "echo").result()
+        _signal(echo, signal.SIGSTOP)
+        try:
+            call = pool.submit(lambda: got.append(client.model_ready("echo")))
+            _retried(caplog, got, words=("whether 'echo' is loaded", "asking again"))
+        finally:
+            _signal(echo, signal.SIGCONT)
+        call.result(timeout=300)
+    assert got == [True], [r.getMessage() for r in caplog.records]
 
 
 def _outcome(client: TritonClient):

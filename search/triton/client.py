@@ -116,18 +116,26 @@ class TritonClient(Healing):
             log.info("Triton at %s is down: its health probe failed (%s) and nothing takes connections there", self.url, _short(exc))
             return True
 
-    def model_ready(self, name: str, *, max_age_s: float = 0.0) -> bool:
+    def model_ready(self, name: str, *, max_age_s: float = 0.0, retry: Retry | None = None) -> bool:
         """Whether Triton serves ``name``. ``max_age_s``: a "ready" younger than that is reused (a
-        "not ready" never is, and a request that finds the model gone forgets it)."""
+        "not ready" never is, and a request that finds the model gone forgets it). A probe that times
+        out while Triton is there is tried again like a call (``infer``): a swamped Triton is busy."""
         if self.known_ready(name, max_age_s):
             return True
-        try:
-            ready = self._client.is_model_ready(name, client_timeout=5)
-        except InferenceServerException as exc:
-            if "DEADLINE" in str(exc.status() or "") and not self.down():
-                raise TritonTimeout(f"Triton at {self.url} did not say whether '{name}' is loaded: timed out after 5 s; "
-                                    "it is there but busy or stopped: try again later") from exc
-            raise self._unreachable(exc) from exc
+        tries = Tries(retry or self.retry, self.deadline.base_s)
+        while True:
+            try:
+                ready = self._client.is_model_ready(name, client_timeout=tries.next_timeout())
+                break
+            except InferenceServerException as exc:
+                if "DEADLINE" not in str(exc.status() or "") or self.down():
+                    raise self._unreachable(exc) from exc
+                wait = tries.backoff()
+                if wait is None:
+                    raise self._timed_out(name, TritonTimeout(_short(exc)), tries) from exc
+                log.info("Triton did not say in %.3g s whether '%s' is loaded; asking again in %.1f s (try %d)",
+                         tries.timeout, name, wait, tries.count + 1)
+                time.sleep(wait)
         if ready:
             self._ready_at[name] = time.monotonic()
         else:
@@ -237,7 +245,7 @@ class TritonClient(Healing):
 
 
 class _WithRetry:
-    """A ``TritonClient`` whose ``infer`` defaults to another ``Retry``; everything else is the client's."""
+    """A ``TritonClient`` whose ``infer`` and ``model_ready`` default to another ``Retry``; everything else is the client's."""
 
     def __init__(self, base: TritonClient, retry: Retry) -> None:
         self._base, self._retry = base, retry
@@ -245,6 +253,9 @@ class _WithRetry:
     def infer(self, model: str, inputs: dict[str, np.ndarray], outputs: list[str], *,
               retry: Retry | None = None) -> dict[str, np.ndarray]:
         return self._base.infer(model, inputs, outputs, retry=retry or self._retry)
+
+    def model_ready(self, name: str, *, max_age_s: float = 0.0, retry: Retry | None = None) -> bool:
+        return self._base.model_ready(name, max_age_s=max_age_s, retry=retry or self._retry)
 
     def __getattr__(self, name: str):
         return getattr(self._base, name)
