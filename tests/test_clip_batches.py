@@ -47,15 +47,21 @@ def test_family_encode_takes_texts_or_images(client, model_repo):
         CLIP().encode(client, ["a cat", jpeg])
 
 
+ROUNDS = 5
+
+
 def test_concurrent_mixed_sizes_equal_one_at_a_time(client, triton):
     files = list({**photos(), **odd_images()}.values())
     alone = np.concatenate([clip.embed_images(client, [f]) for f in files])
     before = _batch_sizes(triton, "clip_visual")
-    with ThreadPoolExecutor(8) as pool:
-        together = np.concatenate(list(pool.map(lambda f: clip.embed_images(TritonClient(client.url), [f]), files)))
-    np.testing.assert_allclose(together, alone, atol=1e-5)
-    grown = {b for b, n in _batch_sizes(triton, "clip_visual").items() if n > before.get(b, 0)}
-    assert max(grown) > 1, "the image tower never ran more than one request at once"
+    for _ in range(ROUNDS):  # whether requests meet in the tower's queue is timing: a loaded machine may serialise a round
+        with ThreadPoolExecutor(8) as pool:
+            together = np.concatenate(list(pool.map(lambda f: clip.embed_images(TritonClient(client.url), [f]), files)))
+        np.testing.assert_allclose(together, alone, atol=1e-5)
+        grown = {b for b, n in _batch_sizes(triton, "clip_visual").items() if n > before.get(b, 0)}
+        if max(grown) > 1:
+            break
+    assert max(grown) > 1, f"the image tower never ran more than one request at once in {ROUNDS} rounds"
     batched = clip.embed_images(client, files)  # one request, many sizes
     np.testing.assert_allclose(batched, alone, atol=1e-5)
 

@@ -57,6 +57,7 @@ _ENSEMBLE = re.compile(r"in ensemble '([^']+)'")
 _STEP_MISFIT = re.compile(r"in ensemble '[^']+'.*(?:batch size does not match other inputs|expected number of inputs)", re.S)
 _CONNECT_TIMED_OUT = re.compile(r"timed out|Deadline Exceeded", re.I)  # a port that takes the connection, then nothing
 _STREAM_LOST = re.compile(r"Stream removed|Socket closed|Connection reset", re.I)  # gRPC's UNKNOWN for a dropped stream
+READY_PROBE_S = 5.0  # a readiness probe's least deadline: a short call deadline is for inferences, not for it
 
 
 class TritonClient(Healing):
@@ -122,7 +123,7 @@ class TritonClient(Healing):
         out while Triton is there is tried again like a call (``infer``): a swamped Triton is busy."""
         if self.known_ready(name, max_age_s):
             return True
-        tries = Tries(retry or self.retry, self.deadline.base_s)
+        tries = Tries(retry or self.retry, max(self.deadline.base_s, READY_PROBE_S))
         while True:
             try:
                 ready = self._client.is_model_ready(name, client_timeout=tries.next_timeout())
