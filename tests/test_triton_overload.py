@@ -53,11 +53,11 @@ def _client(srv: LocalTriton, **settings) -> TritonClient:
     return TritonClient(f"127.0.0.1:{srv.grpc_port}", **client_options(s))
 
 
-def _retried(caplog, got: list, timeout: float = 120, words: tuple[str, ...] = ("timed out", "trying again")) -> None:
+def _retried(caplog, got: list, timeout: float = 120) -> None:
     """Wait until the client said it will try again after a timeout."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline and not got:
-        if any(all(w in r.getMessage() for w in words) for r in caplog.records):
+        if any("timed out" in r.getMessage() and "trying again" in r.getMessage() for r in caplog.records):
             return
         time.sleep(0.1)
     raise AssertionError(f"no retry logged ({got}): " + "; ".join(r.getMessage() for r in caplog.records))
@@ -123,7 +123,7 @@ def test_a_readiness_probe_that_times_out_is_asked_again(echo, caplog):
         _signal(echo, signal.SIGSTOP)
         try:
             call = pool.submit(lambda: got.append(client.model_ready("echo")))
-            _retried(caplog, got, words=("whether 'echo' is loaded", "asking again"))
+            _retried(caplog, got)
         finally:
             _signal(echo, signal.SIGCONT)
         call.result(timeout=300)

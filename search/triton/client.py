@@ -24,6 +24,7 @@ import socket
 import threading
 import time
 from collections.abc import Callable
+from typing import TypeVar
 
 import numpy as np
 import tritonclient.grpc as grpcclient
@@ -57,6 +58,7 @@ _ENSEMBLE = re.compile(r"in ensemble '([^']+)'")
 _STEP_MISFIT = re.compile(r"in ensemble '[^']+'.*(?:batch size does not match other inputs|expected number of inputs)", re.S)
 _CONNECT_TIMED_OUT = re.compile(r"timed out|Deadline Exceeded", re.I)  # a port that takes the connection, then nothing
 _STREAM_LOST = re.compile(r"Stream removed|Socket closed|Connection reset", re.I)  # gRPC's UNKNOWN for a dropped stream
+T = TypeVar("T")
 READY_PROBE_S = 5.0  # a readiness probe's least deadline: a short call deadline is for inferences, not for it
 
 
@@ -124,24 +126,21 @@ class TritonClient(Healing):
         if self.known_ready(name, max_age_s):
             return True
         tries = Tries(retry or self.retry, max(self.deadline.base_s, READY_PROBE_S))
-        while True:
-            try:
-                ready = self._client.is_model_ready(name, client_timeout=tries.next_timeout())
-                break
-            except InferenceServerException as exc:
-                if "DEADLINE" not in str(exc.status() or "") or self.down():
-                    raise self._unreachable(exc) from exc
-                wait = tries.backoff()
-                if wait is None:
-                    raise self._timed_out(name, TritonTimeout(_short(exc)), tries) from exc
-                log.info("Triton did not say in %.3g s whether '%s' is loaded; asking again in %.1f s (try %d)",
-                         tries.timeout, name, wait, tries.count + 1)
-                time.sleep(wait)
+        ready = self._tried(name, lambda timeout: self._is_ready(name, timeout), tries)
         if ready:
             self._ready_at[name] = time.monotonic()
         else:
             self._ready_at.pop(name, None)
         return ready
+
+    def _is_ready(self, name: str, timeout: float) -> bool:
+        """One try of ``model_ready``: its timeout is a ``TritonTimeout``, anything else unreachable."""
+        try:
+            return self._client.is_model_ready(name, client_timeout=timeout)
+        except InferenceServerException as exc:
+            if "DEADLINE" in str(exc.status() or ""):
+                raise TritonTimeout(_short(exc)) from exc
+            raise self._unreachable(exc) from exc
 
     def known_ready(self, name: str, max_age_s: float) -> bool:
         """Whether ``name`` answered ready within ``max_age_s``, asking nothing (an event loop checks
@@ -163,10 +162,15 @@ class TritonClient(Healing):
         deadline. A call that timed out, was refused or lost its stream while Triton is there is tried
         again under ``retry`` (default: the client's); a Triton found down fails at once."""
         tries = Tries(retry or self.retry, self.deadline.of(inputs))
+        return self._tried(model, lambda timeout: self._healed(model, inputs, outputs, timeout), tries)
+
+    def _tried(self, model: str, attempt: Callable[[float], T], tries: Tries) -> T:
+        """``attempt(timeout)`` under ``tries``: one that timed out, was refused or lost its stream while
+        Triton is there is tried again after a backoff; a Triton found down fails at once."""
         while True:
             timeout = tries.next_timeout()
             try:
-                return self._healed(model, inputs, outputs, timeout)
+                return attempt(timeout)
             except TritonUnavailable as exc:
                 if self.down():
                     raise (exc if type(exc) is TritonUnavailable else self._unreachable(exc.__cause__ or exc)) from exc.__cause__
